@@ -1,0 +1,58 @@
+"""Our own hooks, ``pytest_lossless_*``, registered from ``pytest_addhooks``.
+
+Built-in artifact kinds (video, audio, tensor, bytes) and device backends (npu, cuda,
+cpu) are implemented with these same hooks, as ``trylast`` implementations, so a
+plugin or conftest that implements them first takes precedence.
+
+This module imports pluggy only: domain code may use it without pytest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .devices import Backend
+    from .gates import Gate, GateResult
+    from .kinds import Artifact
+
+hookspec = pluggy.HookspecMarker("pytest")
+#: Implementations of our hooks: pytest's project name, so pytest's own manager accepts them.
+hookimpl = pluggy.HookimplMarker("pytest")
+
+
+@hookspec(firstresult=True)
+def pytest_lossless_detect_kind(path: Path, head: bytes) -> str | None:
+    """Name the artifact kind of ``path`` from its content (``head`` is its first 4 KiB).
+
+    Return ``None`` to let the next implementation decide. Built-ins answer
+    ``"video"``, ``"audio"``, ``"tensor"``, and finally ``"bytes"``.
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_lossless_fingerprint(kind: str, path: Path) -> dict[str, Any] | None:
+    """A JSON-able fingerprint of the artifact at ``path``: metadata plus digests.
+
+    Must raise :class:`~pytest_lossless.errors.ArtifactError` for a damaged file.
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_lossless_default_gate(kind: str) -> str | None:
+    """The gate used when a test names none (``"decoded"`` for media...)."""
+
+
+@hookspec(firstresult=True)
+def pytest_lossless_compare(
+    kind: str, gate: Gate, expected: Artifact, obtained: Artifact
+) -> GateResult | None:
+    """Compare two artifacts of ``kind`` under ``gate``; return the result with its first mismatch."""
+
+
+@hookspec
+def pytest_lossless_backends() -> list[Backend]:
+    """Device backends this plugin provides (each has a unique ``name``)."""

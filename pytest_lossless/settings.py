@@ -1,0 +1,270 @@
+"""One resolver for every setting: marker > command line > environment > ini > default.
+
+The plugin declares its options from :data:`OPTIONS`; :func:`resolve` turns the
+raw values into a frozen :class:`Settings`. A bad value raises
+:class:`~pytest_lossless.errors.ConfigError` naming where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+BACKENDS = ("auto", "npu", "cuda", "cpu")
+BUSY_POLICIES = ("wait", "fail")
+
+#: Environment variables that change numerics; recorded in every receipt when present.
+DETERMINISM_KNOBS = (
+    "PYTHONHASHSEED",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "HCCL_DETERMINISTIC",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "VLLM_BATCH_INVARIANT",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TORCH_DETERMINISTIC",
+    "CUDA_LAUNCH_BLOCKING",
+    "ASCEND_LAUNCH_BLOCKING",
+)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected a boolean (true/false, 1/0, yes/no)")
+
+
+def _parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _parse_seconds(text: str) -> float:
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|min|h)?\s*", text)
+    if not match:
+        raise ValueError("expected a duration such as 30, 2.5s, 10m or 1h")
+    number = float(match.group(1))
+    scale = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+    return number * scale[match.group(2)]
+
+
+def _parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]i?[bB]?|[bB])?\s*", text)
+    if not match:
+        raise ValueError("expected a size such as 1048576, 512KiB or 1MiB")
+    number = float(match.group(1))
+    unit = (match.group(2) or "b").lower().rstrip("b").rstrip("i")
+    scale = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
+    return int(number * scale)
+
+
+def _parse_positive_int(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError("expected a whole number") from None
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def parse_device_list(text: str) -> tuple[str, ...]:
+    """``"0,1,2"``, ``"0-3"`` or ``"GPU-ab12,GPU-cd34"`` into device ids, in the order given."""
+    ids: list[str] = []
+    for part in (p.strip() for p in text.replace(" ", ",").split(",")):
+        if not part:
+            continue
+        span = re.fullmatch(r"(\d+)-(\d+)", part)
+        if span:
+            low, high = int(span.group(1)), int(span.group(2))
+            if high < low:
+                raise ValueError(f"range {part!r} runs backwards")
+            ids.extend(str(i) for i in range(low, high + 1))
+        else:
+            ids.append(part)
+    if len(set(ids)) != len(ids):
+        raise ValueError("a device id is listed twice")
+    return tuple(ids)
+
+
+def _parse_names(text: str) -> tuple[str, ...]:
+    return tuple(n for n in re.split(r"[\s,]+", text.strip()) if n)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One setting: its command-line flag, ini key, environment variable and parser."""
+
+    dest: str
+    flag: str
+    ini: str
+    env: str | None
+    default: str | None
+    parse: Callable[[str], Any]
+    help: str
+    is_flag: bool = False
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("lossless", "--lossless", "lossless_enabled", "PYTEST_LOSSLESS", "false", _parse_bool,
+               "run the lossless gates (tests marked lossless are skipped without it)",
+               is_flag=True),
+    OptionSpec("update_goldens", "--update-goldens", "lossless_update_goldens", None, "false",
+               _parse_bool, "write goldens instead of comparing; report what changed",
+               is_flag=True),
+    OptionSpec("goldens", "--lossless-goldens", "lossless_goldens", None, "goldens", str,
+               "goldens folder, relative to the rootdir (default: goldens)", metavar="DIR"),
+    OptionSpec("backend", "--lossless-backend", "lossless_backend", "PYTEST_LOSSLESS_BACKEND",
+               "auto", _parse_choice(BACKENDS),
+               "where device tests run: auto finds NPUs, then CUDA GPUs; cpu emulates slots",
+               choices=BACKENDS),
+    OptionSpec("devices", "--lossless-devices", "lossless_devices", "PYTEST_LOSSLESS_DEVICES",
+               None, parse_device_list,
+               "device ids tests may take, e.g. 0,1,2,3 or 0-3 (default: all discovered)",
+               metavar="LIST"),
+    OptionSpec("receipts", "--lossless-receipts", "lossless_receipts", "PYTEST_LOSSLESS_RECEIPTS",
+               "lossless-receipts", str, "folder for receipts, relative to the rootdir",
+               metavar="DIR"),
+    OptionSpec("lock_dir", "--lossless-lock-dir", "lossless_lock_dir", "PYTEST_LOSSLESS_LOCK_DIR",
+               None, str, "host-wide folder of device lock files (default: <tmp>/pytest-lossless-locks)",
+               metavar="DIR"),
+    OptionSpec("lock_timeout", "--lossless-lock-timeout", "lossless_lock_timeout",
+               "PYTEST_LOSSLESS_LOCK_TIMEOUT", "600", _parse_seconds,
+               "seconds to wait for a device allocation (default: 600)", metavar="SECONDS"),
+    OptionSpec("busy", "--lossless-busy", "lossless_busy", None, "wait",
+               _parse_choice(BUSY_POLICIES),
+               "a device used by a foreign process: wait for it, or fail at once",
+               choices=BUSY_POLICIES),
+    OptionSpec("control_runs", "--lossless-control-runs", "lossless_control_runs", None, "2",
+               _parse_positive_int(2), "control runs before a candidate is judged (default: 2)",
+               metavar="N"),
+    OptionSpec("digest_above", "--lossless-digest-above", "lossless_digest_above", None, "1MiB",
+               _parse_size, "goldens larger than this are kept as digests only (default: 1MiB)",
+               metavar="SIZE"),
+    OptionSpec("speed_pairs", "--lossless-speed-pairs", "lossless_speed_pairs", None, "8",
+               _parse_positive_int(2), "A/B pairs a speed gate runs at most (default: 8)",
+               metavar="N"),
+    OptionSpec("speed_seed", "--lossless-speed-seed", "lossless_speed_seed", None, None,
+               _parse_positive_int(0), "seed of the A/B order (default: random, recorded)",
+               metavar="N"),
+    OptionSpec("run_timeout", "--lossless-run-timeout", "lossless_run_timeout", None, "900",
+               _parse_seconds, "default timeout of one model run (default: 900)",
+               metavar="SECONDS"),
+    OptionSpec("determinism_env", "--lossless-determinism-env", "lossless_determinism_env", None,
+               "", _parse_names, "more environment variables to record as determinism knobs",
+               metavar="NAMES"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every resolved setting of a session; ``sources`` says where each value came from."""
+
+    lossless: bool
+    update_goldens: bool
+    goldens: Path
+    backend: str
+    devices: tuple[str, ...] | None
+    receipts: Path
+    lock_dir: Path
+    lock_timeout: float
+    busy: str
+    control_runs: int
+    digest_above: int
+    speed_pairs: int
+    speed_seed: int | None
+    run_timeout: float
+    determinism_env: tuple[str, ...]
+    rootdir: Path
+    sources: Mapping[str, str]
+
+    @property
+    def determinism_knobs(self) -> tuple[str, ...]:
+        return DETERMINISM_KNOBS + tuple(
+            n for n in self.determinism_env if n not in DETERMINISM_KNOBS
+        )
+
+
+def default_lock_dir() -> Path:
+    """Host-wide (not per run): every pytest process on this machine must see the same locks."""
+    return Path(tempfile.gettempdir()) / "pytest-lossless-locks"
+
+
+def resolve(
+    cli: Mapping[str, Any],
+    ini: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    *,
+    rootdir: Path,
+) -> Settings:
+    """Resolve each option: command line, then environment, then ini, then default.
+
+    ``cli`` maps ``dest`` to the parsed flag value (``None`` or ``False`` when absent);
+    ``ini`` maps ``dest`` to the raw ini string (``None`` or empty when unset).
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for spec in OPTIONS:
+        raw: Any = None
+        source = "default"
+        cli_value = cli.get(spec.dest)
+        if cli_value not in (None, False, ""):
+            raw, source = cli_value, spec.flag
+        elif spec.env and env.get(spec.env, "") != "":
+            raw, source = env[spec.env], f"environment {spec.env}"
+        elif ini.get(spec.dest) not in (None, "", []):
+            raw, source = ini[spec.dest], f"ini {spec.ini}"
+        else:
+            raw = spec.default
+        if raw is None:
+            values[spec.dest] = None
+        elif isinstance(raw, bool):
+            values[spec.dest] = raw
+        else:
+            text = " ".join(raw) if isinstance(raw, list) else str(raw)
+            try:
+                values[spec.dest] = spec.parse(text)
+            except ValueError as exc:
+                raise ConfigError(source, text, str(exc)) from None
+        sources[spec.dest] = source
+    root = Path(rootdir)
+    values["goldens"] = root / values["goldens"]
+    values["receipts"] = root / values["receipts"]
+    values["lock_dir"] = Path(values["lock_dir"]) if values["lock_dir"] else default_lock_dir()
+    return Settings(**values, rootdir=root, sources=sources)
+
+
+def marker_device_count(args: tuple[Any, ...], kwargs: Mapping[str, Any], marker: str) -> int:
+    """The N of ``@pytest.mark.npu(devices=N)``; marker values override every other source."""
+    unknown = set(kwargs) - {"devices"}
+    if unknown:
+        raise ConfigError(f"marker {marker}", sorted(unknown), "unknown argument; use devices=N")
+    if args and "devices" in kwargs:
+        raise ConfigError(f"marker {marker}", args, "give devices once")
+    value = kwargs.get("devices", args[0] if args else 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"marker {marker}(devices=...)", value, "must be a whole number >= 1")
+    return value
