@@ -45,3 +45,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "lossless: the test is a lossless gate; skipped unless --lossless is given",
     )
+
+
+# ==== devices ====
+# (owner: devices engineer) the `devices` fixture, marker handling, allocator under a StashKey
+# ==== end devices ====
+
+
+# ==== model_run ====
+# (owner: launch engineer) the `model_run` fixture
+# ==== end model_run ====
+
+
+# ==== receipts ====
+# (owner: launch engineer) per-test Receipt under item.stash, written at teardown
+# ==== end receipts ====
+
+
+# ==== speed_gate ====
+# (owner: speed engineer) the `speed_gate` fixture
+# ==== end speed_gate ====
