@@ -117,3 +117,7 @@ class RunError(LosslessError):
 
 class ReceiptError(LosslessError):
     """A receipt cannot be read, or contradicts itself under ``verify``."""
+
+
+class Inconclusive(LosslessError):
+    """A verdict of INCONCLUSIVE inside a test: reported as its own outcome, never a pass."""

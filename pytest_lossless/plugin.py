@@ -9,7 +9,10 @@ from __future__ import annotations
 import pytest
 
 from . import hookspecs
-from .settings import OPTIONS
+from .errors import ConfigError, Inconclusive
+from .settings import OPTIONS, Settings, resolve
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
 
 # ------------------------------------------------------------------ options & markers
 
@@ -45,6 +48,39 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "lossless: the test is a lossless gate; skipped unless --lossless is given",
     )
+
+
+def _settings(config: pytest.Config) -> Settings:
+    """The session's resolved settings (marker values are applied per test by each fixture)."""
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
+        ini = {spec.dest: config.getini(spec.ini) for spec in OPTIONS}
+        try:
+            settings = resolve(cli, ini, rootdir=config.rootpath)
+        except ConfigError as exc:
+            raise pytest.UsageError(f"pytest-lossless: {exc}") from None
+        config.stash[SETTINGS_KEY] = settings
+    return settings
+
+
+# ------------------------------------------------------------------ verdicts as outcomes
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("lossless") and not _settings(item.config).lossless:
+        pytest.skip("lossless gate: run with --lossless to compare (it never passes unchecked)")
+
+
+def act_on_verdict(verdict: object) -> None:
+    """Inside a test: FAIL fails it; INCONCLUSIVE becomes its own outcome (never a pass)."""
+    value = getattr(verdict, "verdict", None)
+    message_of = getattr(verdict, "message", None)
+    message = message_of() if callable(message_of) else str(verdict)
+    if value == "FAIL":
+        pytest.fail(message, pytrace=False)
+    if value == "INCONCLUSIVE":
+        raise Inconclusive(message)
 
 
 # ==== devices ====
