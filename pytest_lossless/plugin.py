@@ -8,11 +8,26 @@ from __future__ import annotations
 
 import pytest
 
-from . import hookspecs
-from .errors import ConfigError, Inconclusive
+from collections.abc import Callable, Generator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import hookspecs, report
+from .errors import ConfigError, Inconclusive, LosslessError
 from .settings import OPTIONS, Settings, resolve
 
+if TYPE_CHECKING:
+    from .gates import Gate, GateResult
+    from .goldens import Golden
+    from .kinds import KindRegistry
+    from .repeatability import LosslessVerdict
+
 SETTINGS_KEY = pytest.StashKey[Settings]()
+KINDS_KEY = pytest.StashKey["KindRegistry"]()
+SUMMARY_KEY = pytest.StashKey["Summary"]()
+ROWS_KEY = pytest.StashKey[list[report.Row]]()
+EVENTS_KEY = pytest.StashKey[list[dict[str, str]]]()
+CALL_PASSED_KEY = pytest.StashKey[bool]()
 
 # ------------------------------------------------------------------ options & markers
 
@@ -68,7 +83,8 @@ def _settings(config: pytest.Config) -> Settings:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("lossless") and not _settings(item.config).lossless:
+    settings = _settings(item.config)
+    if item.get_closest_marker("lossless") and not (settings.lossless or settings.update_goldens):
         pytest.skip("lossless gate: run with --lossless to compare (it never passes unchecked)")
 
 
@@ -81,6 +97,285 @@ def act_on_verdict(verdict: object) -> None:
         pytest.fail(message, pytrace=False)
     if value == "INCONCLUSIVE":
         raise Inconclusive(message)
+
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    rep = yield
+    if call.when == "call":
+        item.stash[CALL_PASSED_KEY] = rep.passed
+        if call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive):
+            rep.outcome = "failed"
+            rep.longrepr = f"INCONCLUSIVE: {call.excinfo.value}"
+            rep.lossless_verdict = "INCONCLUSIVE"  # type: ignore[attr-defined]
+            rep.user_properties.append(("lossless_verdict", "INCONCLUSIVE"))
+    if call.when == "teardown":
+        # Attached to the last report so pytest-xdist carries them to the controller.
+        rep.lossless_rows = [r.to_dict() for r in item.stash.get(ROWS_KEY, [])]  # type: ignore[attr-defined]
+        rep.lossless_golden_events = item.stash.get(EVENTS_KEY, [])  # type: ignore[attr-defined]
+    return rep
+
+
+def pytest_report_teststatus(
+    report: pytest.TestReport, config: pytest.Config
+) -> tuple[str, str, tuple[str, Mapping[str, bool]]] | None:
+    if report.when == "call" and getattr(report, "lossless_verdict", None) == "INCONCLUSIVE":
+        return "inconclusive", "I", ("INCONCLUSIVE", {"yellow": True})
+    return None
+
+
+# ------------------------------------------------------------------ golden & lossless
+
+
+class Summary:
+    """The session's verdict rows and golden updates, gathered from every report."""
+
+    def __init__(self) -> None:
+        self.rows: list[report.Row] = []
+        self.events: list[dict[str, str]] = []
+
+
+def _kinds(config: pytest.Config) -> KindRegistry:
+    from .kinds import KindRegistry
+
+    kinds = config.stash.get(KINDS_KEY, None)
+    if kinds is None:
+        kinds = config.stash[KINDS_KEY] = KindRegistry(config.hook)
+    return kinds
+
+
+def _summary(config: pytest.Config) -> Summary:
+    summary = config.stash.get(SUMMARY_KEY, None)
+    if summary is None:
+        summary = config.stash[SUMMARY_KEY] = Summary()
+    return summary
+
+
+def _add_row(item: pytest.Item, row: report.Row) -> None:
+    item.stash.setdefault(ROWS_KEY, []).append(row)
+
+
+def _receipt(item: pytest.Item) -> Any:
+    """The test's receipt (the receipts section defines ``receipt_for``), or None."""
+    maker = globals().get("receipt_for")
+    return maker(item) if callable(maker) else None
+
+
+def _test_name(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+
+
+def _result_row(item: pytest.Item, result: GateResult) -> report.Row:
+    if result.passed:
+        verdict = "PASS" if result.lossless else "LOSSY-PASS"
+        detail = result.notes[0] if result.notes else ""
+    else:
+        verdict = "FAIL"
+        detail = result.first_mismatch or "; ".join(result.metadata_diffs) or "differs"
+    return report.Row(item.nodeid, result.artifact, result.gate, verdict, detail)
+
+
+class GoldenFixture:
+    """The ``golden`` fixture: ``golden.check(name, artifact, gate=None)``."""
+
+    def __init__(self, item: pytest.Item, golden: Golden) -> None:
+        self._item = item
+        self._golden = golden
+
+    @property
+    def folder(self) -> Path:
+        return self._golden.folder.path
+
+    def check(self, name: str, artifact: Any, gate: Gate | str | None = None) -> GateResult | None:
+        """Compare ``artifact`` with the golden ``name`` (or stage it under --update-goldens)."""
+        __tracebackhide__ = True
+        try:
+            result = self._golden.check(name, artifact, gate)
+        except LosslessError as exc:
+            label = type(exc).__name__
+            self._record_error(name, gate, label, str(exc))
+            pytest.fail(f"{label}: {exc}", pytrace=False)
+        if result is None:
+            _add_row(self._item, report.Row(self._item.nodeid, name, str(gate or "default"),
+                                            "STAGED", "written at the end of the test"))
+            return None
+        _add_row(self._item, _result_row(self._item, result))
+        receipt = _receipt(self._item)
+        if receipt is not None:
+            receipt.add_gate(result.to_dict())
+        if not result.passed:
+            pytest.fail(result.message(), pytrace=False)
+        return result
+
+    def _record_error(self, name: str, gate: object, label: str, message: str) -> None:
+        _add_row(self._item, report.Row(self._item.nodeid, name, str(gate or "default"), "ERROR",
+                                        f"{label}: {message.splitlines()[0]}"))
+        receipt = _receipt(self._item)
+        if receipt is not None:
+            receipt.add_gate({"artifact": name, "error": label, "message": message,
+                              "passed": False})
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFixture, None, None]:
+    """Compare artifacts with this test's committed goldens; writes them under --update-goldens."""
+    from .goldens import Golden, GoldenFolder
+
+    item = request.node
+    settings = _settings(request.config)
+    folder = GoldenFolder(
+        settings.goldens, item.path.stem, _test_name(item), item.nodeid, _kinds(request.config),
+        digest_above=settings.digest_above,
+    )
+    golden = Golden(
+        folder, update=settings.update_goldens, workdir=tmp_path / "golden",
+        producer_runs=settings.control_runs, provenance=_golden_provenance(request),
+    )
+    yield GoldenFixture(item, golden)
+    if settings.update_goldens and item.stash.get(CALL_PASSED_KEY, False):
+        events = [e.to_dict() for e in golden.commit()]
+        for event in events:
+            event["folder"] = str(Path(event["folder"]).relative_to(settings.rootdir)) \
+                if Path(event["folder"]).is_relative_to(settings.rootdir) else event["folder"]
+        item.stash.setdefault(EVENTS_KEY, []).extend(events)
+    elif settings.update_goldens and golden.staged:
+        item.stash.setdefault(EVENTS_KEY, []).extend(
+            {"test": item.nodeid, "folder": str(folder.path), "name": e.name,
+             "action": "refused", "detail": "the test did not pass; nothing written"}
+            for e in golden.staged
+        )
+
+
+def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
+    from . import __version__
+    from .timing import utc_iso
+
+    config = request.config
+    revision = config.stash.get(REVISION_KEY, None)
+    if revision is None:
+        revision = config.stash[REVISION_KEY] = _source_revision(config.rootpath)
+    identity: Any = None
+    if request.node.get_closest_marker("npu") or request.node.get_closest_marker("gpu"):
+        allocation = request.getfixturevalue("devices")
+        identity = getattr(allocation, "identity", None)
+    return {
+        "when": utc_iso(),
+        "plugin_version": __version__,
+        "source_revision": revision,
+        "command": ["pytest", *config.invocation_params.args],
+        "device_identity": identity,
+    }
+
+
+REVISION_KEY = pytest.StashKey[dict[str, Any]]()
+
+
+def _source_revision(rootdir: Path) -> dict[str, Any]:
+    try:
+        from .provenance import source_revision
+    except ImportError:  # the provenance module is optional while it is being built
+        return {}
+    return dict(source_revision(rootdir))
+
+
+class LosslessFixture:
+    """The ``lossless`` fixture: ``lossless.compare(control, candidate, *, runs, gate)``."""
+
+    def __init__(self, item: pytest.Item, settings: Settings, kinds: KindRegistry,
+                 workdir: Path) -> None:
+        self._item = item
+        self._settings = settings
+        self._kinds = kinds
+        self._workdir = workdir
+        self._count = 0
+
+    def compare(
+        self,
+        control: Callable[[], Any],
+        candidate: Callable[[], Any],
+        *,
+        runs: int | None = None,
+        gate: Gate | str | Mapping[str, Gate | str] | None = None,
+        label: str | None = None,
+        act: bool = True,
+    ) -> LosslessVerdict:
+        """Run the control ``runs`` times, then the candidate; PASS, FAIL or INCONCLUSIVE."""
+        __tracebackhide__ = True
+        from .gates import parse_gate
+        from .repeatability import compare_control_candidate
+
+        self._count += 1
+        name = label or f"compare#{self._count}"
+        if isinstance(gate, Mapping):
+            gates: Gate | Mapping[str, Gate] | None = {
+                k: g for k, v in gate.items() if (g := parse_gate(v)) is not None
+            }
+        else:
+            gates = parse_gate(gate)
+        try:
+            verdict = compare_control_candidate(
+                control, candidate, runs=runs or self._settings.control_runs,
+                kinds=self._kinds, workdir=self._workdir / name.replace("#", ""), gate=gates,
+                label=name,
+            )
+        except LosslessError as exc:
+            pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+        gate_text = ", ".join(sorted(set(verdict.gates.values())))
+        shown = "LOSSY-PASS" if verdict.verdict == "PASS" and verdict.lossy else verdict.verdict
+        _add_row(self._item, report.Row(self._item.nodeid, name, gate_text, shown,
+                                        verdict.message().splitlines()[0].split(": ", 2)[-1]))
+        receipt = _receipt(self._item)
+        if receipt is not None:
+            receipt.add_lossless(verdict.to_dict())
+        if act:
+            act_on_verdict(verdict)
+        return verdict
+
+
+@pytest.fixture
+def lossless(request: pytest.FixtureRequest, tmp_path: Path) -> LosslessFixture:
+    """Compare a candidate with a control that must first prove itself repeatable."""
+    return LosslessFixture(request.node, _settings(request.config), _kinds(request.config),
+                           tmp_path / "lossless")
+
+
+class SummaryPlugin:
+    """Gathers verdict rows and golden updates from every report (workers' too, under xdist)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.summary = _summary(config)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for row in getattr(report, "lossless_rows", None) or []:
+            self.summary.rows.append(_row_from(row))
+        self.summary.events.extend(getattr(report, "lossless_golden_events", None) or [])
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        settings = _settings(self.config)
+        if self.summary.events or settings.update_goldens:
+            terminalreporter.write_sep("=", "pytest-lossless: golden updates")
+            lines = report.update_lines(self.summary.events) or ["no golden was written"]
+            for line in lines:
+                terminalreporter.write_line(line)
+        if self.summary.rows:
+            terminalreporter.write_sep("=", "pytest-lossless: gates and verdicts")
+            width = max(80, terminalreporter._tw.fullwidth)
+            for line in report.verdict_table(self.summary.rows, width=width):
+                terminalreporter.write_line(line)
+
+
+def _row_from(data: Mapping[str, Any]) -> report.Row:
+    return report.Row.from_dict(data)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if not config.pluginmanager.has_plugin("lossless-summary"):
+        config.pluginmanager.register(SummaryPlugin(config), "lossless-summary")
 
 
 # ==== devices ====

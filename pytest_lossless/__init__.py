@@ -1,0 +1,48 @@
+"""pytest-lossless: prove that a faster ML inference build changes nothing, and is faster.
+
+The plugin loads itself through the ``pytest11`` entry point; this package also
+exposes the domain API for use without pytest.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "tolerance": "gates",
+    "Gate": "gates",
+    "GateResult": "gates",
+    "parse_gate": "gates",
+    "Artifact": "kinds",
+    "KindRegistry": "kinds",
+    "LosslessVerdict": "repeatability",
+    "compare_control_candidate": "repeatability",
+    "GoldenFolder": "goldens",
+    "Golden": "goldens",
+    "Settings": "settings",
+    "LosslessError": "errors",
+    "ArtifactError": "errors",
+    "TruncatedArtifact": "errors",
+    "GoldenMissing": "errors",
+    "GoldenIntegrityError": "errors",
+    "GateChanged": "errors",
+    "NondeterministicProducer": "errors",
+    "AllocationError": "errors",
+    "AllocationTimeout": "errors",
+    "RunError": "errors",
+    "Inconclusive": "errors",
+    "hookimpl": "hookspecs",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import pytest_lossless` stays cheap for pytest's plugin loading.
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_lossless' has no attribute {name!r}")
+    return getattr(import_module(f".{module}", __name__), name)

@@ -1,0 +1,75 @@
+"""Turn what a test hands over (paths, arrays, bytes, producers, run results) into files.
+
+Every comparison works on files, so in-memory artifacts are written once, exactly:
+arrays with ``np.save(allow_pickle=False)``, bytes as they are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ArtifactError
+
+
+def materialize(value: Any, name: str, folder: Path) -> Path:
+    """A file holding ``value``: a path is checked and returned, arrays and bytes are written."""
+    if isinstance(value, (str, os.PathLike)):
+        path = Path(value)
+        if not path.exists():
+            raise ArtifactError(path, f"artifact {name!r} does not exist")
+        if not path.is_file():
+            raise ArtifactError(path, f"artifact {name!r} is not a regular file")
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
+        array = np.asarray(value)
+        if array.dtype.hasobject:
+            raise ArtifactError(name, "object arrays cannot be compared bit for bit (no pickle)")
+        target = folder / (name if name.endswith(".npy") else f"{name}.npy")
+        with open(target, "wb") as handle:
+            np.save(handle, array, allow_pickle=False)
+        return target
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        target = folder / name
+        target.write_bytes(bytes(value))
+        return target
+    raise ArtifactError(
+        name,
+        f"cannot use a {type(value).__name__} as an artifact: give a path, a numpy array, "
+        "bytes, or a zero-argument callable returning one of those",
+    )
+
+
+def produce(value: Any) -> Any:
+    """Call a producer (a zero-argument callable); anything else is returned as is."""
+    if callable(value) and not isinstance(value, (np.ndarray, bytes, str, os.PathLike)):
+        return value()
+    return value
+
+
+def named_artifacts(result: Any, what: str) -> dict[str, Any]:
+    """The ``{name: artifact}`` mapping of one run: a mapping, or a run result's ``outputs``."""
+    outputs = getattr(result, "outputs", None)
+    if isinstance(outputs, Mapping):
+        result = outputs
+    if isinstance(result, Mapping):
+        return {str(k): v for k, v in result.items()}
+    raise ArtifactError(
+        what,
+        f"returned a {type(result).__name__}; a run must return a model_run result or a "
+        "mapping {name: path | array | bytes}",
+    )
+
+
+def materialize_all(result: Any, what: str, folder: Path) -> dict[str, Path]:
+    return {
+        name: materialize(value, name, folder) for name, value in named_artifacts(result, what).items()
+    }
+
+
+Producer = Callable[[], Any]

@@ -1,0 +1,247 @@
+"""Control repeatability and the lossless verdict (control vs candidate).
+
+The table of the contract, as code:
+
+====================================  =============================  ============
+control runs identical to each other  candidate identical to control  verdict
+====================================  =============================  ============
+yes                                   yes                             PASS
+yes                                   no                              FAIL
+no                                    either                          INCONCLUSIVE
+====================================  =============================  ============
+
+A control that is not repeatable cannot judge anything: the verdict then names
+what varied between control runs instead of blaming the candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .artifacts import materialize_all
+from .gates import Gate, GateResult
+from .kinds import Artifact, KindRegistry
+from .timing import SYSTEM_CLOCK, Clock
+
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+
+
+def lossless_table(control_repeatable: bool, candidate_identical: bool) -> str:
+    """The verdict table of the contract; the only place a lossless verdict is decided."""
+    if not control_repeatable:
+        return INCONCLUSIVE
+    return PASS if candidate_identical else FAIL
+
+
+@dataclass
+class Comparison:
+    """One pairwise comparison of two runs, artifact by artifact."""
+
+    left: str
+    right: str
+    results: list[GateResult]
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return not self.missing and all(r.passed for r in self.results)
+
+    def differences(self) -> list[str]:
+        lines = [f"{name}: present in only one of {self.left}, {self.right}" for name in self.missing]
+        lines += [r.message() for r in self.results if not r.passed]
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "left": self.left,
+            "right": self.right,
+            "identical": self.identical,
+            "missing": list(self.missing),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+@dataclass
+class LosslessVerdict:
+    """The verdict of ``lossless.compare``, with every run's fingerprints and comparisons."""
+
+    verdict: str
+    runs: list[dict[str, Any]]
+    control_comparisons: list[Comparison]
+    candidate_comparison: Comparison | None
+    gates: dict[str, str]
+    lossy: bool
+    label: str = ""
+
+    @property
+    def control_repeatable(self) -> bool:
+        return all(c.identical for c in self.control_comparisons)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
+
+    def message(self) -> str:
+        head = f"lossless {self.label + ' ' if self.label else ''}verdict: {self.verdict}"
+        controls = sum(1 for r in self.runs if r["role"] == "control")
+        if self.verdict == INCONCLUSIVE:
+            lines = [
+                f"{head}: the control is not repeatable ({controls} control runs differ "
+                "among themselves), so no candidate can be judged against it. What varied:"
+            ]
+            for comparison in self.control_comparisons:
+                if not comparison.identical:
+                    lines += [f"  {comparison.left} vs {comparison.right}:"]
+                    lines += [f"    {d}" for d in comparison.differences()]
+            return "\n".join(lines)
+        if self.verdict == FAIL and self.candidate_comparison is not None:
+            lines = [
+                f"{head}: the control is repeatable ({controls} identical runs) but the "
+                "candidate differs from it:"
+            ]
+            lines += [f"  {d}" for d in self.candidate_comparison.differences()]
+            return "\n".join(lines)
+        kind = "within tolerance (lossy, not lossless)" if self.lossy else "bit for bit"
+        names = ", ".join(sorted(self.gates))
+        return (
+            f"{head}: {controls} control runs identical, candidate identical {kind} "
+            f"({names})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "label": self.label,
+            "lossy": self.lossy,
+            "gates": dict(self.gates),
+            "control_repeatable": self.control_repeatable,
+            "runs": self.runs,
+            "control_comparisons": [c.to_dict() for c in self.control_comparisons],
+            "candidate_comparison": (
+                None if self.candidate_comparison is None else self.candidate_comparison.to_dict()
+            ),
+        }
+
+
+def rederive(block: Mapping[str, Any]) -> str:
+    """Recompute a recorded lossless verdict from its raw comparison records."""
+    controls = block.get("control_comparisons") or []
+    repeatable = all(
+        not c.get("missing") and all(r.get("passed") for r in c.get("results", []))
+        for c in controls
+    )
+    candidate = block.get("candidate_comparison")
+    identical = bool(candidate) and not candidate.get("missing") and all(
+        r.get("passed") for r in candidate.get("results", [])
+    )
+    return lossless_table(repeatable, identical)
+
+
+def _compare_runs(
+    left_name: str,
+    left: Mapping[str, Artifact],
+    right_name: str,
+    right: Mapping[str, Artifact],
+    gates: Mapping[str, Gate],
+    kinds: KindRegistry,
+    diagnostics_dir: Path | None,
+) -> Comparison:
+    missing = sorted(set(left) ^ set(right))
+    results = []
+    for name in sorted(set(left) & set(right)):
+        folder = None if diagnostics_dir is None else diagnostics_dir / f"{left_name}-vs-{right_name}"
+        results.append(kinds.compare(gates[name], left[name], right[name], diagnostics_dir=folder))
+    return Comparison(left_name, right_name, results, missing)
+
+
+def compare_control_candidate(
+    control: Callable[[], Any],
+    candidate: Callable[[], Any] | None,
+    *,
+    runs: int,
+    kinds: KindRegistry,
+    workdir: Path,
+    gate: Gate | Mapping[str, Gate] | None = None,
+    label: str = "",
+    clock: Clock = SYSTEM_CLOCK,
+    on_run: Callable[[str, float], None] | None = None,
+) -> LosslessVerdict:
+    """Run the control ``runs`` times, then the candidate once, and apply the verdict table.
+
+    With ``candidate=None`` only the control's repeatability is judged (PASS when
+    repeatable); ``--update-goldens`` uses this to refuse a flaky producer.
+    """
+    if runs < 2:
+        raise ValueError("a control must run at least twice to show it is repeatable")
+    arms: list[tuple[str, Callable[[], Any]]] = [(f"control#{i + 1}", control) for i in range(runs)]
+    if candidate is not None:
+        arms.append(("candidate", candidate))
+    fingerprints: dict[str, dict[str, Artifact]] = {}
+    records: list[dict[str, Any]] = []
+    for index, (name, arm) in enumerate(arms):
+        started = clock.monotonic()
+        result = arm()
+        seconds = clock.monotonic() - started
+        paths = materialize_all(result, name, workdir / f"run{index}-{name.replace('#', '')}")
+        fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
+        records.append({
+            "role": "candidate" if name == "candidate" else "control",
+            "name": name,
+            "seconds": seconds,
+            "artifacts": {
+                n: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
+                for n, a in fingerprints[name].items()
+            },
+        })
+        if on_run is not None:
+            on_run(name, seconds)
+    first = fingerprints[arms[0][0]]
+    gates = _resolve_gates(gate, first, kinds)
+    diagnostics = workdir / "diagnostics"
+    control_comparisons = [
+        _compare_runs(arms[0][0], first, name, fingerprints[name], gates, kinds, diagnostics)
+        for name, _ in arms[1:runs]
+    ]
+    candidate_comparison = None
+    if candidate is not None:
+        candidate_comparison = _compare_runs(
+            arms[0][0], first, "candidate", fingerprints["candidate"], gates, kinds, diagnostics
+        )
+    repeatable = all(c.identical for c in control_comparisons)
+    identical = candidate_comparison.identical if candidate_comparison is not None else True
+    return LosslessVerdict(
+        verdict=lossless_table(repeatable, identical),
+        runs=records,
+        control_comparisons=control_comparisons,
+        candidate_comparison=candidate_comparison,
+        gates={name: g.spec for name, g in gates.items()},
+        lossy=any(not g.lossless for g in gates.values()),
+        label=label,
+    )
+
+
+def _resolve_gates(
+    gate: Gate | Mapping[str, Gate] | None,
+    artifacts: Mapping[str, Artifact],
+    kinds: KindRegistry,
+) -> dict[str, Gate]:
+    resolved: dict[str, Gate] = {}
+    for name, artifact in artifacts.items():
+        if isinstance(gate, Mapping):
+            chosen = gate.get(name)
+        else:
+            chosen = gate
+        resolved[name] = chosen if chosen is not None else kinds.default_gate(artifact.kind)
+    return resolved
+
+
+def varied(verdict: LosslessVerdict) -> Sequence[str]:
+    """The artifacts that differed between control runs (empty when repeatable)."""
+    names: set[str] = set()
+    for comparison in verdict.control_comparisons:
+        names.update(comparison.missing)
+        names.update(r.artifact for r in comparison.results if not r.passed)
+    return sorted(names)

@@ -1,0 +1,96 @@
+"""Summary lines built from results: a pure generator, never hand-written text.
+
+Rows come from every gate, lossless comparison and speed gate of the session (under
+pytest-xdist, workers attach them to their reports and the controller gathers them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+VERDICT_ORDER = ("FAIL", "INCONCLUSIVE", "ERROR", "PASS", "LOSSY-PASS")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the verdict table: which test, what was checked, under which gate."""
+
+    test: str
+    check: str
+    gate: str
+    verdict: str
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "test": self.test, "check": self.check, "gate": self.gate,
+            "verdict": self.verdict, "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Row:
+        return cls(
+            str(data["test"]), str(data["check"]), str(data["gate"]),
+            str(data["verdict"]), str(data.get("detail", "")),
+        )
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
+    """A fixed-width table of every check, worst verdicts first, then a count line."""
+    if not rows:
+        return []
+    ordered = sorted(
+        rows,
+        key=lambda r: (
+            VERDICT_ORDER.index(r.verdict) if r.verdict in VERDICT_ORDER else 0,
+            r.test,
+            r.check,
+        ),
+    )
+    headers = ("verdict", "test", "check", "gate", "detail")
+    cells = [(r.verdict, r.test, r.check, r.gate, r.detail) for r in ordered]
+    widths = [max(len(headers[i]), *(len(c[i]) for c in cells)) for i in range(4)]
+    widths[1] = min(widths[1], 56)
+    widths[2] = min(widths[2], 24)
+    widths[3] = min(widths[3], 30)
+    used = sum(widths) + 2 * 4
+    detail_width = max(20, width - used)
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:4], widths)) + "  " + headers[4]]
+    lines.append("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40))
+    for cell in cells:
+        parts = [_clip(cell[i], widths[i]).ljust(widths[i]) for i in range(4)]
+        lines.append("  ".join(parts) + "  " + _clip(cell[4], detail_width))
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.verdict] = counts.get(row.verdict, 0) + 1
+    lines.append(
+        ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=_order_key))
+    )
+    return lines
+
+
+def _order_key(verdict: str) -> int:
+    return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else len(VERDICT_ORDER)
+
+
+def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:
+    """What ``--update-goldens`` did, grouped by action, one artifact per line."""
+    groups: dict[str, list[Mapping[str, str]]] = {}
+    for event in events:
+        groups.setdefault(event["action"], []).append(event)
+    lines: list[str] = []
+    for action in ("created", "changed", "removed", "unchanged", "refused"):
+        items = groups.get(action, [])
+        if not items:
+            continue
+        lines.append(f"{action}: {len(items)}")
+        for item in sorted(items, key=lambda e: (e["folder"], e["name"])):
+            detail = f" ({item['detail']})" if item.get("detail") else ""
+            lines.append(f"  {item['folder']}/{item['name']}{detail}")
+    return lines
