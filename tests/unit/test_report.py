@@ -1,0 +1,52 @@
+"""The summary: a pure generator of lines from verdict rows and golden updates."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_lossless.report import Row, update_lines, verdict_table
+
+
+def test_table_puts_failures_first_and_counts():
+    rows = [
+        Row("t.py::a", "clip.mp4", "decoded", "PASS", "120 frames identical"),
+        Row("t.py::b", "audio.wav", "decoded", "FAIL", "sample 17: 3 != 4"),
+        Row("t.py::c", "fast vs control", "decoded", "INCONCLUSIVE", "control varied"),
+    ]
+    lines = verdict_table(rows)
+    assert lines[0].split()[:4] == ["verdict", "test", "check", "gate"]
+    assert lines[2].startswith("FAIL")
+    assert lines[3].startswith("INCONCLUSIVE")
+    assert lines[4].startswith("PASS")
+    assert lines[-1] == "1 FAIL, 1 INCONCLUSIVE, 1 PASS"
+
+
+def test_no_rows_no_table():
+    assert verdict_table([]) == []
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=80),
+                          st.sampled_from(["PASS", "FAIL", "INCONCLUSIVE", "ERROR"])),
+                min_size=1, max_size=20))
+def test_every_row_appears_once_and_lines_fit(cells):
+    rows = [Row(t.replace("\n", " "), "a", "bytes", v) for t, v in cells]
+    lines = verdict_table(rows, width=100)
+    assert len(lines) == len(rows) + 3
+    counted = sum(int(part.split()[0]) for part in lines[-1].split(", "))
+    assert counted == len(rows)
+
+
+def test_update_lines_group_by_action():
+    events = [
+        {"test": "t", "folder": "goldens/m/t", "name": "a.wav", "action": "created", "detail": ""},
+        {"test": "t", "folder": "goldens/m/t", "name": "b.npy", "action": "unchanged",
+         "detail": ""},
+        {"test": "t", "folder": "goldens/m/t", "name": "c.mp4", "action": "changed",
+         "detail": "sha256 ab -> cd"},
+    ]
+    assert update_lines(events) == [
+        "created: 1", "  goldens/m/t/a.wav",
+        "changed: 1", "  goldens/m/t/c.mp4 (sha256 ab -> cd)",
+        "unchanged: 1", "  goldens/m/t/b.npy",
+    ]
