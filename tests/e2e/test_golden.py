@@ -1,0 +1,240 @@
+"""End to end: the ``golden`` fixture through real pytest runs, real ffmpeg, real libsndfile."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.e2e.mediagen import gray_frames, lying_wav, tone, write_video, write_wav
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+GOLDEN_TEST = """
+import numpy as np
+import pytest
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_media(golden):
+    golden.check("clip.mp4", HERE / "clip.mp4")
+    golden.check("audio.wav", HERE / "audio.wav")
+    golden.check("latent.npy", np.load(HERE / "latent.npy", allow_pickle=False))
+    golden.check("notes.txt", (HERE / "notes.txt").read_bytes())
+"""
+
+
+@pytest.fixture
+def media_project(pytester: pytest.Pytester) -> Path:
+    root = pytester.path
+    write_video(root / "clip.mp4", gray_frames())
+    write_wav(root / "audio.wav", tone())
+    np.save(root / "latent.npy", np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8))
+    (root / "notes.txt").write_bytes(b"seed=7 steps=4\n")
+    pytester.makepyfile(test_media=GOLDEN_TEST)
+    return root
+
+
+def _manifest(root: Path) -> dict:
+    return json.loads((root / "goldens/test_media/test_media/manifest.json").read_text())
+
+
+def test_missing_golden_fails_with_hint_and_writes_nothing(pytester, media_project):
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GoldenMissing*no golden 'clip.mp4'*--update-goldens*"])
+    assert not (media_project / "goldens").exists()
+
+
+def test_create_then_pass(pytester, media_project):
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*golden updates*", "created: 4*"])
+    manifest = _manifest(media_project)
+    assert manifest["schema"] == 1
+    kinds = {name: entry["kind"] for name, entry in manifest["artifacts"].items()}
+    assert kinds == {"clip.mp4": "video", "audio.wav": "audio", "latent.npy": "tensor",
+                     "notes.txt": "bytes"}
+    gates = {name: entry["gate"] for name, entry in manifest["artifacts"].items()}
+    assert gates == {"clip.mp4": "decoded", "audio.wav": "decoded", "latent.npy": "elementwise",
+                     "notes.txt": "bytes"}
+    provenance = manifest["artifacts"]["clip.mp4"]["provenance"]
+    assert provenance["plugin_version"]
+    assert "--update-goldens" in provenance["command"]
+
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*gates and verdicts*", "*4 PASS*"])
+
+    result = pytester.runpytest("--update-goldens")
+    result.stdout.fnmatch_lines(["unchanged: 4"])
+
+
+def test_without_lossless_flag_is_skipped_naming_the_flag(pytester, media_project):
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*--lossless*"])
+
+
+def test_one_pixel_of_one_frame_is_caught_and_named(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    frames = gray_frames()
+    frames[5, 10 * 64 + 20] ^= 1  # one luma sample of frame 5
+    write_video(media_project / "clip.mp4", frames)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "clip.mp4" in text
+    assert "frame 5" in text
+    assert "decoded" in text
+
+
+def test_short_wav_names_both_sample_counts(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    write_wav(media_project / "audio.wav", tone()[:-1])
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*audio.wav*"])
+    text = result.stdout.str()
+    assert "1600" in text
+    assert "1599" in text
+
+
+def test_truncated_wav_is_reported_as_truncation(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    lying_wav(media_project / "audio.wav", tone(), declared_extra=400)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Truncat*audio.wav*"])
+
+
+def test_corrupted_golden_is_an_integrity_error_not_a_mismatch(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    stored = media_project / "goldens/test_media/test_media/notes.txt"
+    stored.write_bytes(b"seed=8 steps=4\n")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GoldenIntegrityError*notes.txt*"])
+
+
+def test_changed_gate_is_refused(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    pytester.makepyfile(test_media=GOLDEN_TEST.replace(
+        'golden.check("notes.txt", (HERE / "notes.txt").read_bytes())',
+        'golden.check("notes.txt", (HERE / "notes.txt").read_bytes())\n'
+        '    golden.check("latent.npy", np.load(HERE / "latent.npy"), gate="bytes")',
+    ).replace('    golden.check("latent.npy", np.load(HERE / "latent.npy", allow_pickle=False))\n',
+              ""))
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GateChanged*gate changed*'elementwise'*'bytes'*--update-goldens*"])
+
+
+TENSOR_TEST = """
+import numpy as np
+import pytest
+from pytest_lossless import tolerance
+
+VALUE = {value}
+
+@pytest.mark.lossless
+@pytest.mark.parametrize("gate", ["elementwise", tolerance(atol=1e-6)], ids=["exact", "tol"])
+def test_tensor(golden, gate):
+    golden.check("t.npy", np.array(VALUE, dtype=np.float32), gate=gate)
+"""
+
+
+def test_signed_zero_fails_elementwise_and_passes_tolerance(pytester):
+    pytester.makepyfile(test_tensor=TENSOR_TEST.format(value="[1.0, 0.0, 2.0]"))
+    assert pytester.runpytest("--update-goldens").ret == 0
+    pytester.makepyfile(test_tensor=TENSOR_TEST.format(value="[1.0, -0.0, 2.0]"))
+    result = pytester.runpytest("--lossless", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_tensor?exact? FAILED*", "*test_tensor?tol? PASSED*"])
+    result.stdout.fnmatch_lines(["*LOSSY-PASS*"])
+
+
+def test_changed_nan_payload_is_caught(pytester):
+    source = """
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_nan(golden):
+    bits = np.array([0x7FC00000, {payload}], dtype=np.uint32)
+    golden.check("nan.npy", bits.view(np.float32))
+"""
+    pytester.makepyfile(test_nan=source.format(payload="0x7FC00001"))
+    assert pytester.runpytest("--update-goldens").ret == 0
+    pytester.makepyfile(test_nan=source.format(payload="0x7FC00002"))
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*nan.npy*"])
+
+
+def test_update_goldens_under_xdist_writes_every_folder_whole(pytester):
+    pytester.makepyfile(test_many="""
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+@pytest.mark.parametrize("i", range(16))
+def test_many(golden, i):
+    golden.check("a.npy", np.full((64, 64), i, dtype=np.int32))
+    golden.check("b.bin", bytes([i]) * 1000)
+""")
+    result = pytester.runpytest_subprocess("--update-goldens", "-p", "xdist", "-n", "4")
+    result.assert_outcomes(passed=16)
+    folders = sorted((pytester.path / "goldens/test_many").iterdir())
+    assert [f.name for f in folders] == sorted(f"test_many[{i}]" for i in range(16))
+    for folder in folders:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert sorted(manifest["artifacts"]) == ["a.npy", "b.bin"]
+        index = int(folder.name.split("[")[1].rstrip("]"))
+        assert np.load(folder / "a.npy")[0, 0] == index
+    assert pytester.runpytest_subprocess("--lossless", "-p", "xdist", "-n", "4").ret == 0
+
+
+def test_nondeterministic_producer_is_refused_and_nothing_written(pytester):
+    pytester.makepyfile(test_flaky="""
+import os
+import pytest
+
+@pytest.mark.lossless
+def test_flaky(golden):
+    golden.check("noise.bin", lambda: os.urandom(32))
+""")
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*NondeterministicProducer*noise.bin*Nothing was written*"])
+    assert not (pytester.path / "goldens").exists()
+
+
+def test_large_artifacts_are_kept_as_digests_only(pytester, media_project):
+    result = pytester.runpytest("--update-goldens", "--lossless-digest-above=200")
+    assert result.ret == 0
+    folder = media_project / "goldens/test_media/test_media"
+    manifest = _manifest(media_project)
+    stored = {name: entry["stored"] for name, entry in manifest["artifacts"].items()}
+    assert stored["audio.wav"] == "digest"
+    assert stored["notes.txt"] == "full"
+    assert not (folder / "audio.wav").exists()
+    assert pytester.runpytest("--lossless").ret == 0
+    write_wav(media_project / "audio.wav", tone()[:-1])
+    assert pytester.runpytest("--lossless").ret == 1
+
+
+def test_failed_update_leaves_the_old_golden(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    before = _manifest(media_project)
+    shutil.copy(media_project / "notes.txt", media_project / "notes.bak")
+    pytester.makepyfile(test_media=GOLDEN_TEST + "\n    raise RuntimeError('model crashed')\n")
+    (media_project / "notes.txt").write_bytes(b"other")
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(failed=1)
+    assert _manifest(media_project) == before
