@@ -1,0 +1,94 @@
+"""End to end: ``lossless.compare`` verdicts as pytest outcomes, in the terminal and JUnit XML."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+VERDICTS = """
+import itertools
+import numpy as np
+import pytest
+
+def repeatable():
+    return {"latent.npy": np.arange(12, dtype=np.float32), "log.txt": b"done"}
+
+def different():
+    out = repeatable()
+    out["latent.npy"][7] = np.nextafter(out["latent.npy"][7], np.float32(100))
+    return out
+
+COUNTER = itertools.count()
+
+def flaky():
+    out = repeatable()
+    out["latent.npy"][3] += next(COUNTER)
+    return out
+
+@pytest.mark.lossless
+def test_pass(lossless):
+    verdict = lossless.compare(repeatable, repeatable)
+    assert verdict.verdict == "PASS"
+
+@pytest.mark.lossless
+def test_fail(lossless):
+    lossless.compare(repeatable, different)
+
+@pytest.mark.lossless
+def test_inconclusive(lossless):
+    lossless.compare(flaky, repeatable, runs=3)
+
+@pytest.mark.lossless
+def test_observed_only(lossless):
+    verdict = lossless.compare(flaky, repeatable, act=False)
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert "latent.npy" in verdict.message()
+"""
+
+
+@pytest.fixture
+def verdict_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_verdicts=VERDICTS)
+    return pytester
+
+
+def test_each_row_of_the_table(verdict_project):
+    result = verdict_project.runpytest("--lossless", "-v", "--junitxml=junit.xml")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*test_pass PASSED*",
+        "*test_fail FAILED*",
+        "*test_inconclusive INCONCLUSIVE*",
+        "*test_observed_only PASSED*",
+    ])
+    text = result.stdout.str()
+    assert "1 inconclusive" in text
+    assert "the candidate differs" in text
+    assert "element 7" in text
+    assert "the control is not repeatable" in text
+    result.stdout.fnmatch_lines(["*gates and verdicts*"])
+
+
+def test_junit_xml_tells_inconclusive_apart(verdict_project):
+    verdict_project.runpytest("--lossless", "--junitxml=junit.xml")
+    tree = ET.parse(verdict_project.path / "junit.xml")
+    cases = {case.get("name"): case for case in tree.iter("testcase")}
+    inconclusive = cases["test_inconclusive"]
+    failure = inconclusive.find("failure")
+    assert failure is not None
+    assert (failure.get("message") or "").startswith("INCONCLUSIVE")
+    properties = {p.get("name"): p.get("value") for p in inconclusive.iter("property")}
+    assert properties["lossless_verdict"] == "INCONCLUSIVE"
+    plain_failure = cases["test_fail"].find("failure")
+    assert plain_failure is not None
+    assert not (plain_failure.get("message") or "").startswith("INCONCLUSIVE")
+    assert cases["test_pass"].find("failure") is None
+
+
+def test_the_session_fails_on_inconclusive_alone(pytester):
+    pytester.makepyfile(test_one=VERDICTS.replace("def test_fail", "def _fail")
+                        .replace("def test_observed_only", "def _observed"))
+    result = pytester.runpytest("--lossless", "-k", "inconclusive")
+    result.assert_outcomes(deselected=2)  # 1 inconclusive is not a pass
+    assert result.ret == 1
