@@ -1,0 +1,459 @@
+"""The speed gate's runner: schedules the arms, records every raw sample, builds the verdict.
+
+:func:`run_speed_gate` runs control and candidate arms one at a time in blocks (``ABBA`` by
+default, the opening arm of each block drawn from a recorded seed), stops at the first decisive
+planned look, and returns a :class:`SpeedVerdict`. The verdict is always derived from the raw
+samples by :func:`derive`, the same function :func:`rederive` uses to recompute it from a
+receipt, so the recorded verdict and its re-derivation cannot drift apart.
+
+A ``pair`` here is one paired block: under ``ABBA`` a block is two control and two candidate
+arms (A B B A), under ``AB`` one of each. ``pairs=8`` thus runs at most 32 arms under ABBA.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import stats
+from .errors import ConfigError
+from .timing import SYSTEM_CLOCK, Clock
+
+DEFAULT_PAIRS = 8
+SCHEMA = "pytest-lossless/speed-verdict/1"
+_ERROR_TEXT_LIMIT = 2000
+_EXTRA_FIELDS = ("startup_seconds", "warmup_seconds")
+
+Arm = Callable[[], object]
+
+
+# ------------------------------------------------------------------ reading an arm's result
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def _lookup(result: object, name: str) -> object:
+    """``result.name``, else ``result[name]`` for a mapping, else ``result.record[name]``."""
+    if hasattr(result, name):
+        return getattr(result, name)
+    if isinstance(result, Mapping) and name in result:
+        return result[name]
+    record = getattr(result, "record", None)
+    if isinstance(record, Mapping) and name in record:
+        return record[name]
+    return None
+
+
+def measured_seconds(result: object) -> float:
+    """The measured time of one arm: a number of seconds, or a run result's ``measured_seconds``.
+
+    Raises ``TypeError``/``ValueError`` naming what came back, so an errored arm's record says
+    what to return instead.
+    """
+    seconds = _number(result)
+    if seconds is None:
+        raw = _lookup(result, "measured_seconds")
+        if raw is None:
+            raise TypeError(
+                f"the arm returned {type(result).__name__} {_short(repr(result))}: return the "
+                "measured seconds (a float) or a model_run result with measured_seconds"
+            )
+        seconds = _number(raw)
+        if seconds is None:
+            raise TypeError(f"measured_seconds is {raw!r}, not a number of seconds")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"the arm measured {seconds!r} s: a time must be finite and above 0")
+    return seconds
+
+
+def _extras(result: object) -> dict[str, Any]:
+    """Startup and warmup times the arm's result carries, kept apart from the measured time."""
+    found: dict[str, Any] = {}
+    if _number(result) is not None:
+        return found
+    for name in _EXTRA_FIELDS:
+        value = _lookup(result, name)
+        number = _number(value)
+        if number is not None:
+            found[name] = number
+        elif isinstance(value, Sequence) and not isinstance(value, str):
+            numbers_only = [_number(v) for v in value]
+            if all(v is not None for v in numbers_only):
+                found[name] = numbers_only
+    return found
+
+
+def _short(text: str, limit: int = _ERROR_TEXT_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ------------------------------------------------------------------ the verdict
+
+
+@dataclass
+class SpeedVerdict:
+    """One workload's speed verdict with every raw sample it was derived from."""
+
+    verdict: stats.Verdict
+    ratio: float | None
+    ci: tuple[float, float] | None
+    confidence: float
+    target: float
+    workload: str | None
+    design: str
+    pairs: int
+    blocks: int
+    samples: list[dict[str, Any]]
+    seed: int
+    openers: list[str]
+    plan: dict[str, Any]
+    looks: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""
+    bootstrap: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def target_ratio(self) -> float:
+        """The candidate/control ratio the claim allows at most (``1 - target``)."""
+        return 1 - self.target
+
+    def message(self) -> str:
+        """One readable paragraph for the CI log."""
+        head = f"workload {self.workload}: " if self.workload else ""
+        if self.ratio is None:
+            estimate = "candidate/control = n/a"
+        elif self.ci is None:
+            estimate = f"candidate/control = {self.ratio:.2f} (no interval)"
+        else:
+            estimate = (
+                f"candidate/control = {self.ratio:.2f} [{self.ci[0]:.2f}, {self.ci[1]:.2f}] "
+                f"({self.confidence:.0%} one-sided bounds)"
+            )
+        used = (
+            f"{self.blocks} pairs" if self.blocks == self.pairs
+            else f"{self.blocks} of {self.pairs} pairs"
+        )
+        text = (
+            f"{head}{estimate}, target <= {self.target_ratio:.2f}: {self.verdict} "
+            f"({used}, {self.design}, seed {self.seed})"
+        )
+        if self.reason:
+            text += f". {self.reason[:1].upper()}{self.reason[1:]}"
+        if self.bootstrap is not None and not self.bootstrap.get("agrees", True):
+            low, high = self.bootstrap["ci"]
+            text += (
+                f". Bootstrap cross-check [{low:.2f}, {high:.2f}] alone would say "
+                f"{self.bootstrap['verdict']}; the verdict follows the distribution-free sign test"
+            )
+        return text + "."
+
+    def __str__(self) -> str:
+        return self.message()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the raw samples, the settings that define the rule, and the verdict."""
+        return {
+            "schema": SCHEMA,
+            "verdict": self.verdict,
+            "ratio": self.ratio,
+            "ci": list(self.ci) if self.ci is not None else None,
+            "confidence": self.confidence,
+            "target": self.target,
+            "target_ratio": self.target_ratio,
+            "workload": self.workload,
+            "design": self.design,
+            "pairs": self.pairs,
+            "blocks": self.blocks,
+            "seed": self.seed,
+            "openers": list(self.openers),
+            "plan": dict(self.plan),
+            "looks": [dict(lk) for lk in self.looks],
+            "reason": self.reason,
+            "bootstrap": dict(self.bootstrap) if self.bootstrap is not None else None,
+            "errors": list(self.errors),
+            "samples": [dict(s) for s in self.samples],
+            "message": self.message(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SpeedVerdict:
+        ci = d.get("ci")
+        bootstrap = d.get("bootstrap")
+        return cls(
+            verdict=d["verdict"],
+            ratio=d.get("ratio"),
+            ci=(float(ci[0]), float(ci[1])) if ci is not None else None,
+            confidence=float(d["confidence"]),
+            target=float(d["target"]),
+            workload=d.get("workload"),
+            design=d["design"],
+            pairs=int(d["pairs"]),
+            blocks=int(d["blocks"]),
+            samples=[dict(s) for s in d.get("samples", [])],
+            seed=int(d["seed"]),
+            openers=list(d.get("openers", [])),
+            plan=dict(d.get("plan", {})),
+            looks=[dict(lk) for lk in d.get("looks", [])],
+            reason=d.get("reason", ""),
+            bootstrap=dict(bootstrap) if bootstrap is not None else None,
+            errors=list(d.get("errors", [])),
+        )
+
+
+# ------------------------------------------------------------------ derivation (shared)
+
+
+def _plan(pairs: int, confidence: float, min_blocks: int | None,
+          looks: Sequence[int] | None) -> stats.Plan:
+    try:
+        return stats.plan_looks(pairs, confidence=confidence, min_blocks=min_blocks, looks=looks)
+    except ValueError as exc:
+        raise ConfigError("speed_gate(pairs/looks)", pairs, str(exc)) from None
+
+
+def _block_diffs(samples: Sequence[Mapping[str, Any]], design: str) -> list[float]:
+    """Differences of the complete blocks, in block order (a block missing an arm is dropped)."""
+    per_arm = 2 if design == "ABBA" else 1
+    blocks: dict[int, dict[str, list[float]]] = {}
+    for sample in samples:
+        if sample.get("error") is not None or sample.get("seconds") is None:
+            continue
+        arms = blocks.setdefault(int(sample["block"]), {stats.CONTROL: [], stats.CANDIDATE: []})
+        arms[str(sample["arm"])].append(float(sample["seconds"]))
+    diffs: list[float] = []
+    for index in sorted(blocks):
+        arms = blocks[index]
+        if len(arms[stats.CONTROL]) != per_arm or len(arms[stats.CANDIDATE]) != per_arm:
+            break
+        diffs.append(stats.block_difference(arms[stats.CONTROL], arms[stats.CANDIDATE]))
+    return diffs
+
+
+def derive(
+    samples: Sequence[Mapping[str, Any]],
+    *,
+    target: float,
+    pairs: int,
+    design: str,
+    seed: int,
+    confidence: float = stats.DEFAULT_CONFIDENCE,
+    min_blocks: int | None = None,
+    looks: Sequence[int] | None = None,
+    workload: str | None = None,
+) -> SpeedVerdict:
+    """The verdict from raw samples alone: used by the runner and by :func:`rederive`."""
+    theta = stats.boundary(target)
+    plan = _plan(pairs, confidence, min_blocks, looks)
+    diffs = _block_diffs(samples, design)
+    decision = stats.decide(diffs, theta, plan)
+    errors = [
+        f"{s['arm']} arm (block {s['block'] + 1}, position {s['position'] + 1}) raised: "
+        f"{s['error']}"
+        for s in samples
+        if s.get("error") is not None
+    ]
+    verdict: stats.Verdict = decision.verdict
+    reason = decision.reason
+    if errors:
+        verdict = "INCONCLUSIVE"
+        reason = f"{errors[0]}; a speed verdict needs every arm to complete"
+    bootstrap: dict[str, Any] | None = None
+    used = diffs[: decision.blocks]
+    if len(used) >= stats.BOOTSTRAP_MIN_BLOCKS:
+        low, high = stats.bootstrap_median_interval(used, confidence=confidence, seed=seed)
+        boot_verdict = stats.classify(low, high, theta)
+        bootstrap = {
+            "blocks": len(used),
+            "resamples": stats.BOOTSTRAP_RESAMPLES,
+            "seed": seed,
+            "ci": [math.exp(low), math.exp(high)],
+            "verdict": boot_verdict,
+            "agrees": boot_verdict == decision.verdict,
+        }
+    openers = [str(b[0]) for b in stats.block_schedule(pairs, design=design, seed=seed).blocks]
+    return SpeedVerdict(
+        verdict=verdict,
+        ratio=decision.ratio,
+        ci=decision.ci,
+        confidence=confidence,
+        target=target,
+        workload=workload,
+        design=design,
+        pairs=pairs,
+        blocks=decision.blocks,
+        samples=[dict(s) for s in samples],
+        seed=seed,
+        openers=openers,
+        plan=plan.to_dict(),
+        looks=[dict(lk) for lk in decision.looks],
+        reason=reason,
+        bootstrap=bootstrap,
+        errors=errors,
+    )
+
+
+def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
+    plan = d.get("plan") or {}
+    return {
+        "target": float(d["target"]),
+        "pairs": int(d["pairs"]),
+        "design": str(d["design"]),
+        "seed": int(d["seed"]),
+        "confidence": float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
+        "min_blocks": plan.get("min_blocks"),
+        "looks": [int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
+        "workload": d.get("workload"),
+    }
+
+
+def rederive(d: Mapping[str, Any]) -> str:
+    """Recompute the verdict of a recorded speed gate (``to_dict`` form) from its raw samples."""
+    return derive(d.get("samples", []), **_rule(d)).verdict
+
+
+def contradictions(d: Mapping[str, Any]) -> list[str]:
+    """What a recorded speed gate says that its raw samples do not support (empty: consistent)."""
+    found: list[str] = []
+    try:
+        again = derive(d.get("samples", []), **_rule(d))
+    except (KeyError, TypeError, ValueError, ConfigError) as exc:
+        return [f"speed verdict cannot be re-derived: {exc}"]
+    label = f"speed gate {d.get('workload')!r}" if d.get("workload") else "speed gate"
+    if again.verdict != d.get("verdict"):
+        found.append(
+            f"{label}: recorded verdict {d.get('verdict')} but the raw samples give "
+            f"{again.verdict}"
+        )
+    recorded_ratio = d.get("ratio")
+    if (again.ratio is None) != (recorded_ratio is None) or (
+        again.ratio is not None
+        and recorded_ratio is not None
+        and not math.isclose(again.ratio, float(recorded_ratio), rel_tol=1e-9)
+    ):
+        found.append(
+            f"{label}: recorded ratio {recorded_ratio} but the raw samples give {again.ratio}"
+        )
+    schedule = stats.block_schedule(again.pairs, design=again.design, seed=again.seed)
+    for sample in d.get("samples", []):
+        try:
+            planned = schedule.blocks[int(sample["block"])][int(sample["position"])]
+        except (IndexError, KeyError, ValueError):
+            found.append(f"{label}: sample {sample!r} lies outside the seeded schedule")
+            break
+        if planned != sample.get("arm"):
+            found.append(
+                f"{label}: sample #{sample.get('index')} is a {sample.get('arm')} arm where the "
+                f"seeded schedule (seed {again.seed}) puts a {planned} arm"
+            )
+            break
+    return found
+
+
+# ------------------------------------------------------------------ the runner
+
+
+def run_speed_gate(
+    control: Arm,
+    candidate: Arm,
+    *,
+    target: float,
+    pairs: int | None = None,
+    design: str = "ABBA",
+    workload: str | None = None,
+    seed: int | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    confidence: float = stats.DEFAULT_CONFIDENCE,
+    min_blocks: int | None = None,
+    looks: Sequence[int] | None = None,
+    on_sample: Callable[[dict[str, Any]], None] | None = None,
+) -> SpeedVerdict:
+    """Time ``control`` and ``candidate`` arms in paired blocks and judge ``target``.
+
+    ``target=0.30`` claims "candidate time at least 30% lower" (ratio at most 0.70); a negative
+    target states a "no more than x% slower" claim. ``pairs`` is the most blocks to run (default
+    :data:`DEFAULT_PAIRS`); the gate stops early at the first decisive planned look. Arms run
+    one at a time; an arm that raises is recorded with its error, no further arm runs, and the
+    verdict is INCONCLUSIVE. ``on_sample`` sees every sample as soon as it is recorded.
+    """
+    if design not in stats.DESIGNS:
+        raise ConfigError("speed_gate(design)", design, f"expected one of {stats.DESIGNS}")
+    try:
+        theta = stats.boundary(target)
+    except ValueError as exc:
+        raise ConfigError("speed_gate(target)", target, str(exc)) from None
+    max_blocks = DEFAULT_PAIRS if pairs is None else pairs
+    if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1:
+        raise ConfigError("speed_gate(pairs)", pairs, "expected a whole number of pairs >= 1")
+    plan = _plan(max_blocks, confidence, min_blocks, looks)
+    if not any(look.k >= 1 for look in plan.looks):
+        raise ConfigError(
+            "speed_gate(pairs)",
+            max_blocks,
+            f"{max_blocks} pairs can never reach {confidence:.0%} confidence: the sign test "
+            f"needs at least {stats.minimum_blocks(confidence)} pairs (default "
+            f"{DEFAULT_PAIRS}); raise pairs or --lossless-speed-pairs",
+        )
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    schedule = stats.block_schedule(max_blocks, design=design, seed=seed)
+    arms: dict[str, Arm] = {stats.CONTROL: control, stats.CANDIDATE: candidate}
+    samples: list[dict[str, Any]] = []
+    diffs: list[float] = []
+    for block, order in enumerate(schedule.blocks):
+        times: dict[str, list[float]] = {stats.CONTROL: [], stats.CANDIDATE: []}
+        for position, arm in enumerate(order):
+            sample = _run_arm(arms[arm], arm, len(samples), block, position, clock)
+            samples.append(sample)
+            if on_sample is not None:
+                on_sample(sample)
+            if sample.get("error") is not None:
+                break
+            times[arm].append(float(sample["seconds"]))
+        if samples and samples[-1].get("error") is not None:
+            break
+        diffs.append(stats.block_difference(times[stats.CONTROL], times[stats.CANDIDATE]))
+        look = plan.look_at(len(diffs))
+        if look is not None and stats.decide(diffs, theta, plan).verdict != "INCONCLUSIVE":
+            break
+    return derive(
+        samples,
+        target=target,
+        pairs=max_blocks,
+        design=design,
+        seed=seed,
+        confidence=confidence,
+        min_blocks=plan.min_blocks,
+        looks=[lk.blocks for lk in plan.looks],
+        workload=workload,
+    )
+
+
+def _run_arm(
+    arm: Arm, name: str, index: int, block: int, position: int, clock: Clock
+) -> dict[str, Any]:
+    """Run one arm and record it; an ``Exception`` becomes the sample's ``error``."""
+    sample: dict[str, Any] = {
+        "index": index,
+        "block": block,
+        "position": position,
+        "arm": name,
+        "started_at": clock.wall(),
+    }
+    start = clock.monotonic()
+    try:
+        result = arm()
+        sample["seconds"] = measured_seconds(result)
+        sample.update(_extras(result))
+    except Exception as exc:  # any failure of the user's arm is recorded, never raised
+        sample["seconds"] = None
+        sample["error"] = _short(f"{type(exc).__name__}: {exc}")
+    sample["arm_seconds"] = clock.monotonic() - start
+    return sample
