@@ -372,6 +372,17 @@ def _row_from(data: Mapping[str, Any]) -> report.Row:
     return report.Row.from_dict(data)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = _settings(config)
+    mode = "update goldens" if settings.update_goldens else (
+        "gates on" if settings.lossless else "gates off (--lossless to run them)")
+    devices = ",".join(settings.devices) if settings.devices else "all discovered"
+    return [
+        f"lossless: {mode}; backend {settings.backend} ({settings.sources['backend']}), "
+        f"devices {devices}; goldens {settings.goldens}; receipts {settings.receipts}",
+    ]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if not config.pluginmanager.has_plugin("lossless-summary"):

@@ -1,0 +1,77 @@
+"""The lossless verdict table and control repeatability, without pytest's fixtures."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.repeatability import (
+    compare_control_candidate,
+    lossless_table,
+    rederive,
+    varied,
+)
+
+
+@pytest.fixture(scope="module")
+def kinds() -> KindRegistry:
+    return KindRegistry()
+
+
+def test_the_table():
+    assert lossless_table(True, True) == "PASS"
+    assert lossless_table(True, False) == "FAIL"
+    assert lossless_table(False, True) == "INCONCLUSIVE"
+    assert lossless_table(False, False) == "INCONCLUSIVE"
+
+
+def _run(values, extra=b"ok"):
+    return lambda: {"t.npy": np.array(values, dtype=np.float32), "log.bin": extra}
+
+
+def test_pass_fail_inconclusive(tmp_path, kinds):
+    same = compare_control_candidate(_run([1, 2]), _run([1, 2]), runs=2, kinds=kinds,
+                                     workdir=tmp_path / "a")
+    assert same.verdict == "PASS"
+    assert rederive(same.to_dict()) == "PASS"
+    differ = compare_control_candidate(_run([1, 2]), _run([1, 3]), runs=2, kinds=kinds,
+                                       workdir=tmp_path / "b")
+    assert differ.verdict == "FAIL"
+    assert "t.npy" in differ.message()
+    assert rederive(differ.to_dict()) == "FAIL"
+    counter = itertools.count()
+    flaky = compare_control_candidate(
+        lambda: {"t.npy": np.array([next(counter)], dtype=np.int32)},
+        _run([1]), runs=3, kinds=kinds, workdir=tmp_path / "c")
+    assert flaky.verdict == "INCONCLUSIVE"
+    assert varied(flaky) == ["t.npy"]
+    assert "not repeatable" in flaky.message()
+    assert rederive(flaky.to_dict()) == "INCONCLUSIVE"
+    assert len(flaky.runs) == 4
+
+
+def test_missing_artifact_is_a_difference(tmp_path, kinds):
+    verdict = compare_control_candidate(
+        _run([1]), lambda: {"t.npy": np.array([1], dtype=np.float32)}, runs=2, kinds=kinds,
+        workdir=tmp_path)
+    assert verdict.verdict == "FAIL"
+    assert "log.bin" in verdict.message()
+
+
+def test_control_must_run_twice(tmp_path, kinds):
+    with pytest.raises(ValueError):
+        compare_control_candidate(_run([1]), _run([1]), runs=1, kinds=kinds, workdir=tmp_path)
+
+
+@given(st.booleans(), st.booleans(), st.booleans())
+def test_rederive_agrees_with_the_table(c1, c2, cand):
+    block = {
+        "control_comparisons": [{"results": [{"passed": c1}]}, {"results": [{"passed": c2}]}],
+        "candidate_comparison": {"results": [{"passed": cand}]},
+    }
+    assert rederive(block) == lossless_table(c1 and c2, cand)
