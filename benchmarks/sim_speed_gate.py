@@ -75,7 +75,7 @@ def block_diffs(log_times: np.ndarray, is_candidate: np.ndarray) -> np.ndarray:
     """(trials, pairs) per-block mean log candidate minus mean log control."""
     lt = log_times.reshape(len(log_times), -1, 4)
     cand = is_candidate.reshape(len(log_times), -1, 4)
-    return (np.where(cand, lt, 0).sum(-1) - np.where(~cand, lt, 0).sum(-1)) / 2
+    return np.asarray((np.where(cand, lt, 0).sum(-1) - np.where(~cand, lt, 0).sum(-1)) / 2)
 
 
 def gate(diffs: np.ndarray, target: float, plan: stats.Plan) -> tuple[np.ndarray, np.ndarray]:
