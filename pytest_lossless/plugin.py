@@ -406,4 +406,79 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # ==== speed_gate ====
 # (owner: speed engineer) the `speed_gate` fixture
+
+if TYPE_CHECKING:
+    from .speed import SpeedVerdict
+
+
+class SpeedGateFixture:
+    """The ``speed_gate`` fixture: ``speed_gate(control, candidate, *, target, pairs, ...)``.
+
+    Each call is one workload's verdict, recorded in the test's receipt and the summary table;
+    gains are never added up across calls.
+    """
+
+    def __init__(self, item: pytest.Item, settings: Settings) -> None:
+        self._item = item
+        self._settings = settings
+        self._count = 0
+        self.verdicts: list[SpeedVerdict] = []
+
+    def __call__(
+        self,
+        control: Callable[[], Any],
+        candidate: Callable[[], Any],
+        *,
+        target: float,
+        pairs: int | None = None,
+        design: str = "ABBA",
+        workload: str | None = None,
+        act: bool = True,
+        seed: int | None = None,
+        confidence: float = 0.95,
+    ) -> SpeedVerdict:
+        """Time control and candidate arms in blocks of A B B A; PASS, FAIL or INCONCLUSIVE.
+
+        ``target=0.30`` claims "candidate time at least 30% lower" (ratio at most 0.70).
+        ``pairs`` defaults to ``--lossless-speed-pairs``, ``seed`` to ``--lossless-speed-seed``
+        (else random, recorded). With ``act=False`` the verdict is only returned.
+        """
+        __tracebackhide__ = True
+        from .speed import run_speed_gate
+
+        self._count += 1
+        name = workload or f"speed#{self._count}"
+        try:
+            verdict = run_speed_gate(
+                control, candidate, target=target,
+                pairs=pairs if pairs is not None else self._settings.speed_pairs,
+                design=design, workload=workload,
+                seed=seed if seed is not None else self._settings.speed_seed,
+                confidence=confidence,
+            )
+        except LosslessError as exc:
+            pytest.fail(f"speed gate {name}: {type(exc).__name__}: {exc}", pytrace=False)
+        self.verdicts.append(verdict)
+        if verdict.ci is not None and verdict.ratio is not None:
+            detail = f"{verdict.ratio:.2f} [{verdict.ci[0]:.2f}, {verdict.ci[1]:.2f}]"
+        else:
+            detail = verdict.reason or "no interval"
+        detail += f", {verdict.blocks}/{verdict.pairs} pairs {design}, seed {verdict.seed}"
+        _add_row(self._item, report.Row(self._item.nodeid, f"speed {name}",
+                                        f"ratio <= {verdict.target_ratio:.2f}", verdict.verdict,
+                                        detail))
+        receipt = _receipt(self._item)
+        if receipt is not None and hasattr(receipt, "add_speed"):
+            receipt.add_speed(verdict.to_dict())
+        if act:
+            act_on_verdict(verdict)
+        return verdict
+
+
+@pytest.fixture
+def speed_gate(request: pytest.FixtureRequest) -> SpeedGateFixture:
+    """Paired, interleaved timing of a control and a candidate against a stated target."""
+    return SpeedGateFixture(request.node, _settings(request.config))
+
+
 # ==== end speed_gate ====
