@@ -1,0 +1,279 @@
+"""Unit tests of the speed gate's runner with a fake clock: arms advance it by chosen durations."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_lossless import stats
+from pytest_lossless.errors import ConfigError
+from pytest_lossless.speed import (
+    SpeedVerdict,
+    contradictions,
+    measured_seconds,
+    rederive,
+    run_speed_gate,
+)
+from pytest_lossless.timing import FakeClock
+
+
+def timed_arm(clock: FakeClock, durations: Iterator[float]) -> Callable[[], float]:
+    """An arm that takes the next duration on the fake clock and reports what the clock saw."""
+
+    def arm() -> float:
+        start = clock.monotonic()
+        clock.advance(next(durations))
+        return clock.monotonic() - start
+
+    return arm
+
+
+def lognormal(base: float, sigma: float, seed: int) -> Iterator[float]:
+    rng = random.Random(seed)
+    while True:
+        yield base * math.exp(rng.gauss(0.0, sigma))
+
+
+def gate(ratio: float, *, sigma: float = 0.05, seed: int = 1234, **kwargs: Any) -> SpeedVerdict:
+    clock = FakeClock()
+    return run_speed_gate(
+        timed_arm(clock, lognormal(2.0, sigma, seed + 1)),
+        timed_arm(clock, lognormal(2.0 * ratio, sigma, seed + 2)),
+        target=kwargs.pop("target", 0.30),
+        seed=seed,
+        clock=clock,
+        **kwargs,
+    )
+
+
+# ------------------------------------------------------------------ verdicts
+
+
+def test_half_time_candidate_passes_and_stops_at_the_first_look() -> None:
+    verdict = gate(0.5, workload="5s")
+    assert verdict.verdict == "PASS"
+    assert verdict.blocks == 6
+    assert len(verdict.samples) == 24  # stopped early: 6 blocks of A B B A
+    assert verdict.ratio == pytest.approx(0.5, rel=0.05)
+    assert verdict.ci is not None
+    assert verdict.ci[1] <= 0.70
+    assert verdict.workload == "5s"
+
+
+def test_equal_times_fail_a_thirty_percent_claim() -> None:
+    verdict = gate(1.0)
+    assert verdict.verdict == "FAIL"
+    assert verdict.ci is not None
+    assert verdict.ci[0] > 0.70
+
+
+@given(st.integers(min_value=0, max_value=2**31 - 1), st.floats(min_value=0.0, max_value=0.2))
+@settings(max_examples=40, deadline=None)
+def test_a_a_is_never_reported_as_a_gain(seed: int, sigma: float) -> None:
+    assert gate(1.0, sigma=sigma, seed=seed).verdict != "PASS"
+
+
+def test_ratio_exactly_at_the_target_rarely_passes() -> None:
+    """The planned false-PASS rate at the boundary is 3.9%: 100 seeded sessions stay near it."""
+    verdicts = [gate(0.70, sigma=0.05, seed=seed).verdict for seed in range(100)]
+    assert verdicts.count("PASS") <= 10
+    assert verdicts.count("INCONCLUSIVE") >= 80
+
+
+def test_an_arm_that_raises_makes_the_verdict_inconclusive_and_stops() -> None:
+    clock = FakeClock()
+    calls = {"candidate": 0}
+
+    def candidate() -> float:
+        calls["candidate"] += 1
+        if calls["candidate"] == 3:
+            raise RuntimeError("server exited with signal 9")
+        clock.advance(1.0)
+        return 1.0
+
+    verdict = run_speed_gate(
+        timed_arm(clock, lognormal(2.0, 0.0, 0)), candidate, target=0.3, seed=5, clock=clock
+    )
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert verdict.samples[-1]["error"] == "RuntimeError: server exited with signal 9"
+    assert verdict.samples[-1]["seconds"] is None
+    assert calls["candidate"] == 3  # nothing ran after the error
+    assert "server exited with signal 9" in verdict.message()
+    assert verdict.errors
+
+
+def test_base_exceptions_are_not_swallowed() -> None:
+    def interrupted() -> float:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_speed_gate(interrupted, interrupted, target=0.3, seed=1, clock=FakeClock())
+
+
+def test_too_few_pairs_are_refused_before_any_arm_runs() -> None:
+    ran: list[str] = []
+
+    def control() -> float:
+        ran.append("control")
+        return 1.0
+
+    with pytest.raises(ConfigError, match="needs at least 5 pairs"):
+        run_speed_gate(control, lambda: 1.0, target=0.3, pairs=4)
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"target": 1.0}, "target"), ({"target": 0.3, "design": "BAAB"}, "design"),
+     ({"target": 0.3, "pairs": 0}, "pairs")],
+)
+def test_bad_arguments_name_themselves(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        run_speed_gate(lambda: 1.0, lambda: 1.0, **kwargs)
+
+
+def test_min_blocks_smaller_lets_five_pairs_decide() -> None:
+    verdict = gate(0.5, pairs=5)
+    assert verdict.verdict == "PASS"
+    assert verdict.blocks == 5
+
+
+def test_ab_design_runs_one_pair_per_block() -> None:
+    verdict = gate(0.5, design="AB")
+    assert verdict.verdict == "PASS"
+    assert len(verdict.samples) == 2 * verdict.blocks
+    arms = [s["arm"] for s in verdict.samples]
+    assert all(a != b for a, b in itertools.pairwise(arms))
+
+
+# ------------------------------------------------------------------ samples and schedule
+
+
+def test_samples_follow_the_seeded_abba_schedule_in_order() -> None:
+    verdict = gate(1.0)
+    schedule = stats.block_schedule(verdict.pairs, design="ABBA", seed=verdict.seed)
+    assert verdict.openers == list(schedule.openers)
+    for index, sample in enumerate(verdict.samples):
+        assert sample["index"] == index
+        assert sample["block"] == index // 4
+        assert sample["position"] == index % 4
+        assert sample["arm"] == schedule.blocks[sample["block"]][sample["position"]]
+        assert sample["seconds"] > 0
+        assert sample["arm_seconds"] == pytest.approx(sample["seconds"])
+
+
+def test_a_random_seed_is_drawn_and_recorded() -> None:
+    clock = FakeClock()
+    verdict = run_speed_gate(
+        timed_arm(clock, lognormal(1.0, 0.05, 1)), timed_arm(clock, lognormal(0.5, 0.05, 2)),
+        target=0.3, clock=clock,
+    )
+    assert isinstance(verdict.seed, int)
+    assert f"seed {verdict.seed}" in verdict.message()
+    assert rederive(verdict.to_dict()) == verdict.verdict
+
+
+@dataclass
+class FakeRunResult:
+    """What the launcher's RunResult offers: measured, startup and warmup times apart."""
+
+    measured_seconds: float
+    startup_seconds: float
+    warmup_seconds: list[float]
+
+
+def test_run_results_keep_startup_and_warmup_apart() -> None:
+    clock = FakeClock()
+
+    def arm(base: float) -> Callable[[], FakeRunResult]:
+        def run() -> FakeRunResult:
+            clock.advance(5.0 + 1.0 + base)
+            return FakeRunResult(base, 5.0, [1.0])
+
+        return run
+
+    verdict = run_speed_gate(arm(2.0), arm(1.0), target=0.3, seed=3, clock=clock)
+    assert verdict.verdict == "PASS"
+    sample = verdict.samples[0]
+    assert sample["startup_seconds"] == 5.0
+    assert sample["warmup_seconds"] == [1.0]
+    assert sample["arm_seconds"] == pytest.approx(sample["seconds"] + 6.0)
+
+
+def test_mappings_with_measured_seconds_are_accepted() -> None:
+    assert measured_seconds({"measured_seconds": 0.25, "startup_seconds": 3}) == 0.25
+
+
+@pytest.mark.parametrize("returned", [None, "1.0", True, 0.0, -2.0, math.nan, {"x": 1}])
+def test_an_arm_returning_no_time_is_an_errored_arm(returned: object) -> None:
+    verdict = run_speed_gate(lambda: returned, lambda: 1.0, target=0.3, seed=1,
+                             clock=FakeClock())
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert "return the measured seconds" in verdict.samples[0]["error"] or "finite" in (
+        verdict.samples[0]["error"]
+    )
+
+
+# ------------------------------------------------------------------ records and re-derivation
+
+
+def test_message_reads_as_one_paragraph() -> None:
+    text = gate(0.5, workload="15s").message()
+    assert text.startswith("workload 15s: candidate/control = 0.")
+    assert "(95% one-sided bounds), target <= 0.70: PASS (6 of 8 pairs, ABBA, seed 1234)" in text
+    assert "\n" not in text
+
+
+def test_round_trip_through_json() -> None:
+    verdict = gate(0.6)
+    data = json.loads(json.dumps(verdict.to_dict()))
+    again = SpeedVerdict.from_dict(data)
+    assert again.to_dict() == verdict.to_dict()
+    assert rederive(data) == verdict.verdict
+    assert contradictions(data) == []
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.7, 1.0])
+def test_rederive_agrees_with_the_runner(ratio: float) -> None:
+    verdict = gate(ratio, seed=int(ratio * 100))
+    assert rederive(verdict.to_dict()) == verdict.verdict
+
+
+def test_a_doctored_verdict_is_a_contradiction() -> None:
+    data = gate(1.0).to_dict()
+    data["verdict"] = "PASS"
+    found = contradictions(data)
+    assert any("recorded verdict PASS" in line for line in found)
+
+
+def test_doctored_samples_change_the_rederived_verdict() -> None:
+    data = gate(0.5).to_dict()
+    for sample in data["samples"]:
+        if sample["arm"] == "candidate":
+            sample["seconds"] *= 3
+    assert rederive(data) == "FAIL"
+    assert contradictions(data)
+
+
+def test_swapped_arms_contradict_the_seeded_schedule() -> None:
+    data = gate(0.5).to_dict()
+    first = data["samples"][0]
+    first["arm"] = "candidate" if first["arm"] == "control" else "control"
+    assert any("seeded schedule" in line for line in contradictions(data))
+
+
+def test_bootstrap_cross_check_is_recorded_once_there_are_enough_blocks() -> None:
+    verdict = gate(0.5)
+    assert verdict.bootstrap is not None
+    assert verdict.bootstrap["blocks"] == 6
+    assert verdict.bootstrap["agrees"] is True
+    assert verdict.bootstrap["ci"][1] <= 0.70
