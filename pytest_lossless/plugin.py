@@ -391,6 +391,117 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # ==== devices ====
 # (owner: devices engineer) the `devices` fixture, marker handling, allocator under a StashKey
+
+if TYPE_CHECKING:
+    from .devices import Allocation, Allocator, Backend
+
+#: The session's allocator (one per process: each xdist worker has its own; locks are host-wide).
+ALLOCATOR_KEY = pytest.StashKey["Allocator"]()
+#: ``item.stash[ALLOCATION_KEY]``: the test's allocation, for its receipt.
+ALLOCATION_KEY = pytest.StashKey["Allocation"]()
+DEVICE_MARKERS = ("npu", "gpu")
+#: Which backends a marker accepts (cpu slots emulate both; a plugin's own backend is trusted).
+_MARKER_REFUSES = {"npu": ("cuda",), "gpu": ("npu",)}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_lossless_backends() -> list[Backend]:
+    """The built-in npu, cuda and cpu backends, last, so a plugin's backend of a name wins."""
+    from .devices import BuiltinBackends
+
+    return BuiltinBackends().pytest_lossless_backends()
+
+
+def _allocator(config: pytest.Config) -> Allocator:
+    """The session's allocator, built on first use from the resolved settings."""
+    from .devices import Allocator, collect_backends
+
+    allocator = config.stash.get(ALLOCATOR_KEY, None)
+    if allocator is None:
+        settings = _settings(config)
+        try:
+            allocator = Allocator(
+                collect_backends(config.hook), backend=settings.backend, pool=settings.devices,
+                lock_dir=settings.lock_dir, timeout=settings.lock_timeout, busy=settings.busy,
+                on_wait=lambda line: _announce(config, line),
+            )
+        except ConfigError as exc:
+            raise pytest.UsageError(f"pytest-lossless: {exc}") from None
+        config.stash[ALLOCATOR_KEY] = allocator
+    return allocator
+
+
+def _announce(config: pytest.Config, line: str) -> None:
+    """Show a waiting test's line now, past output capture (a worker's stderr under xdist)."""
+    import sys
+
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else _nullcontext():
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if hasattr(config, "workerinput") or terminal is None:
+            stream = sys.__stderr__
+            if stream is not None:
+                stream.write(line + "\n")
+                stream.flush()
+        else:
+            terminal.write_line(line)
+
+
+def _nullcontext() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _device_request(item: pytest.Item) -> tuple[str | None, int]:
+    """(marker name, N) of the closest ``npu``/``gpu`` marker; (None, 1) without one."""
+    from .settings import marker_device_count
+
+    for marker in item.iter_markers():
+        if marker.name in DEVICE_MARKERS:
+            try:
+                return marker.name, marker_device_count(marker.args, marker.kwargs, marker.name)
+            except ConfigError as exc:
+                pytest.fail(f"{item.nodeid}: {exc}", pytrace=False)
+    return None, 1
+
+
+@pytest.fixture
+def devices(request: pytest.FixtureRequest) -> Generator[Allocation, None, None]:
+    """The test's locked allocation: ``.backend``, ``.ids``, ``.env``, ``.identity``.
+
+    Held for the whole test; released at teardown after its finalizers (the processes
+    the test started are ended first).
+    """
+    from .errors import AllocationError
+
+    item = request.node
+    allocator = _allocator(request.config)
+    reason = allocator.skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    marker, count = _device_request(item)
+    backend = allocator.chosen.name
+    if marker is not None and backend in _MARKER_REFUSES[marker]:
+        pytest.skip(f"marked {marker}, but the device backend is {backend} "
+                    f"(choose one with --lossless-backend)")
+    try:
+        allocation = allocator.acquire(count, holder=item.nodeid)
+    except AllocationError as exc:
+        pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+    item.stash[ALLOCATION_KEY] = allocation
+    try:
+        yield allocation
+    finally:
+        allocation.release()
+
+
+@pytest.fixture(autouse=True)
+def _lossless_marked_devices(request: pytest.FixtureRequest) -> None:
+    """Tests marked ``npu``/``gpu`` hold their allocation even without naming ``devices``."""
+    if any(m.name in DEVICE_MARKERS for m in request.node.iter_markers()):
+        request.getfixturevalue("devices")
+
 # ==== end devices ====
 
 
