@@ -1,0 +1,162 @@
+"""The RunSpec: what exactly ran, so a reviewer can reproduce it months later.
+
+Source revision and state from git (dirty flag, SHA-256 of ``git diff HEAD`` with the diff
+itself, untracked files, and whether any remote branch holds the revision: a baseline on a
+revision nobody can fetch is a known audit failure), plugin, Python and key package
+versions, ffmpeg, platform, the determinism knobs of the environment, and the SHA-256 of
+declared input files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .launch import hash_inputs
+
+#: Distributions whose versions every receipt records.
+PACKAGES = ("pytest-lossless", "pytest", "pluggy", "numpy", "soundfile", "imageio-ffmpeg",
+            "filelock", "hypothesis")
+_GIT_TIMEOUT = 30.0
+
+
+def _git(root: Path, *args: str) -> tuple[int, bytes, str]:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, timeout=_GIT_TIMEOUT,
+            check=False, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, b"", str(exc)
+    return done.returncode, done.stdout, done.stderr.decode(errors="replace").strip()
+
+
+def source_state(root: Path) -> dict[str, Any]:
+    """Git revision, dirty flag, diff (text and SHA-256), untracked names, publication.
+
+    ``diff`` holds the exact bytes of ``git diff HEAD --binary`` decoded with
+    ``surrogateescape``; the receipt writer stores it beside the receipt, not inside it.
+    """
+    code, out, err = _git(root, "rev-parse", "HEAD")
+    if code != 0:
+        return {"revision": None, "dirty": None, "diff_sha256": None, "diff": "",
+                "untracked": [], "published": None, "remote_branches": [],
+                "publication": "unknown", "git_error": err or f"git exited with {code}"}
+    revision = out.decode().strip()
+    _, top, _ = _git(root, "rev-parse", "--show-toplevel")
+    _, branch, _ = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    code, diff, err = _git(root, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff")
+    if code != 0:
+        diff = b""
+    _, untracked_raw, _ = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
+    untracked = sorted(n for n in untracked_raw.decode(errors="replace").split("\0") if n)
+    _, remotes_raw, _ = _git(root, "remote")
+    remotes = [r for r in remotes_raw.decode(errors="replace").split() if r]
+    _, contains, _ = _git(root, "branch", "-r", "--contains", revision)
+    branches = sorted(line.strip() for line in contains.decode(errors="replace").splitlines()
+                      if line.strip() and "->" not in line)
+    published = bool(branches)
+    return {
+        "revision": revision,
+        "branch": branch.decode().strip() or None,
+        "toplevel": top.decode().strip() or None,
+        "dirty": bool(diff) or bool(untracked),
+        "diff_sha256": hashlib.sha256(diff).hexdigest(),
+        "diff_bytes": len(diff),
+        "diff": diff.decode("utf-8", errors="surrogateescape"),
+        "untracked": untracked,
+        "remotes": remotes,
+        "remote_branches": branches,
+        "published": published,
+        # A baseline on a revision that no remote branch holds cannot be fetched by anyone.
+        "publication": "published" if published else "unpublished",
+        "git_error": None if code == 0 else err,
+    }
+
+
+def _ffmpeg_version() -> str | None:
+    try:
+        import imageio_ffmpeg
+
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+        done = subprocess.run([exe, "-hide_banner", "-version"], capture_output=True,
+                              timeout=30, check=False)
+    except Exception:  # any failure to find or run ffmpeg is recorded as "unknown"
+        return None
+    first = done.stdout.decode(errors="replace").splitlines()
+    return first[0].strip() if first else None
+
+
+def session_facts() -> dict[str, Any]:
+    """What stays the same for a whole session: versions, ffmpeg, platform, interpreter.
+
+    Computed once per session by the plugin and passed to :func:`runspec`.
+    """
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    versions["ffmpeg"] = _ffmpeg_version()
+    return {
+        "versions": versions,
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+            "python_implementation": platform.python_implementation(),
+            "python_executable": sys.executable,
+            "hostname": socket.gethostname(),
+            "cpu_count": os.cpu_count(),
+        },
+    }
+
+
+def environment(knobs: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The determinism knobs present (with values) and absent, from ``env`` (default: ours)."""
+    env = os.environ if env is None else env
+    return {"knobs": {k: env[k] for k in knobs if k in env},
+            "knobs_unset": [k for k in knobs if k not in env]}
+
+
+def _sha256_json(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def runspec(rootdir: Path | str, *, knobs: Sequence[str],
+            inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+            facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The RunSpec block of a receipt.
+
+    ``facts`` is :func:`session_facts` computed once; ``inputs`` are hashed now. The
+    environment fingerprint is the SHA-256 of the knobs, versions and platform, so two
+    receipts with equal fingerprints ran under the same recorded conditions.
+    """
+    facts = dict(facts) if facts is not None else session_facts()
+    env = environment(knobs)
+    fingerprint = _sha256_json({"environment": env, "versions": facts.get("versions"),
+                                "platform": {k: v for k, v in (facts.get("platform") or {})
+                                             .items() if k != "hostname"}})
+    return {
+        "invocation": {"argv": list(sys.argv), "cwd": os.getcwd(), "rootdir": str(rootdir)},
+        "source": source_state(Path(rootdir)),
+        "versions": facts.get("versions"),
+        "platform": facts.get("platform"),
+        "environment": {**env, "fingerprint_sha256": fingerprint},
+        "inputs": hash_inputs(inputs or {}),
+    }
+
+
+__all__ = ["PACKAGES", "environment", "runspec", "session_facts", "source_state"]
