@@ -1,0 +1,108 @@
+"""End to end: the ``speed_gate`` fixture with real sleeps and real subprocess arms."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+SPEED_TESTS = """
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def sleeper(seconds):
+    def arm():
+        start = time.perf_counter()
+        time.sleep(seconds)
+        return time.perf_counter() - start
+    return arm
+
+
+def process(seconds):
+    def arm():
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"import time; time.sleep({seconds})"], check=True)
+        return time.perf_counter() - start
+    return arm
+
+
+def test_faster_candidate(speed_gate):
+    verdict = speed_gate(sleeper(0.03), sleeper(0.01), target=0.30, workload="5s")
+    assert verdict.verdict == "PASS"
+    print("VERDICT", verdict.message())
+
+
+def test_a_a_is_not_a_gain(speed_gate):
+    verdict = speed_gate(sleeper(0.02), sleeper(0.02), target=0.30, workload="a-a", act=False)
+    assert verdict.verdict != "PASS"
+    print("VERDICT", verdict.message())
+
+
+def test_slower_candidate(speed_gate):
+    speed_gate(sleeper(0.01), sleeper(0.03), target=0.30, workload="15s")
+
+
+def test_crashing_candidate(speed_gate):
+    def crash():
+        raise RuntimeError("candidate server exited with code 3")
+    speed_gate(sleeper(0.01), crash, target=0.30)
+
+
+def test_subprocess_arms(speed_gate):
+    verdict = speed_gate(process(0.15), process(0.01), target=0.30, workload="proc")
+    assert len(verdict.samples) == 4 * verdict.blocks
+"""
+
+
+@pytest.fixture
+def speed_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_speed=SPEED_TESTS)
+    return pytester
+
+
+def test_verdicts_become_outcomes(speed_project: pytest.Pytester) -> None:
+    result = speed_project.runpytest_subprocess(
+        "-v", "-rA", "--lossless-speed-seed=1234", "--junitxml=junit.xml"
+    )
+    assert result.ret == 1
+    result.stdout.fnmatch_lines_random([
+        "*test_faster_candidate PASSED*",
+        "*test_a_a_is_not_a_gain PASSED*",
+        "*test_slower_candidate FAILED*",
+        "*test_crashing_candidate INCONCLUSIVE*",
+        "*test_subprocess_arms PASSED*",
+        "VERDICT workload 5s: candidate/control = 0.* [[]0.*, 0.*] (95% one-sided bounds), "
+        "target <= 0.70: PASS (* pairs, ABBA, seed 1234).",
+        "VERDICT workload a-a: candidate/control = *<= 0.70: * pairs, ABBA, seed 1234).",
+        "*workload 15s: candidate/control = 2.* <= 0.70: FAIL (6 of 8 pairs, ABBA, seed 1234)*",
+    ])
+    a_a = next(line for line in result.outlines if line.startswith("VERDICT workload a-a"))
+    assert "PASS" not in a_a
+    result.stdout.fnmatch_lines(["*pytest-lossless: gates and verdicts*"])
+    result.stdout.fnmatch_lines_random([
+        "PASS *test_faster_candidate*speed 5s*ratio <= 0.70*",
+        "FAIL *test_slower_candidate*speed 15s*ratio <= 0.70*",
+        "INCONCLUSIVE *test_crashing_candidate*ratio <= 0.70*",
+        "PASS *test_subprocess_arms*speed proc*ratio <= 0.70*",
+    ])
+    suite = ET.parse(speed_project.path / "junit.xml").getroot()
+    crashed = next(case for case in suite.iter("testcase")
+                   if case.get("name") == "test_crashing_candidate")
+    failure = crashed.find("failure")
+    assert failure is not None
+    message = failure.get("message") or ""
+    assert message.startswith("INCONCLUSIVE")
+    assert "Candidate arm (block 1, position " in message
+    assert "raised: RuntimeError: candidate server exited with code 3" in message
+
+
+def test_too_few_pairs_fail_with_the_option_named(speed_project: pytest.Pytester) -> None:
+    result = speed_project.runpytest_subprocess(
+        "--lossless-speed-pairs=4", "-k", "faster_candidate"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*4 pairs can never reach 95% confidence*--lossless-speed-pairs*"])
