@@ -1,0 +1,425 @@
+"""Unit tests of media.py: detection, fingerprints and loaders, with real ffmpeg and libsndfile."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from pytest_lossless import media
+from pytest_lossless.errors import ArtifactError, TruncatedArtifact
+
+OUTPUTS = Path(__file__).parent / "ffmpeg_outputs"
+
+
+def ffmpeg(*args: str) -> None:
+    subprocess.run([media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-y", *args],
+                   check=True)
+
+
+def make_clip(path: Path, *, seconds: float = 0.5, size: str = "64x48", rate: str = "24",
+              audio: str | None = "aac", vcodec: tuple[str, ...] = ("libx264", "-threads", "1"),
+              pix_fmt: str = "yuv420p") -> Path:
+    args = ["-f", "lavfi", "-i", f"testsrc=size={size}:rate={rate}:duration={seconds}"]
+    if audio:
+        args += ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}"]
+    args += ["-c:v", vcodec[0], *vcodec[1:], "-pix_fmt", pix_fmt]
+    if audio:
+        args += ["-c:a", audio]
+    ffmpeg(*args, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("media") / "clip.mp4")
+
+
+def cli_framehash(path: Path, *extra: str) -> list[tuple[int, str]]:
+    out = subprocess.run(
+        [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-i", str(path),
+         *extra, "-f", "framehash", "-hash", "sha256", "-"],
+        check=True, capture_output=True,
+    ).stdout.decode()
+    rows = []
+    for line in out.splitlines():
+        if line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        rows.append((int(parts[2]), parts[5]))
+    return rows
+
+
+# ------------------------------------------------------------------ probe text (captured)
+
+
+def test_parse_probe_captured_mp4() -> None:
+    info = media.parse_probe((OUTPUTS / "probe_a_mp4.txt").read_text())
+    assert info is not None
+    assert info.container == "mov,mp4,m4a,3gp,3g2,mj2"
+    assert info.duration == pytest.approx(1.0)
+    video, audio = info.streams
+    assert (video.type, video.codec, video.pix_fmt, video.width, video.height) == (
+        "video", "h264", "yuv420p", 320, 176)
+    assert video.time_base == "1/12288"
+    assert (audio.codec, audio.sample_rate, audio.channel_layout, audio.sample_fmt) == (
+        "aac", 48000, "mono", "fltp")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("probe_v10_mkv.txt", [("video", "ffv1", "yuv422p10le", None, "1/1000")]),
+        ("probe_w_webm.txt", [("video", "vp9", "gbrp", None, "1/1000"),
+                              ("audio", "opus", None, "fltp", None)]),
+        ("probe_m_mov.txt", [("video", "h264", "yuv444p", None, "1/12288"),
+                             ("audio", "pcm_s16le", None, "s16", None)]),
+        ("probe_s24_flac.txt", [("audio", "flac", None, "s32", None)]),
+        ("probe_s24_wav.txt", [("audio", "pcm_s24le", None, "s32", None)]),
+        ("probe_a_m4a.txt", [("audio", "aac", None, "fltp", None)]),
+        # Older layout: "(tv, bt709)" inside the pixel format, tbc, "90k tbn", a data stream.
+        ("probe_ffmpeg4_layout.txt", [("video", "h264", "yuv420p", None, "1/90000"),
+                                      ("audio", "aac", None, "fltp", None),
+                                      ("data", "none", None, None, None)]),
+    ],
+)
+def test_parse_probe_captured_outputs(name: str, expected: list[tuple[object, ...]]) -> None:
+    info = media.parse_probe((OUTPUTS / name).read_text())
+    assert info is not None
+    got = [(s.type, s.codec, s.pix_fmt, s.sample_fmt, s.time_base) for s in info.streams]
+    assert got == expected
+
+
+def test_parse_probe_without_input_is_none() -> None:
+    assert media.parse_probe("x.mp4: Invalid data found when processing input\n") is None
+
+
+def test_split_top_level_keeps_parenthesised_commas() -> None:
+    assert media._split_top_level("h264 (High), yuv420p(tv, bt709), 1920x1080 [SAR 1:1, x]") == [
+        "h264 (High)", "yuv420p(tv, bt709)", "1920x1080 [SAR 1:1, x]"]
+
+
+# ------------------------------------------------------------------ detection
+
+
+def test_detect_by_content_not_extension(tmp_path: Path, clip: Path) -> None:
+    disguised = tmp_path / "video.bin"
+    disguised.write_bytes(clip.read_bytes())
+    wav = tmp_path / "sound.dat"
+    soundfile.write(wav, np.zeros((10, 1), dtype=np.int16), 8000, subtype="PCM_16", format="WAV")
+    npy = tmp_path / "t.txt"
+    with open(npy, "wb") as fh:
+        np.save(fh, np.arange(3))
+    npz = tmp_path / "t.zip"
+    with open(npz, "wb") as fh:
+        np.savez(fh, a=np.arange(3))
+    fake = tmp_path / "not_video.mp4"
+    fake.write_text("hello, I am text\n")
+    flac = tmp_path / "s.bin"
+    soundfile.write(flac, np.zeros((10, 1), dtype=np.int16), 8000, format="FLAC")
+    assert media.detect_kind(disguised) == "video"
+    assert media.detect_kind(wav) == "audio"
+    assert media.detect_kind(flac) == "audio"
+    assert media.detect_kind(npy) == "tensor"
+    assert media.detect_kind(npz) == "tensor"
+    assert media.detect_kind(fake) == "bytes"
+
+
+def test_detect_audio_only_container_and_mkv(tmp_path: Path) -> None:
+    m4a = tmp_path / "a.m4a"
+    ffmpeg("-f", "lavfi", "-i", "sine=duration=0.2", "-c:a", "aac", str(m4a))
+    mkv = make_clip(tmp_path / "v.mkv", audio=None, vcodec=("ffv1",))
+    assert media.detect_kind(m4a) == "audio"
+    assert media.detect_kind(mkv) == "video"
+
+
+def test_detect_plain_zip_is_bytes(tmp_path: Path) -> None:
+    import zipfile
+
+    path = tmp_path / "x.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("readme.txt", "hi")
+    assert media.detect_kind(path) == "bytes"
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="does not exist") as info:
+        media.detect_kind(tmp_path / "nope.mp4")
+    assert "nope.mp4" in str(info.value)
+
+
+# ------------------------------------------------------------------ video
+
+
+def test_frame_digests_equal_ffmpeg_framehash_cli(clip: Path) -> None:
+    fp = media.fingerprint("video", clip)
+    video = [s for s in fp["streams"] if s["type"] == "video"][0]
+    ours = [(f["pts"], f["sha256"]) for f in video["frames"]]
+    assert ours == cli_framehash(clip, "-map", "0:v")
+    assert video["frame_count"] == len(ours) == 12
+    assert (video["codec"], video["pix_fmt"], video["width"], video["height"]) == (
+        "h264", "yuv420p", 64, 48)
+    assert video["frame_rate"] == "24/1"
+    assert video["time_base"] == "1/12288"
+    assert video["duration"] == pytest.approx(0.5)
+    assert fp["size"] == clip.stat().st_size
+    assert fp["sha256"] == hashlib.sha256(clip.read_bytes()).hexdigest()
+
+
+def test_container_audio_in_its_own_sample_format(clip: Path) -> None:
+    fp = media.fingerprint("video", clip)
+    audio = [s for s in fp["streams"] if s["type"] == "audio"][0]
+    assert audio["sample_fmt"] == "fltp"
+    assert (audio["sample_rate"], audio["channels"]) == (48000, 1)
+    cli = cli_framehash(clip, "-map", "0:a", "-c:a", "pcm_f32le")
+    assert [(p["pts"], p["sha256"]) for p in audio["packets"]] == cli
+    # Not converted to 16-bit: the default framehash audio codec (pcm_s16le) gives other digests.
+    assert [p["sha256"] for p in audio["packets"]] != [d for _, d in cli_framehash(clip, "-map", "0:a")]
+    samples, rate = media.load_container_audio(clip)
+    assert samples.dtype == np.dtype("<f4")
+    assert rate == 48000
+    assert len(samples) == audio["sample_count"]
+
+
+def test_ten_bit_video_and_exact_ntsc_rate(tmp_path: Path) -> None:
+    path = make_clip(tmp_path / "v10.mkv", rate="30000/1001", audio=None, vcodec=("ffv1",),
+                     pix_fmt="yuv422p10le")
+    video = media.fingerprint("video", path)["streams"][0]
+    assert video["pix_fmt"] == "yuv422p10le"
+    assert video["frame_rate"] == "30000/1001"
+    assert [(f["pts"], f["sha256"]) for f in video["frames"]] == cli_framehash(path, "-map", "0:v")
+    frames = media.load_video_frames(path, indices=[3])
+    raw = frames[3]
+    assert raw.nbytes == video["frame_bytes"] == 64 * 48 * 2 * 2
+    assert hashlib.sha256(raw.tobytes()).hexdigest() == video["frames"][3]["sha256"]
+
+
+def test_native_frames_hash_to_the_fingerprint(clip: Path) -> None:
+    video = media.fingerprint("video", clip)["streams"][0]
+    frames = list(media.iter_video_frames(clip))
+    assert len(frames) == video["frame_count"]
+    assert [hashlib.sha256(f.tobytes()).hexdigest() for f in frames] == [
+        f["sha256"] for f in video["frames"]]
+    rgb = media.load_video_frames(clip, pix_fmt="rgb24", indices=[0])[0]
+    assert rgb.shape == (48, 64, 3)
+    assert rgb.dtype == np.uint8
+
+
+@pytest.mark.parametrize("keep", [0.4, 0.7, 0.95])
+def test_truncated_mp4_raises_not_a_shorter_video(tmp_path: Path, keep: float) -> None:
+    source = make_clip(tmp_path / "fs.mp4", seconds=1.0)
+    # Also with the index first, where a cut leaves a playable-looking prefix.
+    faststart = tmp_path / "faststart.mp4"
+    ffmpeg("-i", str(source), "-c", "copy", "-movflags", "+faststart", str(faststart))
+    for original in (source, faststart):
+        data = original.read_bytes()
+        cut = tmp_path / f"cut_{original.name}"
+        cut.write_bytes(data[: int(len(data) * keep)])
+        assert media.detect_kind(cut) == "video"
+        with pytest.raises(ArtifactError) as info:
+            media.fingerprint("video", cut)
+        assert str(cut) in str(info.value)
+
+
+def test_corrupted_mp4_raises(tmp_path: Path) -> None:
+    source = make_clip(tmp_path / "c.mp4", seconds=1.0, audio=None)
+    ffmpeg("-i", str(source), "-c", "copy", "-movflags", "+faststart", str(tmp_path / "fs.mp4"))
+    data = bytearray((tmp_path / "fs.mp4").read_bytes())
+    # Enough damage to break the H.264 bitstream (a few flipped bits can decode silently: the
+    # decoded gate catches those as changed frames, see test_gates).
+    for i in range(len(data) // 2, len(data) // 2 + 1024):
+        data[i] ^= 0x55
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="damaged or truncated"):
+        media.fingerprint("video", bad)
+
+
+# ------------------------------------------------------------------ audio files
+
+
+def write_wav(path: Path, data: np.ndarray, rate: int = 8000, subtype: str = "PCM_16",
+              fmt: str = "WAV") -> Path:
+    soundfile.write(path, data, rate, subtype=subtype, format=fmt)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("subtype", "dtype", "fmt"),
+    [("PCM_16", "<i2", "WAV"), ("PCM_24", "<i4", "WAV"), ("PCM_32", "<i4", "WAV"),
+     ("FLOAT", "<f4", "WAV"), ("DOUBLE", "<f8", "WAV"), ("PCM_24", "<i4", "FLAC"),
+     ("PCM_16", "<i2", "RF64")],
+)
+def test_audio_fingerprint_reads_losslessly(tmp_path: Path, subtype: str, dtype: str, fmt: str) -> None:
+    rng = np.random.default_rng(1)
+    data = rng.uniform(-0.9, 0.9, size=(2500, 2))
+    path = write_wav(tmp_path / f"a.{fmt.lower()}", data, subtype=subtype, fmt=fmt)
+    fp = media.fingerprint("audio", path)
+    pcm, rate = media.load_audio(path)
+    assert fp["dtype"] == dtype
+    assert pcm.dtype == np.dtype(dtype)
+    assert (fp["sample_rate"], fp["channels"], fp["sample_count"], fp["subtype"]) == (
+        8000, 2, 2500, subtype)
+    assert fp["pcm_sha256"] == hashlib.sha256(pcm.astype(dtype).tobytes()).hexdigest()
+    assert len(fp["block_sha256"]) == 1  # 2500 samples at 8000 Hz: one one-second block
+    assert fp["block_sha256"][0] == fp["pcm_sha256"]
+
+
+def test_same_pcm_same_digest_across_wav_and_flac(tmp_path: Path) -> None:
+    data = (np.arange(20000, dtype=np.int64) % 3000 - 1500).astype(np.int16).reshape(-1, 2)
+    wav = write_wav(tmp_path / "a.wav", data)
+    flac = write_wav(tmp_path / "a.flac", data, fmt="FLAC")
+    a, b = media.fingerprint("audio", wav), media.fingerprint("audio", flac)
+    assert a["pcm_sha256"] == b["pcm_sha256"]
+    assert a["block_sha256"] == b["block_sha256"]
+    assert len(a["block_sha256"]) == 2  # 10000 samples at 8000 Hz
+    assert a["sha256"] != b["sha256"]
+
+
+def test_wave_format_extensible_24_bit(tmp_path: Path) -> None:
+    path = tmp_path / "x.wav"
+    ffmpeg("-f", "lavfi", "-i", "sine=duration=0.25:sample_rate=44100", "-ac", "2",
+           "-c:a", "pcm_s24le", str(path))
+    assert path.read_bytes()[20:22] == b"\xfe\xff"  # WAVE_FORMAT_EXTENSIBLE
+    fp = media.fingerprint("audio", path)
+    assert (fp["format"], fp["subtype"], fp["dtype"], fp["channels"]) == (
+        "WAVEX", "PCM_24", "<i4", 2)
+
+
+def _declare_more(path: Path, extra_frames: int, block_align: int) -> None:
+    """Rewrite the data chunk size so that it declares more than the file holds."""
+    data = bytearray(path.read_bytes())
+    pos = data.index(b"data")
+    size = struct.unpack("<I", data[pos + 4: pos + 8])[0]
+    data[pos + 4: pos + 8] = struct.pack("<I", size + extra_frames * block_align)
+    path.write_bytes(bytes(data))
+
+
+def test_wav_declaring_more_than_it_holds_is_truncated(tmp_path: Path) -> None:
+    path = write_wav(tmp_path / "t.wav", np.zeros((8000, 2), dtype=np.int16))
+    _declare_more(path, 100, 4)
+    # libsndfile itself stays silent about it:
+    assert soundfile.info(str(path)).frames in (8000, 8100)
+    with pytest.raises(TruncatedArtifact) as info:
+        media.fingerprint("audio", path)
+    message = str(info.value)
+    assert "8100" in message
+    assert "8000" in message
+    assert str(path) in message
+
+
+def test_wav_cut_short_is_truncated(tmp_path: Path) -> None:
+    path = write_wav(tmp_path / "t.wav", np.zeros((1000, 1), dtype=np.int16))
+    path.write_bytes(path.read_bytes()[:-101])  # half a sample frame too
+    with pytest.raises(TruncatedArtifact, match=r"declares 1000 samples .* holds only 949"):
+        media.fingerprint("audio", path)
+    with pytest.raises(TruncatedArtifact):
+        media.load_audio(path)
+
+
+def test_rf64_truncation(tmp_path: Path) -> None:
+    path = write_wav(tmp_path / "t.rf64", np.zeros((4000, 1), dtype=np.int16), fmt="RF64")
+    path.write_bytes(path.read_bytes()[:-200])
+    with pytest.raises(TruncatedArtifact, match="declares 4000 samples"):
+        media.fingerprint("audio", path)
+
+
+def test_truncated_flac_is_reported(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    path = write_wav(tmp_path / "t.flac", rng.integers(-3000, 3000, (20000, 1)).astype(np.int16),
+                     fmt="FLAC")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ArtifactError):
+        media.fingerprint("audio", path)
+
+
+# ------------------------------------------------------------------ tensors
+
+
+def test_npy_fingerprint_raw_c_order(tmp_path: Path) -> None:
+    array = np.arange(24, dtype=">f4").reshape(2, 3, 4)
+    path = tmp_path / "a.npy"
+    np.save(path, array)
+    fp = media.fingerprint("tensor", path)
+    assert fp["dtype"] == ">f4"
+    assert fp["shape"] == [2, 3, 4]
+    assert fp["data_sha256"] == hashlib.sha256(array.tobytes()).hexdigest()
+    fortran = tmp_path / "f.npy"
+    np.save(fortran, np.asfortranarray(array))
+    assert media.fingerprint("tensor", fortran)["data_sha256"] == fp["data_sha256"]
+
+
+def test_npy_chunks_localise(tmp_path: Path) -> None:
+    array = np.zeros(600_000, dtype=np.float32)  # 2.4 MB: three chunks
+    path = tmp_path / "big.npy"
+    np.save(path, array)
+    fp = media.fingerprint("tensor", path)
+    assert len(fp["chunk_sha256"]) == 3
+    assert fp["chunk_elements"] == media.CHUNK_BYTES // 4
+
+
+def test_npz_members(tmp_path: Path) -> None:
+    path = tmp_path / "a.npz"
+    np.savez(path, logits=np.ones((2, 2), dtype=np.float16), ids=np.arange(5, dtype=np.int8))
+    fp = media.fingerprint("tensor", path)
+    assert set(fp["members"]) == {"logits", "ids"}
+    assert fp["members"]["ids"]["dtype"] == "|i1"
+    assert fp["members"]["logits"]["shape"] == [2, 2]
+    loaded = media.load_tensor(path)
+    assert isinstance(loaded, dict)
+    assert loaded["ids"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_object_arrays_are_refused_without_unpickling(tmp_path: Path) -> None:
+    path = tmp_path / "o.npy"
+    np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ArtifactError, match="pickle"):
+        media.fingerprint("tensor", path)
+    with pytest.raises(ArtifactError, match="pickle"):
+        media.load_tensor(path)
+    npz = tmp_path / "o.npz"
+    np.savez(npz, x=np.array([None], dtype=object))
+    with pytest.raises(ArtifactError, match="pickle"):
+        media.fingerprint("tensor", npz)
+
+
+def test_truncated_npy(tmp_path: Path) -> None:
+    path = tmp_path / "t.npy"
+    np.save(path, np.zeros(100, dtype=np.float64))
+    path.write_bytes(path.read_bytes()[:-80])
+    with pytest.raises(TruncatedArtifact, match="declares 100 elements .* only 90"):
+        media.fingerprint("tensor", path)
+
+
+def test_damaged_npz(tmp_path: Path) -> None:
+    path = tmp_path / "t.npz"
+    np.savez(path, a=np.zeros(100))
+    path.write_bytes(path.read_bytes()[:-30])
+    with pytest.raises(ArtifactError):
+        media.fingerprint("tensor", path)
+
+
+# ------------------------------------------------------------------ bytes
+
+
+def test_bytes_fingerprint(tmp_path: Path) -> None:
+    path = tmp_path / "b.bin"
+    payload = bytes(range(256)) * 5000
+    path.write_bytes(payload)
+    fp = media.fingerprint("bytes", path)
+    assert fp["size"] == len(payload)
+    assert fp["sha256"] == hashlib.sha256(payload).hexdigest()
+    assert fp["chunk_sha256"][0] == hashlib.sha256(payload[: media.CHUNK_BYTES]).hexdigest()
+    assert len(fp["chunk_sha256"]) == 2
+
+
+def test_write_png(tmp_path: Path) -> None:
+    picture = np.zeros((4, 6, 3), dtype=np.uint8)
+    picture[1, 2] = (255, 0, 0)
+    out = media.write_png(tmp_path / "p.png", picture)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
