@@ -909,6 +909,7 @@ class Launcher:
         are taken inside it); each must exist and be non-empty. ``inputs`` names files the
         run reads, hashed into the record before it starts. ``env`` values of None unset.
         """
+        __tracebackhide__ = True  # pytest shows the RunError, not our frames
         limit = self.run_timeout if timeout is None else float(timeout)
         record, args, child_env, cwd_path, run_dir = self._prepare("command", argv, env, cwd,
                                                                    None, inputs)
@@ -994,6 +995,7 @@ class Launcher:
         Fails fast, with the stderr tail, when the server dies during startup or the
         readiness URL does not answer within ``startup_timeout``.
         """
+        __tracebackhide__ = True  # pytest shows the RunError, not our frames
         port = free_port() if port is None else port
         record, args, child_env, cwd_path, run_dir = self._prepare("server", argv, env, cwd,
                                                                    port, inputs)
@@ -1098,6 +1100,7 @@ class Server:
         content type)) a multipart form, with ``data`` as extra fields; otherwise ``data``
         is sent as is (a mapping as a url-encoded form). Warmup requests are recorded apart.
         """
+        __tracebackhide__ = True  # pytest shows the RunError, not our frames
         if self._stopped:
             raise RunError(f"model_run: {self.record['name']} is stopped; no more requests")
         limit = self._launcher.run_timeout if timeout is None else float(timeout)
@@ -1163,6 +1166,7 @@ class Server:
         The record lists the exit of the server and every descendant it had, each signal
         (forced or not) and any leftover; idempotent.
         """
+        __tracebackhide__ = True  # pytest shows the RunError, not our frames
         if self._stopped:
             return self.record
         return self._finish(grace=self._launcher.grace if grace is None else float(grace),

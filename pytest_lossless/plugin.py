@@ -507,11 +507,108 @@ def _lossless_marked_devices(request: pytest.FixtureRequest) -> None:
 
 # ==== model_run ====
 # (owner: launch engineer) the `model_run` fixture
+
+if TYPE_CHECKING:
+    from .launch import Launcher
+
+#: ``item.stash[LAUNCHER_KEY]``: the test's launcher (its records feed the receipt).
+LAUNCHER_KEY = pytest.StashKey["Launcher"]()
+
+
+@pytest.fixture
+def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launcher, None, None]:
+    """Launch commands (``model_run(argv, outputs=..., timeout=...)``) and servers
+    (``model_run.server(argv, ready=...)``) under the test's allocation.
+
+    Every process is recorded (exit or signal, forced kills, peak memory) into the test's
+    receipt; whatever is still running is ended at teardown, before the device locks go.
+    """
+    from .launch import Launcher
+
+    item = request.node
+    settings = _settings(request.config)
+    allocation = None
+    if any(m.name in DEVICE_MARKERS for m in item.iter_markers()):
+        allocation = request.getfixturevalue("devices")
+    receipt = receipt_for(item)
+    if allocation is not None:
+        receipt.set_allocation(allocation)
+    launcher = Launcher(allocation=allocation, out_dir=tmp_path / "model_run",
+                        run_timeout=settings.run_timeout, knobs=settings.determinism_knobs,
+                        on_record=receipt.add_run)
+    item.stash[LAUNCHER_KEY] = launcher
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
 # ==== end model_run ====
 
 
 # ==== receipts ====
 # (owner: launch engineer) per-test Receipt under item.stash, written at teardown
+
+if TYPE_CHECKING:
+    from .receipts import Receipt
+
+#: ``item.stash[RECEIPT_KEY]``: the test's receipt, created by the first fixture that asks.
+RECEIPT_KEY = pytest.StashKey["Receipt"]()
+#: Session-constant parts of every RunSpec (versions, ffmpeg, platform), computed once.
+_FACTS_KEY = pytest.StashKey[dict[str, Any]]()
+
+
+def receipt_for(item: pytest.Item) -> Receipt:
+    """The test's receipt, created on first use; written into ``--lossless-receipts`` at
+    the end of the test (after teardown, so the allocation block shows its release)."""
+    from .receipts import Receipt
+
+    receipt = item.stash.get(RECEIPT_KEY, None)
+    if receipt is None:
+        receipt = item.stash[RECEIPT_KEY] = Receipt(item.nodeid)
+    return receipt
+
+
+def _write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
+    from . import provenance
+
+    config = item.config
+    settings = _settings(config)
+    facts = config.stash.get(_FACTS_KEY, None)
+    if facts is None:
+        facts = config.stash[_FACTS_KEY] = provenance.session_facts()
+    allocation = item.stash.get(ALLOCATION_KEY, None)
+    if allocation is not None:
+        receipt.set_allocation(allocation)
+    inputs = {f"{run.get('name')}:{name}": entry["path"] for run in receipt.runs
+              for name, entry in (run.get("inputs") or {}).items()}
+    receipt.set_runspec(provenance.runspec(settings.rootdir, knobs=settings.determinism_knobs,
+                                           inputs=inputs, facts=facts))
+    return receipt.write(settings.receipts)
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_receipts(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Record each phase's outcome in the receipt; write the receipt after teardown."""
+    report = yield
+    receipt = item.stash.get(RECEIPT_KEY, None)
+    if receipt is None:
+        return report
+    receipt.set_outcome(report.when, report.outcome)
+    if report.when != "teardown":
+        return report
+    try:
+        path = _write_receipt(item, receipt)
+    except (OSError, LosslessError) as exc:
+        # Evidence that cannot be written is a failure of the test, not a silent gap.
+        report.outcome = "failed"
+        report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
+        return report
+    report.user_properties.append(("lossless_receipt", str(path)))
+    report.sections.append(("pytest-lossless receipt", str(path)))
+    return report
+
 # ==== end receipts ====
 
 

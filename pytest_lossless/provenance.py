@@ -83,6 +83,16 @@ def source_state(root: Path) -> dict[str, Any]:
     }
 
 
+def source_revision(root: Path | str) -> dict[str, Any]:
+    """The compact source identity for manifests: revision, dirty flag, diff hash, publication.
+
+    Like :func:`source_state` without the diff text and file lists.
+    """
+    state = source_state(Path(root))
+    return {key: state.get(key) for key in ("revision", "dirty", "diff_sha256", "published",
+                                            "publication")}
+
+
 def _ffmpeg_version() -> str | None:
     try:
         import imageio_ffmpeg
@@ -159,4 +169,5 @@ def runspec(rootdir: Path | str, *, knobs: Sequence[str],
     }
 
 
-__all__ = ["PACKAGES", "environment", "runspec", "session_facts", "source_state"]
+__all__ = ["PACKAGES", "environment", "runspec", "session_facts", "source_revision",
+           "source_state"]
