@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -106,3 +109,31 @@ def test_too_few_pairs_fail_with_the_option_named(speed_project: pytest.Pytester
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*4 pairs can never reach 95% confidence*--lossless-speed-pairs*"])
+
+
+def test_receipt_keeps_every_sample_and_verify_rederives_the_verdict(
+    speed_project: pytest.Pytester,
+) -> None:
+    result = speed_project.runpytest_subprocess(
+        "--lossless-receipts=receipts", "--lossless-speed-seed=77", "-k", "faster_candidate"
+    )
+    result.assert_outcomes(passed=1)
+    path = speed_project.path / "receipts" / "test_speed.py__test_faster_candidate.json"
+    receipt = json.loads(path.read_text())
+    (speed,) = receipt["speed"]
+    assert speed["verdict"] == "PASS"
+    assert speed["seed"] == 77
+    assert len(speed["samples"]) == 4 * speed["blocks"]
+    assert [s["index"] for s in speed["samples"]] == list(range(len(speed["samples"])))
+    assert {s["arm"] for s in speed["samples"]} == {"control", "candidate"}
+    verify = [sys.executable, "-m", "pytest_lossless", "verify", "receipts"]
+    clean = subprocess.run(verify, cwd=speed_project.path, capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+    for sample in speed["samples"]:  # doctor it: candidate now 3x slower than control
+        if sample["arm"] == "candidate":
+            sample["seconds"] *= 9
+    path.write_text(json.dumps(receipt))
+    doctored = subprocess.run(verify, cwd=speed_project.path, capture_output=True, text=True)
+    assert doctored.returncode != 0
+    assert "recorded verdict PASS but the raw samples give FAIL" in doctored.stdout
