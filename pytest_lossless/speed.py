@@ -40,6 +40,14 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
+def _numbers(value: object) -> list[float] | None:
+    """A non-empty list of numbers (a server's measured request times), else None."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        return None
+    found = [_number(v) for v in value]
+    return [v for v in found if v is not None] if all(v is not None for v in found) else None
+
+
 def _lookup(result: object, name: str) -> object:
     """``result.name``, else ``result[name]`` for a mapping, else ``result.record[name]``."""
     if hasattr(result, name):
@@ -55,6 +63,9 @@ def _lookup(result: object, name: str) -> object:
 def measured_seconds(result: object) -> float:
     """The measured time of one arm: a number of seconds, or a run result's ``measured_seconds``.
 
+    A server record's ``measured_seconds`` is a list of measured request times: their sum is
+    the arm's time (each element is kept in the sample as ``measured_requests``).
+
     Raises ``TypeError``/``ValueError`` naming what came back, so an errored arm's record says
     what to return instead.
     """
@@ -67,8 +78,13 @@ def measured_seconds(result: object) -> float:
                 "measured seconds (a float) or a model_run result with measured_seconds"
             )
         seconds = _number(raw)
+        if seconds is None and _numbers(raw):
+            seconds = sum(_numbers(raw) or [])  # a server record: its measured requests
         if seconds is None:
-            raise TypeError(f"measured_seconds is {raw!r}, not a number of seconds")
+            raise TypeError(
+                f"measured_seconds is {_short(repr(raw), 200)}, not a number of seconds "
+                "(nor a list of measured request times)"
+            )
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"the arm measured {seconds!r} s: a time must be finite and above 0")
     return seconds
@@ -84,10 +100,11 @@ def _extras(result: object) -> dict[str, Any]:
         number = _number(value)
         if number is not None:
             found[name] = number
-        elif isinstance(value, Sequence) and not isinstance(value, str):
-            numbers_only = [_number(v) for v in value]
-            if all(v is not None for v in numbers_only):
-                found[name] = numbers_only
+        elif (listed := _numbers(value)) is not None:
+            found[name] = listed
+    requests = _numbers(_lookup(result, "measured_seconds"))
+    if requests is not None:
+        found["measured_requests"] = requests
     return found
 
 

@@ -277,3 +277,15 @@ def test_bootstrap_cross_check_is_recorded_once_there_are_enough_blocks() -> Non
     assert verdict.bootstrap["blocks"] == 6
     assert verdict.bootstrap["agrees"] is True
     assert verdict.bootstrap["ci"][1] <= 0.70
+
+
+def test_a_server_record_counts_its_measured_requests() -> None:
+    record = {"startup_seconds": 4.0, "warmup_seconds": [0.5], "measured_seconds": [0.25]}
+    verdict = run_speed_gate(lambda: dict(record, measured_seconds=[1.0]), lambda: record,
+                             target=0.3, seed=2, clock=FakeClock())
+    assert verdict.verdict == "PASS"
+    candidate = next(s for s in verdict.samples if s["arm"] == "candidate")
+    assert candidate["seconds"] == 0.25
+    assert candidate["measured_requests"] == [0.25]
+    assert candidate["startup_seconds"] == 4.0
+    assert candidate["warmup_seconds"] == [0.5]
