@@ -55,6 +55,13 @@ def test_crashing_candidate(speed_gate):
     speed_gate(sleeper(0.01), crash, target=0.30)
 
 
+def test_model_run_arms(speed_gate, model_run):
+    def run(seconds):
+        return lambda: model_run([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+    verdict = speed_gate(run(0.15), run(0.01), target=0.30, workload="model_run")
+    assert all(s["seconds"] > 0 for s in verdict.samples)
+
+
 def test_subprocess_arms(speed_gate):
     verdict = speed_gate(process(0.15), process(0.01), target=0.30, workload="proc")
     assert len(verdict.samples) == 4 * verdict.blocks
@@ -78,6 +85,7 @@ def test_verdicts_become_outcomes(speed_project: pytest.Pytester) -> None:
         "*test_slower_candidate FAILED*",
         "*test_crashing_candidate INCONCLUSIVE*",
         "*test_subprocess_arms PASSED*",
+        "*test_model_run_arms PASSED*",
         "VERDICT workload 5s: candidate/control = 0.* [[]0.*, 0.*] (95% one-sided bounds), "
         "target <= 0.70: PASS (* pairs, ABBA, seed 1234).",
         "VERDICT workload a-a: candidate/control = *<= 0.70: * pairs, ABBA, seed 1234).",
@@ -91,6 +99,7 @@ def test_verdicts_become_outcomes(speed_project: pytest.Pytester) -> None:
         "FAIL *test_slower_candidate*speed 15s*ratio <= 0.70*",
         "INCONCLUSIVE *test_crashing_candidate*ratio <= 0.70*",
         "PASS *test_subprocess_arms*speed proc*ratio <= 0.70*",
+        "PASS *test_model_run_arms*speed model_run*ratio <= 0.70*",
     ])
     suite = ET.parse(speed_project.path / "junit.xml").getroot()
     crashed = next(case for case in suite.iter("testcase")
