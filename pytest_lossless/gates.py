@@ -480,16 +480,16 @@ def _compare_video_streams(result: GateResult, efp: dict[str, Any], ofp: dict[st
                 side = "expected" if of is None else "obtained"
                 frame = ef if of is None else of
                 result.first_mismatch = (
-                    f"{prefix}frame {i} ({_pts_time(frame['pts'], tb)}): present in {side} only"
+                    f"{prefix}{i} ({_pts_time(frame['pts'], tb)}): present in {side} only"
                 )
             elif ef["sha256"] != of["sha256"]:
                 pts = _pts_time(ef["pts"], tb)
                 if ef["pts"] != of["pts"]:
                     pts += f"; obtained pts {of['pts']}"
-                result.first_mismatch = f"{prefix}frame {i} ({pts}): pixels differ"
+                result.first_mismatch = f"{prefix}{i} ({pts}): pixels differ"
             else:
                 result.first_mismatch = (
-                    f"{prefix}frame {i}: pixels identical, timing differs: expected "
+                    f"{prefix}{i}: pixels identical, timing differs: expected "
                     f"{_pts_time(ef['pts'], tb)}, obtained {_pts_time(of['pts'], tb)}"
                 )
             result.location = {
@@ -941,7 +941,7 @@ def _tolerance_container(
                         f" ({_pts_time(pts, es.get('pts_time_base'))})" if pts is not None else ""
                     )
                     result.first_mismatch = (
-                        f"frame {i}{where}: {int(np.count_nonzero(~ok))} samples outside "
+                        f"{i}{where}: {int(np.count_nonzero(~ok))} samples outside "
                         f"atol={_num(gate.atol)}, rtol={_num(gate.rtol)} (max abs error {err:g})"
                     )
                     result.location = {

@@ -733,7 +733,11 @@ def fingerprint_audio_file(path: Path) -> dict[str, Any]:
                 blocks.append(hashlib.sha256(data.data).hexdigest())
                 read += len(block)
         except RuntimeError as exc:
-            raise ArtifactError(path, f"libsndfile failed while decoding it: {exc}") from None
+            raise ArtifactError(
+                path,
+                f"libsndfile failed while decoding it ({exc}): the file is damaged or truncated; "
+                "re-run the producer or restore the file",
+            ) from None
         if read < declared:
             raise TruncatedArtifact(
                 path,
