@@ -140,7 +140,8 @@ def test_sigkilled_holder_frees_its_devices_within_a_second(
     try:
         wait_for(held, holder)
         record = json.loads((locks / "cpu-slot-0.holder.json").read_text())
-        assert record["pid"] == holder.pid and record["test"].endswith("test_keeps_them")
+        assert record["pid"] == holder.pid
+        assert record["test"].endswith("test_keeps_them")
         waiting = threading.Event()
         acquired: list[float] = []
         allocator = Allocator([CpuBackend()], backend="cpu", pool=("0", "1"), lock_dir=locks,
@@ -170,7 +171,7 @@ def test_timeout_names_the_holder_and_too_many_fails_at_once(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     locks = tmp_path / "locks"
-    pytester.makepyfile(test_wants=f"""
+    pytester.makepyfile(test_wants="""
         import pytest
 
         @pytest.mark.npu(devices=2)
@@ -194,7 +195,8 @@ def test_timeout_names_the_holder_and_too_many_fails_at_once(
         took = time.monotonic() - started
     result.assert_outcomes(passed=1, errors=2)
     out = result.stdout.str()
-    assert "AllocationTimeout" in out and "tests/outer.py::test_keeps_three" in out
+    assert "AllocationTimeout" in out
+    assert "tests/outer.py::test_keeps_three" in out
     assert f"pid {os.getpid()}" in out
     assert "waits for 2 cpu device(s) of [0,1,2,3]" in out
     assert "asks for 5 cpu devices but the pool has only 4" in out

@@ -83,10 +83,13 @@ def test_cuda_parse_captured_query_agrees_with_listing() -> None:
     for device in devices:
         assert device.backend == "cuda"
         assert device.lock_key == device.uuid
-        assert device.bus_id is not None and re.fullmatch(
+        assert device.bus_id is not None
+        assert re.fullmatch(
             r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", device.bus_id)
-        assert device.memory_used_mib is not None and device.memory_used_mib >= 0
-        assert device.name and "H200" in device.name
+        assert device.memory_used_mib is not None
+        assert device.memory_used_mib >= 0
+        assert device.name
+        assert "H200" in device.name
 
 
 def test_cuda_parse_brief_query_without_name() -> None:
@@ -103,10 +106,12 @@ def test_cuda_parse_captured_busy_gpu_and_its_process() -> None:
     assert parse_nvidia_smi_apps(smi("nvidia_smi_compute_apps_idle.csv")) == []
     assert apps, "the busy capture lists the process holding memory"
     app = apps[0]
-    assert app["uuid"] in idle and isinstance(app["pid"], int)
+    assert app["uuid"] in idle
+    assert isinstance(app["pid"], int)
     held = next(d for d in busy if d.uuid == app["uuid"])
     before = idle[app["uuid"]].memory_used_mib
-    assert held.memory_used_mib is not None and before is not None
+    assert held.memory_used_mib is not None
+    assert before is not None
     assert held.memory_used_mib > before + 500  # about 1 GiB was held during the capture
 
 
@@ -122,7 +127,8 @@ def test_cuda_parse_is_defensive() -> None:
     )
     devices = parse_nvidia_smi_gpus(text)
     assert [d.id for d in devices] == ["0", "1"]
-    assert devices[0].memory_used_mib is None and devices[0].utilization_pct is None
+    assert devices[0].memory_used_mib is None
+    assert devices[0].utilization_pct is None
     assert devices[0].bus_id == "0000:1a:00.0"
     assert devices[1].name == "Tesla V100, x"  # the name is last and may hold a comma
     assert parse_nvidia_smi_gpus("") == []
@@ -131,7 +137,8 @@ def test_cuda_parse_is_defensive() -> None:
         "GPU-66666666-7777-8888-9999-000000000000, [N/A], [Not Found], 20\nbogus\n")
     assert apps[0] == {"uuid": "GPU-66666666-7777-8888-9999-000000000000", "pid": 4242,
                        "process": "/opt/my, app/bin", "used_memory_mib": None}
-    assert apps[1]["pid"] is None and apps[1]["process"] is None
+    assert apps[1]["pid"] is None
+    assert apps[1]["process"] is None
     assert apps[1]["used_memory_mib"] == 20
 
 
@@ -147,7 +154,8 @@ def test_cuda_backend_env_discovery_and_processes_from_captures() -> None:
     runner = Runner({"--query-gpu": smi("nvidia_smi_query_gpu_busy.csv"),
                      "--query-compute-apps": smi("nvidia_smi_compute_apps_busy.csv")})
     backend = CudaBackend(runner=runner, env={})
-    assert backend.available() and backend.problem is None
+    assert backend.available()
+    assert backend.problem is None
     devices = backend.discover()
     env = backend.visibility_env(devices)
     assert env == {"CUDA_VISIBLE_DEVICES": ",".join(d.uuid or "" for d in devices),
@@ -171,7 +179,8 @@ def test_cuda_inherited_visibility_narrows_the_pool() -> None:
     by_uuid = CudaBackend(runner=runner, env={"CUDA_VISIBLE_DEVICES": "GPU-bbbb"})
     assert [d.id for d in by_uuid.discover()] == ["1"]
     nothing = CudaBackend(runner=runner, env={"CUDA_VISIBLE_DEVICES": ""})
-    assert not nothing.available() and "no GPU" in (nothing.problem or "")
+    assert not nothing.available()
+    assert "no GPU" in (nothing.problem or "")
 
 
 def test_cuda_backend_unavailable_when_tool_missing_or_failing() -> None:
@@ -191,9 +200,12 @@ def test_cuda_backend_unavailable_when_tool_missing_or_failing() -> None:
 def test_npu_parse_910b_table_map_and_board() -> None:
     chips, procs = parse_npu_smi_info(smi("npu_smi_info_910b3_x8.txt"))
     assert [(c.npu, c.chip) for c in chips] == [(i, 0) for i in range(8)]
-    assert chips[2].bus_id == "0000:81:00.0" and chips[2].aicore_pct == 87
-    assert chips[2].memory_used_mib == 48211 and chips[0].memory_used_mib == 3161
-    assert chips[0].name == "910B3" and chips[0].health == "OK"
+    assert chips[2].bus_id == "0000:81:00.0"
+    assert chips[2].aicore_pct == 87
+    assert chips[2].memory_used_mib == 48211
+    assert chips[0].memory_used_mib == 3161
+    assert chips[0].name == "910B3"
+    assert chips[0].health == "OK"
     assert [(p.npu, p.chip, p.pid, p.process, p.memory_mib) for p in procs] == [
         (2, 0, 2345678, "python3.10", 45056)]
     mapping = parse_npu_smi_map(smi("npu_smi_info_m_910b3_x8.txt"))
@@ -212,7 +224,8 @@ def test_npu_backend_discovery_env_and_processes() -> None:
     assert backend.available()
     devices = backend.discover()
     assert [d.id for d in devices] == [str(i) for i in range(8)]
-    assert devices[2].serial == "102415083974" and devices[0].serial is None
+    assert devices[2].serial == "102415083974"
+    assert devices[0].serial is None
     assert devices[2].lock_key == "0000:81:00.0"  # no uuid: the bus id is the stable identity
     assert len({d.lock_key for d in devices}) == 8
     env = backend.visibility_env([devices[7], devices[1], devices[3]])
@@ -235,7 +248,8 @@ def test_npu_dual_die_uses_chip_logic_ids() -> None:
     assert [(d.id, d.bus_id) for d in devices] == [
         ("0", "0000:9c:00.0"), ("1", "0000:9d:00.0"), ("2", "0000:9e:00.0"),
         ("3", "0000:9f:00.0")]
-    assert devices[1].utilization_pct == 95 and devices[1].memory_used_mib == 40000
+    assert devices[1].utilization_pct == 95
+    assert devices[1].memory_used_mib == 40000
     assert backend.foreign_processes(devices) == [
         {"device": "1", "pid": 777, "process": "vllm", "used_memory_mib": 36000}]
 
@@ -254,8 +268,8 @@ def test_npu_parse_is_defensive() -> None:
         "DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3)\n"
         "| 0     310P3               | OK            | 17.0        50                0    / 0  |\n"
         "| 0                         | 0000:01:00.0  | 12          512  / 21527      0     / 0 |\n"
-        "| NPU                       | Process id    | Process name             | Process memory(MB) |\n"
-        "| 0                         | 99            | infer                    | 256                |\n"
+        "| NPU                       | Process id    | Process name     | Process memory(MB) |\n"
+        "| 0                         | 99            | infer            | 256                |\n"
         "| 1     310P3               | Warning       | NA          NA                0    / 0  |\n"
         "| 0                         | [N/A]         | NA          NA               NA         |\n"
     )
@@ -291,7 +305,8 @@ def test_builtin_backends_through_the_hook_and_first_name_wins() -> None:
     assert [b.name for b in collect_backends()] == ["npu", "cuda", "cpu"]
     mine = CpuBackend()
     merged = merge_backends([[mine], [NpuBackend(), CudaBackend(), CpuBackend()]])
-    assert [b.name for b in merged] == ["cpu", "npu", "cuda"] and merged[0] is mine
+    assert [b.name for b in merged] == ["cpu", "npu", "cuda"]
+    assert merged[0] is mine
 
 
 # ------------------------------------------------------------------ allocator
@@ -340,7 +355,8 @@ def test_too_many_devices_fails_at_once(tmp_path: Path) -> None:
     allocator = cpu_allocator(tmp_path, clock=clock, timeout=600)
     with pytest.raises(AllocationError, match=r"asks for 5 cpu devices but the pool has only 4"):
         allocator.acquire(5, "t::too_many")
-    assert clock.now == 0 and clock.sleeps == []
+    assert clock.now == 0
+    assert clock.sleeps == []
     with pytest.raises(AllocationError, match="ask for 1 or more"):
         allocator.acquire(0, "t::none")
 
@@ -348,22 +364,29 @@ def test_too_many_devices_fails_at_once(tmp_path: Path) -> None:
 def test_acquire_cpu_slots_env_identity_and_records(tmp_path: Path) -> None:
     allocator = cpu_allocator(tmp_path, host="hostA")
     allocation = allocator.acquire(2, "tests/x.py::test_a")
-    assert allocation.backend == "cpu" and allocation.ids == ("0", "1")
+    assert allocation.backend == "cpu"
+    assert allocation.ids == ("0", "1")
     assert allocation.env == {"PYTEST_LOSSLESS_CPU_SLOTS": "0,1"}
     assert [i["lock_key"] for i in allocation.identity] == ["cpu-slot-0", "cpu-slot-1"]
     assert all(i["host"] == "hostA" for i in allocation.identity)
     record_path = tmp_path / "locks" / "cpu-slot-0.holder.json"
     record = json.loads(record_path.read_text())
-    assert record["pid"] == os.getpid() and record["host"] == "hostA"
-    assert record["test"] == "tests/x.py::test_a" and record["since"].endswith("Z")
+    assert record["pid"] == os.getpid()
+    assert record["host"] == "hostA"
+    assert record["test"] == "tests/x.py::test_a"
+    assert record["since"].endswith("Z")
     assert record["locks"] == ["cpu-slot-0", "cpu-slot-1"]
     data = allocation.to_dict()
-    assert data["idle_before"]["observed"] is False and data["released_at"] is None
+    assert data["idle_before"]["observed"] is False
+    assert data["released_at"] is None
     allocation.release()
     assert not record_path.exists()
     data = json.loads(json.dumps(allocation.to_dict()))
-    assert data["ids"] == ["0", "1"] and data["lock_keys"] == ["cpu-slot-0", "cpu-slot-1"]
-    assert data["released_at"] and data["acquired_at"] and data["waited_seconds"] == 0
+    assert data["ids"] == ["0", "1"]
+    assert data["lock_keys"] == ["cpu-slot-0", "cpu-slot-1"]
+    assert data["released_at"]
+    assert data["acquired_at"]
+    assert data["waited_seconds"] == 0
     allocation.release()  # idempotent
 
 
@@ -374,14 +397,17 @@ def test_held_devices_are_skipped_and_a_timeout_names_the_holder(tmp_path: Path)
     second = cpu_allocator(tmp_path, pool=("0", "1", "2"), host="hostA", on_wait=lines.append,
                            timeout=3.0)
     other = second.acquire(2, "tests/b.py::test_pair")
-    assert other.ids == ("1", "2") and lines == []  # any 2 free devices of the pool will do
+    assert other.ids == ("1", "2")
+    assert lines == []
     third = cpu_allocator(tmp_path, pool=("0", "1", "2"), host="hostA", on_wait=lines.append,
                           timeout=3.0)
     with pytest.raises(AllocationTimeout) as info:
         third.acquire(1, "tests/c.py::test_waits")
     message = str(info.value)
-    assert "tests/a.py::test_holder" in message and "tests/b.py::test_pair" in message
-    assert f"pid {os.getpid()} on hostA" in message and "--lossless-lock-timeout" in message
+    assert "tests/a.py::test_holder" in message
+    assert "tests/b.py::test_pair" in message
+    assert f"pid {os.getpid()} on hostA" in message
+    assert "--lossless-lock-timeout" in message
     assert len(lines) == 1, "the wait is announced once"
     assert "tests/c.py::test_waits waits for 1 cpu device(s) of [0,1,2]" in lines[0]
     assert "tests/a.py::test_holder" in lines[0]
@@ -487,7 +513,8 @@ def test_busy_device_waits_then_prefers_an_idle_one(tmp_path: Path) -> None:
                           clock=FakeClock(), on_wait=lines.append)
     allocation = allocator.acquire(1, "t::picky")
     assert allocation.ids == ("1",)
-    assert lines and "busy with device 0: pid 4242 (python3" in lines[0]
+    assert lines
+    assert "busy with device 0: pid 4242 (python3" in lines[0]
     allocation.release()
     allocator.timeout = 1.0
     with pytest.raises(AllocationTimeout, match="pid 4242"):
@@ -499,7 +526,8 @@ def test_backend_choice_and_skip_reasons(tmp_path: Path) -> None:
               CpuBackend()]
     auto = Allocator(absent, lock_dir=tmp_path, timeout=1)
     reason = auto.skip_reason()
-    assert reason is not None and "--lossless-backend=cpu" in reason
+    assert reason is not None
+    assert "--lossless-backend=cpu" in reason
     assert "npu-smi-missing not found on PATH" in reason
     with pytest.raises(AllocationError, match="--lossless-backend=cpu"):
         auto.acquire(1, "t::x")
@@ -561,7 +589,8 @@ def test_a_big_ask_is_not_starved_by_small_ones(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
     assert not errors
-    assert allocation.escalated and waited < 2.0
+    assert allocation.escalated
+    assert waited < 2.0
 
 
 def _real() -> Any:
@@ -581,7 +610,8 @@ needs_gpu = pytest.mark.skipif(shutil.which("nvidia-smi") is None or not CudaBac
 def test_cuda_real_discovery_lock_and_child_visibility(tmp_path: Path) -> None:
     backend = CudaBackend()
     devices = backend.discover()
-    assert devices and all(d.uuid and d.uuid.startswith("GPU-") for d in devices)
+    assert devices
+    assert all(d.uuid and d.uuid.startswith("GPU-") for d in devices)
     allocator = Allocator([backend], backend="cuda", lock_dir=tmp_path, timeout=5)
     allocation = allocator.acquire(1, "t::cuda_real")
     assert allocation.idle_before["observed"] is True
@@ -597,7 +627,8 @@ def test_cuda_real_discovery_lock_and_child_visibility(tmp_path: Path) -> None:
     probe.release()
     if child.returncode == 0:
         count, uuid = child.stdout.split()
-        assert count == "1" and devices[0].uuid == f"GPU-{uuid}"
+        assert count == "1"
+        assert devices[0].uuid == f"GPU-{uuid}"
 
 
 @needs_gpu
@@ -615,7 +646,9 @@ def test_cuda_real_foreign_process_is_named(tmp_path: Path) -> None:
         assert ready.exists(), "the child could not allocate GPU memory"
         backend = CudaBackend()
         procs = backend.foreign_processes(backend.discover())
-        assert procs and procs[0]["used_memory_mib"] and procs[0]["used_memory_mib"] >= 1000
+        assert procs
+        assert procs[0]["used_memory_mib"]
+        assert procs[0]["used_memory_mib"] >= 1000
         allocator = Allocator([backend], backend="cuda", lock_dir=tmp_path, timeout=5,
                               busy="fail")
         with pytest.raises(AllocationError, match=r"pid \d+") as info:
