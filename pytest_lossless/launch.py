@@ -570,7 +570,7 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(record, Mapping):
         reasons.append("the run record is not a mapping")
         return _verdict(reasons, {"processes": 0, "forced": 0, "failed": 0, "leftovers": 0,
-                                  "sigterm_stops": 0, "unobserved": 0})
+                                  "sigterm_stops": 0, "unobserved": 0, "exited_zero": 0})
     raw_procs = record.get("processes")
     procs = [p for p in raw_procs if isinstance(p, Mapping)] if isinstance(raw_procs, list) else []
     if isinstance(raw_procs, list) and len(procs) != len(raw_procs):
@@ -639,7 +639,7 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
         return kind in ("ok", "sigterm") or (
             kind == "unobserved" and vouched(pindex, seen | {index}))
 
-    failed = forced_n = sigterm_n = unobserved_n = 0
+    failed = forced_n = sigterm_n = unobserved_n = zero_n = 0
     for index, proc in enumerate(procs):
         kind, problem = status[index]
         if kind == "unobserved":
@@ -651,6 +651,8 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
                 "in the record that ended cleanly accounts for it")
         if kind == "sigterm":
             sigterm_n += 1
+        if kind == "ok":
+            zero_n += 1
         if kind == "bad":
             reasons.append(problem or f"{label(proc)} did not end cleanly")
             if proc.get("forced") is True or any(
@@ -674,7 +676,7 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
             reasons.append(f"{expected} workers were expected but {workers} were observed")
     counts = {"processes": len(procs), "forced": forced_n, "failed": failed,
               "leftovers": len(leftovers), "sigterm_stops": sigterm_n,
-              "unobserved": unobserved_n}
+              "unobserved": unobserved_n, "exited_zero": zero_n}
     return _verdict(reasons, counts)
 
 
@@ -691,14 +693,13 @@ def _verdict(reasons: list[str], counts: dict[str, int]) -> dict[str, Any]:
     tally = (f"{_count(counts['processes'], 'process')}: {counts['forced']} forced, "
              f"{counts['failed']} failed, {_count(counts['leftovers'], 'leftover')}")
     if clean:
-        extra = []
+        parts = [f"{counts['exited_zero']} exited 0"]
         if counts["sigterm_stops"]:
-            extra.append(f"{counts['sigterm_stops']} stopped by our SIGTERM within the grace")
+            parts.append(f"{counts['sigterm_stops']} ended by our stop SIGTERM within the grace")
         if counts["unobserved"]:
-            extra.append(f"{counts['unobserved']} reaped by their own parent "
+            parts.append(f"{counts['unobserved']} reaped by their own parent "
                          "(exit status not observable)")
-        summary = f"clean ({tally}); every process ended on its own" + (
-            f"; {'; '.join(extra)}" if extra else "")
+        summary = f"clean ({tally}): " + ", ".join(parts)
     else:
         summary = f"not clean ({tally}): " + "; ".join(reasons)
     return {"clean": clean, "reasons": reasons, "summary": summary, "counts": counts}
