@@ -95,12 +95,16 @@ class KindRegistry:
             self.plugin_manager = new_plugin_manager()
             hook = self.plugin_manager.hook
         self.hook = hook
+        # If the built-ins are not registered where ``hook`` comes from, they still answer last.
+        self._fallback = BuiltinKinds()
 
     def detect(self, path: Path) -> str:
         """The kind of the artifact at ``path``, from its content."""
         path = Path(path)
         head = media.read_head(path)
         kind = self.hook.pytest_lossless_detect_kind(path=path, head=head)
+        if kind is None:
+            kind = self._fallback.pytest_lossless_detect_kind(path, head)
         return str(kind) if kind else "bytes"
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
@@ -108,6 +112,8 @@ class KindRegistry:
         path = Path(path)
         media.read_head(path, 1)
         result = self.hook.pytest_lossless_fingerprint(kind=kind, path=path)
+        if result is None:
+            result = self._fallback.pytest_lossless_fingerprint(kind, path)
         if result is None:
             raise LosslessError(
                 f"no plugin fingerprints artifacts of kind {kind!r} ({path}): implement "
@@ -123,6 +129,8 @@ class KindRegistry:
     def default_gate(self, kind: str) -> Gate:
         """The gate used when a test names none."""
         spec = self.hook.pytest_lossless_default_gate(kind=kind)
+        if spec is None:
+            spec = self._fallback.pytest_lossless_default_gate(kind)
         gate = parse_gate(spec) if spec is not None else None
         return gate if gate is not None else Gate("bytes")
 
@@ -162,6 +170,10 @@ class KindRegistry:
         result: GateResult | None = self.hook.pytest_lossless_compare(
             kind=expected.kind, gate=parsed, expected=expected, obtained=obtained
         )
+        if result is None:
+            result = self._fallback.pytest_lossless_compare(
+                expected.kind, parsed, expected, obtained
+            )
         if result is None:
             raise LosslessError(
                 f"no plugin compares artifacts of kind {expected.kind!r} under gate "

@@ -1,0 +1,193 @@
+"""Unit tests of kinds.py: the registry, the built-in kinds plugin and hook precedence."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pluggy
+import pytest
+import soundfile
+
+from pytest_lossless import hookspecs, media
+from pytest_lossless.errors import ArtifactError, LosslessError
+from pytest_lossless.gates import Gate, GateResult, tolerance
+from pytest_lossless.hookspecs import hookimpl
+from pytest_lossless.kinds import BUILTIN_KINDS, Artifact, BuiltinKinds, KindRegistry
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    video = tmp_path / "v.mp4"
+    subprocess.run(
+        [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-f", "lavfi", "-i",
+         "testsrc=size=32x32:rate=10:duration=0.3", "-c:v", "libx264", "-threads", "1",
+         "-pix_fmt", "yuv420p", str(video)],
+        check=True,
+    )
+    audio = tmp_path / "a.wav"
+    soundfile.write(audio, np.zeros((100, 1), np.int16), 8000, subtype="PCM_16")
+    tensor = tmp_path / "t.npy"
+    np.save(tensor, np.arange(6, dtype=np.float32))
+    blob = tmp_path / "b.bin"
+    blob.write_bytes(b"\x00\x01payload")
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"b": 1, "a": [1, 2]}))
+    return {"video": video, "audio": audio, "tensor": tensor, "bytes": blob, "json": config}
+
+
+def test_builtin_kinds_detect_fingerprint_and_default_gates(files: dict[str, Path]) -> None:
+    registry = KindRegistry()
+    for kind in ("video", "audio", "tensor", "bytes"):
+        assert registry.detect(files[kind]) == kind
+        artifact = registry.artifact(kind, files[kind])
+        assert artifact.kind == kind
+        assert artifact.path == files[kind]
+        digest = hashlib.sha256(files[kind].read_bytes()).hexdigest()
+        assert artifact.fingerprint["sha256"] == digest
+        json.dumps(artifact.fingerprint)  # JSON-able, for manifests
+        assert registry.compare(registry.default_gate(kind), artifact, artifact).passed
+    assert registry.default_gate("video") == Gate("decoded")
+    assert registry.default_gate("audio") == Gate("decoded")
+    assert registry.default_gate("tensor") == Gate("elementwise")
+    assert registry.default_gate("bytes") == Gate("bytes")
+    assert registry.default_gate("unknown-kind") == Gate("bytes")
+
+
+def test_gate_given_as_spec_string_and_none(files: dict[str, Path]) -> None:
+    registry = KindRegistry()
+    artifact = registry.artifact("t", files["tensor"])
+    assert registry.compare("tolerance(atol=0.1)", artifact, artifact).gate == (
+        "tolerance(atol=0.1, rtol=0)")
+    assert registry.compare(None, artifact, artifact).gate == "elementwise"  # type: ignore[arg-type]
+
+
+def test_invalid_gate_for_kind_is_an_error(files: dict[str, Path]) -> None:
+    registry = KindRegistry()
+    video = registry.artifact("clip", files["video"])
+    with pytest.raises(LosslessError, match="'elementwise' does not apply to the video artifact"):
+        registry.compare("elementwise", video, video)
+    blob = registry.artifact("blob", files["bytes"])
+    with pytest.raises(LosslessError, match="does not apply to the bytes artifact 'blob'"):
+        registry.compare(tolerance(atol=1), blob, blob)
+
+
+def test_tolerance_result_is_never_lossless(files: dict[str, Path]) -> None:
+    registry = KindRegistry()
+    artifact = registry.artifact("t", files["tensor"])
+    result = registry.compare(tolerance(), artifact, artifact)
+    assert result.passed
+    assert result.lossless is False
+
+
+def test_kind_mismatch_fails(files: dict[str, Path]) -> None:
+    registry = KindRegistry()
+    tensor = registry.artifact("x", files["tensor"])
+    blob = registry.artifact("x", files["bytes"])
+    result = registry.compare("elementwise", tensor, blob)
+    assert not result.passed
+    assert result.metadata_diffs == ["kind: expected tensor, obtained bytes"]
+
+
+def test_missing_artifact_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ArtifactError, match="'out' does not exist"):
+        KindRegistry().artifact("out", tmp_path / "gone.mp4")
+
+
+class JsonKind:
+    """A custom kind: JSON documents compared by their canonical form."""
+
+    @hookimpl
+    def pytest_lossless_detect_kind(self, path: Path, head: bytes) -> str | None:
+        return "json" if head.lstrip().startswith((b"{", b"[")) else None
+
+    @hookimpl
+    def pytest_lossless_fingerprint(self, kind: str, path: Path) -> dict[str, Any] | None:
+        if kind != "json":
+            return None
+        canonical = json.dumps(json.loads(path.read_text()), sort_keys=True)
+        return {"canonical_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "size": path.stat().st_size}
+
+    @hookimpl
+    def pytest_lossless_default_gate(self, kind: str) -> str | None:
+        return "decoded" if kind == "json" else None
+
+    @hookimpl
+    def pytest_lossless_compare(
+        self, kind: str, gate: Gate, expected: Artifact, obtained: Artifact
+    ) -> GateResult | None:
+        if kind != "json" or gate.name != "decoded":
+            return None
+        same = expected.fingerprint["canonical_sha256"] == obtained.fingerprint["canonical_sha256"]
+        return GateResult(artifact=expected.name, kind=kind, gate=gate.spec, lossless=True,
+                          passed=same, unit="byte",
+                          first_mismatch=None if same else "canonical JSON differs")
+
+
+def test_custom_kind_takes_precedence(files: dict[str, Path], tmp_path: Path) -> None:
+    registry = KindRegistry()
+    assert registry.detect(files["json"]) == "bytes"  # before: the built-ins call it bytes
+    assert registry.plugin_manager is not None
+    registry.plugin_manager.register(JsonKind())
+    assert registry.detect(files["json"]) == "json"
+    assert registry.detect(files["tensor"]) == "tensor"  # the built-ins still answer the rest
+    assert registry.default_gate("json") == Gate("decoded")
+    expected = registry.artifact("config", files["json"])
+    assert "canonical_sha256" in expected.fingerprint
+    reordered = tmp_path / "c2.json"
+    reordered.write_text(json.dumps({"a": [1, 2], "b": 1}, indent=2))
+    changed = tmp_path / "c3.json"
+    changed.write_text(json.dumps({"a": [1, 3], "b": 1}))
+    assert registry.compare("decoded", expected, registry.artifact("config", reordered)).passed
+    failed = registry.compare("decoded", expected, registry.artifact("config", changed))
+    assert not failed.passed
+    assert failed.first_mismatch == "canonical JSON differs"
+    # The bytes gate works for any kind whose fingerprint has the file digest.
+    assert not registry.compare("bytes", expected, registry.artifact("config", reordered)).passed
+    # A gate no plugin implements for the kind is an error, never a pass.
+    with pytest.raises(LosslessError, match="no plugin compares artifacts of kind 'json'"):
+        registry.compare("elementwise", expected, expected)
+
+
+def test_custom_kind_overrides_a_builtin(files: dict[str, Path]) -> None:
+    class LabelTensors:
+        @hookimpl
+        def pytest_lossless_detect_kind(self, path: Path, head: bytes) -> str | None:
+            return "labels" if head.startswith(b"\x93NUMPY") else None
+
+    registry = KindRegistry()
+    assert registry.plugin_manager is not None
+    registry.plugin_manager.register(LabelTensors())
+    assert registry.detect(files["tensor"]) == "labels"
+    with pytest.raises(LosslessError, match="no plugin fingerprints artifacts of kind 'labels'"):
+        registry.fingerprint("labels", files["tensor"])
+
+
+def test_registry_over_a_foreign_hook_relay(files: dict[str, Path]) -> None:
+    """Like pytest's config.hook: the built-ins registered there as BUILTIN_KINDS."""
+    pm = pluggy.PluginManager("pytest")
+    pm.add_hookspecs(hookspecs)
+    pm.register(BUILTIN_KINDS, name="lossless-kinds")
+    registry = KindRegistry(pm.hook)
+    assert registry.plugin_manager is None
+    assert registry.detect(files["audio"]) == "audio"
+    # Without the built-ins registered, they still answer last.
+    bare = pluggy.PluginManager("pytest")
+    bare.add_hookspecs(hookspecs)
+    fallback = KindRegistry(bare.hook)
+    artifact = fallback.artifact("a", files["audio"])
+    assert artifact.kind == "audio"
+    assert fallback.compare("decoded", artifact, artifact).passed
+
+
+def test_builtin_hookimpls_are_trylast() -> None:
+    for name in ("pytest_lossless_detect_kind", "pytest_lossless_fingerprint",
+                 "pytest_lossless_default_gate", "pytest_lossless_compare"):
+        opts = getattr(BuiltinKinds, name).pytest_impl
+        assert opts["trylast"] is True
