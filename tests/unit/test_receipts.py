@@ -1,0 +1,231 @@
+"""Unit tests of receipts.py and the verify CLI: writing, loading, and catching edits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_lossless.__main__ import main
+from pytest_lossless.errors import ReceiptError
+from pytest_lossless.receipts import (
+    SCHEMA_VERSION,
+    Receipt,
+    default_checkers,
+    derive_verdicts,
+    load,
+    receipt_name,
+    verify,
+    verify_receipt,
+)
+
+DIFF = "diff --git a/m.py b/m.py\n-old\n+new \udcff\n"
+
+
+def _run(**overrides: Any) -> dict[str, Any]:
+    main_proc = {"pid": 10, "role": "main", "ppid": 1, "ppid_last": 1, "comm": "python",
+                 "observed": "reaped", "exit_code": 0, "signal": None, "forced": False,
+                 "signals_received": [], "ended_seconds": 1.0}
+    record: dict[str, Any] = {"kind": "command", "name": "command-01", "processes": [main_proc],
+                              "signals": [], "leftovers": [], "timed_out": False,
+                              "exit_code": 0, "signal": None}
+    record.update(overrides)
+    return record
+
+
+def _runspec(diff: str = DIFF, **source: Any) -> dict[str, Any]:
+    raw = diff.encode("utf-8", errors="surrogateescape")
+    base = {"revision": "a" * 40, "dirty": bool(diff), "diff": diff,
+            "diff_sha256": hashlib.sha256(raw).hexdigest(), "diff_bytes": len(raw),
+            "untracked": [], "remote_branches": [], "published": False,
+            "publication": "unpublished"}
+    base.update(source)
+    return {"source": base, "inputs": {}, "versions": {"python": "3"}}
+
+
+class Allocationish:
+    def __init__(self) -> None:
+        self.released_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": ["0"], "released_at": self.released_at}
+
+
+def _write(folder: Path, *, test_id: str = "tests/test_m.py::test_a[x/y]", **kw: Any) -> Path:
+    receipt = Receipt(test_id)
+    receipt.set_runspec(kw.get("runspec", _runspec()))
+    allocation = Allocationish()
+    receipt.set_allocation(allocation)
+    for run in kw.get("runs", [_run()]):
+        receipt.add_run(run)
+    receipt.add_gate({"artifact": "video", "passed": True, "lossless": True})
+    receipt.add_lossless({"verdict": "PASS"})
+    receipt.set_outcome("call", "passed")
+    allocation.released_at = "2026-01-01T00:00:00.000Z"  # read late: shows the release
+    return receipt.write(folder)
+
+
+def _edit(path: Path, change: Any) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_receipt_name_is_safe_and_bounded() -> None:
+    assert receipt_name("tests/e2e/test_m.py::test_a[x/y]") == "tests_e2e_test_m.py__test_a_x_y"
+    long = receipt_name("t::" + "a" * 400)
+    assert len(long) < 160
+    assert long != receipt_name("t::" + "a" * 399)
+    assert "/" not in receipt_name("../../etc/passwd")
+    assert not receipt_name("../../etc/passwd").startswith(".")
+
+
+def test_write_is_atomic_with_diff_beside_and_derived_blocks(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "tests_test_m.py__test_a_x_y.diff", "tests_test_m.py__test_a_x_y.json"]
+    diff = tmp_path / "tests_test_m.py__test_a_x_y.diff"
+    assert diff.read_bytes() == DIFF.encode("utf-8", errors="surrogateescape")
+    data = load(path)
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert "diff" not in data["runspec"]["source"]
+    assert data["runspec"]["source"]["diff_file"] == diff.name
+    assert data["allocation"]["released_at"] == "2026-01-01T00:00:00.000Z"
+    assert data["runs"][0]["lifecycle"]["clean"] is True
+    assert data["verdicts"]["lifecycle"]["clean"] is True
+    assert data["verdicts"]["overall"] == "PASS"
+    assert data["outcome"] == {"call": "passed"}
+    assert verify_receipt(path) == []
+    assert verify(tmp_path) == []
+
+
+def test_clean_tree_writes_no_diff(tmp_path: Path) -> None:
+    _write(tmp_path, runspec=_runspec(""))
+    assert [p.suffix for p in tmp_path.iterdir()] == [".json"]
+    assert verify(tmp_path) == []
+
+
+def test_verify_catches_a_clean_claim_over_a_sigkilled_process(tmp_path: Path) -> None:
+    killed = _run(exit_code=None, signal="SIGKILL")
+    killed["processes"][0].update(exit_code=None, signal="SIGKILL", forced=True,
+                                  signals_received=[{"signal": "SIGKILL", "forced": True}])
+    path = _write(tmp_path, runs=[killed])
+    assert verify(tmp_path) == []
+    assert load(path)["verdicts"]["lifecycle"]["clean"] is False
+
+    def claim_clean(data: dict[str, Any]) -> None:
+        data["runs"][0]["lifecycle"] = {"clean": True, "reasons": [], "summary": "all clean"}
+        data["verdicts"]["lifecycle"]["clean"] = True
+
+    _edit(path, claim_clean)
+    found = verify(tmp_path)
+    assert any("recorded lifecycle clean=True but the raw record gives clean=False" in f
+               and "SIGKILL" in f for f in found)
+    assert any(f.startswith(f"{path}: verdicts.lifecycle") for f in found)
+
+
+def test_verify_catches_edited_raw_blocks_and_summaries(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    _edit(path, lambda d: d["runs"][0]["processes"][0].update(exit_code=0, comm="other"))
+    assert any("raw blocks were changed" in f for f in verify(tmp_path))
+    path = _write(tmp_path)
+    _edit(path, lambda d: d["runs"][0]["lifecycle"].update(summary="clean, trust me"))
+    assert any("recorded summary 'clean, trust me' differs" in f for f in verify(tmp_path))
+    path = _write(tmp_path)
+    _edit(path, lambda d: d["verdicts"].update(overall="FAIL"))
+    assert any("verdicts.overall: recorded 'FAIL'" in f for f in verify(tmp_path))
+
+
+def test_verify_catches_a_diff_that_does_not_match_its_hash(tmp_path: Path) -> None:
+    _write(tmp_path)
+    diff = tmp_path / "tests_test_m.py__test_a_x_y.diff"
+    diff.write_text("diff --git a/m.py b/m.py\n+something else\n")
+    assert any("does not match diff_sha256" in f for f in verify(tmp_path))
+    diff.unlink()
+    assert any("diff" in f and "missing" in f for f in verify(tmp_path))
+
+
+def test_verify_catches_contradictory_source_flags(tmp_path: Path) -> None:
+    _write(tmp_path, runspec=_runspec("", dirty=True))
+    assert any("dirty=True" in f for f in verify(tmp_path))
+    for old in tmp_path.iterdir():
+        old.unlink()
+    _write(tmp_path, runspec=_runspec("", remote_branches=["origin/main"]))
+    assert any("publication 'unpublished' contradicts" in f for f in verify(tmp_path))
+
+
+def test_verify_rehashes_outputs_that_still_exist(tmp_path: Path) -> None:
+    output = tmp_path / "out.bin"
+    output.write_bytes(b"frames")
+    digest = hashlib.sha256(b"frames").hexdigest()
+    folder = tmp_path / "receipts"
+    _write(folder, runs=[_run(outputs={"video": {"path": str(output), "sha256": digest}})])
+    assert verify(folder) == []
+    output.write_bytes(b"FRAMES")
+    assert any("output 'video'" in f and "no longer matches" in f for f in verify(folder))
+    output.unlink()
+    assert verify(folder) == []  # gone files cannot be re-hashed; not a contradiction
+
+
+def test_unreadable_receipts_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ReceiptError, match=r"bad\.json: not valid JSON"):
+        load(bad)
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    with pytest.raises(ReceiptError, match=r"other\.json: not a pytest-lossless receipt"):
+        load(other)
+    future = tmp_path / "future.json"
+    future.write_text('{"schema": "pytest-lossless.receipt", "schema_version": 99}')
+    with pytest.raises(ReceiptError, match="schema version 99"):
+        load(future)
+    found = verify(tmp_path)
+    assert len(found) == 3
+    assert all(any(n in f for n in ("bad.json", "other.json", "future.json")) for f in found)
+
+
+def test_checkers_table_can_be_extended(tmp_path: Path) -> None:
+    _write(tmp_path)
+
+    def gates_must_be_lossless(block: Any, receipt: Any, path: Path) -> list[str]:
+        return [f"gate {g['artifact']} is lossy" for g in block if not g.get("lossless", True)]
+
+    def always(block: Any, receipt: Any, path: Path) -> list[str]:
+        raise ValueError("broken block")
+
+    checkers = {**default_checkers(), "gates": gates_must_be_lossless, "speed": always}
+    found = verify(tmp_path, checkers=checkers)
+    assert found == [f"{tmp_path / 'tests_test_m.py__test_a_x_y.json'}: speed: cannot be "
+                     "re-derived (ValueError: broken block)"]
+
+
+def test_derive_verdicts_orders_fail_over_inconclusive_over_pass() -> None:
+    assert derive_verdicts({"speed": [{"verdict": "PASS"}, {"verdict": "INCONCLUSIVE"}]})[
+        "overall"] == "INCONCLUSIVE"
+    assert derive_verdicts({"gates": [{"passed": False}], "speed": [{"verdict": "PASS"}]})[
+        "overall"] == "FAIL"
+    assert derive_verdicts({"lossless": [{"verdict": "garbage"}]})["overall"] == "FAIL"
+    assert derive_verdicts({})["overall"] is None
+
+
+def test_cli_exit_codes_and_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(tmp_path / "nowhere")]) == 2
+    assert main(["verify", str(tmp_path)]) == 2
+    assert "nothing was verified" in capsys.readouterr().err
+    path = _write(tmp_path)
+    assert main(["verify", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(f"OK {path}: tests/test_m.py::test_a[x/y]: 1 run")
+    assert "1 of 1 receipts consistent" in out
+    _edit(path, lambda d: d["verdicts"].update(overall="PASS-ish"))
+    (tmp_path / "broken.json").write_text("[")
+    assert main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"CONTRADICTION {path}" in out
+    assert "UNREADABLE" in out
+    assert "broken.json" in out
+    assert main(["verify", str(path)]) == 1  # a single file works too
