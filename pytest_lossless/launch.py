@@ -903,19 +903,22 @@ class Launcher:
                  outputs: Mapping[str, str | os.PathLike[str]] | None = None,
                  timeout: float | None = None, env: Mapping[str, str | None] | None = None,
                  cwd: str | os.PathLike[str] | None = None, check: bool = True,
-                 inputs: Mapping[str, str | os.PathLike[str]] | None = None) -> RunResult:
+                 inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+                 grace: float | None = None) -> RunResult:
         """Run one command to completion; see the module docstring for what is recorded.
 
         ``outputs`` maps names to paths (``{out}`` is this run's own folder; relative paths
         are taken inside it); each must exist and be non-empty. ``inputs`` names files the
         run reads, hashed into the record before it starts. ``env`` values of None unset.
+        ``grace`` (default: the launcher's) is the wait between SIGTERM and SIGKILL on timeout.
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         limit = self.run_timeout if timeout is None else float(timeout)
+        wait = self.grace if grace is None else float(grace)
         record, args, child_env, cwd_path, run_dir = self._prepare("command", argv, env, cwd,
                                                                    None, inputs)
         record["timeout_seconds"] = limit
-        record["grace_seconds"] = self.grace
+        record["grace_seconds"] = wait
         out = Path(record["out_dir"])
         group = self._spawn(record, args, child_env, cwd_path, run_dir)
         finished = group.wait_main(limit)
@@ -923,11 +926,11 @@ class Launcher:
         if not finished:
             group.send(signal.SIGTERM, forced=True, reason=f"timeout after {limit:g} s",
                        group=True)
-            group.settle(self.grace)
-            group.finish(reason=f"grace of {self.grace:g} s expired after the timeout")
+            group.settle(wait)
+            group.finish(reason=f"grace of {wait:g} s expired after the timeout")
         else:
             # Processes still running after the main one exited were left behind.
-            group.settle(min(self.grace, 0.5))
+            group.settle(min(wait, 0.5))
             group.finish(reason="left running after the main process exited")
         self._groups.remove(group)
         self._close_record(record, group)
@@ -941,9 +944,10 @@ class Launcher:
                            run_dir / "stderr.log")
         if check:
             if record["timed_out"]:
+                killed = any(x["signal"] == "SIGKILL" for x in record["signals"])
+                then = f", then SIGKILL after {wait:g} s" if killed else ""
                 raise RunError(self._failure(record, f"timed out after {limit:g} s; sent SIGTERM "
-                                             f"to its process group, then SIGKILL after "
-                                             f"{self.grace:g} s"), record=record)
+                                             f"to its process group{then}"), record=record)
             if main["signal"] or main["exit_code"] != 0:
                 raise RunError(self._failure(record, _format_status(main)), record=record)
             if problems:
