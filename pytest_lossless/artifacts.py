@@ -26,7 +26,7 @@ def materialize(value: Any, name: str, folder: Path) -> Path:
             raise ArtifactError(path, f"artifact {name!r} is not a regular file")
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    if isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
+    if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         if array.dtype.hasobject:
             raise ArtifactError(name, "object arrays cannot be compared bit for bit (no pickle)")
@@ -67,9 +67,8 @@ def named_artifacts(result: Any, what: str) -> dict[str, Any]:
 
 
 def materialize_all(result: Any, what: str, folder: Path) -> dict[str, Path]:
-    return {
-        name: materialize(value, name, folder) for name, value in named_artifacts(result, what).items()
-    }
+    artifacts = named_artifacts(result, what)
+    return {name: materialize(value, name, folder) for name, value in artifacts.items()}
 
 
 Producer = Callable[[], Any]

@@ -50,9 +50,9 @@ def pytest_lossless_default_gate(kind: str) -> str | None:
 def pytest_lossless_compare(
     kind: str, gate: Gate, expected: Artifact, obtained: Artifact
 ) -> GateResult | None:
-    """Compare two artifacts of ``kind`` under ``gate``; return the result with its first mismatch."""
+    """Compare two artifacts of ``kind`` under ``gate``; the result names the first mismatch."""
 
 
 @hookspec
-def pytest_lossless_backends() -> list[Backend]:
+def pytest_lossless_backends() -> list[Backend]:  # type: ignore[empty-body]
     """Device backends this plugin provides (each has a unique ``name``)."""

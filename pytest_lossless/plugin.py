@@ -6,11 +6,11 @@ lives in plain objects kept under ``StashKey``\\ s.
 
 from __future__ import annotations
 
-import pytest
-
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from . import hookspecs, report
 from .errors import ConfigError, Inconclusive, LosslessError
@@ -111,7 +111,8 @@ def pytest_runtest_makereport(
             rep.outcome = "failed"
             rep.longrepr = f"INCONCLUSIVE: {call.excinfo.value}"
             rep.lossless_verdict = "INCONCLUSIVE"  # type: ignore[attr-defined]
-            rep.user_properties.append(("lossless_verdict", "INCONCLUSIVE"))
+            # junitxml writes the properties of the teardown report, copied from the item.
+            item.user_properties.append(("lossless_verdict", "INCONCLUSIVE"))
     if call.when == "teardown":
         # Attached to the last report so pytest-xdist carries them to the controller.
         rep.lossless_rows = [r.to_dict() for r in item.stash.get(ROWS_KEY, [])]  # type: ignore[attr-defined]
@@ -174,7 +175,10 @@ def _result_row(item: pytest.Item, result: GateResult) -> report.Row:
         detail = result.notes[0] if result.notes else ""
     else:
         verdict = "FAIL"
-        detail = result.first_mismatch or "; ".join(result.metadata_diffs) or "differs"
+        detail = "; ".join(result.metadata_diffs) or (
+            f"first differing {result.unit} {result.first_mismatch}, "
+            f"{result.mismatch_count} of {result.total} differ"
+            if result.first_mismatch else "differs")
     return report.Row(item.nodeid, result.artifact, result.gate, verdict, detail)
 
 
@@ -326,7 +330,7 @@ class LosslessFixture:
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         shown = "LOSSY-PASS" if verdict.verdict == "PASS" and verdict.lossy else verdict.verdict
         _add_row(self._item, report.Row(self._item.nodeid, name, gate_text, shown,
-                                        verdict.message().splitlines()[0].split(": ", 2)[-1]))
+                                        verdict.summary()))
         receipt = _receipt(self._item)
         if receipt is not None:
             receipt.add_lossless(verdict.to_dict())
@@ -348,14 +352,23 @@ class SummaryPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.summary = _summary(config)
+        self.inconclusive: list[tuple[str, str]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if getattr(report, "lossless_verdict", None) == "INCONCLUSIVE":
+            self.inconclusive.append((report.nodeid, str(report.longrepr)))
         for row in getattr(report, "lossless_rows", None) or []:
             self.summary.rows.append(_row_from(row))
         self.summary.events.extend(getattr(report, "lossless_golden_events", None) or [])
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         settings = _settings(self.config)
+        if self.inconclusive:
+            # pytest shows failures only for its own categories: show these apart, in full.
+            terminalreporter.write_sep("=", "INCONCLUSIVE (not a pass)", yellow=True)
+            for nodeid, text in self.inconclusive:
+                terminalreporter.write_sep("_", nodeid)
+                terminalreporter.write_line(text)
         if self.summary.events or settings.update_goldens:
             terminalreporter.write_sep("=", "pytest-lossless: golden updates")
             lines = report.update_lines(self.summary.events) or ["no golden was written"]

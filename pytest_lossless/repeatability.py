@@ -50,7 +50,7 @@ class Comparison:
         return not self.missing and all(r.passed for r in self.results)
 
     def differences(self) -> list[str]:
-        lines = [f"{name}: present in only one of {self.left}, {self.right}" for name in self.missing]
+        lines = [f"{n}: present in only one of {self.left}, {self.right}" for n in self.missing]
         lines += [r.message() for r in self.results if not r.passed]
         return lines
 
@@ -111,6 +111,19 @@ class LosslessVerdict:
             f"({names})"
         )
 
+    def summary(self) -> str:
+        """One line for the verdict table."""
+        controls = sum(1 for r in self.runs if r["role"] == "control")
+        if self.verdict == INCONCLUSIVE:
+            return f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
+        if self.verdict == FAIL and self.candidate_comparison is not None:
+            parts = [f"{n} missing" for n in self.candidate_comparison.missing] + [
+                _short(r) for r in self.candidate_comparison.results if not r.passed
+            ]
+            return "candidate differs: " + "; ".join(parts)
+        how = "within tolerance" if self.lossy else "bit for bit"
+        return f"{controls} control runs identical; candidate identical {how}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
@@ -126,6 +139,13 @@ class LosslessVerdict:
         }
 
 
+def _short(result: GateResult) -> str:
+    if result.metadata_diffs:
+        return f"{result.artifact} ({result.metadata_diffs[0]})"
+    return (f"{result.artifact} ({result.mismatch_count} of {result.total} {result.unit}s, "
+            f"first {result.first_mismatch})")
+
+
 def rederive(block: Mapping[str, Any]) -> str:
     """Recompute a recorded lossless verdict from its raw comparison records."""
     controls = block.get("control_comparisons") or []
@@ -133,7 +153,7 @@ def rederive(block: Mapping[str, Any]) -> str:
         not c.get("missing") and all(r.get("passed") for r in c.get("results", []))
         for c in controls
     )
-    candidate = block.get("candidate_comparison")
+    candidate: Mapping[str, Any] = block.get("candidate_comparison") or {}
     identical = bool(candidate) and not candidate.get("missing") and all(
         r.get("passed") for r in candidate.get("results", [])
     )
@@ -152,7 +172,8 @@ def _compare_runs(
     missing = sorted(set(left) ^ set(right))
     results = []
     for name in sorted(set(left) & set(right)):
-        folder = None if diagnostics_dir is None else diagnostics_dir / f"{left_name}-vs-{right_name}"
+        pair = f"{left_name}-vs-{right_name}"
+        folder = None if diagnostics_dir is None else diagnostics_dir / pair
         results.append(kinds.compare(gates[name], left[name], right[name], diagnostics_dir=folder))
     return Comparison(left_name, right_name, results, missing)
 
@@ -230,10 +251,7 @@ def _resolve_gates(
 ) -> dict[str, Gate]:
     resolved: dict[str, Gate] = {}
     for name, artifact in artifacts.items():
-        if isinstance(gate, Mapping):
-            chosen = gate.get(name)
-        else:
-            chosen = gate
+        chosen = gate.get(name) if isinstance(gate, Mapping) else gate
         resolved[name] = chosen if chosen is not None else kinds.default_gate(artifact.kind)
     return resolved
 

@@ -61,7 +61,8 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     widths[3] = min(widths[3], 30)
     used = sum(widths) + 2 * 4
     detail_width = max(20, width - used)
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:4], widths)) + "  " + headers[4]]
+    head = "  ".join(h.ljust(w) for h, w in zip(headers[:4], widths, strict=True))
+    lines = [head + "  " + headers[4]]
     lines.append("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40))
     for cell in cells:
         parts = [_clip(cell[i], widths[i]).ljust(widths[i]) for i in range(4)]

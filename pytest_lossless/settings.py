@@ -128,7 +128,8 @@ class OptionSpec:
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("lossless", "--lossless", "lossless_enabled", "PYTEST_LOSSLESS", "false", _parse_bool,
+    OptionSpec("lossless", "--lossless", "lossless_enabled", "PYTEST_LOSSLESS", "false",
+               _parse_bool,
                "run the lossless gates (tests marked lossless are skipped without it)",
                is_flag=True),
     OptionSpec("update_goldens", "--update-goldens", "lossless_update_goldens", None, "false",
@@ -148,7 +149,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "lossless-receipts", str, "folder for receipts, relative to the rootdir",
                metavar="DIR"),
     OptionSpec("lock_dir", "--lossless-lock-dir", "lossless_lock_dir", "PYTEST_LOSSLESS_LOCK_DIR",
-               None, str, "host-wide folder of device lock files (default: <tmp>/pytest-lossless-locks)",
+               None, str, "host-wide folder of device lock files "
+               "(default: <tmp>/pytest-lossless-locks)",
                metavar="DIR"),
     OptionSpec("lock_timeout", "--lossless-lock-timeout", "lossless_lock_timeout",
                "PYTEST_LOSSLESS_LOCK_TIMEOUT", "600", _parse_seconds,

@@ -90,7 +90,7 @@ def test_one_pixel_of_one_frame_is_caught_and_named(pytester, media_project):
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     assert "clip.mp4" in text
-    assert "frame 5" in text
+    assert "first differing frame: 5" in text
     assert "decoded" in text
 
 
@@ -132,7 +132,9 @@ def test_changed_gate_is_refused(pytester, media_project):
               ""))
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*GateChanged*gate changed*'elementwise'*'bytes'*--update-goldens*"])
+    result.stdout.fnmatch_lines(
+        ["*GateChanged*gate changed*'elementwise'*'bytes'*--update-goldens*"]
+    )
 
 
 TENSOR_TEST = """

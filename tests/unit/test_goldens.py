@@ -135,14 +135,14 @@ def test_gate_is_frozen(tmp_path, kinds):
     folder = _folder(tmp_path / "goldens", kinds)
     folder.stage("a.npy", source, None, {})
     folder.commit()
-    with pytest.raises(GateChanged, match="'elementwise'.*'bytes'"):
+    with pytest.raises(GateChanged, match=r"'elementwise'.*'bytes'"):
         folder.compare("a.npy", source, parse_gate("bytes"))
 
 
 @pytest.mark.parametrize("text", ["{", '{"artifacts": {}}', '{"schema": 99, "artifacts": {}}'])
 def test_bad_manifest_names_the_file(tmp_path, text):
     (tmp_path / "manifest.json").write_text(text)
-    with pytest.raises(ManifestError, match="manifest.json"):
+    with pytest.raises(ManifestError, match=r"manifest\.json"):
         read_manifest(tmp_path)
 
 
