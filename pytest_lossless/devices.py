@@ -771,7 +771,8 @@ class Allocator:
 
     An attempt tries every candidate lock without blocking; if it cannot take ``count``
     it releases all it took, waits (jittered exponential backoff, capped so a freed
-    device is seen within ``poll_cap`` seconds) and tries again: nobody holds some
+    device is seen within ``poll_cap`` seconds, five times that once a wait passes 10 s, so
+    many long waiters stay cheap) and tries again: nobody holds some
     devices while waiting for others, so there is no deadlock. To keep a big ask from
     starving behind a stream of small ones, a waiter that has waited ``escalate_after``
     seconds takes the backend's gate lock exclusively: new attempts (which take the
@@ -790,7 +791,7 @@ class Allocator:
         clock: Clock = SYSTEM_CLOCK,
         on_wait: Callable[[str], None] | None = None,
         escalate_after: float | None = 2.0,
-        poll_cap: float = 0.2,
+        poll_cap: float = 0.05,
         settle: float = 2.0,
         host: str | None = None,
     ) -> None:
@@ -944,7 +945,8 @@ class Allocator:
                             holder, [f"{count} of [{labels}]"]))
                 pause = delay * (0.5 + self._random.random())
                 self.clock.sleep(min(pause, max(0.0, deadline - now)))
-                delay = min(delay * 1.6, self.poll_cap)
+                cap = self.poll_cap if now - start < 10.0 else self.poll_cap * 5
+                delay = min(delay * 1.6, cap)
         finally:
             if escalated:
                 self.lock_dir.clear_record(f".gate-{backend.name}")
