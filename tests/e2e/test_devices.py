@@ -182,7 +182,7 @@ def test_timeout_names_the_holder_and_too_many_fails_at_once(
         def test_too_many():
             pass
 
-        def test_counts_in_marker(request):
+        def test_unmarked_test_holds_nothing(request):
             from pytest_lossless.plugin import ALLOCATION_KEY
             assert ALLOCATION_KEY not in request.node.stash
     """)
