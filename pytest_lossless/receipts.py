@@ -147,6 +147,11 @@ class Receipt:
         self.outcome[phase] = outcome
 
     @property
+    def verdicts(self) -> dict[str, Any]:
+        """The derived verdicts, as :meth:`to_dict` would write them now."""
+        return dict(self.to_dict()["verdicts"])
+
+    @property
     def empty(self) -> bool:
         return not (self.runs or self.gates or self.lossless or self.speed)
 
