@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,7 +140,10 @@ def test_yuv_conversion_matches_the_integer_formula() -> None:
     y = ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16
 
     def avg(p: np.ndarray) -> np.ndarray:
-        return (p[:, 0::2, 0::2] + p[:, 0::2, 1::2] + p[:, 1::2, 0::2] + p[:, 1::2, 1::2] + 2) >> 2
+        total: np.ndarray = (
+            p[:, 0::2, 0::2] + p[:, 0::2, 1::2] + p[:, 1::2, 0::2] + p[:, 1::2, 1::2]
+        )
+        return (total + 2) >> 2
 
     u = ((-38 * avg(r) - 74 * avg(g) + 112 * avg(b) + 128) >> 8) + 128
     v = ((112 * avg(r) - 94 * avg(g) - 18 * avg(b) + 128) >> 8) + 128
@@ -199,22 +203,29 @@ def test_the_demo_does_not_import_pytest_lossless() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
-    out = tmp_path / "served"
+def start_server(out: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start ``serve`` in its own process group (as a launcher would); return it and its URL."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "fixtures.ref2va", "serve", "--port", "0", "--workers", "2",
          "--variant", "fast", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("ref2va serving on http://127.0.0.1:"), line
+    return proc, line.split()[3]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
+    out = tmp_path / "served"
+    proc, url = start_server(out)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("ref2va serving on http://127.0.0.1:"), line
-        yield proc, line.split()[3], out
+        yield proc, url, out
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
@@ -277,3 +288,28 @@ def test_server_generates_then_stops_cleanly_on_sigterm(
     for pid in workers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_sigterm_to_the_whole_group_lets_the_request_in_flight_finish(
+    server: tuple[subprocess.Popen[str], str, Path],
+) -> None:
+    proc, url, out = server
+    wait_healthy(url)
+    answers: list[tuple[int, dict[str, object]]] = []
+    fields = {"prompt": "a fox", "duration": "2", "size": "128x96", "steps": "12"}
+    poster = threading.Thread(
+        target=lambda: answers.append(client.generate(url, REFERENCE_IMAGE, fields))
+    )
+    poster.start()
+    deadline = time.monotonic() + 30
+    while not list(out.glob("req-*/reference.png")):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGTERM)  # server and workers at once, as a launcher's stop does
+    poster.join(timeout=60)
+    assert answers
+    assert answers[0][0] == 200, answers
+    assert Path(str(answers[0][1]["video"])).stat().st_size > 0
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr is not None
+    assert "worker exit codes [0, 0]" in proc.stderr.read()
