@@ -6,6 +6,7 @@ lives in plain objects kept under ``StashKey``\\ s.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("lossless gate: run with --lossless to compare (it never passes unchecked)")
 
 
+def _expected(expect: str | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    if expect is None:
+        return None
+    wanted = (expect,) if isinstance(expect, str) else tuple(expect)
+    unknown = set(wanted) - {"PASS", "FAIL", "INCONCLUSIVE"}
+    if unknown or not wanted:
+        raise pytest.UsageError(f"expect={expect!r}: give PASS, FAIL or INCONCLUSIVE")
+    return wanted
+
+
+def settle_verdict(verdict: Any, *, act: bool, expect: tuple[str, ...] | None) -> str:
+    """Act on a verdict inside a test; returns the verdict as the summary table shows it.
+
+    With ``expect``, the test asserts the verdict itself (a suite proving its gates can FAIL
+    or be INCONCLUSIVE stays green only while they do); without it, :func:`act_on_verdict`.
+    """
+    __tracebackhide__ = True
+    value = str(verdict.verdict)
+    if expect is not None:
+        if value not in expect:
+            pytest.fail(f"expected verdict {' or '.join(expect)}, got {value}:\n"
+                        f"{verdict.message()}", pytrace=False)
+        return f"{value} (expected)"
+    if act:
+        act_on_verdict(verdict)
+    return value
+
+
 def act_on_verdict(verdict: object) -> None:
     """Inside a test: FAIL fails it; INCONCLUSIVE becomes its own outcome (never a pass)."""
     value = getattr(verdict, "verdict", None)
@@ -159,6 +188,12 @@ def _add_row(item: pytest.Item, row: report.Row) -> None:
     item.stash.setdefault(ROWS_KEY, []).append(row)
 
 
+def _replace_last_row(item: pytest.Item, verdict: str) -> None:
+    rows = item.stash.get(ROWS_KEY, [])
+    if rows:
+        rows[-1] = dataclasses.replace(rows[-1], verdict=verdict)
+
+
 def _receipt(item: pytest.Item) -> Any:
     """The test's receipt (the receipts section defines ``receipt_for``), or None."""
     maker = globals().get("receipt_for")
@@ -203,8 +238,10 @@ class GoldenFixture:
             self._record_error(name, gate, label, str(exc))
             pytest.fail(f"{label}: {exc}", pytrace=False)
         if result is None:
-            _add_row(self._item, report.Row(self._item.nodeid, name, str(gate or "default"),
-                                            "STAGED", "written at the end of the test"))
+            entry = self._golden.staged[-1]
+            _add_row(self._item, report.Row(
+                self._item.nodeid, name, entry.gate, "STAGED",
+                f"{entry.kind}, {entry.stored}; written when the test passes"))
             return None
         _add_row(self._item, _result_row(self._item, result))
         receipt = _receipt(self._item)
@@ -305,9 +342,14 @@ class LosslessFixture:
         gate: Gate | str | Mapping[str, Gate | str] | None = None,
         label: str | None = None,
         act: bool = True,
+        expect: str | tuple[str, ...] | None = None,
     ) -> LosslessVerdict:
-        """Run the control ``runs`` times, then the candidate; PASS, FAIL or INCONCLUSIVE."""
+        """Run the control ``runs`` times, then the candidate; PASS, FAIL or INCONCLUSIVE.
+
+        ``act=False`` only returns the verdict; ``expect="FAIL"`` makes the test assert it.
+        """
         __tracebackhide__ = True
+        wanted = _expected(expect)
         from .gates import parse_gate
         from .repeatability import compare_control_candidate
 
@@ -328,14 +370,18 @@ class LosslessFixture:
         except LosslessError as exc:
             pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
-        shown = "LOSSY-PASS" if verdict.verdict == "PASS" and verdict.lossy else verdict.verdict
-        _add_row(self._item, report.Row(self._item.nodeid, name, gate_text, shown,
-                                        verdict.summary()))
         receipt = _receipt(self._item)
         if receipt is not None:
             receipt.add_lossless(verdict.to_dict())
-        if act:
-            act_on_verdict(verdict)
+        row = report.Row(self._item.nodeid, name, gate_text, "?", verdict.summary())
+        try:
+            shown = settle_verdict(verdict, act=act, expect=wanted)
+        except BaseException:
+            _add_row(self._item, dataclasses.replace(row, verdict=verdict.verdict))
+            raise
+        if shown == "PASS" and verdict.lossy:
+            shown = "LOSSY-PASS"
+        _add_row(self._item, dataclasses.replace(row, verdict=shown))
         return verdict
 
 
@@ -657,14 +703,17 @@ class SpeedGateFixture:
         act: bool = True,
         seed: int | None = None,
         confidence: float = 0.95,
+        expect: str | tuple[str, ...] | None = None,
     ) -> SpeedVerdict:
         """Time control and candidate arms in blocks of A B B A; PASS, FAIL or INCONCLUSIVE.
 
         ``target=0.30`` claims "candidate time at least 30% lower" (ratio at most 0.70).
         ``pairs`` defaults to ``--lossless-speed-pairs``, ``seed`` to ``--lossless-speed-seed``
-        (else random, recorded). With ``act=False`` the verdict is only returned.
+        (else random, recorded). With ``act=False`` the verdict is only returned; with
+        ``expect=("FAIL", "INCONCLUSIVE")`` the test asserts the verdict (an A/A check).
         """
         __tracebackhide__ = True
+        wanted = _expected(expect)
         from .speed import run_speed_gate
 
         self._count += 1
@@ -685,14 +734,16 @@ class SpeedGateFixture:
         else:
             detail = verdict.reason or "no interval"
         detail += f", {verdict.blocks}/{verdict.pairs} pairs {design}, seed {verdict.seed}"
-        _add_row(self._item, report.Row(self._item.nodeid, f"speed {name}",
-                                        f"ratio <= {verdict.target_ratio:.2f}", verdict.verdict,
-                                        detail))
         receipt = _receipt(self._item)
-        if receipt is not None and hasattr(receipt, "add_speed"):
+        if receipt is not None:
             receipt.add_speed(verdict.to_dict())
-        if act:
-            act_on_verdict(verdict)
+        row = report.Row(self._item.nodeid, f"speed {name}",
+                         f"ratio <= {verdict.target_ratio:.2f}", verdict.verdict, detail)
+        try:
+            shown = settle_verdict(verdict, act=act, expect=wanted)
+        finally:
+            _add_row(self._item, row)
+        _replace_last_row(self._item, shown)
         return verdict
 
 

@@ -48,7 +48,7 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     ordered = sorted(
         rows,
         key=lambda r: (
-            VERDICT_ORDER.index(r.verdict) if r.verdict in VERDICT_ORDER else 0,
+            _order_key(r.verdict),
             r.test,
             r.check,
         ),
