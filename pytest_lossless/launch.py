@@ -767,7 +767,6 @@ class Response:
         assert self.body_path is not None
         return self.body_path.read_bytes()
 
-    @property
     def text(self) -> str:
         return self.content().decode(errors="replace")
 
@@ -982,10 +981,14 @@ class Launcher:
     def _failure(record: Mapping[str, Any], what: str) -> str:
         stderr_path = Path(record["stderr_path"])
         text = tail(stderr_path)
+        shown, other = ("stderr", "stdout") if text.strip() else ("stdout", "stderr")
+        shown_path = Path(record[f"{shown}_path"])
+        if shown == "stdout":  # an empty stderr: the stdout tail is the best clue
+            text = tail(shown_path)
         quoted = "\n".join(f"    | {line}" for line in text.splitlines()) or "    (empty)"
         return (f"model_run: {record['name']} {what}\n  argv: {record['argv']}\n"
-                f"  stderr tail ({stderr_path}):\n{quoted}\n"
-                f"  stdout: {record['stdout_path']}\n  lifecycle: "
+                f"  {shown} tail ({shown_path}):\n{quoted}\n"
+                f"  {other}: {record[f'{other}_path']}\n  lifecycle: "
                 f"{lifecycle_verdict(record)['summary']}")
 
     # -- servers
