@@ -629,17 +629,20 @@ def _pcm_peak(dtype: np.dtype[Any]) -> float:
 
 def _error_stats(a: npt.NDArray[Any], b: npt.NDArray[Any], peak: float) -> dict[str, Any]:
     """Max absolute error and PSNR over finite values: labelled diagnostics, never gates."""
-    fa = np.asarray(a, dtype=np.float64)
-    fb = np.asarray(b, dtype=np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(fa - fb)
-    finite = np.isfinite(err)
-    if not finite.any():
-        return {}
-    max_err = float(err[finite].max())
-    mse = float(np.mean(np.square(err[finite])))
-    psnr = math.inf if mse == 0 else 10 * math.log10(peak * peak / mse)
-    return {"max_abs_error": max_err, "psnr_db": round(psnr, 3)}
+    kind = np.complex128 if "c" in (a.dtype.kind, b.dtype.kind) else np.float64
+    with np.errstate(all="ignore"):
+        err = np.abs(np.asarray(a, dtype=kind) - np.asarray(b, dtype=kind)).astype(np.float64)
+        finite = np.isfinite(err)
+        if not finite.any():
+            return {}
+        max_err = float(err[finite].max())
+        mse = float(np.mean(np.square(err[finite])))
+    stats: dict[str, Any] = {"max_abs_error": max_err}
+    if mse == 0:
+        stats["psnr_db"] = math.inf
+    elif math.isfinite(mse) and peak > 0:
+        stats["psnr_db"] = round(10 * math.log10(peak * peak / mse), 3)
+    return stats
 
 
 def compare_audio_file(gate: Gate, expected: Artifact, obtained: Artifact, kind: str) -> GateResult:
