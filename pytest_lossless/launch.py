@@ -36,6 +36,8 @@ from .timing import SYSTEM_CLOCK, Clock, utc_iso
 DEFAULT_GRACE = 5.0
 #: Seconds between two samples of ``/proc`` while a process group runs.
 SAMPLE_INTERVAL = 0.05
+#: Every this many samples, processes known not to be ours are read again (pid reuse).
+FULL_SCAN_EVERY = 40
 #: Response bodies larger than this are streamed to a file in the run's folder.
 STREAM_TO_FILE_ABOVE = 1 << 20
 #: How much of stdout/stderr a failure message shows.
@@ -89,14 +91,15 @@ def _read_stat(pid: int) -> _Stat | None:
         return None
 
 
-def _scan_proc() -> dict[int, _Stat]:
+def _scan_proc(skip: set[int] | frozenset[int] = frozenset()) -> dict[int, _Stat]:
+    """``/proc/<pid>/stat`` of every process, except the pids in ``skip``."""
     stats: dict[int, _Stat] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
         return stats
     for name in names:
-        if name.isdigit():
+        if name.isdigit() and int(name) not in skip:
             stat = _read_stat(int(name))
             if stat is not None:
                 stats[stat.pid] = stat
@@ -238,6 +241,8 @@ class _ProcessGroup:
         self._gone: list[_Proc] = []
         self.leftovers: list[dict[str, Any]] = []
         self._me = os.getpid()
+        self._strangers: set[int] = set()
+        self._samples = 0
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             self.t0 = clock.monotonic()
             self.started_at = utc_iso(clock.wall())
@@ -304,7 +309,12 @@ class _ProcessGroup:
 
     def sample(self) -> None:
         """One pass over ``/proc``: find members, measure them, note exits."""
-        stats = _scan_proc()
+        self._samples += 1
+        if self._samples % FULL_SCAN_EVERY == 0:
+            self._strangers.clear()
+        # A process seen outside our group with another parent cannot become our
+        # descendant, so it is not read again (until the next full scan).
+        stats = _scan_proc(self._strangers)
         now = self.now()
         with self._lock:
             known = {pid for pid, p in self.procs.items() if p.ended is None}
@@ -351,6 +361,7 @@ class _ProcessGroup:
                 proc = self.procs[pid]
                 if pid not in members and proc.ended is None and pid != self.pid:
                     self._vanish(proc, now)
+            self._strangers.update(pid for pid in stats if pid not in members)
 
     def _note_zombie(self, proc: _Proc, st: _Stat, now: float) -> None:
         if proc is self.main:
