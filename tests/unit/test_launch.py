@@ -249,6 +249,18 @@ def test_server_ignoring_sigterm_is_killed_and_not_clean(launcher: Launcher) -> 
     assert "SIGKILL" in verdict["summary"]
 
 
+def test_server_ended_by_our_stop_sigterm_is_clean(launcher: Launcher) -> None:
+    # http.server keeps SIGTERM's default action: it dies of the signal we sent at stop.
+    server = launcher.server([sys.executable, "-m", "http.server", "{port}", "--bind",
+                              "127.0.0.1"], ready="/")
+    record = server.stop(grace=2)
+    main = record["processes"][0]
+    assert main["signal"] == "SIGTERM"
+    assert main["forced"] is False
+    assert record["lifecycle"]["clean"] is True
+    assert "1 ended by our stop SIGTERM within the grace" in record["lifecycle"]["summary"]
+
+
 def test_server_dying_at_startup_fails_fast_with_stderr(launcher: Launcher,
                                                         records: list[dict[str, Any]]) -> None:
     start = time.monotonic()
