@@ -340,6 +340,18 @@ def test_wav_changed_sample_named_with_both_values(registry: KindRegistry, tmp_p
     assert digest_only.first_mismatch.startswith("within samples [8000, 16000)")
 
 
+def test_float_wav_nan_payload_is_caught(registry: KindRegistry, tmp_path: Path) -> None:
+    bits = np.array([[0x7FC00000], [0x3F000000]], dtype=np.uint32)
+    other = bits.copy()
+    other[0, 0] = 0x7FC00002
+    expected = art(registry, wav(tmp_path / "a.wav", bits.view(np.float32), "FLOAT"))
+    obtained = art(registry, wav(tmp_path / "b.wav", other.view(np.float32), "FLOAT"))
+    result = registry.compare("decoded", expected, obtained)
+    assert not result.passed
+    assert result.first_mismatch is not None
+    assert "0x7fc00002" in result.first_mismatch
+
+
 def test_audio_tolerance(registry: KindRegistry, tmp_path: Path) -> None:
     data = np.zeros((100, 1), dtype=np.float32)
     near = data.copy()

@@ -158,7 +158,7 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
 
 def test_frame_digests_equal_ffmpeg_framehash_cli(clip: Path) -> None:
     fp = media.fingerprint("video", clip)
-    video = [s for s in fp["streams"] if s["type"] == "video"][0]
+    video = next(s for s in fp["streams"] if s["type"] == "video")
     ours = [(f["pts"], f["sha256"]) for f in video["frames"]]
     assert ours == cli_framehash(clip, "-map", "0:v")
     assert video["frame_count"] == len(ours) == 12
@@ -173,13 +173,14 @@ def test_frame_digests_equal_ffmpeg_framehash_cli(clip: Path) -> None:
 
 def test_container_audio_in_its_own_sample_format(clip: Path) -> None:
     fp = media.fingerprint("video", clip)
-    audio = [s for s in fp["streams"] if s["type"] == "audio"][0]
+    audio = next(s for s in fp["streams"] if s["type"] == "audio")
     assert audio["sample_fmt"] == "fltp"
     assert (audio["sample_rate"], audio["channels"]) == (48000, 1)
     cli = cli_framehash(clip, "-map", "0:a", "-c:a", "pcm_f32le")
     assert [(p["pts"], p["sha256"]) for p in audio["packets"]] == cli
     # Not converted to 16-bit: the default framehash audio codec (pcm_s16le) gives other digests.
-    assert [p["sha256"] for p in audio["packets"]] != [d for _, d in cli_framehash(clip, "-map", "0:a")]
+    s16 = [d for _, d in cli_framehash(clip, "-map", "0:a")]
+    assert [p["sha256"] for p in audio["packets"]] != s16
     samples, rate = media.load_container_audio(clip)
     assert samples.dtype == np.dtype("<f4")
     assert rate == 48000
@@ -255,12 +256,14 @@ def write_wav(path: Path, data: np.ndarray, rate: int = 8000, subtype: str = "PC
      ("FLOAT", "<f4", "WAV"), ("DOUBLE", "<f8", "WAV"), ("PCM_24", "<i4", "FLAC"),
      ("PCM_16", "<i2", "RF64")],
 )
-def test_audio_fingerprint_reads_losslessly(tmp_path: Path, subtype: str, dtype: str, fmt: str) -> None:
+def test_audio_fingerprint_reads_losslessly(
+    tmp_path: Path, subtype: str, dtype: str, fmt: str
+) -> None:
     rng = np.random.default_rng(1)
     data = rng.uniform(-0.9, 0.9, size=(2500, 2))
     path = write_wav(tmp_path / f"a.{fmt.lower()}", data, subtype=subtype, fmt=fmt)
     fp = media.fingerprint("audio", path)
-    pcm, rate = media.load_audio(path)
+    pcm, _rate = media.load_audio(path)
     assert fp["dtype"] == dtype
     assert pcm.dtype == np.dtype(dtype)
     assert (fp["sample_rate"], fp["channels"], fp["sample_count"], fp["subtype"]) == (
@@ -361,6 +364,26 @@ def test_npy_chunks_localise(tmp_path: Path) -> None:
     fp = media.fingerprint("tensor", path)
     assert len(fp["chunk_sha256"]) == 3
     assert fp["chunk_elements"] == media.CHUNK_BYTES // 4
+    # Fortran order goes through the streaming path: same digests for the same C-order bytes.
+    grid = np.arange(600_000, dtype=np.float32).reshape(1000, 600)
+    np.save(tmp_path / "c.npy", grid)
+    np.save(tmp_path / "f.npy", np.asfortranarray(grid))
+    c_fp = media.fingerprint("tensor", tmp_path / "c.npy")
+    f_fp = media.fingerprint("tensor", tmp_path / "f.npy")
+    for key in ("data_sha256", "chunk_sha256", "dtype", "shape", "element_count"):
+        assert c_fp[key] == f_fp[key]
+    assert c_fp["sha256"] != f_fp["sha256"]
+
+
+def test_empty_and_scalar_arrays(tmp_path: Path) -> None:
+    np.save(tmp_path / "e.npy", np.zeros((0, 3), dtype=np.float32))
+    np.save(tmp_path / "s.npy", np.float64(2.5))
+    empty = media.fingerprint("tensor", tmp_path / "e.npy")
+    scalar = media.fingerprint("tensor", tmp_path / "s.npy")
+    assert (empty["shape"], empty["element_count"]) == ([0, 3], 0)
+    assert empty["data_sha256"] == hashlib.sha256(b"").hexdigest()
+    assert (scalar["shape"], scalar["element_count"]) == ([], 1)
+    assert scalar["data_sha256"] == hashlib.sha256(np.float64(2.5).tobytes()).hexdigest()
 
 
 def test_npz_members(tmp_path: Path) -> None:
@@ -392,7 +415,7 @@ def test_truncated_npy(tmp_path: Path) -> None:
     path = tmp_path / "t.npy"
     np.save(path, np.zeros(100, dtype=np.float64))
     path.write_bytes(path.read_bytes()[:-80])
-    with pytest.raises(TruncatedArtifact, match="declares 100 elements .* only 90"):
+    with pytest.raises(TruncatedArtifact, match=r"declares 100 elements .* only 90"):
         media.fingerprint("tensor", path)
 
 
