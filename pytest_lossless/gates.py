@@ -690,8 +690,10 @@ def compare_audio_file(gate: Gate, expected: Artifact, obtained: Artifact, kind:
         block = _first_chunk(efp.get("block_sha256", []), ofp.get("block_sha256", []))
         size = int(efp.get("block_frames") or 1)
         if block is not None:
-            start, end = block * size, (block + 1) * size
-            when = f" = {start / rate:.6f} s" if rate else ""
+            total_blocks = max(len(efp.get("block_sha256", [])), len(ofp.get("block_sha256", [])))
+            start = block * size
+            end = min((block + 1) * size, result.total or (block + 1) * size)
+            when = f" (t = {start / rate:.6f} s to {end / rate:.6f} s)" if rate else ""
             result.first_mismatch = (
                 f"within samples [{start}, {end}){when} (only digests are kept: the exact "
                 "sample is unknown)"
@@ -701,7 +703,7 @@ def compare_audio_file(gate: Gate, expected: Artifact, obtained: Artifact, kind:
                 for x, y in zip_longest(efp.get("block_sha256", []), ofp.get("block_sha256", []))
                 if x != y
             )
-            result.notes.append(f"{blocks} blocks of {size} samples differ")
+            result.notes.append(f"{blocks} of {total_blocks} blocks of {size} samples differ")
             result.location = {"sample_range": [start, end]}
     return _finish(result)
 
@@ -1090,6 +1092,8 @@ def _write_listing(base: Path, result: GateResult, epath: Path, opath: Path) -> 
     if a.shape != b.shape or a.dtype != b.dtype:
         return []
     differ = _bits_differ(a, b)
+    if not differ.any():
+        return []
     lines = [
         f"# first differing positions of {result.artifact!r} under gate {result.gate}",
         "# index\texpected\tobtained",

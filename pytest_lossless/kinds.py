@@ -186,6 +186,16 @@ class KindRegistry:
             and not result.passed
             and expected.kind in ("video", "audio", "tensor")
         ):
+            missing = [
+                side
+                for side, art in (("expected", expected), ("obtained", obtained))
+                if art.path is None
+            ]
+            if missing:
+                result.notes.append(
+                    f"no diff pictures or listings: the {' and '.join(missing)} side is kept as "
+                    "digests only"
+                )
             try:
                 gates.write_diagnostics(result, expected, obtained, Path(diagnostics_dir))
             except (LosslessError, OSError) as exc:

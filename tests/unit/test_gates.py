@@ -200,6 +200,7 @@ def test_digest_only_golden_still_names_the_frame(
     assert result.first_mismatch.startswith("5 ")
     assert result.diagnostic_files == []
     assert list(tmp_path.iterdir()) == []
+    assert "expected side is kept as digests only" in result.message()
 
 
 def test_missing_frame_is_metadata_first(registry: KindRegistry, clips: dict[str, Path]) -> None:
