@@ -218,6 +218,8 @@ class GoldenFolder:
         self.digest_above = digest_above
         self._staged: dict[str, StagedArtifact] = {}
         self._manifest: dict[str, ManifestEntry] | None = None
+        #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
+        self.evidence: dict[str, dict[str, Any]] = {}
 
     # ---------------------------------------------------------------- comparing
 
@@ -246,6 +248,14 @@ class GoldenFolder:
             raise GateChanged(self.path, name, entry.gate, requested.spec)
         obtained = self.kinds.artifact(name, obtained_path, kind)
         expected = Artifact(name=name, kind=entry.kind, fingerprint=entry.fingerprint, path=stored)
+        self.evidence[name] = {
+            "golden": {"folder": str(self.path), "kind": entry.kind, "gate": entry.gate,
+                       "sha256": entry.sha256, "stored": entry.stored,
+                       "fingerprint": entry.fingerprint},
+            "obtained": {"path": str(obtained_path), "kind": obtained.kind,
+                         "sha256": sha256_file(obtained_path),
+                         "fingerprint": obtained.fingerprint},
+        }
         if obtained.kind != expected.kind:
             return GateResult(
                 artifact=name, kind=obtained.kind, gate=requested.spec, lossless=requested.lossless,

@@ -50,6 +50,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from .kinds import BuiltinKinds
+
+    # The built-in kinds answer our own hooks like any plugin, last (trylast).
+    if not config.pluginmanager.has_plugin("lossless-builtin-kinds"):
+        config.pluginmanager.register(BuiltinKinds(), "lossless-builtin-kinds")
     config.addinivalue_line(
         "markers",
         "npu(devices=1): the test needs a locked allocation of N NPUs (or emulated slots) "
@@ -246,7 +251,8 @@ class GoldenFixture:
         _add_row(self._item, _result_row(self._item, result))
         receipt = _receipt(self._item)
         if receipt is not None:
-            receipt.add_gate(result.to_dict())
+            evidence = self._golden.folder.evidence.get(name, {})
+            receipt.add_gate({**result.to_dict(), "evidence": evidence})
         if not result.passed:
             pytest.fail(result.message(), pytrace=False)
         return result

@@ -384,6 +384,87 @@ def check_speed(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]
             for p in contradictions(entry)]
 
 
+def _rejudge(kinds: Any, gate_spec: str, name: str, left: Mapping[str, Any],
+             right: Mapping[str, Any]) -> bool | None:
+    """Re-run a lossless gate on two recorded fingerprints (None: not re-derivable)."""
+    from .gates import parse_gate
+    from .kinds import Artifact
+
+    gate = parse_gate(gate_spec)
+    if gate is None or not gate.lossless:
+        return None  # a tolerance gate needs the data itself, not digests
+    a = Artifact(name=name, kind=str(left["kind"]), fingerprint=dict(left["fingerprint"]),
+                 path=None)
+    b = Artifact(name=name, kind=str(right["kind"]), fingerprint=dict(right["fingerprint"]),
+                 path=None)
+    if a.kind != b.kind:
+        return False
+    return bool(kinds.compare(gate, a, b).passed)
+
+
+def check_gates(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]:
+    """Each golden gate's pass/fail re-derived from the two recorded fingerprints."""
+    from .kinds import KindRegistry
+
+    if block is None:
+        return []
+    if not isinstance(block, list):
+        return ["gates is not a list"]
+    kinds = KindRegistry()
+    found = []
+    for index, entry in enumerate(block):
+        evidence = entry.get("evidence") if isinstance(entry, Mapping) else None
+        if not evidence:
+            continue
+        again = _rejudge(kinds, str(entry.get("gate")), str(entry.get("artifact")),
+                         evidence["golden"], evidence["obtained"])
+        if again is not None and again != entry.get("passed"):
+            found.append(f"gates[{index}] {entry.get('artifact')}: recorded passed="
+                         f"{entry.get('passed')} but its fingerprints give passed={again}")
+    return found
+
+
+def check_lossless(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]:
+    """Each lossless verdict re-derived: comparisons from the runs' fingerprints, then the table."""
+    from .kinds import KindRegistry
+    from .repeatability import rederive
+
+    if block is None:
+        return []
+    if not isinstance(block, list):
+        return ["lossless is not a list"]
+    kinds = KindRegistry()
+    found = []
+    for index, entry in enumerate(block):
+        if not isinstance(entry, Mapping):
+            found.append(f"lossless[{index}] is not a mapping")
+            continue
+        runs = {r["name"]: r["artifacts"] for r in entry.get("runs") or []}
+        gates = entry.get("gates") or {}
+        comparisons = list(entry.get("control_comparisons") or [])
+        if entry.get("candidate_comparison"):
+            comparisons.append(entry["candidate_comparison"])
+        for comparison in comparisons:
+            left, right = runs.get(comparison["left"]), runs.get(comparison["right"])
+            if left is None or right is None:
+                found.append(f"lossless[{index}]: comparison {comparison['left']} vs "
+                             f"{comparison['right']} names a run that is not recorded")
+                continue
+            for result in comparison.get("results") or []:
+                name = result["artifact"]
+                again = _rejudge(kinds, str(gates.get(name, result["gate"])), name, left[name],
+                                 right[name])
+                if again is not None and again != result.get("passed"):
+                    found.append(f"lossless[{index}] {comparison['left']} vs "
+                                 f"{comparison['right']} {name}: recorded passed="
+                                 f"{result.get('passed')} but the fingerprints give {again}")
+        verdict = rederive(entry)
+        if verdict != entry.get("verdict"):
+            found.append(f"lossless[{index}]: recorded {entry.get('verdict')} but its "
+                         f"comparisons give {verdict}")
+    return found
+
+
 def default_checkers() -> dict[str, Checker]:
     """Block name -> re-derivation. Add an entry here to verify a new block."""
     return {
@@ -391,6 +472,8 @@ def default_checkers() -> dict[str, Checker]:
         "runspec": check_runspec,
         "runs": check_runs,
         "speed": check_speed,
+        "gates": check_gates,
+        "lossless": check_lossless,
         "verdicts": check_verdicts,
     }
 

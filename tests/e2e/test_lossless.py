@@ -93,3 +93,60 @@ def test_the_session_fails_on_inconclusive_alone(pytester):
     result = pytester.runpytest("--lossless", "-k", "inconclusive")
     result.assert_outcomes(deselected=1)  # 1 inconclusive is not a pass
     assert result.ret == 1
+
+
+def _doctor(path, edit):
+    """Edit a receipt and re-seal its integrity hash, so only re-derivation can catch it."""
+    import json
+
+    from pytest_lossless.receipts import raw_sha256
+
+    receipt = json.loads(path.read_text())
+    edit(receipt)
+    receipt["integrity"]["raw_sha256"] = raw_sha256(receipt)
+    path.write_text(json.dumps(receipt))
+
+
+def test_verify_rederives_lossless_and_gate_verdicts(pytester, verdict_project):
+    import subprocess
+    import sys
+
+    pytester.makepyfile(test_gold="""
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_gold(golden):
+    golden.check("t.npy", np.arange(5, dtype=np.int16))
+""")
+    assert pytester.runpytest("--update-goldens", "-k", "gold").ret == 0
+    pytester.runpytest("--lossless", "--lossless-receipts=receipts")
+    folder = pytester.path / "receipts"
+
+    def verify():
+        return subprocess.run([sys.executable, "-m", "pytest_lossless", "verify", str(folder)],
+                              capture_output=True, text=True)
+
+    assert verify().returncode == 0, verify().stdout
+    fail_receipt = next(folder.glob("*test_fail*.json"))
+
+    def flip_candidate(receipt):
+        for result in receipt["lossless"][0]["candidate_comparison"]["results"]:
+            result["passed"] = True
+        receipt["lossless"][0]["verdict"] = "PASS"
+
+    _doctor(fail_receipt, flip_candidate)
+    checked = verify()
+    assert checked.returncode == 1
+    assert "the fingerprints give False" in checked.stdout
+
+    gold_receipt = next(folder.glob("*test_gold*.json"))
+
+    def other_obtained(receipt):
+        fingerprint = receipt["gates"][0]["evidence"]["obtained"]["fingerprint"]
+        fingerprint["data_sha256"] = "0" * 64
+        fingerprint["chunk_sha256"] = ["0" * 64]
+
+    _doctor(gold_receipt, other_obtained)
+    checked = verify()
+    assert "its fingerprints give passed=False" in checked.stdout
