@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from pytest_lossless.__main__ import main
 from pytest_lossless.errors import ReceiptError
+from pytest_lossless.kinds import KindRegistry
 from pytest_lossless.receipts import (
     SCHEMA_VERSION,
     Receipt,
@@ -21,6 +23,7 @@ from pytest_lossless.receipts import (
     verify,
     verify_receipt,
 )
+from pytest_lossless.repeatability import compare_control_candidate
 
 DIFF = "diff --git a/m.py b/m.py\n-old\n+new \udcff\n"
 
@@ -54,6 +57,14 @@ class Allocationish:
         return {"ids": ["0"], "released_at": self.released_at}
 
 
+def _lossless_block(folder: Path) -> dict[str, Any]:
+    """A real lossless verdict block: two identical control runs and an identical candidate."""
+    verdict = compare_control_candidate(lambda: {"out.bin": b"same"}, lambda: {"out.bin": b"same"},
+                                        runs=2, kinds=KindRegistry(),
+                                        workdir=Path(tempfile.mkdtemp(prefix="runs-")))
+    return verdict.to_dict()
+
+
 def _write(folder: Path, *, test_id: str = "tests/test_m.py::test_a[x/y]", **kw: Any) -> Path:
     receipt = Receipt(test_id)
     receipt.set_runspec(kw.get("runspec", _runspec()))
@@ -62,7 +73,7 @@ def _write(folder: Path, *, test_id: str = "tests/test_m.py::test_a[x/y]", **kw:
     for run in kw.get("runs", [_run()]):
         receipt.add_run(run)
     receipt.add_gate({"artifact": "video", "passed": True, "lossless": True})
-    receipt.add_lossless({"verdict": "PASS"})
+    receipt.add_lossless(_lossless_block(folder))
     receipt.set_outcome("call", "passed")
     allocation.released_at = "2026-01-01T00:00:00.000Z"  # read late: shows the release
     return receipt.write(folder)
