@@ -212,7 +212,9 @@ def _test_name(item: pytest.Item) -> str:
 def _result_row(item: pytest.Item, result: GateResult) -> report.Row:
     if result.passed:
         verdict = "PASS" if result.lossless else "LOSSY-PASS"
-        detail = result.notes[0] if result.notes else ""
+        same = "identical" if result.lossless else "within tolerance"
+        detail = f"{result.total} {result.unit}s {same}" if result.total is not None else (
+            result.notes[0] if result.notes else "")
     else:
         verdict = "FAIL"
         detail = "; ".join(result.metadata_diffs) or (
