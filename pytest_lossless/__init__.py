@@ -35,6 +35,18 @@ _EXPORTS = {
     "RunError": "errors",
     "Inconclusive": "errors",
     "hookimpl": "hookspecs",
+    "Device": "devices",
+    "Allocation": "devices",
+    "Allocator": "devices",
+    "Launcher": "launch",
+    "RunResult": "launch",
+    "Server": "launch",
+    "lifecycle_verdict": "launch",
+    "Receipt": "receipts",
+    "verify": "receipts",
+    "SpeedVerdict": "speed",
+    "run_speed_gate": "speed",
+    "percentile": "stats",
 }
 
 __all__ = ["__version__", *_EXPORTS]

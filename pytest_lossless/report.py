@@ -54,13 +54,14 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
         ),
     )
     headers = ("verdict", "test", "check", "gate", "detail")
-    cells = [(r.verdict, r.test, r.check, r.gate, r.detail) for r in ordered]
+    # Folders are left out of test ids: the module and test name tell a row apart.
+    cells = [(r.verdict, r.test.rsplit("/", 1)[-1], r.check, r.gate, r.detail) for r in ordered]
     widths = [max(len(headers[i]), *(len(c[i]) for c in cells)) for i in range(4)]
-    widths[1] = min(widths[1], 56)
-    widths[2] = min(widths[2], 24)
-    widths[3] = min(widths[3], 30)
+    widths[1] = min(widths[1], 48)
+    widths[2] = min(widths[2], 22)
+    widths[3] = min(widths[3], 22)
     used = sum(widths) + 2 * 4
-    detail_width = max(20, width - used)
+    detail_width = max(30, width - used)
     head = "  ".join(h.ljust(w) for h, w in zip(headers[:4], widths, strict=True))
     lines = [head + "  " + headers[4]]
     lines.append("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40))
