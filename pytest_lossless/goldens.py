@@ -11,7 +11,6 @@ into place), so a crash or a parallel worker never leaves a half-written golden.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .digests import canonical_sha256, sha256_file
 from .errors import (
     ArtifactError,
     GateChanged,
@@ -36,20 +36,6 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 
 _SAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=,+@]")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def canonical_sha256(value: Any) -> str:
-    """SHA-256 of a JSON value in canonical form (sorted keys, no spaces)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def safe_component(text: str, what: str) -> str:

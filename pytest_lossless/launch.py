@@ -12,7 +12,6 @@ Linux only: descendants are found and measured through ``/proc``.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import http.client
 import json as jsonlib
 import os
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeGuard
 
+from .digests import sha256_file
 from .errors import ArtifactError, ConfigError, RunError
 from .timing import SYSTEM_CLOCK, Clock, utc_iso
 
@@ -511,14 +511,6 @@ def tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES
     return "\n".join(lines)
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def hash_inputs(inputs: Mapping[str, str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
     """SHA-256 and size of each declared input file; a missing one is an error."""
     hashed: dict[str, dict[str, Any]] = {}
@@ -527,7 +519,7 @@ def hash_inputs(inputs: Mapping[str, str | os.PathLike[str]]) -> dict[str, dict[
         if not path.is_file():
             raise ArtifactError(path, f"declared input {name!r} does not exist or is not a file")
         hashed[name] = {"path": str(path), "bytes": path.stat().st_size,
-                        "sha256": _sha256_file(path)}
+                        "sha256": sha256_file(path)}
     return hashed
 
 
@@ -982,7 +974,7 @@ class Launcher:
                 problems.append(f"declared output {name!r} is empty: {path}")
             else:
                 entry["bytes"] = path.stat().st_size
-                entry["sha256"] = _sha256_file(path)
+                entry["sha256"] = sha256_file(path)
                 declared[name] = path
             entries[name] = entry
         record["outputs"] = entries

@@ -25,7 +25,7 @@ from .launch import hash_inputs
 
 #: Distributions whose versions every receipt records.
 PACKAGES = ("pytest-lossless", "pytest", "pluggy", "numpy", "soundfile", "imageio-ffmpeg",
-            "filelock", "hypothesis")
+            "pytest-xdist", "hypothesis")
 _GIT_TIMEOUT = 30.0
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from .digests import canonical_sha256, sha256_file
 from .errors import ReceiptError
 from .launch import lifecycle_verdict
 from .timing import utc_iso
@@ -55,12 +56,6 @@ def receipt_name(test_id: str) -> str:
     if len(stem) > 150:
         stem = f"{stem[:130]}-{hashlib.sha256(test_id.encode()).hexdigest()[:16]}"
     return stem
-
-
-def canonical_sha256(value: Any) -> str:
-    """SHA-256 of the canonical JSON of ``value`` (sorted keys, no spaces)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def raw_sha256(receipt: Mapping[str, Any]) -> str:
@@ -253,14 +248,6 @@ def load(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 16), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_integrity(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]:
     """The raw blocks still hash to what was recorded when the receipt was written."""
     if not isinstance(block, Mapping) or "raw_sha256" not in block:
@@ -288,7 +275,7 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], path: Path) -> list[st
             if not diff_path.is_file():
                 found.append(f"runspec: the diff {diff_path} recorded beside the receipt is "
                              "missing")
-            elif _sha256_file(diff_path) != recorded:
+            elif sha256_file(diff_path) != recorded:
                 found.append(f"runspec: {diff_path} does not match diff_sha256 {recorded}: the "
                              "stored diff was changed")
         elif diff_dirty:
@@ -316,7 +303,7 @@ def _check_hashes(what: str, entries: Any) -> list[str]:
         if not isinstance(entry, Mapping) or not entry.get("sha256") or not entry.get("path"):
             continue
         file = Path(str(entry["path"]))
-        if file.is_file() and _sha256_file(file) != entry["sha256"]:
+        if file.is_file() and sha256_file(file) != entry["sha256"]:
             found.append(f"{what} {name!r}: {file} no longer matches its recorded SHA-256 "
                          f"{entry['sha256']}")
     return found
