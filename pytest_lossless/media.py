@@ -265,16 +265,22 @@ def parse_probe(text: str) -> ProbeInfo | None:
     return ProbeInfo(container=container, duration=duration, streams=tuple(streams))
 
 
-def probe(path: Path) -> ProbeInfo:
-    """Open ``path`` with ffmpeg and describe its streams; ArtifactError if it cannot be opened."""
-    proc = _run_ffmpeg(["-i", str(path)])
-    info = parse_probe(proc.stderr.decode("utf-8", "replace"))
+def _opened(path: Path, stderr: bytes) -> ProbeInfo:
+    """The streams ffmpeg described on stderr; ArtifactError when it could not open the file."""
+    info = parse_probe(stderr.decode("utf-8", "replace"))
     if info is None:
         raise ArtifactError(
             path,
             "ffmpeg cannot open it as a media container (damaged, truncated, or not media): "
-            f"{_stderr_tail(proc.stderr)}",
+            f"{_stderr_tail(stderr)}",
         )
+    return info
+
+
+def probe(path: Path) -> ProbeInfo:
+    """Open ``path`` with ffmpeg and describe its streams; ArtifactError if it cannot be opened."""
+    proc = _run_ffmpeg(["-i", str(path)])
+    info = _opened(path, proc.stderr)
     return info
 
 
@@ -549,13 +555,7 @@ def fingerprint_container(path: Path, *, video: bool = True) -> dict[str, Any]:
         args += ["-c:v", "rawvideo", "-fps_mode", "passthrough"]
     args += ["-f", "framehash", "-hash", "sha256", "-format_version", "2", "-"]
     proc = _run_ffmpeg(args)
-    info = parse_probe(proc.stderr.decode("utf-8", "replace"))
-    if info is None:
-        raise ArtifactError(
-            path,
-            "ffmpeg cannot open it as a media container (damaged, truncated, or not media): "
-            f"{_stderr_tail(proc.stderr)}",
-        )
+    info = _opened(path, proc.stderr)
     chosen = (info.of_type("video") if video else []) + info.of_type("audio")
     if not chosen:
         raise ArtifactError(
