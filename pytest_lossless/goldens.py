@@ -50,6 +50,8 @@ def artifact_name(name: str) -> str:
     """Validate an artifact name given to ``golden.check``: a plain file name."""
     if not isinstance(name, str) or not name:
         raise ArtifactError(str(name), "an artifact name must be a non-empty string")
+    if any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise ArtifactError(repr(name), "an artifact name must not hold control characters")
     if "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
         raise ArtifactError(name, "an artifact name must be a plain file name (no folders)")
     if name == MANIFEST:
@@ -95,13 +97,13 @@ class ManifestEntry:
                 sha256=str(data["sha256"]),
                 size=int(data["size"]),
                 stored=str(data["stored"]),
-                file=None if data.get("file") is None else str(data["file"]),
+                file=None if data.get("file") is None else artifact_name(str(data["file"])),
                 fingerprint=dict(data["fingerprint"]),
                 fingerprint_sha256=str(data["fingerprint_sha256"]),
                 provenance=dict(data.get("provenance") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(where, f"entry {name!r} is malformed ({exc!r})") from None
+        except (KeyError, TypeError, ValueError, ArtifactError) as exc:
+            raise ManifestError(where, f"entry {name!r} is malformed ({exc})") from None
 
 
 def read_manifest(folder: Path) -> dict[str, ManifestEntry]:
@@ -451,6 +453,49 @@ class Golden:
             result.diagnostic_files.append(str(target))
         self.results.append(result)
         return result
+
+    def stage_run(self, artifacts: Any, gate: Gate | str | None = None
+                  ) -> list[ManifestEntry] | None:
+        """Under --update-goldens, stage every artifact of a producer's run, once it has run
+        at least twice with identical results; returns None in compare mode (nothing done)."""
+        from .artifacts import named_artifacts
+        from .errors import NondeterministicProducer
+        from .gates import parse_gate
+        from .repeatability import INCONCLUSIVE, compare_control_candidate
+
+        if not self.update:
+            return None
+        chosen = parse_gate(gate)
+        if not callable(artifacts):
+            mapping = named_artifacts(artifacts, "golden.check_all")
+            return [self._stage_value(n, v, chosen) for n, v in mapping.items()]
+        verdict = compare_control_candidate(
+            artifacts, None, runs=self.producer_runs, kinds=self.folder.kinds,
+            workdir=self.workdir / "producer-run", gate=chosen, label="run",
+        )
+        if verdict.verdict == INCONCLUSIVE:
+            raise NondeterministicProducer(
+                f"refusing to write the goldens of {self.folder.test_id}: the producer gave "
+                f"different results in {self.producer_runs} runs, and a flaky run is never "
+                "baked into a golden. Nothing was written.\n" + verdict.message()
+            )
+        first = verdict.runs[0]["artifacts"]
+        return [self._stage_value(n, Path(first[n]["path"]), chosen) for n in sorted(first)]
+
+    def _stage_value(self, name: str, value: Any, gate: Gate | None) -> ManifestEntry:
+        from .artifacts import materialize
+
+        path = materialize(value, artifact_name(name), self.workdir / "obtained")
+        entry = self.folder.stage(name, path, gate, self.provenance)
+        self.staged.append(entry)
+        return entry
+
+    def unchecked(self) -> list[str]:
+        """Golden artifacts of this test's manifest that were not compared in this run."""
+        if self.update or not self.folder.path.exists():
+            return []
+        checked = {r.artifact for r in self.results}
+        return sorted(set(self.folder.manifest()) - checked)
 
     def commit(self) -> list[UpdateEvent]:
         if not self.update or not self.staged:

@@ -881,7 +881,7 @@ class Launcher:
             self._emit(record)
             raise RunError(f"model_run: could not start {args!r}: {exc.strerror or exc}. "
                            "Check that the program exists and is executable (argv[0] is "
-                           "looked up on PATH; cwd={cwd})", argv=args) from None
+                           f"looked up on PATH; cwd={cwd})", argv=args) from None
         self._groups.append(group)
         record["started_at"] = group.started_at
         record["pid"] = group.pid

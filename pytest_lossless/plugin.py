@@ -52,6 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     from .kinds import BuiltinKinds
 
+    _settings(config)  # a bad value is a usage error now, not an error in every test
     # The built-in kinds answer our own hooks like any plugin, last (trylast).
     if not config.pluginmanager.has_plugin("lossless-builtin-kinds"):
         config.pluginmanager.register(BuiltinKinds(), "lossless-builtin-kinds")
@@ -140,6 +141,12 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
     if call.when == "call":
+        if rep.passed and item.get_closest_marker("lossless") and not item.stash.get(ROWS_KEY, []):
+            rep.outcome = "failed"
+            rep.longrepr = (
+                f"{item.nodeid} is marked lossless but compared nothing: a lossless gate must "
+                "call golden.check, lossless.compare or speed_gate (it never passes unchecked)"
+            )
         item.stash[CALL_PASSED_KEY] = rep.passed
         if call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive):
             rep.outcome = "failed"
@@ -238,12 +245,15 @@ class GoldenFixture:
     def check(self, name: str, artifact: Any, gate: Gate | str | None = None) -> GateResult | None:
         """Compare ``artifact`` with the golden ``name`` (or stage it under --update-goldens)."""
         __tracebackhide__ = True
+        failure = None
         try:
             result = self._golden.check(name, artifact, gate)
         except LosslessError as exc:
             label = type(exc).__name__
             self._record_error(name, gate, label, str(exc))
-            pytest.fail(f"{label}: {exc}", pytrace=False)
+            failure = f"{label}: {exc}"
+        if failure is not None:  # raised outside ``except``: one message, no chained echo
+            pytest.fail(failure, pytrace=False)
         if result is None:
             entry = self._golden.staged[-1]
             _add_row(self._item, report.Row(
@@ -258,6 +268,34 @@ class GoldenFixture:
         if not result.passed:
             pytest.fail(result.message(), pytrace=False)
         return result
+
+    def check_all(self, artifacts: Any, gate: Gate | str | None = None) -> list[GateResult]:
+        """Check every artifact of one run: a mapping ``{name: artifact}``, a model_run result,
+        or a producer returning one. Under --update-goldens a producer runs at least twice and
+        nothing is written when its runs disagree."""
+        __tracebackhide__ = True
+        failure = None
+        try:
+            staged = self._golden.stage_run(artifacts, gate)
+        except LosslessError as exc:
+            self._record_error("(run)", gate, type(exc).__name__, str(exc))
+            failure = f"{type(exc).__name__}: {exc}"
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
+        if staged is not None:
+            for entry in staged:
+                _add_row(self._item, report.Row(
+                    self._item.nodeid, entry.name, entry.gate, "STAGED",
+                    f"{entry.kind}, {entry.stored}; written when the test passes"))
+            return []
+        from .artifacts import named_artifacts, produce
+
+        results = []
+        for name, value in named_artifacts(produce(artifacts), "golden.check_all").items():
+            result = self.check(name, value, gate)
+            if result is not None:
+                results.append(result)
+        return results
 
     def _record_error(self, name: str, gate: object, label: str, message: str) -> None:
         _add_row(self._item, report.Row(self._item.nodeid, name, str(gate or "default"), "ERROR",
@@ -284,12 +322,26 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
         producer_runs=settings.control_runs, provenance=_golden_provenance(request),
     )
     yield GoldenFixture(item, golden)
-    if settings.update_goldens and item.stash.get(CALL_PASSED_KEY, False):
+    passed = item.stash.get(CALL_PASSED_KEY, False)
+    if settings.update_goldens and passed:
         events = [e.to_dict() for e in golden.commit()]
         for event in events:
             event["folder"] = str(Path(event["folder"]).relative_to(settings.rootdir)) \
                 if Path(event["folder"]).is_relative_to(settings.rootdir) else event["folder"]
         item.stash.setdefault(EVENTS_KEY, []).extend(events)
+        actions = {e["name"]: e["action"].upper() for e in events}
+        item.stash[ROWS_KEY] = [
+            dataclasses.replace(r, verdict=actions[r.check], detail=r.detail.split(";")[0])
+            if r.verdict == "STAGED" and r.check in actions else r
+            for r in item.stash.get(ROWS_KEY, [])
+        ]
+    elif not settings.update_goldens and passed and (unchecked := golden.unchecked()):
+        # A golden the test stopped checking would otherwise pass silently: the truncated
+        # audio track that a validator never looked at.
+        names = ", ".join(repr(n) for n in unchecked)
+        pytest.fail(f"goldens {names} in {folder.path / 'manifest.json'} were not checked by "
+                    f"{item.nodeid}; check them, or run with --update-goldens to remove them",
+                    pytrace=False)
     elif settings.update_goldens and golden.staged:
         item.stash.setdefault(EVENTS_KEY, []).extend(
             {"test": item.nodeid, "folder": str(folder.path), "name": e.name,
@@ -369,6 +421,7 @@ class LosslessFixture:
             }
         else:
             gates = parse_gate(gate)
+        failure = None
         try:
             verdict = compare_control_candidate(
                 control, candidate, runs=runs or self._settings.control_runs,
@@ -376,7 +429,9 @@ class LosslessFixture:
                 label=name,
             )
         except LosslessError as exc:
-            pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+            failure = f"lossless.compare {name}: {type(exc).__name__}: {exc}"
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         receipt = _receipt(self._item)
         if receipt is not None:
@@ -526,10 +581,12 @@ def _device_request(item: pytest.Item) -> tuple[str | None, int]:
 
     for marker in item.iter_markers():
         if marker.name in DEVICE_MARKERS:
+            failure = None
             try:
                 return marker.name, marker_device_count(marker.args, marker.kwargs, marker.name)
             except ConfigError as exc:
-                pytest.fail(f"{item.nodeid}: {exc}", pytrace=False)
+                failure = f"{item.nodeid}: {exc}"
+            pytest.fail(failure, pytrace=False)
     return None, 1
 
 
@@ -552,10 +609,13 @@ def devices(request: pytest.FixtureRequest) -> Generator[Allocation, None, None]
     if marker is not None and backend in _MARKER_REFUSES[marker]:
         pytest.skip(f"marked {marker}, but the device backend is {backend} "
                     f"(choose one with --lossless-backend)")
+    failure = None
     try:
         allocation = allocator.acquire(count, holder=item.nodeid)
     except AllocationError as exc:
-        pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+        failure = f"{type(exc).__name__}: {exc}"
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
     item.stash[ALLOCATION_KEY] = allocation
     try:
         yield allocation
@@ -726,6 +786,7 @@ class SpeedGateFixture:
 
         self._count += 1
         name = workload or f"speed#{self._count}"
+        failure = None
         try:
             verdict = run_speed_gate(
                 control, candidate, target=target,
@@ -735,7 +796,9 @@ class SpeedGateFixture:
                 confidence=confidence,
             )
         except LosslessError as exc:
-            pytest.fail(f"speed gate {name}: {type(exc).__name__}: {exc}", pytrace=False)
+            failure = f"speed gate {name}: {type(exc).__name__}: {exc}"
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
         self.verdicts.append(verdict)
         if verdict.ci is not None and verdict.ratio is not None:
             detail = f"{verdict.ratio:.2f} [{verdict.ci[0]:.2f}, {verdict.ci[1]:.2f}]"

@@ -402,6 +402,9 @@ def check_gates(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]
     for index, entry in enumerate(block):
         evidence = entry.get("evidence") if isinstance(entry, Mapping) else None
         if not evidence:
+            if isinstance(entry, Mapping) and entry.get("passed") is True:
+                found.append(f"gates[{index}] {entry.get('artifact')}: recorded passed=True "
+                             "with no fingerprints to show it")
             continue
         again = _rejudge(kinds, str(entry.get("gate")), str(entry.get("artifact")),
                          evidence["golden"], evidence["obtained"])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import materialize_all
+from .errors import ConfigError
 from .gates import Gate, GateResult
 from .kinds import Artifact, KindRegistry
 from .timing import SYSTEM_CLOCK, Clock
@@ -195,8 +196,9 @@ def compare_control_candidate(
     With ``candidate=None`` only the control's repeatability is judged (PASS when
     repeatable); ``--update-goldens`` uses this to refuse a flaky producer.
     """
-    if runs < 2:
-        raise ValueError("a control must run at least twice to show it is repeatable")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ConfigError("lossless.compare(runs=...)", runs,
+                          "a control must run at least twice to show it is repeatable")
     arms: list[tuple[str, Callable[[], Any]]] = [(f"control#{i + 1}", control) for i in range(runs)]
     if candidate is not None:
         arms.append(("candidate", candidate))

@@ -18,6 +18,8 @@ from typing import Any
 from .errors import ConfigError
 
 BACKENDS = ("auto", "npu", "cuda", "cpu")
+#: No host has more devices than this; a larger range is a typo, not a pool.
+MAX_DEVICES = 4096
 BUSY_POLICIES = ("wait", "fail")
 
 #: Environment variables that change numerics; recorded in every receipt when present.
@@ -99,6 +101,8 @@ def parse_device_list(text: str) -> tuple[str, ...]:
             low, high = int(span.group(1)), int(span.group(2))
             if high < low:
                 raise ValueError(f"range {part!r} runs backwards")
+            if high - low >= MAX_DEVICES:
+                raise ValueError(f"range {part!r} names more than {MAX_DEVICES} devices")
             ids.extend(str(i) for i in range(low, high + 1))
         else:
             ids.append(part)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -240,3 +241,58 @@ def test_failed_update_leaves_the_old_golden(pytester, media_project):
     result = pytester.runpytest("--update-goldens")
     result.assert_outcomes(failed=1)
     assert _manifest(media_project) == before
+
+
+def test_a_lossless_test_that_compares_nothing_fails(pytester):
+    pytester.makepyfile(test_empty="""
+import pytest
+
+@pytest.mark.lossless
+def test_nothing():
+    pass
+
+@pytest.mark.lossless
+def test_asks_for_golden_but_never_checks(golden):
+    pass
+""")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*marked lossless but compared nothing*"])
+
+
+def test_a_golden_the_test_stopped_checking_fails(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    pytester.makepyfile(test_media=GOLDEN_TEST.replace(
+        '    golden.check("audio.wav", HERE / "audio.wav")\n', ""))
+    result = pytester.runpytest("--lossless")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*goldens 'audio.wav' in *manifest.json were not checked*"])
+
+
+RUN_TEST = """
+import os
+import numpy as np
+import pytest
+
+def run():
+    return {{"latent.npy": np.arange(6, dtype=np.float32), "log.bin": {log}}}
+
+@pytest.mark.lossless
+def test_run(golden):
+    golden.check_all(run)
+"""
+
+
+def test_check_all_takes_a_producer_and_refuses_a_flaky_one(pytester):
+    pytester.makepyfile(test_run=RUN_TEST.format(log="b'ok'"))
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["created: 2", "*CREATED*latent.npy*"])
+    assert pytester.runpytest("--lossless").ret == 0
+    pytester.makepyfile(test_run=RUN_TEST.format(log="os.urandom(8)"))
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*NondeterministicProducer*Nothing was written*", "*log.bin*"])
+    manifest = json.loads(
+        (pytester.path / "goldens/test_run/test_run/manifest.json").read_text())
+    assert manifest["artifacts"]["log.bin"]["sha256"] == hashlib.sha256(b"ok").hexdigest()

@@ -169,3 +169,20 @@ def test_golden_producer_must_repeat(tmp_path, kinds):
     steady = Golden(folder, update=True, workdir=tmp_path / "work2")
     steady.check("n.npy", lambda: np.array([7], dtype=np.int64))
     assert [e.action for e in steady.commit()] == ["created"]
+
+
+def test_control_characters_are_refused():
+    with pytest.raises(ArtifactError, match="control characters"):
+        artifact_name("a\x00b")
+
+
+def test_a_manifest_file_that_escapes_its_folder_is_refused(tmp_path, kinds):
+    source = _array_file(tmp_path / "a.npy", [1.0])
+    folder = _folder(tmp_path / "goldens", kinds)
+    folder.stage("a.npy", source, None, {})
+    folder.commit()
+    document = json.loads((folder.path / "manifest.json").read_text())
+    document["artifacts"]["a.npy"]["file"] = "../../../../etc/passwd"
+    (folder.path / "manifest.json").write_text(json.dumps(document))
+    with pytest.raises(ManifestError, match=r"a\.npy"):
+        read_manifest(folder.path)

@@ -72,7 +72,9 @@ def _write(folder: Path, *, test_id: str = "tests/test_m.py::test_a[x/y]", **kw:
     receipt.set_allocation(allocation)
     for run in kw.get("runs", [_run()]):
         receipt.add_run(run)
-    receipt.add_gate({"artifact": "video", "passed": True, "lossless": True})
+    same = {"kind": "bytes", "fingerprint": {"size": 4, "sha256": "ab" * 32}}
+    receipt.add_gate({"artifact": "video", "gate": "bytes", "passed": True, "lossless": True,
+                      "evidence": {"golden": same, "obtained": same}})
     receipt.add_lossless(_lossless_block(folder))
     receipt.set_outcome("call", "passed")
     allocation.released_at = "2026-01-01T00:00:00.000Z"  # read late: shows the release

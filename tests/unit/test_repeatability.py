@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_lossless.errors import ConfigError
 from pytest_lossless.kinds import KindRegistry
 from pytest_lossless.repeatability import (
     compare_control_candidate,
@@ -64,7 +65,7 @@ def test_missing_artifact_is_a_difference(tmp_path, kinds):
 
 
 def test_control_must_run_twice(tmp_path, kinds):
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="runs"):
         compare_control_candidate(_run([1]), _run([1]), runs=1, kinds=kinds, workdir=tmp_path)
 
 

@@ -97,3 +97,8 @@ def test_extra_determinism_knobs():
     settings = _resolve(ini={"determinism_env": "MY_SEED, OTHER"})
     assert settings.determinism_knobs[-2:] == ("MY_SEED", "OTHER")
     assert "CUBLAS_WORKSPACE_CONFIG" in settings.determinism_knobs
+
+
+def test_a_huge_device_range_is_refused_at_once():
+    with pytest.raises(ValueError, match="more than 4096"):
+        parse_device_list("0-99999999")
