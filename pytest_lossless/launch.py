@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import http.client
 import json as jsonlib
+import math
 import os
 import signal
 import socket
@@ -537,6 +538,17 @@ def _check_argv(argv: object, what: str) -> list[str]:
     return out
 
 
+def _seconds(value: object, what: str) -> float:
+    """A time limit given by a test: a finite number of seconds above zero."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]  # checked by the except below
+    except (TypeError, ValueError):
+        raise ConfigError(what, value, "expected a number of seconds") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(what, value, "must be a finite number of seconds above 0")
+    return seconds
+
+
 def _fill(text: str, values: Mapping[str, str]) -> str:
     # Plain replacement, not str.format: JSON or other braces in arguments stay untouched.
     for key, value in values.items():
@@ -915,7 +927,7 @@ class Launcher:
         ``grace`` (default: the launcher's) is the wait between SIGTERM and SIGKILL on timeout.
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
-        limit = self.run_timeout if timeout is None else float(timeout)
+        limit = self.run_timeout if timeout is None else _seconds(timeout, "timeout")
         wait = self.grace if grace is None else float(grace)
         record, args, child_env, cwd_path, run_dir = self._prepare("command", argv, env, cwd,
                                                                    None, inputs)
@@ -1013,7 +1025,12 @@ class Launcher:
         url = _fill(ready, {"port": str(port), "out": record["out_dir"]})
         if url.startswith("/"):
             url = f"http://127.0.0.1:{port}{url}"
-        limit = self.run_timeout if startup_timeout is None else float(startup_timeout)
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError("model_run.server(ready=...)", ready,
+                              "give a URL such as http://127.0.0.1:{port}/health, or a path "
+                              "such as /health")
+        limit = (self.run_timeout if startup_timeout is None
+                 else _seconds(startup_timeout, "startup_timeout"))
         record.update({"ready_url": url, "startup_timeout_seconds": limit,
                        "workers_expected": workers_expected, "startup_seconds": None,
                        "warmup_seconds": [], "measured_seconds": [], "requests": []})
@@ -1114,7 +1131,7 @@ class Server:
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         if self._stopped:
             raise RunError(f"model_run: {self.record['name']} is stopped; no more requests")
-        limit = self._launcher.run_timeout if timeout is None else float(timeout)
+        limit = self._launcher.run_timeout if timeout is None else _seconds(timeout, "timeout")
         body, body_len, head = _encode_body(json=json, files=files, data=data)
         head.update(headers or {})
         index = len(self.record["requests"]) + 1

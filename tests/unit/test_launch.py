@@ -413,3 +413,14 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
 def test_record_is_json_serialisable(launcher: Launcher) -> None:
     result = launcher([*COMMAND, "exit", "0"])
     assert json.loads(json.dumps(result.record)) == result.record
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), "soon"])
+def test_a_bad_timeout_is_refused_before_anything_runs(launcher: Launcher, timeout: Any) -> None:
+    with pytest.raises(ConfigError, match="timeout"):
+        launcher([sys.executable, "-c", "pass"], timeout=timeout)
+
+
+def test_a_ready_that_is_no_url_is_refused(launcher: Launcher) -> None:
+    with pytest.raises(ConfigError, match=r"ready=\.\.\."):
+        launcher.server([sys.executable, "-c", "import time; time.sleep(30)"], ready="health")
