@@ -61,7 +61,7 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     widths[2] = min(widths[2], 22)
     widths[3] = min(widths[3], 22)
     used = sum(widths) + 2 * 4
-    detail_width = max(30, width - used)
+    detail_width = max(48, width - used)
     head = "  ".join(h.ljust(w) for h, w in zip(headers[:4], widths, strict=True))
     lines = [head + "  " + headers[4]]
     lines.append("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40))
