@@ -238,20 +238,25 @@ def parse_nvidia_smi_apps(text: str) -> list[dict[str, Any]]:
     return apps
 
 
-class CudaBackend:
-    """NVIDIA GPUs through ``nvidia-smi``; children see them by UUID, in PCI bus order."""
+class _ToolBackend:
+    """A real backend read through its vendor tool (``nvidia-smi``, ``npu-smi``)."""
 
-    name = "cuda"
+    name = ""
     emulated = False
     observes_usage = True
+    #: What :meth:`available` says when the tool answers but lists nothing usable.
+    nothing_listed = "lists no device"
 
-    def __init__(self, *, smi: str = "nvidia-smi", runner: Runner | None = None,
+    def __init__(self, *, smi: str, runner: Runner | None = None,
                  env: Mapping[str, str] | None = None) -> None:
         self.smi = smi
         self.runner = runner or run_tool
         self.env = env
         #: Why the backend is unavailable, once :meth:`available` said so.
         self.problem: str | None = None
+
+    def discover(self) -> list[Device]:
+        raise NotImplementedError
 
     def available(self) -> bool:
         if self.runner is run_tool and shutil.which(self.smi) is None:
@@ -263,10 +268,21 @@ class CudaBackend:
             self.problem = str(exc)
             return False
         if not devices:
-            self.problem = f"{self.smi} lists no GPU this process may use"
+            self.problem = f"{self.smi} {self.nothing_listed}"
             return False
         self.problem = None
         return True
+
+
+class CudaBackend(_ToolBackend):
+    """NVIDIA GPUs through ``nvidia-smi``; children see them by UUID, in PCI bus order."""
+
+    name = "cuda"
+    nothing_listed = "lists no GPU this process may use"
+
+    def __init__(self, *, smi: str = "nvidia-smi", runner: Runner | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        super().__init__(smi=smi, runner=runner, env=env)
 
     def discover(self) -> list[Device]:
         text = self.runner([self.smi, f"--query-gpu={_CUDA_QUERY}",
@@ -396,37 +412,18 @@ def parse_npu_smi_board(text: str) -> dict[str, str]:
     return fields
 
 
-class NpuBackend:
+class NpuBackend(_ToolBackend):
     """Ascend NPUs through ``npu-smi``; children see them by logical id, ascending."""
 
     name = "npu"
-    emulated = False
-    observes_usage = True
+    nothing_listed = "info lists no NPU chip"
 
     def __init__(self, *, smi: str = "npu-smi", runner: Runner | None = None,
                  env: Mapping[str, str] | None = None) -> None:
-        self.smi = smi
-        self.runner = runner or run_tool
-        self.env = env
-        self.problem: str | None = None
+        super().__init__(smi=smi, runner=runner, env=env)
         # Static per host: read once per backend object, not on every discovery.
         self._logic: dict[tuple[int, int], int] | None = None
         self._serials: dict[int, str | None] = {}
-
-    def available(self) -> bool:
-        if self.runner is run_tool and shutil.which(self.smi) is None:
-            self.problem = f"{self.smi} not found on PATH"
-            return False
-        try:
-            devices = self.discover()
-        except ToolError as exc:
-            self.problem = str(exc)
-            return False
-        if not devices:
-            self.problem = f"{self.smi} info lists no NPU chip"
-            return False
-        self.problem = None
-        return True
 
     def _logic_ids(self, chips: Sequence[NpuChip]) -> dict[tuple[int, int], int]:
         if self._logic is None:
