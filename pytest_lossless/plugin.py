@@ -462,6 +462,7 @@ class SummaryPlugin:
         self.config = config
         self.summary = _summary(config)
         self.inconclusive: list[tuple[str, str]] = []
+        self.receipts = 0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if getattr(report, "lossless_verdict", None) == "INCONCLUSIVE":
@@ -469,6 +470,9 @@ class SummaryPlugin:
         for row in getattr(report, "lossless_rows", None) or []:
             self.summary.rows.append(_row_from(row))
         self.summary.events.extend(getattr(report, "lossless_golden_events", None) or [])
+        if report.when == "teardown":
+            self.receipts += sum(1 for key, _ in report.user_properties
+                                 if key == "lossless_receipt")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         settings = _settings(self.config)
@@ -488,6 +492,12 @@ class SummaryPlugin:
             width = max(80, terminalreporter._tw.fullwidth)
             for line in report.verdict_table(self.summary.rows, width=width):
                 terminalreporter.write_line(line)
+        if self.receipts:
+            source = self.config.stash.get(REVISION_KEY, None)
+            if source is None:
+                source = self.config.stash[REVISION_KEY] = _source_revision(settings.rootdir)
+            terminalreporter.write_line(report.evidence_line(self.receipts, str(settings.receipts),
+                                                             source))
 
 
 def _row_from(data: Mapping[str, Any]) -> report.Row:

@@ -81,6 +81,21 @@ def _order_key(verdict: str) -> int:
     return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else len(VERDICT_ORDER)
 
 
+def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
+    """Where the receipts went and what they can be traced to: a baseline on a dirty or
+    unpublished revision is the first thing an auditor asks about."""
+    revision = str(source.get("revision") or "")[:12] or "no git revision"
+    state = []
+    if source.get("dirty"):
+        state.append(f"dirty, diff sha256 {str(source.get('diff_sha256') or '')[:12]}")
+    if source.get("publication") == "unpublished":
+        state.append("unpublished: no remote branch holds it")
+    where = f" ({'; '.join(state)})" if state else ""
+    noun = "receipt" if count == 1 else "receipts"
+    return (f"{count} {noun} in {folder}, source {revision}{where}; "
+            f"audit with: python -m pytest_lossless verify {folder}")
+
+
 def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:
     """What ``--update-goldens`` did, grouped by action, one artifact per line."""
     groups: dict[str, list[Mapping[str, str]]] = {}

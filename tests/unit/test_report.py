@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_lossless.report import Row, update_lines, verdict_table
+from pytest_lossless.report import Row, evidence_line, update_lines, verdict_table
 
 
 def test_table_puts_failures_first_and_counts():
@@ -50,3 +50,14 @@ def test_update_lines_group_by_action():
         "changed: 1", "  goldens/m/t/c.mp4 (sha256 ab -> cd)",
         "unchanged: 1", "  goldens/m/t/b.npy",
     ]
+
+
+def test_evidence_line_names_a_dirty_unpublished_source():
+    line = evidence_line(3, "lossless-receipts", {
+        "revision": "0123456789abcdef", "dirty": True, "diff_sha256": "feedface" * 8,
+        "publication": "unpublished"})
+    assert line.startswith("3 receipts in lossless-receipts, source 0123456789ab (dirty")
+    assert "unpublished" in line
+    assert line.endswith("python -m pytest_lossless verify lossless-receipts")
+    clean = evidence_line(1, "r", {"revision": "abc", "dirty": False, "publication": "published"})
+    assert clean == "1 receipt in r, source abc; audit with: python -m pytest_lossless verify r"
