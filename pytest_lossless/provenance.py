@@ -26,6 +26,10 @@ from .launch import hash_inputs
 #: Distributions whose versions every receipt records.
 PACKAGES = ("pytest-lossless", "pytest", "pluggy", "numpy", "soundfile", "imageio-ffmpeg",
             "pytest-xdist", "hypothesis")
+#: Accelerator stacks whose versions change numerics; recorded when installed (metadata only:
+#: nothing is imported).
+ACCELERATOR_PACKAGES = ("torch", "torch-npu", "triton", "jax", "jaxlib", "vllm", "cupy-cuda12x",
+                        "cupy-cuda13x")
 _GIT_TIMEOUT = 30.0
 
 
@@ -117,6 +121,15 @@ def session_facts() -> dict[str, Any]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
+    if versions["pytest-lossless"] is None:  # run from a source tree, not installed
+        from . import __version__
+
+        versions["pytest-lossless"] = f"{__version__} (source tree)"
+    for name in ACCELERATOR_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
     versions["ffmpeg"] = _ffmpeg_version()
     return {
         "versions": versions,
