@@ -581,11 +581,33 @@ class _Flock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 return False
             raise
+        if not self._still_named(fd):
+            # The file was deleted or replaced between open and flock: a lock on an unlinked
+            # file excludes nobody. Try again on the file the path names now.
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            return False
         with contextlib.suppress(OSError):  # only the creator may widen it; others need not
             if os.fstat(fd).st_uid == os.getuid():
                 os.fchmod(fd, 0o666)
         self._fd = fd
         return True
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def inode(self) -> int | None:
+        return os.fstat(self._fd).st_ino if self._fd is not None else None
+
+    def _still_named(self, fd: int) -> bool:
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
     def release(self) -> None:
         if self._fd is not None:
@@ -631,7 +653,7 @@ class LockDir:
                 "choose another with --lossless-lock-dir", lock_dir=str(self.path)) from None
         with contextlib.suppress(OSError):  # shared by every user's jobs on this host
             if self.path.stat().st_uid == os.getuid():
-                self.path.chmod(0o777)
+                self.path.chmod(0o1777)  # sticky: nobody deletes another user's lock file
 
     def lock(self, lock_key: str) -> _Flock:
         return _Flock(self.path / f"{_file_stem(lock_key)}.lock")
@@ -646,6 +668,17 @@ class LockDir:
     def clear_record(self, lock_key: str) -> None:
         with contextlib.suppress(OSError):
             self.record_path(lock_key).unlink()
+
+    def replaced_under(self, lock_key: str, lock: _Flock) -> bool:
+        """True when a live holder's record names another lock file than the one just locked:
+        the file was deleted while held (a tmp cleaner, say) and that holder still runs."""
+        try:
+            record = json.loads(self.record_path(lock_key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        pid, inode = record.get("pid"), record.get("lock_inode")
+        return (isinstance(pid, int) and isinstance(inode, int) and inode != lock.inode
+                and _pid_alive(pid))
 
     def describe_holder(self, lock_key: str, host: str) -> str:
         """Who holds ``lock_key``, from its record, for a lock we just failed to take."""
@@ -715,8 +748,8 @@ class Allocation:
                 fn = self._finalizers.pop()
                 try:
                     fn()
-                except Exception as exc:  # every finalizer runs; the first error is raised
-                    errors.append(exc)
+                except BaseException as exc:  # every finalizer runs, even after Ctrl-C or a
+                    errors.append(exc)          # pytest outcome; the first error is raised
                     self.finalizer_errors.append(f"{type(exc).__name__}: {exc}")
             if self._proof is not None:
                 try:
@@ -965,7 +998,10 @@ class Allocator:
             ordered = sorted(pool, key=lambda item: item[1].lock_key in busy_keys)
             for label, device in ordered:
                 lock = self.lock_dir.lock(device.lock_key)
-                if lock.try_acquire():
+                if lock.try_acquire() and self.lock_dir.replaced_under(device.lock_key, lock):
+                    lock.release()  # a live holder still locks the file this one replaced
+                    failed.append(device)
+                elif lock.held:
                     taken.append((label, device, lock))
                     if len(taken) == count:
                         break
@@ -998,8 +1034,9 @@ class Allocator:
             raise _Busy(before["foreign_processes"])
         keys = [d.lock_key for d in devices]
         record = self._record(holder, keys)
-        for key in keys:
-            self.lock_dir.write_record(key, record)
+        for key, (_, _, lock) in zip(keys, taken, strict=True):
+            # The lock file's identity lets a later taker see that this file was replaced.
+            self.lock_dir.write_record(key, {**record, "lock_inode": lock.inode})
         allocation = Allocation(
             backend=backend.name, ids=tuple(label for label, _, _ in taken),
             env=backend.visibility_env(devices),

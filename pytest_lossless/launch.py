@@ -242,6 +242,8 @@ class _ProcessGroup:
         self._gone: list[_Proc] = []
         self.leftovers: list[dict[str, Any]] = []
         self._me = os.getpid()
+        token = env.get(RUN_TOKEN)
+        self._token = f"{RUN_TOKEN}={token}".encode() if token else b""
         self._strangers: set[int] = set()
         self._samples = 0
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
@@ -324,7 +326,14 @@ class _ProcessGroup:
                 children.setdefault(entry.ppid, []).append(entry.pid)
             members = {pid for pid, st in stats.items()
                        if st.session == self.pgid or st.pgrp == self.pgid}
-            members |= {pid for pid in known if pid in stats}
+            # A known pid stays ours only while it is the same process (same start time).
+            members |= {pid for pid in known if pid in stats and self.procs[pid].starttime
+                        in (0, stats[pid].starttime)}
+            # Orphans handed to us (the subreaper) are ours only if they carry this run's
+            # token: a double-forked daemon in a new session is still accounted for.
+            members |= {pid for pid, st in stats.items()
+                        if st.ppid == self._me and pid != self.pid and pid not in members
+                        and self._carries_token(pid)}
             todo = list(members | ({self.pid} if not self._main_done.is_set() else set()))
             while todo:
                 for child in children.get(todo.pop(), []):
@@ -335,6 +344,8 @@ class _ProcessGroup:
                 st = stats.get(pid)
                 if st is None:
                     continue
+                if pid != self.pid and self.main.starttime and st.starttime < self.main.starttime:
+                    continue  # started before this run: it cannot be one of ours
                 proc = self.procs.get(pid)
                 if proc is not None and proc.starttime and st.starttime != proc.starttime:
                     self._vanish(proc, now)  # pid reused: the one we knew is gone
@@ -363,6 +374,15 @@ class _ProcessGroup:
                 if pid not in members and proc.ended is None and pid != self.pid:
                     self._vanish(proc, now)
             self._strangers.update(pid for pid in stats if pid not in members)
+
+    def _carries_token(self, pid: int) -> bool:
+        if not self._token:
+            return False
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return False
+        return self._token in environ.split(b"\0")
 
     def _note_zombie(self, proc: _Proc, st: _Stat, now: float) -> None:
         if proc is self.main:
@@ -489,6 +509,11 @@ class _ProcessGroup:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+#: Set in every child's environment to a token of its run, so that processes which leave the
+#: run's session and process group (daemons) can still be told apart as its own.
+RUN_TOKEN = "PYTEST_LOSSLESS_RUN"
 
 
 def free_port() -> int:
@@ -676,6 +701,16 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 failed += 1
 
+    recorded = set(by_pid)
+    for entry in _maps(record.get("signals")):
+        if entry.get("forced") and entry.get("delivered"):
+            strangers = [p for p in entry.get("receivers") or [] if p not in recorded]
+            if strangers:
+                reasons.append(f"forced {entry.get('signal')} ({entry.get('reason')}) reached "
+                               f"pid {', '.join(map(str, strangers))}, which the record does "
+                               "not account for")
+                forced_n += len(strangers)
+
     raw_left = record.get("leftovers") or []
     leftovers = raw_left if isinstance(raw_left, list) else [raw_left]
     for left in leftovers:
@@ -847,6 +882,7 @@ class Launcher:
         child_env = dict(os.environ)
         alloc_env = dict(self.allocation.env) if self.allocation is not None else {}
         child_env.update(alloc_env)
+        child_env[RUN_TOKEN] = f"{name}-{uuid.uuid4().hex}"
         overrides = dict(env or {})
         for key, value in overrides.items():
             if value is None:
@@ -966,6 +1002,10 @@ class Launcher:
                 raise RunError(self._failure(record, _format_status(main)), record=record)
             if problems:
                 raise RunError(self._failure(record, "; ".join(problems)), record=record)
+            lifecycle = lifecycle_verdict(record)
+            if not lifecycle["clean"]:
+                raise RunError(self._failure(record, "exited 0, but its lifecycle was not "
+                                             f"clean: {lifecycle['summary']}"), record=record)
         return result
 
     def _collect_outputs(self, outputs: Mapping[str, str | os.PathLike[str]], out: Path,
@@ -1045,16 +1085,30 @@ class Launcher:
         if self._closed:
             return
         self._closed = True
+        first: BaseException | None = None
+        # Every group is ended even when one stop fails: the device locks are released
+        # right after this, and no process may outlive them.
         for server in list(self._servers):
-            server.stop(reason="teardown")
+            try:
+                server.stop(reason="teardown")
+            except BaseException as exc:
+                first = first or exc
         for group in list(self._groups):
-            group.send(signal.SIGTERM, forced=True, reason="teardown", group=True)
-            group.wait_main(self.grace)
-            group.finish(reason="teardown")
-            self._groups.remove(group)
+            try:
+                group.send(signal.SIGTERM, forced=True, reason="teardown", group=True)
+                group.wait_main(self.grace)
+                group.settle(self.grace)
+                group.finish(reason="teardown")
+            except BaseException as exc:
+                first = first or exc
+            finally:
+                if group in self._groups:
+                    self._groups.remove(group)
         if self._subreaper_was is False:
             _child_subreaper(False)
             self._subreaper_was = None
+        if first is not None:
+            raise first
 
 
 class Server:

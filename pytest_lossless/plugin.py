@@ -665,7 +665,10 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
     item = request.node
     settings = _settings(request.config)
     allocation = None
-    if any(m.name in DEVICE_MARKERS for m in item.iter_markers()):
+    # Marked, or asking for ``devices`` itself: either way the runs belong to the allocation
+    # (they see its devices, and end before its locks go, whatever the argument order).
+    if "devices" in request.fixturenames or any(
+            m.name in DEVICE_MARKERS for m in item.iter_markers()):
         allocation = request.getfixturevalue("devices")
     receipt = receipt_for(item)
     if allocation is not None:

@@ -151,3 +151,25 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
     assert f"CONTRADICTION {edited}" in done.stdout
     assert "recorded lifecycle clean=True but the raw record gives clean=False" in done.stdout
     assert "3 of 4 receipts consistent" in done.stdout
+
+
+def test_unmarked_devices_fixture_still_owns_the_runs(pytester: pytest.Pytester) -> None:
+    """Asking for ``devices`` without a marker: children see it, and end before its locks go."""
+    pytester.makepyfile(test_order="""
+import sys
+
+def test_order(model_run, devices):
+    run = model_run([sys.executable, "-c",
+                     "import os; print(os.environ.get('PYTEST_LOSSLESS_CPU_SLOTS'))"])
+    assert open(run.stdout_path).read().strip() == ",".join(devices.ids)
+    model_run.server([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "{port}"],
+                     ready="/")
+""")
+    result = pytester.runpytest_subprocess(
+        "--lossless-backend=cpu", "--lossless-devices=0,1",
+        f"--lossless-lock-dir={pytester.path / 'locks'}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    receipt = json.loads(next((pytester.path / "lossless-receipts").glob("*.json")).read_text())
+    server = receipt["runs"][-1]
+    assert server["kind"] == "server"
+    assert receipt["allocation"]["released_at"] >= server["ended_at"]

@@ -689,3 +689,33 @@ def test_cuda_real_foreign_process_is_named(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_lock_file_deleted_while_held_is_not_taken_twice(tmp_path: Path) -> None:
+    """A tmp cleaner deleting a held lock file must not let a second holder in."""
+    locks = tmp_path / "locks"
+    first = Allocator([CpuBackend()], backend="cpu", pool=("0",), lock_dir=locks, timeout=5)
+    held = first.acquire(1, "t::first")
+    for path in locks.glob("*.lock"):
+        path.unlink()
+    second = Allocator([CpuBackend()], backend="cpu", pool=("0",), lock_dir=locks, timeout=0.3)
+    with pytest.raises(AllocationTimeout, match="t::first"):
+        second.acquire(1, "t::second")
+    held.release()
+    second.acquire(1, "t::second").release()
+
+
+def test_every_finalizer_runs_even_after_an_interrupt(tmp_path: Path) -> None:
+    allocator = Allocator([CpuBackend()], backend="cpu", pool=("0",), lock_dir=tmp_path, timeout=5)
+    allocation = allocator.acquire(1, "t::x")
+    ran: list[str] = []
+    allocation.add_finalizer(lambda: ran.append("registered first"))
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    allocation.add_finalizer(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        allocation.release()
+    assert ran == ["registered first"]
+    assert allocation.released

@@ -424,3 +424,31 @@ def test_a_bad_timeout_is_refused_before_anything_runs(launcher: Launcher, timeo
 def test_a_ready_that_is_no_url_is_refused(launcher: Launcher) -> None:
     with pytest.raises(ConfigError, match=r"ready=\.\.\."):
         launcher.server([sys.executable, "-c", "import time; time.sleep(30)"], ready="health")
+
+
+DAEMON = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(30)
+    os._exit(0)
+time.sleep(0.3)
+"""
+
+
+def test_a_double_forked_daemon_is_found_and_the_run_is_not_clean(launcher: Launcher) -> None:
+    with pytest.raises(RunError, match="lifecycle was not clean") as info:
+        launcher([sys.executable, "-c", DAEMON], timeout=20)
+    record = info.value.fields["record"]
+    assert not lifecycle_verdict(record)["clean"]
+    assert any(p["role"] == "descendant" and p["forced"] for p in record["processes"])
+
+
+def test_a_forced_signal_to_an_unrecorded_process_is_never_clean() -> None:
+    record = {"processes": [{"pid": 10, "role": "main", "observed": "reaped", "exit_code": 0}],
+              "signals": [{"signal": "SIGTERM", "forced": True, "delivered": True,
+                           "reason": "timeout", "receivers": [10, 11, 12]}]}
+    verdict = lifecycle_verdict(record)
+    assert not verdict["clean"]
+    assert "11, 12" in " ".join(verdict["reasons"])
