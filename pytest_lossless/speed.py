@@ -196,9 +196,25 @@ class SpeedVerdict:
             "reason": self.reason,
             "bootstrap": dict(self.bootstrap) if self.bootstrap is not None else None,
             "errors": list(self.errors),
+            "percentiles": self.percentiles(),
             "samples": [dict(s) for s in self.samples],
             "message": self.message(),
         }
+
+    def percentiles(self) -> dict[str, dict[str, float | str]]:
+        """p50/p90/p95/p99 of each arm's measured seconds; a percentile without the samples
+        to support it at 99% confidence (64/130/662) says so instead of a number."""
+        table: dict[str, dict[str, float | str]] = {}
+        for arm in ("control", "candidate"):
+            seconds = [float(s["seconds"]) for s in self.samples
+                       if s.get("arm") == arm and isinstance(s.get("seconds"), (int, float))]
+            row: dict[str, float | str] = {}
+            for p in (50, 90, 95, 99):
+                value = stats.percentile(seconds, p) if seconds else None
+                row[f"p{p}"] = (value.value if value is not None and value.value is not None
+                                else str(value) if value is not None else "no samples")
+            table[arm] = row
+        return table
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SpeedVerdict:
@@ -336,6 +352,18 @@ def rederive(d: Mapping[str, Any]) -> str:
     return derive(d.get("samples", []), **_rule(d)).verdict
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as JSON, with floats compared to a relative 1e-9 (a receipt's round trip)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
 def contradictions(d: Mapping[str, Any]) -> list[str]:
     """What a recorded speed gate says that its raw samples do not support (empty: consistent)."""
     found: list[str] = []
@@ -358,6 +386,13 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
         found.append(
             f"{label}: recorded ratio {recorded_ratio} but the raw samples give {again.ratio}"
         )
+    # Every derived field, not only the verdict: an edited interval or look is a contradiction.
+    derived = again.to_dict()
+    for key in ("ci", "blocks", "looks", "reason", "errors", "openers", "plan", "bootstrap",
+                "percentiles", "message"):
+        if key in d and not _same_value(derived.get(key), d.get(key)):
+            found.append(f"{label}: recorded {key} {d.get(key)!r} but the raw samples give "
+                         f"{derived.get(key)!r}")
     schedule = stats.block_schedule(again.pairs, design=again.design, seed=again.seed)
     for sample in d.get("samples", []):
         try:

@@ -289,3 +289,19 @@ def test_a_server_record_counts_its_measured_requests() -> None:
     assert candidate["measured_requests"] == [0.25]
     assert candidate["startup_seconds"] == 4.0
     assert candidate["warmup_seconds"] == [0.5]
+
+
+@pytest.mark.parametrize(("key", "value"), [("ci", [0.1, 0.2]), ("blocks", 3), ("looks", []),
+                                            ("message", "PASS, trust me")])
+def test_an_edited_derived_field_is_a_contradiction(key: str, value: Any) -> None:
+    recorded = json.loads(json.dumps(gate(0.5).to_dict()))
+    assert contradictions(recorded) == []
+    recorded[key] = value
+    assert any(f"recorded {key}" in c for c in contradictions(recorded))
+
+
+def test_percentiles_are_refused_without_the_samples_to_support_them() -> None:
+    table = gate(0.5).to_dict()["percentiles"]
+    assert isinstance(table["control"]["p50"], float)
+    for p in ("p90", "p95", "p99"):
+        assert "insufficient samples" in str(table["candidate"][p])
