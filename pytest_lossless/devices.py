@@ -181,14 +181,9 @@ def _visible_filter(devices: list[Device], inherited: str | None) -> list[Device
     if inherited is None:
         return devices
     tokens = [t.strip() for t in inherited.split(",") if t.strip()]
-    kept = []
-    for device in devices:
-        for token in tokens:
-            if token == device.id or (device.uuid and device.uuid.lower().startswith(
-                    token.lower()) and not token.isdigit()):
-                kept.append(device)
-                break
-    return kept
+    # Like CUDA itself: an index, or a UUID prefix that names exactly one device.
+    named = {id(d) for token in tokens if (d := _match(token, devices)) is not None}
+    return [d for d in devices if id(d) in named]
 
 
 # ---------------------------------------------------------------------------- cuda

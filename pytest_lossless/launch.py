@@ -875,7 +875,8 @@ class Launcher:
         values = {"out": str(out)}
         if port is not None:
             values["port"] = str(port)
-        elif any("{port}" in a for a in args):
+        elif any("{port}" in a for a in args) or any(
+                "{port}" in str(v) for v in (env or {}).values() if v is not None):
             port = free_port()
             values["port"] = str(port)
         args = [_fill(a, values) for a in args]

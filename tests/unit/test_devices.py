@@ -719,3 +719,12 @@ def test_every_finalizer_runs_even_after_an_interrupt(tmp_path: Path) -> None:
         allocation.release()
     assert ran == ["registered first"]
     assert allocation.released
+
+
+def test_an_inherited_visibility_prefix_must_name_one_gpu() -> None:
+    from pytest_lossless.devices import _visible_filter
+
+    gpus = [Device("0", uuid="GPU-aaaa"), Device("1", uuid="GPU-bbbb")]
+    assert _visible_filter(gpus, "GPU-") == []
+    assert [d.id for d in _visible_filter(gpus, "GPU-b")] == ["1"]
+    assert [d.id for d in _visible_filter(gpus, "0,GPU-bbbb")] == ["0", "1"]

@@ -452,3 +452,9 @@ def test_a_forced_signal_to_an_unrecorded_process_is_never_clean() -> None:
     verdict = lifecycle_verdict(record)
     assert not verdict["clean"]
     assert "11, 12" in " ".join(verdict["reasons"])
+
+
+def test_port_placeholder_in_env_gets_a_port(launcher: Launcher) -> None:
+    run = launcher([sys.executable, "-c", "import os; print(os.environ['MYPORT'])"],
+                   env={"MYPORT": "{port}"})
+    assert Path(run.stdout_path).read_text().strip().isdigit()
