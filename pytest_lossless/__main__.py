@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import ReceiptError
-from .receipts import load, receipt_paths, verify_receipt
+from .receipts import (
+    check_summary,
+    load,
+    receipt_paths,
+    summary_lines,
+    verify_receipt,
+    write_summary,
+)
 
 
 def _describe(path: Path) -> str:
@@ -58,7 +65,10 @@ def verify_command(directory: Path, *, out: TextIO | None = None) -> int:
             print(f"OK {path}: {line}", file=stream)
     total = len(paths)
     print(f"{total - bad} of {total} receipts consistent", file=stream)
-    return 1 if bad else 0
+    summary = check_summary(directory)
+    for problem in summary:
+        print(f"CONTRADICTION {problem}", file=stream)
+    return 1 if bad or summary else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,9 +82,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "raw blocks; exit 1 on any contradiction")
     check.add_argument("directory", type=Path, metavar="DIR",
                        help="a receipts folder (searched recursively) or one receipt file")
+    make = commands.add_parser(
+        "summary", help="print the summary of the receipts in DIR (generated from them); "
+        "--write stores it as DIR/SUMMARY.md")
+    make.add_argument("directory", type=Path, metavar="DIR", help="a receipts folder")
+    make.add_argument("--write", action="store_true", help="write DIR/SUMMARY.md")
     args = parser.parse_args(argv)
     if args.command == "verify":
         return verify_command(args.directory)
+    if args.command == "summary":
+        if not args.directory.is_dir():
+            print(f"pytest-lossless summary: {args.directory}: no such folder", file=sys.stderr)
+            return 2
+        if args.write:
+            print(write_summary(args.directory))
+        else:
+            print("\n".join(summary_lines(args.directory)))
+        return 0
     parser.error(f"unknown command {args.command!r}")
     return 2
 

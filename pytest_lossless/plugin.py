@@ -493,11 +493,17 @@ class SummaryPlugin:
             for line in report.verdict_table(self.summary.rows, width=width):
                 terminalreporter.write_line(line)
         if self.receipts:
+            from .receipts import write_summary
+
+            try:
+                written = f"; summary {write_summary(settings.receipts)}"
+            except OSError as exc:
+                written = f"; the summary could not be written: {exc}"
             source = self.config.stash.get(REVISION_KEY, None)
             if source is None:
                 source = self.config.stash[REVISION_KEY] = _source_revision(settings.rootdir)
             terminalreporter.write_line(report.evidence_line(self.receipts, str(settings.receipts),
-                                                             source))
+                                                             source) + written)
 
 
 def _row_from(data: Mapping[str, Any]) -> report.Row:

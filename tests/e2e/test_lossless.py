@@ -128,6 +128,7 @@ def test_gold(golden):
                               capture_output=True, text=True)
 
     assert verify().returncode == 0, verify().stdout
+    assert "| test_gold.py::test_gold | passed |" in (folder / "SUMMARY.md").read_text()
     fail_receipt = next(folder.glob("*test_fail*.json"))
 
     def flip_candidate(receipt):

@@ -242,3 +242,17 @@ def test_cli_exit_codes_and_lines(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "UNREADABLE" in out
     assert "broken.json" in out
     assert main(["verify", str(path)]) == 1  # a single file works too
+
+
+def test_the_summary_is_generated_and_verify_refuses_an_edited_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path)
+    assert main(["summary", str(tmp_path), "--write"]) == 0
+    summary = (tmp_path / "SUMMARY.md").read_text()
+    assert "| tests/test_m.py::test_a[x/y] | passed | clean | 1 passed, 0 failed | PASS | - |" \
+        in summary
+    assert main(["verify", str(tmp_path)]) == 0
+    (tmp_path / "SUMMARY.md").write_text(summary.replace("| PASS |", "| FAIL |"))
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "SUMMARY.md: does not match the receipts" in capsys.readouterr().out
+    assert main(["summary", str(tmp_path / "nowhere")]) == 2
