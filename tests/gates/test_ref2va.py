@@ -35,6 +35,12 @@ def test_fast_is_lossless(model_run, lossless, seconds):
                      label=f"fast vs control {seconds}s")
 
 
+# Timing takes the whole pool of (emulated) devices: under pytest-xdist no other gate runs beside
+# it, so the arms are timed one at a time on a quiet allocation.
+WHOLE_POOL = pytest.mark.npu(devices=4)
+
+
+@WHOLE_POOL
 @pytest.mark.parametrize("seconds", WORKLOADS)
 def test_fast_is_faster(model_run, speed_gate, seconds):
     speed_gate(arm(model_run, "control", seconds), arm(model_run, "fast", seconds),
@@ -55,6 +61,7 @@ def test_racy_control_is_inconclusive(model_run, lossless):
                      label="racy control 5s", expect="INCONCLUSIVE")
 
 
+@WHOLE_POOL
 def test_a_a_is_not_a_gain(model_run, speed_gate):
     # A 1 s clip keeps the suite short; what matters is that equal builds never show a gain.
     speed_gate(arm(model_run, "control", 1), arm(model_run, "control", 1), target=0.30,
