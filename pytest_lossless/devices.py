@@ -1074,8 +1074,12 @@ class Allocator:
             self.clock.sleep(0.1)
 
     def _blockers(self, attempt: _Attempt) -> str:
-        parts = [f"{d.id} {self.lock_dir.describe_holder(d.lock_key, self.host)}"
-                 for d in attempt.held]
+        # Devices with the same holder are named together: "0,1 held by pid 805 (...)".
+        by_holder: dict[str, list[str]] = {}
+        for device in attempt.held:
+            text = self.lock_dir.describe_holder(device.lock_key, self.host)
+            by_holder.setdefault(text, []).append(device.id)
+        parts = [f"{','.join(ids)} {text}" for text, ids in by_holder.items()]
         if attempt.busy:
             parts.append(f"busy with {_describe_busy(attempt.busy)}")
         if attempt.gated:
