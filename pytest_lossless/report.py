@@ -72,7 +72,7 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     for row in rows:
         counts[row.verdict] = counts.get(row.verdict, 0) + 1
     lines.append(
-        ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=_order_key))
+        ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (_order_key(v), v)))
     )
     return lines
 
