@@ -296,3 +296,23 @@ def test_check_all_takes_a_producer_and_refuses_a_flaky_one(pytester):
     manifest = json.loads(
         (pytester.path / "goldens/test_run/test_run/manifest.json").read_text())
     assert manifest["artifacts"]["log.bin"]["sha256"] == hashlib.sha256(b"ok").hexdigest()
+
+
+def test_update_goldens_skips_gates_that_write_no_golden(pytester):
+    pytester.makepyfile(test_mixed="""
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_writes(golden):
+    golden.check("a.npy", np.zeros(3))
+
+@pytest.mark.lossless
+def test_compares_only(lossless):
+    lossless.compare(lambda: {"a.npy": np.zeros(3)}, lambda: {"a.npy": np.zeros(3)})
+""")
+    result = pytester.runpytest("--update-goldens", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*--update-goldens: this gate has no golden to write*"])
+    result = pytester.runpytest("--update-goldens", "--lossless")
+    result.assert_outcomes(passed=2)
