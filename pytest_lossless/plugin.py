@@ -223,21 +223,6 @@ def _test_name(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
 
 
-def _result_row(item: pytest.Item, result: GateResult) -> report.Row:
-    if result.passed:
-        verdict = "PASS" if result.lossless else "LOSSY-PASS"
-        same = "identical" if result.lossless else "within tolerance"
-        detail = f"{result.total} {result.unit}s {same}" if result.total is not None else (
-            result.notes[0] if result.notes else "")
-    else:
-        verdict = "FAIL"
-        detail = "; ".join(result.metadata_diffs) or (
-            f"first differing {result.unit} {result.first_mismatch}, "
-            f"{result.mismatch_count} of {result.total} differ"
-            if result.first_mismatch else "differs")
-    return report.Row(item.nodeid, result.artifact, result.gate, verdict, detail)
-
-
 class GoldenFixture:
     """The ``golden`` fixture: ``golden.check(name, artifact, gate=None)``."""
 
@@ -267,7 +252,7 @@ class GoldenFixture:
                 self._item.nodeid, name, entry.gate, "STAGED",
                 f"{entry.kind}, {entry.stored}; written when the test passes"))
             return None
-        _add_row(self._item, _result_row(self._item, result))
+        _add_row(self._item, report.gate_row(self._item.nodeid, result))
         receipt = _receipt(self._item)
         if receipt is not None:
             evidence = self._golden.folder.evidence.get(name, {})
@@ -826,16 +811,10 @@ class SpeedGateFixture:
         if failure is not None:
             pytest.fail(failure, pytrace=False)
         self.verdicts.append(verdict)
-        if verdict.ci is not None and verdict.ratio is not None:
-            detail = f"{verdict.ratio:.2f} [{verdict.ci[0]:.2f}, {verdict.ci[1]:.2f}]"
-        else:
-            detail = verdict.reason or "no interval"
-        detail += f", {verdict.blocks}/{verdict.pairs} pairs {design}, seed {verdict.seed}"
         receipt = _receipt(self._item)
         if receipt is not None:
             receipt.add_speed(verdict.to_dict())
-        row = report.Row(self._item.nodeid, f"speed {name}",
-                         f"ratio <= {verdict.target_ratio:.2f}", verdict.verdict, detail)
+        row = report.speed_row(self._item.nodeid, name, verdict)
         try:
             shown = settle_verdict(verdict, act=act, expect=wanted)
         finally:

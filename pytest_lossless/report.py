@@ -37,6 +37,33 @@ class Row:
         )
 
 
+def gate_row(test: str, result: Any) -> Row:
+    """The row of one golden comparison (a ``GateResult``)."""
+    if result.passed:
+        verdict = "PASS" if result.lossless else "LOSSY-PASS"
+        same = "identical" if result.lossless else "within tolerance"
+        detail = f"{result.total} {result.unit}s {same}" if result.total is not None else (
+            result.notes[0] if result.notes else "")
+    else:
+        verdict = "FAIL"
+        detail = "; ".join(result.metadata_diffs) or (
+            f"first differing {result.unit} {result.first_mismatch}, "
+            f"{result.mismatch_count} of {result.total} differ"
+            if result.first_mismatch else "differs")
+    return Row(test, result.artifact, result.gate, verdict, detail)
+
+
+def speed_row(test: str, name: str, verdict: Any) -> Row:
+    """The row of one speed gate (a ``SpeedVerdict``): ratio, interval, pairs used, seed."""
+    if verdict.ci is not None and verdict.ratio is not None:
+        detail = f"{verdict.ratio:.2f} [{verdict.ci[0]:.2f}, {verdict.ci[1]:.2f}]"
+    else:
+        detail = verdict.reason or "no interval"
+    detail += f", {verdict.blocks}/{verdict.pairs} pairs {verdict.design}, seed {verdict.seed}"
+    return Row(test, f"speed {name}", f"ratio <= {verdict.target_ratio:.2f}", verdict.verdict,
+               detail)
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
