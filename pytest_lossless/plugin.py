@@ -484,6 +484,12 @@ class SummaryPlugin:
             width = max(80, terminalreporter._tw.fullwidth)
             for line in report.verdict_table(self.summary.rows, width=width):
                 terminalreporter.write_line(line)
+        elif settings.lossless:
+            # Never let a green run be read as "the gates passed" when none ran.
+            terminalreporter.write_sep("=", "pytest-lossless: gates and verdicts")
+            terminalreporter.write_line(
+                "no gate compared anything: --lossless was given, but no test that ran called "
+                "golden.check, lossless.compare or speed_gate (check -m and -k)", yellow=True)
         if self.receipts:
             from .receipts import write_summary
 

@@ -151,3 +151,10 @@ def test_gold(golden):
     _doctor(gold_receipt, other_obtained)
     checked = verify()
     assert "its fingerprints give passed=False" in checked.stdout
+
+
+def test_a_session_in_which_no_gate_ran_says_so(pytester):
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*no gate compared anything: --lossless was given*"])
