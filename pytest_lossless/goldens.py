@@ -239,6 +239,7 @@ class GoldenFolder:
         self.evidence[name] = {
             "golden": {"folder": str(self.path), "kind": entry.kind, "gate": entry.gate,
                        "sha256": entry.sha256, "stored": entry.stored,
+                       "manifest_sha256": sha256_file(self.path / MANIFEST),
                        "fingerprint": entry.fingerprint},
             "obtained": {"path": str(obtained_path), "kind": obtained.kind,
                          "sha256": sha256_file(obtained_path),
