@@ -316,3 +316,61 @@ def test_compares_only(lossless):
     result.stdout.fnmatch_lines(["*--update-goldens: this gate has no golden to write*"])
     result = pytester.runpytest("--update-goldens", "--lossless")
     result.assert_outcomes(passed=2)
+
+
+CUSTOM_KIND_CONFTEST = '''
+import hashlib
+from pytest_lossless import hookimpl
+from pytest_lossless.gates import GateResult
+
+def pytest_lossless_detect_kind(path, head):
+    return "csv" if path.suffix == ".csv" else None
+
+def pytest_lossless_fingerprint(kind, path):
+    if kind != "csv":
+        return None
+    rows = path.read_bytes().splitlines()
+    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "size": path.stat().st_size,
+            "rows": [hashlib.sha256(r).hexdigest() for r in rows]}
+
+def pytest_lossless_default_gate(kind):
+    return "decoded" if kind == "csv" else None
+
+def pytest_lossless_compare(kind, gate, expected, obtained):
+    if kind != "csv":
+        return None
+    a, b = expected.fingerprint["rows"], obtained.fingerprint["rows"]
+    differing = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    result = GateResult(artifact=expected.name, kind=kind, gate=gate.spec, lossless=True,
+                        passed=a == b, unit="row", total=len(a))
+    if len(a) != len(b):
+        result.metadata_diffs.append(f"row count: {len(a)} vs {len(b)}")
+    if differing:
+        result.first_mismatch = f"row {differing[0]}"
+        result.mismatch_count = len(differing)
+    return result
+'''
+
+
+def test_a_conftest_adds_an_artifact_kind_through_our_hooks(pytester):
+    pytester.makeconftest(CUSTOM_KIND_CONFTEST)
+    table = pytester.path / "t.csv"
+    table.write_text("a,b\n1,2\n3,4\n")
+    pytester.makepyfile(test_csv="""
+import pytest
+from pathlib import Path
+
+@pytest.mark.lossless
+def test_csv(golden):
+    golden.check("t.csv", Path(__file__).parent / "t.csv")
+""")
+    assert pytester.runpytest("--update-goldens").ret == 0
+    manifest = json.loads((pytester.path / "goldens/test_csv/test_csv/manifest.json").read_text())
+    assert manifest["artifacts"]["t.csv"]["kind"] == "csv"
+    assert manifest["artifacts"]["t.csv"]["gate"] == "decoded"
+    assert pytester.runpytest("--lossless").ret == 0
+    table.write_text("a,b\n1,2\n3,5\n")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*artifact 't.csv' (csv), gate decoded*", "*first differing row: row 2*"])
