@@ -356,6 +356,19 @@ class GoldenFolder:
             raise
 
 
+def _varied(verdict: Any) -> str:
+    """What differed between a producer's runs, in a producer's words (run 1 vs run 2)."""
+    lines = ["What varied between its runs:"]
+    for comparison in verdict.control_comparisons:
+        if comparison.identical:
+            continue
+        left = comparison.left.replace("control#", "run ")
+        right = comparison.right.replace("control#", "run ")
+        lines.append(f"  {left} vs {right}:")
+        lines += ["    " + d.replace("\n", "\n    ") for d in comparison.differences()]
+    return "\n".join(lines)
+
+
 def _what_changed(before: ManifestEntry, after: ManifestEntry) -> str:
     parts = []
     if before.gate != after.gate:
@@ -433,7 +446,7 @@ class Golden:
                 raise NondeterministicProducer(
                     f"refusing to write golden {name!r} for {self.folder.test_id}: the producer "
                     f"gave different results in {self.producer_runs} runs, and a flaky run is "
-                    "never baked into a golden. Nothing was written.\n" + verdict.message()
+                    "never baked into a golden. Nothing was written.\n" + _varied(verdict)
                 )
             path = Path(verdict.runs[0]["artifacts"][name]["path"])
             self.staged.append(self.folder.stage(name, path, chosen, self.provenance))
@@ -478,7 +491,7 @@ class Golden:
             raise NondeterministicProducer(
                 f"refusing to write the goldens of {self.folder.test_id}: the producer gave "
                 f"different results in {self.producer_runs} runs, and a flaky run is never "
-                "baked into a golden. Nothing was written.\n" + verdict.message()
+                "baked into a golden. Nothing was written.\n" + _varied(verdict)
             )
         first = verdict.runs[0]["artifacts"]
         return [self._stage_value(n, Path(first[n]["path"]), chosen) for n in sorted(first)]

@@ -362,8 +362,12 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
         # A golden the test stopped checking would otherwise pass silently: the truncated
         # audio track that a validator never looked at.
         names = ", ".join(repr(n) for n in unchecked)
-        pytest.fail(f"goldens {names} in {folder.path / 'manifest.json'} were not checked by "
-                    f"{item.nodeid}; check them, or run with --update-goldens to remove them",
+        noun, verb = ("golden", "was") if len(unchecked) == 1 else ("goldens", "were")
+        for name in unchecked:
+            _add_row(item, report.Row(item.nodeid, name, "-", "UNCHECKED",
+                                      "in the manifest, but the test did not check it"))
+        pytest.fail(f"{noun} {names} in {folder.path / 'manifest.json'} {verb} not checked by "
+                    f"{item.nodeid}; check it, or run with --update-goldens to remove it",
                     pytrace=False)
     elif settings.update_goldens and golden.staged:
         item.stash.setdefault(EVENTS_KEY, []).extend(
@@ -378,9 +382,7 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
     from .timing import utc_iso
 
     config = request.config
-    revision = config.stash.get(REVISION_KEY, None)
-    if revision is None:
-        revision = config.stash[REVISION_KEY] = _source_revision(config.rootpath)
+    revision = _source_revision(config)
     identity: Any = None
     if request.node.get_closest_marker("npu") or request.node.get_closest_marker("gpu"):
         allocation = request.getfixturevalue("devices")
@@ -397,12 +399,16 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
 REVISION_KEY = pytest.StashKey[dict[str, Any]]()
 
 
-def _source_revision(rootdir: Path) -> dict[str, Any]:
-    try:
-        from .provenance import source_revision
-    except ImportError:  # the provenance module is optional while it is being built
-        return {}
-    return dict(source_revision(rootdir))
+def _source_revision(config: pytest.Config) -> dict[str, Any]:
+    """The session's source identity (computed once); its own receipts do not make it dirty."""
+    from .provenance import source_revision
+
+    revision = config.stash.get(REVISION_KEY, None)
+    if revision is None:
+        settings = _settings(config)
+        revision = config.stash[REVISION_KEY] = dict(
+            source_revision(settings.rootdir, ignore=(settings.receipts,)))
+    return revision
 
 
 class LosslessFixture:
@@ -486,10 +492,28 @@ class SummaryPlugin:
         self.summary = _summary(config)
         self.inconclusive: list[tuple[str, str]] = []
         self.receipts = 0
+        #: Why lossless gates were skipped, with how many: a skipped gate compared nothing.
+        self.skipped: dict[str, int] = {}
+
+    @property
+    def all_gates_skipped(self) -> bool:
+        """--lossless was given, gates were selected, and every one of them was skipped."""
+        return _settings(self.config).lossless and bool(self.skipped) and not self.summary.rows
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.all_gates_skipped and session.exitstatus == pytest.ExitCode.OK:
+            # A green run in which no gate compared anything would read as "lossless".
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if getattr(report, "lossless_verdict", None) == "INCONCLUSIVE":
             self.inconclusive.append((report.nodeid, str(report.longrepr)))
+        if report.skipped and "lossless" in report.keywords:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
+                report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            self.skipped[reason] = self.skipped.get(reason, 0) + 1
         for row in getattr(report, "lossless_rows", None) or []:
             self.summary.rows.append(_row_from(row))
         self.summary.events.extend(getattr(report, "lossless_golden_events", None) or [])
@@ -521,6 +545,15 @@ class SummaryPlugin:
             terminalreporter.write_line(
                 "no gate compared anything: --lossless was given, but no test that ran called "
                 "golden.check, lossless.compare or speed_gate (check -m and -k)", yellow=True)
+            if self.all_gates_skipped and hasattr(self.config, "workerinput") is False:
+                terminalreporter.write_line(
+                    "every selected lossless gate was skipped, so this session fails",
+                    red=True)
+        if self.skipped:
+            for reason, count in sorted(self.skipped.items()):
+                gates = "gate" if count == 1 else "gates"
+                terminalreporter.write_line(f"{count} lossless {gates} skipped: {reason}",
+                                            yellow=True)
         if self.receipts:
             from .receipts import write_summary
 
@@ -528,9 +561,7 @@ class SummaryPlugin:
                 written = f"; summary {write_summary(settings.receipts)}"
             except OSError as exc:
                 written = f"; the summary could not be written: {exc}"
-            source = self.config.stash.get(REVISION_KEY, None)
-            if source is None:
-                source = self.config.stash[REVISION_KEY] = _source_revision(settings.rootdir)
+            source = _source_revision(self.config)
             terminalreporter.write_line(report.evidence_line(self.receipts, str(settings.receipts),
                                                              source) + written)
 
@@ -757,6 +788,7 @@ def _write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
     inputs = {f"{run.get('name')}:{name}": entry["path"] for run in receipt.runs
               for name, entry in (run.get("inputs") or {}).items()}
     receipt.set_runspec(provenance.runspec(settings.rootdir, knobs=settings.determinism_knobs,
+                                           ignore=(settings.receipts,),
                                            inputs=inputs, facts=facts))
     return receipt.write(settings.receipts)
 

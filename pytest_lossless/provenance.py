@@ -44,11 +44,12 @@ def _git(root: Path, *args: str) -> tuple[int, bytes, str]:
     return done.returncode, done.stdout, done.stderr.decode(errors="replace").strip()
 
 
-def source_state(root: Path) -> dict[str, Any]:
+def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
     """Git revision, dirty flag, diff (text and SHA-256), untracked names, publication.
 
     ``diff`` holds the exact bytes of ``git diff HEAD --binary`` decoded with
     ``surrogateescape``; the receipt writer stores it beside the receipt, not inside it.
+    Untracked files under ``ignore`` (the plugin's own receipts) do not make the tree dirty.
     """
     code, out, err = _git(root, "rev-parse", "HEAD")
     if code != 0:
@@ -62,7 +63,8 @@ def source_state(root: Path) -> dict[str, Any]:
     if code != 0:
         diff = b""
     _, untracked_raw, _ = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
-    untracked = sorted(n for n in untracked_raw.decode(errors="replace").split("\0") if n)
+    untracked = sorted(n for n in untracked_raw.decode(errors="replace").split("\0")
+                       if n and not _under(root / n, ignore))
     _, remotes_raw, _ = _git(root, "remote")
     remotes = [r for r in remotes_raw.decode(errors="replace").split() if r]
     _, contains, _ = _git(root, "branch", "-r", "--contains", revision)
@@ -87,14 +89,21 @@ def source_state(root: Path) -> dict[str, Any]:
     }
 
 
-def source_revision(root: Path | str) -> dict[str, Any]:
+def _under(path: Path, folders: Sequence[Path]) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(Path(f).resolve()) for f in folders)
+
+
+def source_revision(root: Path | str, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
     """The compact source identity for manifests: revision, dirty flag, diff hash, publication.
 
     Like :func:`source_state` without the diff text and file lists.
     """
-    state = source_state(Path(root))
-    return {key: state.get(key) for key in ("revision", "dirty", "diff_sha256", "published",
-                                            "publication")}
+    state = source_state(Path(root), ignore=ignore)
+    compact = {key: state.get(key) for key in ("revision", "dirty", "diff_sha256", "diff_bytes",
+                                               "published", "publication")}
+    compact["untracked_count"] = len(state.get("untracked") or [])
+    return compact
 
 
 def _ffmpeg_version() -> str | None:
@@ -160,7 +169,8 @@ def _sha256_json(value: Any) -> str:
 
 def runspec(rootdir: Path | str, *, knobs: Sequence[str],
             inputs: Mapping[str, str | os.PathLike[str]] | None = None,
-            facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            facts: Mapping[str, Any] | None = None,
+            ignore: Sequence[Path] = ()) -> dict[str, Any]:
     """The RunSpec block of a receipt.
 
     ``facts`` is :func:`session_facts` computed once; ``inputs`` are hashed now. The
@@ -174,7 +184,7 @@ def runspec(rootdir: Path | str, *, knobs: Sequence[str],
                                              .items() if k != "hostname"}})
     return {
         "invocation": {"argv": list(sys.argv), "cwd": os.getcwd(), "rootdir": str(rootdir)},
-        "source": source_state(Path(rootdir)),
+        "source": source_state(Path(rootdir), ignore=ignore),
         "versions": facts.get("versions"),
         "platform": facts.get("platform"),
         "environment": {**env, "fingerprint_sha256": fingerprint},

@@ -567,7 +567,7 @@ def check_summary(directory: Path | str) -> list[str]:
         return []
     if path.read_text(encoding="utf-8", errors="replace") != "\n".join(summary_lines(directory)):
         return [f"{path}: does not match the receipts beside it (edited by hand, or stale); "
-                "regenerate it with python -m pytest_lossless summary"]
+                f"regenerate it with: python -m pytest_lossless summary --write {directory}"]
     return []
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-VERDICT_ORDER = ("FAIL", "INCONCLUSIVE", "ERROR", "PASS", "LOSSY-PASS")
+VERDICT_ORDER = ("FAIL", "INCONCLUSIVE", "ERROR", "UNCHECKED", "PASS", "LOSSY-PASS")
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,10 @@ def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
     unpublished revision is the first thing an auditor asks about."""
     revision = str(source.get("revision") or "")[:12] or "no git revision"
     state = []
-    if source.get("dirty"):
+    if source.get("diff_bytes"):
         state.append(f"dirty, diff sha256 {str(source.get('diff_sha256') or '')[:12]}")
+    elif source.get("dirty"):
+        state.append(f"dirty: {source.get('untracked_count') or 'some'} untracked files")
     if source.get("publication") == "unpublished":
         state.append("unpublished: no remote branch holds it")
     where = f" ({'; '.join(state)})" if state else ""

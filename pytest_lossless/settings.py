@@ -104,6 +104,8 @@ def parse_device_list(text: str) -> tuple[str, ...]:
             if high - low >= MAX_DEVICES:
                 raise ValueError(f"range {part!r} names more than {MAX_DEVICES} devices")
             ids.extend(str(i) for i in range(low, high + 1))
+        elif re.fullmatch(r"\d+-[^-]*", part):
+            raise ValueError(f"{part!r} looks like a range but is not one (write 0-3)")
         else:
             ids.append(part)
     if len(set(ids)) != len(ids):
@@ -170,7 +172,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                _parse_size, "goldens larger than this are kept as digests only (default: 1MiB)",
                metavar="SIZE"),
     OptionSpec("speed_pairs", "--lossless-speed-pairs", "lossless_speed_pairs", None, "8",
-               _parse_positive_int(2), "A/B pairs a speed gate runs at most (default: 8)",
+               _parse_positive_int(2), "ABBA blocks a speed gate runs at most (default: 8)",
                metavar="N"),
     OptionSpec("speed_seed", "--lossless-speed-seed", "lossless_speed_seed", None, None,
                _parse_positive_int(0), "seed of the A/B order (default: random, recorded)",

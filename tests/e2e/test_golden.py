@@ -266,7 +266,8 @@ def test_a_golden_the_test_stopped_checking_fails(pytester, media_project):
         '    golden.check("audio.wav", HERE / "audio.wav")\n', ""))
     result = pytester.runpytest("--lossless")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*goldens 'audio.wav' in *manifest.json were not checked*"])
+    result.stdout.fnmatch_lines(["*golden 'audio.wav' in *manifest.json was not checked*"])
+    result.stdout.fnmatch_lines(["UNCHECKED*audio.wav*"])
 
 
 RUN_TEST = """
@@ -292,7 +293,9 @@ def test_check_all_takes_a_producer_and_refuses_a_flaky_one(pytester):
     pytester.makepyfile(test_run=RUN_TEST.format(log="os.urandom(8)"))
     result = pytester.runpytest("--update-goldens")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*NondeterministicProducer*Nothing was written*", "*log.bin*"])
+    result.stdout.fnmatch_lines(["*NondeterministicProducer*Nothing was written*",
+                                 "*What varied between its runs:*", "*run 1 vs run 2:*",
+                                 "*log.bin*"])
     manifest = json.loads(
         (pytester.path / "goldens/test_run/test_run/manifest.json").read_text())
     assert manifest["artifacts"]["log.bin"]["sha256"] == hashlib.sha256(b"ok").hexdigest()

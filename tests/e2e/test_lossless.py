@@ -158,3 +158,21 @@ def test_a_session_in_which_no_gate_ran_says_so(pytester):
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*no gate compared anything: --lossless was given*"])
+
+
+def test_a_session_whose_every_gate_was_skipped_fails(pytester):
+    pytester.makepyfile(test_device="""
+import numpy as np
+import pytest
+
+@pytest.mark.npu
+@pytest.mark.lossless
+def test_needs_a_device(golden):
+    golden.check("a.npy", np.zeros(2))
+""")
+    # the npu backend on a machine with no npu-smi: the gate is skipped, and that is no pass
+    result = pytester.runpytest("--lossless", "--lossless-backend=npu")
+    result.assert_outcomes(skipped=1)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*every selected lossless gate was skipped*",
+                                 "1 lossless gate skipped: *npu-smi*"])

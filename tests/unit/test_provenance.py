@@ -52,8 +52,18 @@ def test_dirty_tree_diff_and_untracked(repo: Path) -> None:
                               capture_output=True, check=True).stdout
     assert state["diff_sha256"] == hashlib.sha256(expected).hexdigest()
     assert state["untracked"] == ["notes.txt"]
-    assert source_revision(repo) == {k: state[k] for k in (
-        "revision", "dirty", "diff_sha256", "published", "publication")}
+    assert source_revision(repo) == {**{k: state[k] for k in (
+        "revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")},
+        "untracked_count": 1}
+
+
+def test_the_plugins_own_receipts_do_not_make_the_tree_dirty(repo: Path) -> None:
+    (repo / "lossless-receipts").mkdir()
+    (repo / "lossless-receipts" / "t.json").write_text("{}")
+    assert source_state(repo)["dirty"] is True
+    clean = source_state(repo, ignore=(repo / "lossless-receipts",))
+    assert clean["dirty"] is False
+    assert clean["untracked"] == []
 
 
 def test_only_untracked_files_make_it_dirty(repo: Path) -> None:

@@ -102,3 +102,9 @@ def test_extra_determinism_knobs():
 def test_a_huge_device_range_is_refused_at_once():
     with pytest.raises(ValueError, match="more than 4096"):
         parse_device_list("0-99999999")
+
+
+def test_a_broken_range_is_not_taken_for_a_device_id():
+    with pytest.raises(ValueError, match="looks like a range"):
+        parse_device_list("0-x")
+    assert parse_device_list("GPU-1a2b-3c4d") == ("GPU-1a2b-3c4d",)
