@@ -568,7 +568,12 @@ class _Flock:
         self._fd: int | None = None
 
     def try_acquire(self, *, shared: bool = False) -> bool:
-        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            # An existing file is opened without O_CREAT: with fs.protected_regular=1, O_CREAT
+            # on another user's file in a world-writable folder fails even when it exists.
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
@@ -623,6 +628,19 @@ def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
             tmp.unlink()
 
 
+def _process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22):
+    with the pid, it names one process, even after the pid is reused."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(text.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -648,7 +666,9 @@ class LockDir:
                 "choose another with --lossless-lock-dir", lock_dir=str(self.path)) from None
         with contextlib.suppress(OSError):  # shared by every user's jobs on this host
             if self.path.stat().st_uid == os.getuid():
-                self.path.chmod(0o1777)  # sticky: nobody deletes another user's lock file
+                # Not sticky: other users' jobs must be able to replace holder records here.
+                # A lock file deleted while held is caught by the inode in its holder record.
+                self.path.chmod(0o777)
 
     def lock(self, lock_key: str) -> _Flock:
         return _Flock(self.path / f"{_file_stem(lock_key)}.lock")
@@ -664,7 +684,7 @@ class LockDir:
         with contextlib.suppress(OSError):
             self.record_path(lock_key).unlink()
 
-    def replaced_under(self, lock_key: str, lock: _Flock) -> bool:
+    def replaced_under(self, lock_key: str, lock: _Flock, host: str) -> bool:
         """True when a live holder's record names another lock file than the one just locked:
         the file was deleted while held (a tmp cleaner, say) and that holder still runs."""
         try:
@@ -672,8 +692,13 @@ class LockDir:
         except (OSError, ValueError):
             return False
         pid, inode = record.get("pid"), record.get("lock_inode")
-        return (isinstance(pid, int) and isinstance(inode, int) and inode != lock.inode
-                and _pid_alive(pid))
+        if not (isinstance(pid, int) and isinstance(inode, int) and inode != lock.inode):
+            return False
+        if record.get("host") != host or not _pid_alive(pid):
+            return False
+        # A pid reused since the record was written is another process: the record is stale.
+        started = record.get("pid_start")
+        return started is None or started == _process_start(pid)
 
     def describe_holder(self, lock_key: str, host: str) -> str:
         """Who holds ``lock_key``, from its record, for a lock we just failed to take."""
@@ -979,8 +1004,8 @@ class Allocator:
 
     def _record(self, holder: str, keys: Sequence[str]) -> dict[str, Any]:
         now = self.clock.wall()
-        return {"pid": os.getpid(), "host": self.host, "test": holder, "since": utc_iso(now),
-                "since_epoch": now, "locks": list(keys)}
+        return {"pid": os.getpid(), "pid_start": _process_start(os.getpid()), "host": self.host,
+                "test": holder, "since": utc_iso(now), "since_epoch": now, "locks": list(keys)}
 
     def _attempt(self, backend: Backend, pool: Sequence[tuple[str, Device]], count: int,
                  holder: str, busy_keys: set[str], *, gate: _Flock | None) -> Allocation | _Attempt:
@@ -993,7 +1018,8 @@ class Allocator:
             ordered = sorted(pool, key=lambda item: item[1].lock_key in busy_keys)
             for label, device in ordered:
                 lock = self.lock_dir.lock(device.lock_key)
-                if lock.try_acquire() and self.lock_dir.replaced_under(device.lock_key, lock):
+                if lock.try_acquire() and self.lock_dir.replaced_under(device.lock_key, lock,
+                                                                       self.host):
                     lock.release()  # a live holder still locks the file this one replaced
                     failed.append(device)
                 elif lock.held:

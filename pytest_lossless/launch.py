@@ -659,11 +659,11 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
                     and s["at_seconds"] <= ended <= s["at_seconds"] + grace
                     for s in stop_sigterms):
                 return "sigterm", None
-            return "bad", f"{label(proc)} was killed by signal {sig}"
+            return "exit", f"{label(proc)} was killed by signal {sig}"
         if _is_int(code):
             if code == 0:
                 return "ok", None
-            return "bad", f"{label(proc)} exited with code {code}"
+            return "exit", f"{label(proc)} exited with code {code}"
         if observed == "disappeared":
             return "unobserved", None
         return "bad", f"{label(proc)} has no recorded exit status"
@@ -680,8 +680,18 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
             kind == "unobserved" and vouched(pindex, seen | {index}))
 
     failed = forced_n = sigterm_n = unobserved_n = zero_n = 0
+    handled: list[str] = []
     for index, proc in enumerate(procs):
         kind, problem = status[index]
+        if kind == "exit":
+            # A child that failed while a recorded parent, which ended cleanly, was there to
+            # reap it is that parent's business. Whether we saw its exit status or not depends
+            # only on how fast the parent reaped it; the verdict must not.
+            if proc.get("role") == "descendant" and vouched(index, frozenset({index})):
+                ppid = proc.get("ppid_last", proc.get("ppid"))
+                handled.append(f"{problem}, handled by its parent pid {ppid}")
+                continue
+            kind = "bad"
         if kind == "unobserved":
             if vouched(index, frozenset({index})):
                 unobserved_n += 1
@@ -726,8 +736,8 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
             reasons.append(f"{expected} workers were expected but {workers} were observed")
     counts = {"processes": len(procs), "forced": forced_n, "failed": failed,
               "leftovers": len(leftovers), "sigterm_stops": sigterm_n,
-              "unobserved": unobserved_n, "exited_zero": zero_n}
-    return _verdict(reasons, counts)
+              "unobserved": unobserved_n, "exited_zero": zero_n, "handled": len(handled)}
+    return _verdict(reasons, counts, handled)
 
 
 def _maps(value: object) -> list[Mapping[str, Any]]:
@@ -738,7 +748,8 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _verdict(reasons: list[str], counts: dict[str, int]) -> dict[str, Any]:
+def _verdict(reasons: list[str], counts: dict[str, int],
+             handled: Sequence[str] = ()) -> dict[str, Any]:
     clean = not reasons
     tally = (f"{_count(counts['processes'], 'process')}: {counts['forced']} forced, "
              f"{counts['failed']} failed, {_count(counts['leftovers'], 'leftover')}")
@@ -749,6 +760,7 @@ def _verdict(reasons: list[str], counts: dict[str, int]) -> dict[str, Any]:
         if counts["unobserved"]:
             parts.append(f"{counts['unobserved']} reaped by their own parent "
                          "(exit status not observable)")
+        parts += list(handled)
         summary = f"clean ({tally}): " + ", ".join(parts)
     else:
         summary = f"not clean ({tally}): " + "; ".join(reasons)

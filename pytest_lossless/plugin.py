@@ -178,6 +178,8 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
+    # Carried to the controller under xdist; keywords would also match a folder named lossless.
+    rep.lossless_gate = item.get_closest_marker("lossless") is not None  # type: ignore[attr-defined]
     if call.when == "call":
         if rep.passed and item.get_closest_marker("lossless") and not item.stash.get(ROWS_KEY, []):
             rep.outcome = "failed"
@@ -363,9 +365,13 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
         # audio track that a validator never looked at.
         names = ", ".join(repr(n) for n in unchecked)
         noun, verb = ("golden", "was") if len(unchecked) == 1 else ("goldens", "were")
+        receipt = _receipt(item)
         for name in unchecked:
             _add_row(item, report.Row(item.nodeid, name, "-", "UNCHECKED",
                                       "in the manifest, but the test did not check it"))
+            if receipt is not None:
+                receipt.add_gate({"artifact": name, "error": "Unchecked", "passed": False,
+                                  "message": "in the golden's manifest, but not checked"})
         pytest.fail(f"{noun} {names} in {folder.path / 'manifest.json'} {verb} not checked by "
                     f"{item.nodeid}; check it, or run with --update-goldens to remove it",
                     pytrace=False)
@@ -509,7 +515,8 @@ class SummaryPlugin:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if getattr(report, "lossless_verdict", None) == "INCONCLUSIVE":
             self.inconclusive.append((report.nodeid, str(report.longrepr)))
-        if report.skipped and "lossless" in report.keywords:
+        if (report.skipped and getattr(report, "lossless_gate", False)
+                and not hasattr(report, "wasxfail")):
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
                 report.longrepr)
             reason = reason.removeprefix("Skipped: ")
@@ -554,7 +561,7 @@ class SummaryPlugin:
                 gates = "gate" if count == 1 else "gates"
                 terminalreporter.write_line(f"{count} lossless {gates} skipped: {reason}",
                                             yellow=True)
-        if self.receipts:
+        if self.receipts and not hasattr(self.config, "workerinput"):
             from .receipts import write_summary
 
             try:

@@ -59,7 +59,10 @@ def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
     revision = out.decode().strip()
     _, top, _ = _git(root, "rev-parse", "--show-toplevel")
     _, branch, _ = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
-    code, diff, err = _git(root, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff")
+    # The plugin's own receipts are evidence about the source, not part of it, tracked or not.
+    excluded = [f":(exclude){rel}" for rel in _relative(root, ignore)]
+    code, diff, err = _git(root, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff",
+                           "--", ":/", *excluded)
     if code != 0:
         diff = b""
     _, untracked_raw, _ = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
@@ -87,6 +90,17 @@ def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
         "publication": "published" if published else "unpublished",
         "git_error": None if code == 0 else err,
     }
+
+
+def _relative(root: Path, folders: Sequence[Path]) -> list[str]:
+    """``folders`` that lie inside ``root``, relative to it (git pathspecs)."""
+    base = Path(root).resolve()
+    found = []
+    for folder in folders:
+        resolved = Path(folder).resolve()
+        if resolved.is_relative_to(base) and resolved != base:
+            found.append(resolved.relative_to(base).as_posix())
+    return found
 
 
 def _under(path: Path, folders: Sequence[Path]) -> bool:

@@ -114,3 +114,15 @@ def test_runspec_knobs_inputs_and_fingerprint(repo: Path, tmp_path: Path,
     assert again["environment"]["fingerprint_sha256"] != spec["environment"]["fingerprint_sha256"]
     with pytest.raises(ArtifactError, match="declared input 'gone'"):
         runspec(repo, knobs=[], inputs={"gone": tmp_path / "gone"}, facts=facts)
+
+
+def test_committed_receipts_rewritten_later_do_not_make_the_tree_dirty(repo: Path) -> None:
+    (repo / "lossless-receipts").mkdir()
+    (repo / "lossless-receipts" / "t.json").write_text("{}")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "receipts")
+    (repo / "lossless-receipts" / "t.json").write_text('{"again": 1}')
+    assert source_state(repo)["dirty"] is True
+    state = source_state(repo, ignore=(repo / "lossless-receipts",))
+    assert state["dirty"] is False
+    assert state["diff_bytes"] == 0
