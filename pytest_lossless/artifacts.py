@@ -45,11 +45,14 @@ def materialize(value: Any, name: str, folder: Path) -> Path:
     )
 
 
+def is_producer(value: Any) -> bool:
+    """A producer is a zero-argument callable that performs a run; data never is one."""
+    return callable(value) and not isinstance(value, (np.ndarray, bytes, str, os.PathLike))
+
+
 def produce(value: Any) -> Any:
-    """Call a producer (a zero-argument callable); anything else is returned as is."""
-    if callable(value) and not isinstance(value, (np.ndarray, bytes, str, os.PathLike)):
-        return value()
-    return value
+    """Call a producer; anything else is returned as is."""
+    return value() if is_producer(value) else value
 
 
 def named_artifacts(result: Any, what: str) -> dict[str, Any]:

@@ -206,6 +206,7 @@ class GoldenFolder:
         self.digest_above = digest_above
         self._staged: dict[str, StagedArtifact] = {}
         self._manifest: dict[str, ManifestEntry] | None = None
+        self._manifest_sha256: str | None = None
         #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
         self.evidence: dict[str, dict[str, Any]] = {}
 
@@ -215,6 +216,12 @@ class GoldenFolder:
         if self._manifest is None:
             self._manifest = read_manifest(self.path)
         return self._manifest
+
+    def manifest_sha256(self) -> str:
+        """SHA-256 of ``manifest.json`` as read for this test (hashed once, not per check)."""
+        if self._manifest_sha256 is None:
+            self._manifest_sha256 = sha256_file(self.path / MANIFEST)
+        return self._manifest_sha256
 
     def compare(
         self,
@@ -239,20 +246,13 @@ class GoldenFolder:
         self.evidence[name] = {
             "golden": {"folder": str(self.path), "kind": entry.kind, "gate": entry.gate,
                        "sha256": entry.sha256, "stored": entry.stored,
-                       "manifest_sha256": sha256_file(self.path / MANIFEST),
+                       "manifest_sha256": self.manifest_sha256(),
                        "fingerprint": entry.fingerprint},
             "obtained": {"path": str(obtained_path), "kind": obtained.kind,
-                         "sha256": sha256_file(obtained_path),
+                         "sha256": _file_sha256(obtained),
                          "fingerprint": obtained.fingerprint},
         }
-        if obtained.kind != expected.kind:
-            return GateResult(
-                artifact=name, kind=obtained.kind, gate=requested.spec, lossless=requested.lossless,
-                passed=False,
-                metadata_diffs=[f"kind: golden is {expected.kind}, obtained is {obtained.kind}"],
-                unit="byte", first_mismatch=None, mismatch_count=None, total=None,
-                diagnostics={}, diagnostic_files=[], notes=[],
-            )
+        # A kind that differs from the golden's is reported by the registry, like any mismatch.
         return self.kinds.compare(requested, expected, obtained, diagnostics_dir=diagnostics_dir)
 
     def stored_in_full(self, name: str) -> bool:
@@ -262,15 +262,21 @@ class GoldenFolder:
     # ---------------------------------------------------------------- updating
 
     def stage(
-        self, name: str, path: Path, gate: Gate | None, provenance: Mapping[str, Any]
+        self, name: str, path: Path, gate: Gate | None, provenance: Mapping[str, Any],
+        *, artifact: Artifact | None = None,
     ) -> ManifestEntry:
-        """Fingerprint an artifact for the next :meth:`commit`; nothing is written yet."""
+        """Fingerprint an artifact for the next :meth:`commit`; nothing is written yet.
+
+        ``artifact``, when the caller already fingerprinted ``path`` (a producer's run),
+        is used as it is: the file is not decoded a second time.
+        """
         name = artifact_name(name)
         if name in self._staged:
             raise ArtifactError(name, "checked twice in one test; give each artifact its own name")
-        kind = self.kinds.detect(path)
+        if artifact is None:
+            artifact = self.kinds.artifact(name, path)
+        kind, fingerprint = artifact.kind, artifact.fingerprint
         resolved = gate if gate is not None else self.kinds.default_gate(kind)
-        fingerprint = self.kinds.fingerprint(kind, path)
         size = path.stat().st_size
         stored = "digest" if size > self.digest_above else "full"
         suffix = "".join(path.suffixes[-1:])
@@ -278,7 +284,7 @@ class GoldenFolder:
             f"{name}{suffix}" if stored == "full" else None
         )
         entry = ManifestEntry(
-            name=name, kind=kind, gate=resolved.spec, sha256=sha256_file(path), size=size,
+            name=name, kind=kind, gate=resolved.spec, sha256=_file_sha256(artifact), size=size,
             stored=stored, file=file, fingerprint=fingerprint,
             fingerprint_sha256=canonical_sha256(fingerprint), provenance=dict(provenance),
         )
@@ -369,6 +375,15 @@ def _varied(verdict: Any) -> str:
     return "\n".join(lines)
 
 
+def _file_sha256(artifact: Artifact) -> str:
+    """The file's SHA-256: built-in fingerprints carry it; a custom kind's may not."""
+    digest = artifact.fingerprint.get("sha256")
+    if isinstance(digest, str) and len(digest) == 64:
+        return digest
+    assert artifact.path is not None
+    return sha256_file(artifact.path)
+
+
 def _what_changed(before: ManifestEntry, after: ManifestEntry) -> str:
     parts = []
     if before.gate != after.gate:
@@ -423,33 +438,14 @@ class Golden:
         self.staged: list[ManifestEntry] = []
 
     def check(self, name: str, artifact: Any, gate: Gate | str | None = None) -> GateResult | None:
-        from .artifacts import materialize, produce
-        from .errors import NondeterministicProducer
+        from .artifacts import is_producer, materialize, produce
         from .gates import parse_gate
 
         name = artifact_name(name)
         chosen = parse_gate(gate)
         folder = self.workdir / "obtained"
-        if self.update and callable(artifact) and not isinstance(artifact, (bytes, str)):
-            from .repeatability import INCONCLUSIVE, compare_control_candidate
-
-            verdict = compare_control_candidate(
-                lambda: {name: produce(artifact)},
-                None,
-                runs=self.producer_runs,
-                kinds=self.folder.kinds,
-                workdir=self.workdir / f"producer-{name}",
-                gate=chosen,
-                label=name,
-            )
-            if verdict.verdict == INCONCLUSIVE:
-                raise NondeterministicProducer(
-                    f"refusing to write golden {name!r} for {self.folder.test_id}: the producer "
-                    f"gave different results in {self.producer_runs} runs, and a flaky run is "
-                    "never baked into a golden. Nothing was written.\n" + _varied(verdict)
-                )
-            path = Path(verdict.runs[0]["artifacts"][name]["path"])
-            self.staged.append(self.folder.stage(name, path, chosen, self.provenance))
+        if self.update and is_producer(artifact):
+            self._stage_producer(lambda: {name: artifact()}, chosen, f"golden {name!r}")
             return None
         path = materialize(produce(artifact), name, folder)
         if self.update:
@@ -472,37 +468,46 @@ class Golden:
                   ) -> list[ManifestEntry] | None:
         """Under --update-goldens, stage every artifact of a producer's run, once it has run
         at least twice with identical results; returns None in compare mode (nothing done)."""
-        from .artifacts import named_artifacts
-        from .errors import NondeterministicProducer
+        from .artifacts import is_producer, materialize, named_artifacts
         from .gates import parse_gate
-        from .repeatability import INCONCLUSIVE, compare_control_candidate
 
         if not self.update:
             return None
         chosen = parse_gate(gate)
-        if not callable(artifacts):
-            mapping = named_artifacts(artifacts, "golden.check_all")
-            return [self._stage_value(n, v, chosen) for n, v in mapping.items()]
+        if is_producer(artifacts):
+            return self._stage_producer(artifacts, chosen, "goldens")
+        staged = []
+        for name, value in named_artifacts(artifacts, "golden.check_all").items():
+            path = materialize(value, artifact_name(name), self.workdir / "obtained")
+            staged.append(self.folder.stage(name, path, chosen, self.provenance))
+        self.staged += staged
+        return staged
+
+    def _stage_producer(self, producer: Any, gate: Gate | None, what: str
+                        ) -> list[ManifestEntry]:
+        """Run a producer at least twice; stage its first run only if every run agreed."""
+        from .errors import NondeterministicProducer
+        from .repeatability import INCONCLUSIVE, compare_control_candidate
+
         verdict = compare_control_candidate(
-            artifacts, None, runs=self.producer_runs, kinds=self.folder.kinds,
-            workdir=self.workdir / "producer-run", gate=chosen, label="run",
+            producer, None, runs=self.producer_runs, kinds=self.folder.kinds,
+            workdir=self.workdir / f"producer-{len(self.staged)}", gate=gate, label="run",
         )
         if verdict.verdict == INCONCLUSIVE:
             raise NondeterministicProducer(
-                f"refusing to write the goldens of {self.folder.test_id}: the producer gave "
+                f"refusing to write the {what} of {self.folder.test_id}: the producer gave "
                 f"different results in {self.producer_runs} runs, and a flaky run is never "
                 "baked into a golden. Nothing was written.\n" + _varied(verdict)
             )
-        first = verdict.runs[0]["artifacts"]
-        return [self._stage_value(n, Path(first[n]["path"]), chosen) for n in sorted(first)]
-
-    def _stage_value(self, name: str, value: Any, gate: Gate | None) -> ManifestEntry:
-        from .artifacts import materialize
-
-        path = materialize(value, artifact_name(name), self.workdir / "obtained")
-        entry = self.folder.stage(name, path, gate, self.provenance)
-        self.staged.append(entry)
-        return entry
+        staged = []
+        for name, run in sorted(verdict.runs[0]["artifacts"].items()):
+            # Already fingerprinted by the repeatability check: stage without decoding again.
+            fingerprinted = Artifact(name=name, kind=run["kind"], fingerprint=run["fingerprint"],
+                                     path=Path(run["path"]))
+            staged.append(self.folder.stage(name, Path(run["path"]), gate, self.provenance,
+                                            artifact=fingerprinted))
+        self.staged += staged
+        return staged
 
     def unchecked(self) -> list[str]:
         """Golden artifacts of this test's manifest that were not compared in this run."""
