@@ -11,14 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from . import gates, hookspecs, media
+from . import hookspecs
 from .errors import ArtifactError, LosslessError
-from .gates import Gate, GateResult, parse_gate
 from .hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from .gates import Gate, GateResult
+
+# media and gates (numpy, libsndfile, ffmpeg) are imported where they are used: pytest loads
+# this module for every run of every repository that installs the plugin.
 
 _DEFAULT_GATES = {"video": "decoded", "audio": "decoded", "tensor": "elementwise", "bytes": "bytes"}
 
@@ -41,10 +46,14 @@ class BuiltinKinds:
 
     @hookimpl(trylast=True)
     def pytest_lossless_detect_kind(self, path: Path, head: bytes) -> str | None:
+        from . import media
+
         return media.detect_kind(Path(path), head)
 
     @hookimpl(trylast=True)
     def pytest_lossless_fingerprint(self, kind: str, path: Path) -> dict[str, Any] | None:
+        from . import media
+
         if kind not in media.BUILTIN_KINDS:
             return None
         return media.fingerprint(kind, Path(path))
@@ -57,6 +66,8 @@ class BuiltinKinds:
     def pytest_lossless_compare(
         self, kind: str, gate: Gate, expected: Artifact, obtained: Artifact
     ) -> GateResult | None:
+        from . import gates, media
+
         if kind in media.BUILTIN_KINDS:
             return gates.compare(kind, gate, expected, obtained)
         if gate.name == "bytes" and _has_file_digest(expected) and _has_file_digest(obtained):
@@ -100,6 +111,8 @@ class KindRegistry:
 
     def detect(self, path: Path) -> str:
         """The kind of the artifact at ``path``, from its content."""
+        from . import media
+
         path = Path(path)
         head = media.read_head(path)
         kind = self.hook.pytest_lossless_detect_kind(path=path, head=head)
@@ -109,6 +122,8 @@ class KindRegistry:
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
         """The fingerprint of ``path`` as ``kind``; ArtifactError for a damaged file."""
+        from . import media
+
         path = Path(path)
         media.read_head(path, 1)
         result = self.hook.pytest_lossless_fingerprint(kind=kind, path=path)
@@ -128,6 +143,8 @@ class KindRegistry:
 
     def default_gate(self, kind: str) -> Gate:
         """The gate used when a test names none."""
+        from .gates import Gate, parse_gate
+
         spec = self.hook.pytest_lossless_default_gate(kind=kind)
         if spec is None:
             spec = self._fallback.pytest_lossless_default_gate(kind)
@@ -154,6 +171,9 @@ class KindRegistry:
         When ``diagnostics_dir`` is given, both files are present and the gate fails, diff
         pictures (video) or listings (audio, tensors) are written there and named in the result.
         """
+        from . import gates
+        from .gates import GateResult, parse_gate
+
         parsed = parse_gate(gate)
         if parsed is None:
             parsed = self.default_gate(expected.kind)

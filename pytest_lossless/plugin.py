@@ -49,44 +49,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, help=spec.help, default=None)
 
 
-class _BuiltinKinds:
-    """The built-in kinds (``kinds.BuiltinKinds``), imported on first use: numpy, libsndfile
-    and ffmpeg's lookup would otherwise cost every pytest run in a repository ~0.1 s."""
-
-    def __init__(self) -> None:
-        self._kinds: Any = None
-
-    def _target(self) -> Any:
-        if self._kinds is None:
-            from .kinds import BuiltinKinds
-
-            self._kinds = BuiltinKinds()
-        return self._kinds
-
-    @hookspecs.hookimpl(trylast=True)
-    def pytest_lossless_detect_kind(self, path: Path, head: bytes) -> str | None:
-        return self._target().pytest_lossless_detect_kind(path, head)  # type: ignore[no-any-return]
-
-    @hookspecs.hookimpl(trylast=True)
-    def pytest_lossless_fingerprint(self, kind: str, path: Path) -> dict[str, Any] | None:
-        return self._target().pytest_lossless_fingerprint(kind, path)  # type: ignore[no-any-return]
-
-    @hookspecs.hookimpl(trylast=True)
-    def pytest_lossless_default_gate(self, kind: str) -> str | None:
-        return self._target().pytest_lossless_default_gate(kind)  # type: ignore[no-any-return]
-
-    @hookspecs.hookimpl(trylast=True)
-    def pytest_lossless_compare(self, kind: str, gate: Gate, expected: Any,
-                                obtained: Any) -> GateResult | None:
-        return self._target().pytest_lossless_compare(  # type: ignore[no-any-return]
-            kind, gate, expected, obtained)
-
-
 def pytest_configure(config: pytest.Config) -> None:
+    from .kinds import BuiltinKinds  # light: media and gates load on first use
+
     _settings(config)  # a bad value is a usage error now, not an error in every test
     # The built-in kinds answer our own hooks like any plugin, last (trylast).
     if not config.pluginmanager.has_plugin("lossless-builtin-kinds"):
-        config.pluginmanager.register(_BuiltinKinds(), "lossless-builtin-kinds")
+        config.pluginmanager.register(BuiltinKinds(), "lossless-builtin-kinds")
     config.addinivalue_line(
         "markers",
         "npu(devices=1): the test needs a locked allocation of N NPUs (or emulated slots) "
@@ -240,16 +209,17 @@ def _add_row(item: pytest.Item, row: report.Row) -> None:
     item.stash.setdefault(ROWS_KEY, []).append(row)
 
 
-def _replace_last_row(item: pytest.Item, verdict: str) -> None:
-    rows = item.stash.get(ROWS_KEY, [])
-    if rows:
-        rows[-1] = dataclasses.replace(rows[-1], verdict=verdict)
-
-
-def _receipt(item: pytest.Item) -> Any:
-    """The test's receipt (the receipts section defines ``receipt_for``), or None."""
-    maker = globals().get("receipt_for")
-    return maker(item) if callable(maker) else None
+def _record_verdict(item: pytest.Item, row: report.Row, verdict: Any, *, act: bool,
+                    expect: tuple[str, ...] | None, lossy: bool = False) -> None:
+    """Act on a lossless or speed verdict, and put its row in the table as it was settled."""
+    __tracebackhide__ = True
+    try:
+        shown = settle_verdict(verdict, act=act, expect=expect)
+    except BaseException:
+        _add_row(item, dataclasses.replace(row, verdict=str(verdict.verdict)))
+        raise
+    _add_row(item, dataclasses.replace(
+        row, verdict="LOSSY-PASS" if shown == "PASS" and lossy else shown))
 
 
 def _test_name(item: pytest.Item) -> str:
@@ -286,10 +256,8 @@ class GoldenFixture:
                 f"{entry.kind}, {entry.stored}; written when the test passes"))
             return None
         _add_row(self._item, report.gate_row(self._item.nodeid, result))
-        receipt = _receipt(self._item)
-        if receipt is not None:
-            evidence = self._golden.folder.evidence.get(name, {})
-            receipt.add_gate({**result.to_dict(), "evidence": evidence})
+        evidence = self._golden.folder.evidence.get(name, {})
+        receipt_for(self._item).add_gate({**result.to_dict(), "evidence": evidence})
         if not result.passed:
             pytest.fail(result.message(), pytrace=False)
         return result
@@ -325,10 +293,8 @@ class GoldenFixture:
     def _record_error(self, name: str, gate: object, label: str, message: str) -> None:
         _add_row(self._item, report.Row(self._item.nodeid, name, str(gate or "default"), "ERROR",
                                         f"{label}: {message.splitlines()[0]}"))
-        receipt = _receipt(self._item)
-        if receipt is not None:
-            receipt.add_gate({"artifact": name, "error": label, "message": message,
-                              "passed": False})
+        receipt_for(self._item).add_gate({"artifact": name, "error": label, "message": message,
+                                          "passed": False})
 
 
 @pytest.fixture
@@ -365,13 +331,11 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
         # audio track that a validator never looked at.
         names = ", ".join(repr(n) for n in unchecked)
         noun, verb = ("golden", "was") if len(unchecked) == 1 else ("goldens", "were")
-        receipt = _receipt(item)
         for name in unchecked:
             _add_row(item, report.Row(item.nodeid, name, "-", "UNCHECKED",
                                       "in the manifest, but the test did not check it"))
-            if receipt is not None:
-                receipt.add_gate({"artifact": name, "error": "Unchecked", "passed": False,
-                                  "message": "in the golden's manifest, but not checked"})
+            receipt_for(item).add_gate({"artifact": name, "error": "Unchecked", "passed": False,
+                                        "message": "in the golden's manifest, but not checked"})
         pytest.fail(f"{noun} {names} in {folder.path / 'manifest.json'} {verb} not checked by "
                     f"{item.nodeid}; check it, or run with --update-goldens to remove it",
                     pytrace=False)
@@ -468,18 +432,9 @@ class LosslessFixture:
         if failure is not None:
             pytest.fail(failure, pytrace=False)
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
-        receipt = _receipt(self._item)
-        if receipt is not None:
-            receipt.add_lossless(verdict.to_dict())
-        row = report.Row(self._item.nodeid, name, gate_text, "?", verdict.summary())
-        try:
-            shown = settle_verdict(verdict, act=act, expect=wanted)
-        except BaseException:
-            _add_row(self._item, dataclasses.replace(row, verdict=verdict.verdict))
-            raise
-        if shown == "PASS" and verdict.lossy:
-            shown = "LOSSY-PASS"
-        _add_row(self._item, dataclasses.replace(row, verdict=shown))
+        receipt_for(self._item).add_lossless(verdict.to_dict())
+        row = report.Row(self._item.nodeid, name, gate_text, verdict.verdict, verdict.summary())
+        _record_verdict(self._item, row, verdict, act=act, expect=wanted, lossy=verdict.lossy)
         return verdict
 
 
@@ -887,15 +842,9 @@ class SpeedGateFixture:
         if failure is not None:
             pytest.fail(failure, pytrace=False)
         self.verdicts.append(verdict)
-        receipt = _receipt(self._item)
-        if receipt is not None:
-            receipt.add_speed(verdict.to_dict())
-        row = report.speed_row(self._item.nodeid, name, verdict)
-        try:
-            shown = settle_verdict(verdict, act=act, expect=wanted)
-        finally:
-            _add_row(self._item, row)
-        _replace_last_row(self._item, shown)
+        receipt_for(self._item).add_speed(verdict.to_dict())
+        _record_verdict(self._item, report.speed_row(self._item.nodeid, name, verdict), verdict,
+                        act=act, expect=wanted)
         return verdict
 
 
