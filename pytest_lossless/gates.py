@@ -492,13 +492,7 @@ def _compare_video_streams(result: GateResult, efp: dict[str, Any], ofp: dict[st
                     f"{prefix}{i}: pixels identical, timing differs: expected "
                     f"{_pts_time(ef['pts'], tb)}, obtained {_pts_time(of['pts'], tb)}"
                 )
-            result.location = {
-                "stream": es.get("index"),
-                "frame": i,
-                "pts": (ef or of)["pts"],
-                "pix_fmt": es.get("pix_fmt"),
-                "frame_bytes": es.get("frame_bytes"),
-            }
+            result.location = _frame_location(es, i, (ef or of)["pts"])
     if evs or ovs:
         result.total = total
         result.mismatch_count = count
@@ -733,8 +727,8 @@ def compare_tensor(gate: Gate, expected: Artifact, obtained: Artifact, kind: str
         extra = sorted(set(omem) - set(emem))
         result.metadata_diffs.append(f"members: missing {missing}, unexpected {extra}")
     full = expected.path is not None and obtained.path is not None
-    ea = _arrays(expected.path) if full and expected.path is not None else {}
-    oa = _arrays(obtained.path) if full and obtained.path is not None else {}
+    # Loaded only when a member's digests differ: a passing comparison reads no tensor data.
+    loaded: list[dict[str, npt.NDArray[Any]]] = []
     count = 0
     total = 0
     unknown = False
@@ -759,7 +753,9 @@ def compare_tensor(gate: Gate, expected: Artifact, obtained: Artifact, kind: str
         if em.get("data_sha256") == om.get("data_sha256"):
             continue
         if full:
-            a, b = ea[name], oa[name]
+            if not loaded:
+                loaded += [_arrays(path) for path in (expected.path, obtained.path) if path]
+            a, b = loaded[0][name], loaded[1][name]
             differ = _bits_differ(np.asarray(a), np.asarray(b))
             n = int(np.count_nonzero(differ))
             count += n
@@ -949,12 +945,7 @@ def _tolerance_container(
                         f"{i}{where}: {int(np.count_nonzero(~ok))} samples outside "
                         f"atol={_num(gate.atol)}, rtol={_num(gate.rtol)} (max abs error {err:g})"
                     )
-                    result.location = {
-                        "stream": es.get("index"),
-                        "frame": i,
-                        "pts": pts,
-                        "pix_fmt": es.get("pix_fmt"),
-                    }
+                    result.location = _frame_location(es, i, pts)
     eas, oas = _streams(efp, "audio"), _streams(ofp, "audio")
     _meta(result.metadata_diffs, "audio stream count", len(eas), len(oas))
     for es, os_ in zip(eas, oas, strict=False):
@@ -999,6 +990,12 @@ def compare(kind: str, gate: Gate, expected: Artifact, obtained: Artifact) -> Ga
     raise LosslessError(f"no built-in comparison of kind {kind!r} under gate {gate.spec}")
 
 
+def _frame_location(stream: dict[str, Any], frame: int, pts: Any) -> dict[str, Any]:
+    """Where a frame mismatch is, with the frame size so diagnostics need not probe for it."""
+    return {"stream": stream.get("index"), "frame": frame, "pts": pts,
+            "pix_fmt": stream.get("pix_fmt"), "frame_bytes": stream.get("frame_bytes")}
+
+
 def _frame_diagnostics(result: GateResult, epath: Path, opath: Path) -> None:
     """PSNR and max error of the first differing frame, in its own pixel format."""
     loc = result.location
@@ -1006,7 +1003,8 @@ def _frame_diagnostics(result: GateResult, epath: Path, opath: Path) -> None:
         return
     try:
         frames = [
-            media.load_video_frames(p, stream_index=loc.get("stream"), indices=[loc["frame"]])
+            media.load_video_frames(p, stream_index=loc.get("stream"), indices=[loc["frame"]],
+                                    frame_bytes=loc.get("frame_bytes"))
             for p in (epath, opath)
         ]
     except LosslessError:

@@ -1241,12 +1241,16 @@ def load_video_frames(
     stream_index: int | None = None,
     pix_fmt: str | None = None,
     indices: Sequence[int] | None = None,
+    frame_bytes: int | None = None,
 ) -> dict[int, npt.NDArray[Any]]:
-    """Decoded frames by index (all, or only ``indices``); see :func:`iter_video_frames`."""
+    """Decoded frames by index (all, or only ``indices``); see :func:`iter_video_frames`
+    (``frame_bytes`` from the fingerprint spares the decode that would find it)."""
     wanted = set(indices) if indices is not None else None
     last = max(wanted) if wanted else None
     frames: dict[int, npt.NDArray[Any]] = {}
-    for n, frame in enumerate(iter_video_frames(path, stream_index=stream_index, pix_fmt=pix_fmt)):
+    decoded = iter_video_frames(path, stream_index=stream_index, pix_fmt=pix_fmt,
+                                frame_bytes=frame_bytes)
+    for n, frame in enumerate(decoded):
         if wanted is None or n in wanted:
             frames[n] = frame
         if last is not None and n >= last:
