@@ -629,16 +629,12 @@ def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
 
 
 def _process_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22):
-    with the pid, it names one process, even after the pid is reused."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    try:
-        return int(text.rsplit(")", 1)[1].split()[19])
-    except (IndexError, ValueError):
-        return None
+    """The process's start time in clock ticks since boot: with the pid, it names one
+    process, even after the pid is reused."""
+    from .launch import process_stat
+
+    stat = process_stat(pid)
+    return stat.starttime if stat is not None else None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -982,11 +978,12 @@ class Allocator:
                                  f"device(s) of [{labels}]: {self._blockers(result)} "
                                  f"(timeout {self.timeout:g} s, locks in {self.lock_dir.path})")
                 if now >= deadline:
+                    blockers = self._blockers(result)  # read the holder records once
                     raise AllocationTimeout(
                         f"{holder} timed out after {now - start:.1f} s waiting for {count} "
-                        f"{backend.name} device(s) of [{labels}]: {self._blockers(result)}. "
+                        f"{backend.name} device(s) of [{labels}]: {blockers}. "
                         "Raise --lossless-lock-timeout, or free the devices (locks in "
-                        f"{self.lock_dir.path})", holders=self._blockers(result))
+                        f"{self.lock_dir.path})", holders=blockers)
                 if (not escalated and result.held and self.escalate_after is not None
                         and now - start >= self.escalate_after):
                     escalated = gate.try_acquire()

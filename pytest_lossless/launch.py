@@ -74,7 +74,8 @@ class _Stat:
     exit_status: int | None  # the wait status of a zombie (field 52), else None
 
 
-def _read_stat(pid: int) -> _Stat | None:
+def process_stat(pid: int) -> _Stat | None:
+    """``/proc/<pid>/stat`` parsed (state, parents, start time, a zombie's exit status)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text(errors="replace")
     except OSError:
@@ -101,7 +102,7 @@ def _scan_proc(skip: set[int] | frozenset[int] = frozenset()) -> dict[int, _Stat
         return stats
     for name in names:
         if name.isdigit() and int(name) not in skip:
-            stat = _read_stat(int(name))
+            stat = process_stat(int(name))
             if stat is not None:
                 stats[stat.pid] = stat
     return stats
@@ -255,7 +256,7 @@ class _ProcessGroup:
             )
         self.pid = self.popen.pid
         self.pgid = self.pid
-        stat = _read_stat(self.pid)
+        stat = process_stat(self.pid)
         self.main = _Proc(self.pid, stat.starttime if stat else 0, "main", self._me, self.pgid,
                           stat.comm if stat else Path(argv[0]).name[:15], list(argv)[:16], 0.0, 0.0)
         self.procs[self.pid] = self.main

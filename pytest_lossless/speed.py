@@ -205,7 +205,7 @@ class SpeedVerdict:
         """p50/p90/p95/p99 of each arm's measured seconds; a percentile without the samples
         to support it at 99% confidence (64/130/662) says so instead of a number."""
         table: dict[str, dict[str, float | str]] = {}
-        for arm in ("control", "candidate"):
+        for arm in (stats.CONTROL, stats.CANDIDATE):
             seconds = [float(s["seconds"]) for s in self.samples
                        if s.get("arm") == arm and isinstance(s.get("seconds"), (int, float))]
             row: dict[str, float | str] = {}
@@ -311,7 +311,7 @@ def derive(
             "verdict": boot_verdict,
             "agrees": boot_verdict == decision.verdict,
         }
-    openers = [str(b[0]) for b in stats.block_schedule(pairs, design=design, seed=seed).blocks]
+    openers: list[str] = list(stats.block_schedule(pairs, design=design, seed=seed).openers)
     return SpeedVerdict(
         verdict=verdict,
         ratio=decision.ratio,
