@@ -10,21 +10,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .errors import ReceiptError
 from .receipts import (
     check_summary,
-    load,
-    receipt_paths,
+    load_all,
     summary_lines,
     verify_receipt,
     write_summary,
 )
 
 
-def _describe(path: Path) -> str:
-    data = load(path)
+def _describe(data: dict[str, Any]) -> str:
     verdicts = data.get("verdicts") or {}
     runs = len(data.get("runs") or [])
     clean = (verdicts.get("lifecycle") or {}).get("clean")
@@ -42,20 +40,19 @@ def verify_command(directory: Path, *, out: TextIO | None = None) -> int:
     if not directory.exists():
         print(f"pytest-lossless verify: {directory}: no such folder", file=sys.stderr)
         return 2
-    paths = receipt_paths(directory)
-    if not paths:
+    loaded = load_all(directory)  # each receipt is read once, for verify and the summary
+    if not loaded:
         print(f"pytest-lossless verify: no receipts (*.json) in {directory}: nothing was "
               "verified", file=sys.stderr)
         return 2
     bad = 0
-    for path in paths:
-        try:
-            problems = verify_receipt(path)
-            line = _describe(path)
-        except ReceiptError as exc:
+    for path, data in loaded.items():
+        if isinstance(data, ReceiptError):
             bad += 1
-            print(f"UNREADABLE {exc}", file=stream)
+            print(f"UNREADABLE {data}", file=stream)
             continue
+        problems = verify_receipt(path, receipt=data)
+        line = _describe(data)
         if problems:
             bad += 1
             print(f"CONTRADICTION {path}: {line}", file=stream)
@@ -63,9 +60,9 @@ def verify_command(directory: Path, *, out: TextIO | None = None) -> int:
                 print(f"    - {problem}", file=stream)
         else:
             print(f"OK {path}: {line}", file=stream)
-    total = len(paths)
+    total = len(loaded)
     print(f"{total - bad} of {total} receipts consistent", file=stream)
-    summary = check_summary(directory)
+    summary = check_summary(directory, loaded)
     for problem in summary:
         print(f"CONTRADICTION {problem}", file=stream)
     return 1 if bad or summary else 0

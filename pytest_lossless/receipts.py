@@ -469,10 +469,12 @@ def default_checkers() -> dict[str, Checker]:
 
 
 def verify_receipt(path: Path | str, checkers: Mapping[str, Checker] | None = None,
-                   ) -> list[str]:
-    """Contradictions in one receipt (empty: consistent); unreadable raises ReceiptError."""
+                   *, receipt: Mapping[str, Any] | None = None) -> list[str]:
+    """Contradictions in one receipt (empty: consistent); unreadable raises ReceiptError.
+    ``receipt`` is the receipt already loaded from ``path``, when the caller has it."""
     path = Path(path)
-    receipt = load(path)
+    if receipt is None:
+        receipt = load(path)
     found: list[str] = []
     for block, check in (checkers if checkers is not None else default_checkers()).items():
         try:
@@ -497,12 +499,13 @@ def verify(directory: Path | str, *, checkers: Mapping[str, Checker] | None = No
     if not root.exists():
         return [f"{root}: no such receipts folder"]
     found: list[str] = []
-    for path in receipt_paths(root):
-        try:
-            found += [f"{path}: {p}" for p in verify_receipt(path, checkers)]
-        except ReceiptError as exc:
-            found.append(str(exc))
-    return found + check_summary(root)
+    loaded = load_all(root)
+    for path, receipt in loaded.items():
+        if isinstance(receipt, ReceiptError):
+            found.append(str(receipt))
+        else:
+            found += [f"{path}: {p}" for p in verify_receipt(path, checkers, receipt=receipt)]
+    return found + check_summary(root, loaded)
 
 
 SUMMARY_NAME = "SUMMARY.md"
@@ -512,17 +515,28 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def summary_lines(directory: Path | str) -> list[str]:
+def load_all(directory: Path | str) -> dict[Path, dict[str, Any] | ReceiptError]:
+    """Every receipt of a folder, read once: the receipt, or why it cannot be read."""
+    loaded: dict[Path, dict[str, Any] | ReceiptError] = {}
+    for path in receipt_paths(directory):
+        try:
+            loaded[path] = load(path)
+        except ReceiptError as exc:
+            loaded[path] = exc
+    return loaded
+
+
+def summary_lines(directory: Path | str,
+                  loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
+                  ) -> list[str]:
     """The summary of a receipts folder, generated from the receipts alone (never by hand):
-    one row per test with its outcome and the verdicts re-derived from its raw blocks."""
-    root = Path(directory)
+    one row per test with its outcome and the verdicts re-derived from its raw blocks.
+    ``loaded`` is :func:`load_all` of the folder, when the caller has read it already."""
     rows: list[tuple[str, ...]] = []
     counts: dict[str, int] = {}
-    for path in receipt_paths(root):
-        try:
-            receipt = load(path)
-        except ReceiptError as exc:
-            rows.append((path.name, "unreadable", "", "", "", "", _cell(exc), ""))
+    for path, receipt in (load_all(directory) if loaded is None else loaded).items():
+        if isinstance(receipt, ReceiptError):
+            rows.append((path.name, "unreadable", "", "", "", "", _cell(receipt), ""))
             counts["UNREADABLE"] = counts.get("UNREADABLE", 0) + 1
             continue
         derived = derive_verdicts(receipt)
@@ -570,12 +584,15 @@ def write_summary(directory: Path | str) -> Path:
     return path
 
 
-def check_summary(directory: Path | str) -> list[str]:
+def check_summary(directory: Path | str,
+                  loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
+                  ) -> list[str]:
     """A ``SUMMARY.md`` that differs from the one the receipts generate was edited or is stale."""
     path = Path(directory) / SUMMARY_NAME
     if not Path(directory).is_dir() or not path.exists():
         return []
-    if path.read_text(encoding="utf-8", errors="replace") != "\n".join(summary_lines(directory)):
+    generated = "\n".join(summary_lines(directory, loaded))
+    if path.read_text(encoding="utf-8", errors="replace") != generated:
         return [f"{path}: does not match the receipts beside it (edited by hand, or stale); "
                 f"regenerate it with: python -m pytest_lossless summary --write {directory}"]
     return []
