@@ -40,9 +40,9 @@ def encode(path: Path, *, vf: str = "null", seconds: float = 0.5, audio_wav: Pat
     return path
 
 
-@pytest.fixture(scope="module")
-def registry() -> KindRegistry:
-    return KindRegistry()
+@pytest.fixture
+def registry(kinds: KindRegistry) -> KindRegistry:
+    return kinds
 
 
 def art(
@@ -272,9 +272,10 @@ def test_bitstream_damage_is_an_error_or_a_failure_never_a_pass(
             outcomes.append("error")  # ffmpeg detected the damage: an error, never a pass
             continue
         result = registry.compare("decoded", reference, obtained)
-        assert not result.passed, f"damage at {offset} passed"
+        assert not result.passed, f"damage at {offset} passed (earlier damages: {outcomes})"
         outcomes.append("fail")
-    assert len(outcomes) == 3, outcomes
+    # Which of the two each damage gives depends on the decoder; that none passed is the check
+    # (inside the loop), so the list only shows what happened when that check fails.
 
 
 def test_video_tolerance_is_lossy(registry: KindRegistry, clips: dict[str, Path]) -> None:

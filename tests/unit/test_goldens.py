@@ -27,11 +27,6 @@ from pytest_lossless.goldens import (
 from pytest_lossless.kinds import KindRegistry
 
 
-@pytest.fixture(scope="module")
-def kinds() -> KindRegistry:
-    return KindRegistry()
-
-
 def _folder(root: Path, kinds: KindRegistry, digest_above: int = 1 << 20) -> GoldenFolder:
     return GoldenFolder(root, "test_mod", "TestX::test_y[a/b]", "m.py::TestX::test_y[a/b]", kinds,
                         digest_above=digest_above)

@@ -337,7 +337,7 @@ def test_truncated_flac_is_reported(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "t.flac", rng.integers(-3000, 3000, (20000, 1)).astype(np.int16),
                      fmt="FLAC")
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(ArtifactError):
+    with pytest.raises(ArtifactError, match=r"t\.flac: .*damaged or truncated"):
         media.fingerprint("audio", path)
 
 
@@ -423,7 +423,7 @@ def test_damaged_npz(tmp_path: Path) -> None:
     path = tmp_path / "t.npz"
     np.savez(path, a=np.zeros(100))
     path.write_bytes(path.read_bytes()[:-30])
-    with pytest.raises(ArtifactError):
+    with pytest.raises(ArtifactError, match=r"t\.npz: damaged \.npz archive"):
         media.fingerprint("tensor", path)
 
 
@@ -446,3 +446,6 @@ def test_write_png(tmp_path: Path) -> None:
     picture[1, 2] = (255, 0, 0)
     out = media.write_png(tmp_path / "p.png", picture)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    decoded = media.load_video_frames(out, pix_fmt="rgb24")[0]
+    assert decoded.shape == (4, 6, 3)
+    assert decoded.tolist() == picture.tolist()  # lossless: every pixel comes back

@@ -10,18 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_lossless.errors import ConfigError
-from pytest_lossless.kinds import KindRegistry
 from pytest_lossless.repeatability import (
     compare_control_candidate,
     lossless_table,
     rederive,
     varied,
 )
-
-
-@pytest.fixture(scope="module")
-def kinds() -> KindRegistry:
-    return KindRegistry()
 
 
 def test_the_table():
