@@ -567,7 +567,7 @@ def _audio_mismatch(
             pass
         else:
             if a.dtype == b.dtype and a.shape[1:] == b.shape[1:]:
-                return _pcm_mismatch(a, b, rate)
+                return _pcm_mismatch(a, b, rate)[:4]
     if k is None:
         return "packet timing differs", None, None, {}
     packet = (epk if k < len(epk) else opk)[k]
@@ -588,8 +588,9 @@ def _audio_mismatch(
 
 def _pcm_mismatch(
     a: npt.NDArray[Any], b: npt.NDArray[Any], rate: int
-) -> tuple[str, int | None, int | None, dict[str, Any]]:
-    """First differing sample (time index, channel, both values), count of differing frames."""
+) -> tuple[str, int | None, int | None, dict[str, Any], int | None]:
+    """First differing sample (time index, channel, both values), count of differing frames,
+    and the first differing time index itself."""
     n = min(len(a), len(b))
     differ = _bits_differ(a[:n], b[:n])
     rows = differ.any(axis=1) if differ.ndim > 1 else differ
@@ -606,13 +607,15 @@ def _pcm_mismatch(
             f"obtained {_value(b, (i, ch))}"
         )
         diag = _error_stats(a[:n], b[:n], _pcm_peak(a.dtype))
+        first = i
     elif len(a) != len(b):
         side = "expected" if len(a) > len(b) else "obtained"
         when = f" (t = {n / rate:.6f} s)" if rate else ""
         text = f"{n}{when}: present in {side} only; the common samples are identical"
+        first = n
     else:
-        return "", 0, total, {}
-    return text, count, total, diag
+        return "", 0, total, {}, None
+    return text, count, total, diag, first
 
 
 def _pcm_peak(dtype: np.dtype[Any]) -> float:
@@ -669,13 +672,12 @@ def compare_audio_file(gate: Gate, expected: Artifact, obtained: Artifact, kind:
     if expected.path is not None and obtained.path is not None and comparable:
         a, _ = media.load_audio(expected.path)
         b, _ = media.load_audio(obtained.path)
-        text, count, _total, diag = _pcm_mismatch(a, b, rate)
+        text, count, _total, diag, first = _pcm_mismatch(a, b, rate)
         if text:
             result.first_mismatch = text
         result.mismatch_count = count
         result.diagnostics.update(diag)
-        if result.first_mismatch is not None:
-            first = int(text.split(" ", 1)[0].rstrip(":"))
+        if first is not None:
             result.location = {"sample": first}
         if not text and not diffs:
             result.notes.append("PCM is identical; the recorded PCM digests differ")

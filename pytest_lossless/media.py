@@ -29,6 +29,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
+from .digests import sha256_file
 from .errors import ArtifactError, LosslessError, TruncatedArtifact
 
 #: Version of the fingerprint layout, stored in every fingerprint.
@@ -406,16 +407,10 @@ def detect_kind(path: Path, head: bytes | None = None) -> str:
 
 def file_digest(path: Path) -> tuple[int, str]:
     """Size and SHA-256 of the file's bytes."""
-    digest = hashlib.sha256()
-    size = 0
     try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(CHUNK_BYTES):
-                digest.update(chunk)
-                size += len(chunk)
+        return path.stat().st_size, sha256_file(path, CHUNK_BYTES)
     except OSError as exc:
         raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None
-    return size, digest.hexdigest()
 
 
 def _frac_str(value: Fraction) -> str:
@@ -431,7 +426,7 @@ def fingerprint_bytes(path: Path) -> dict[str, Any]:
         with open(path, "rb") as fh:
             while chunk := fh.read(CHUNK_BYTES):
                 whole.update(chunk)
-                chunks.append(hashlib.sha256(chunk).hexdigest())
+                chunks.append(_sha(chunk))
                 size += len(chunk)
     except OSError as exc:
         raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None
@@ -474,7 +469,7 @@ def _container_command(
     return args, chosen
 
 
-def _video_stream_fp(stream: StreamInfo, fh: FramehashStream, path: Path) -> dict[str, Any]:
+def _video_stream_fp(stream: StreamInfo, fh: FramehashStream) -> dict[str, Any]:
     tb = Fraction(fh.header.get("tb", "1/1"))
     dims = fh.header.get("dimensions", "")
     width, height = (
@@ -506,7 +501,7 @@ def _video_stream_fp(stream: StreamInfo, fh: FramehashStream, path: Path) -> dic
     }
 
 
-def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, path: Path) -> dict[str, Any]:
+def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream) -> dict[str, Any]:
     fmt = (stream.sample_fmt or "").rstrip("p")
     width = _SAMPLE_FORMATS[fmt][1]
     tb = Fraction(fh.header.get("tb", "1/1"))
@@ -577,9 +572,9 @@ def fingerprint_container(path: Path, *, video: bool = True) -> dict[str, Any]:
     for pos, stream in enumerate(chosen):
         fh = hashed.get(pos, FramehashStream(pos, {}, []))
         if stream.type == "video":
-            streams.append(_video_stream_fp(stream, fh, path))
+            streams.append(_video_stream_fp(stream, fh))
         else:
-            streams.append(_audio_stream_fp(stream, fh, path))
+            streams.append(_audio_stream_fp(stream, fh))
     size, sha = file_digest(path)
     return {
         "fingerprint_version": FINGERPRINT_VERSION,
@@ -981,7 +976,7 @@ def _tensor_fp_from_stream(path: Path, fh: IO[bytes], label: str) -> dict[str, A
         for offset in range(0, data.size, step):
             view = data[offset : offset + step].data
             whole.update(view)
-            chunks.append(hashlib.sha256(view).hexdigest())
+            chunks.append(_sha(view))
     else:
         remaining = expected
         step = chunk_elements * itemsize
@@ -990,7 +985,7 @@ def _tensor_fp_from_stream(path: Path, fh: IO[bytes], label: str) -> dict[str, A
             if not part:
                 break
             whole.update(part)
-            chunks.append(hashlib.sha256(part).hexdigest())
+            chunks.append(_sha(part))
             remaining -= len(part)
         if remaining > 0:
             _truncated_tensor(path, label, count, (expected - remaining) // max(1, itemsize))
