@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 KINDS_KEY = pytest.StashKey["KindRegistry"]()
-SUMMARY_KEY = pytest.StashKey["Summary"]()
 ROWS_KEY = pytest.StashKey[list[report.Row]]()
 EVENTS_KEY = pytest.StashKey[list[dict[str, str]]]()
 CALL_PASSED_KEY = pytest.StashKey[bool]()
@@ -181,14 +180,6 @@ def pytest_report_teststatus(
 # ------------------------------------------------------------------ golden & lossless
 
 
-class Summary:
-    """The session's verdict rows and golden updates, gathered from every report."""
-
-    def __init__(self) -> None:
-        self.rows: list[report.Row] = []
-        self.events: list[dict[str, str]] = []
-
-
 def _kinds(config: pytest.Config) -> KindRegistry:
     from .kinds import KindRegistry
 
@@ -197,12 +188,6 @@ def _kinds(config: pytest.Config) -> KindRegistry:
         kinds = config.stash[KINDS_KEY] = KindRegistry(config.hook)
     return kinds
 
-
-def _summary(config: pytest.Config) -> Summary:
-    summary = config.stash.get(SUMMARY_KEY, None)
-    if summary is None:
-        summary = config.stash[SUMMARY_KEY] = Summary()
-    return summary
 
 
 def _add_row(item: pytest.Item, row: report.Row) -> None:
@@ -450,7 +435,9 @@ class SummaryPlugin:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.summary = _summary(config)
+        #: The session's verdict rows and golden updates, gathered from every report.
+        self.rows: list[report.Row] = []
+        self.events: list[dict[str, str]] = []
         self.inconclusive: list[tuple[str, str]] = []
         self.receipts = 0
         #: Why lossless gates were skipped, with how many: a skipped gate compared nothing.
@@ -459,7 +446,7 @@ class SummaryPlugin:
     @property
     def all_gates_skipped(self) -> bool:
         """--lossless was given, gates were selected, and every one of them was skipped."""
-        return _settings(self.config).lossless and bool(self.skipped) and not self.summary.rows
+        return _settings(self.config).lossless and bool(self.skipped) and not self.rows
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -477,8 +464,8 @@ class SummaryPlugin:
             reason = reason.removeprefix("Skipped: ")
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
         for row in getattr(report, "lossless_rows", None) or []:
-            self.summary.rows.append(_row_from(row))
-        self.summary.events.extend(getattr(report, "lossless_golden_events", None) or [])
+            self.rows.append(_row_from(row))
+        self.events.extend(getattr(report, "lossless_golden_events", None) or [])
         if report.when == "teardown":
             self.receipts += sum(1 for key, _ in report.user_properties
                                  if key == "lossless_receipt")
@@ -491,15 +478,15 @@ class SummaryPlugin:
             for nodeid, text in self.inconclusive:
                 terminalreporter.write_sep("_", nodeid)
                 terminalreporter.write_line(text)
-        if self.summary.events or settings.update_goldens:
+        if self.events or settings.update_goldens:
             terminalreporter.write_sep("=", "pytest-lossless: golden updates")
-            lines = report.update_lines(self.summary.events) or ["no golden was written"]
+            lines = report.update_lines(self.events) or ["no golden was written"]
             for line in lines:
                 terminalreporter.write_line(line)
-        if self.summary.rows:
+        if self.rows:
             terminalreporter.write_sep("=", "pytest-lossless: gates and verdicts")
             width = max(80, terminalreporter._tw.fullwidth)
-            for line in report.verdict_table(self.summary.rows, width=width):
+            for line in report.verdict_table(self.rows, width=width):
                 terminalreporter.write_line(line)
         elif settings.lossless:
             # Never let a green run be read as "the gates passed" when none ran.
@@ -528,10 +515,6 @@ class SummaryPlugin:
                                                              source) + written)
 
 
-def _row_from(data: Mapping[str, Any]) -> report.Row:
-    return report.Row.from_dict(data)
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = _settings(config)
     mode = "update goldens" if settings.update_goldens else (
@@ -541,6 +524,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"lossless: {mode}; backend {settings.backend} ({settings.sources['backend']}), "
         f"devices {devices}; goldens {settings.goldens}; receipts {settings.receipts}",
     ]
+
+
+def _row_from(data: Mapping[str, Any]) -> report.Row:
+    # Module level: inside pytest_runtest_logreport the name ``report`` is the TestReport.
+    return report.Row.from_dict(data)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
