@@ -25,7 +25,7 @@ import numpy as np
 import soundfile
 
 from pytest_lossless import media
-from pytest_lossless.timing import SYSTEM_CLOCK, Clock
+from pytest_lossless.core.clock import SYSTEM_CLOCK, Clock
 
 
 def make_clip(folder: Path, seconds: float) -> Path:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_lossless.launch import Launcher
+from pytest_lossless.run import Launcher
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "data" / "servers" / "worker_server.py"
 TRIVIAL = [sys.executable, "-c", "pass"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import ReceiptError
-from .receipts import (
+from .evidence.receipts import (
     check_summary,
     load_all,
     summary_lines,

@@ -99,7 +99,7 @@ def _doctor(path, edit):
     """Edit a receipt and re-seal its integrity hash, so only re-derivation can catch it."""
     import json
 
-    from pytest_lossless.receipts import raw_sha256
+    from pytest_lossless.evidence.receipts import raw_sha256
 
     receipt = json.loads(path.read_text())
     edit(receipt)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_lossless.launch import lifecycle_verdict
+from pytest_lossless.run import lifecycle_verdict
 from tests.gates.ref2va import WORKLOADS, arm, generate, request_clip, start_server
 
 pytestmark = [pytest.mark.npu(devices=1), pytest.mark.lossless]

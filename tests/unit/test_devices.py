@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_lossless.core.clock import FakeClock
 from pytest_lossless.devices import (
     Allocator,
     CpuBackend,
@@ -41,7 +42,6 @@ from pytest_lossless.devices import (
     parse_nvidia_smi_gpus,
 )
 from pytest_lossless.errors import AllocationError, AllocationTimeout, ConfigError
-from pytest_lossless.timing import FakeClock
 
 SMI = Path(__file__).resolve().parent.parent / "data" / "smi"
 
@@ -626,7 +626,7 @@ def test_grants_are_all_or_none_and_never_shared(tmp_path_factory: pytest.TempPa
 
 
 def _real() -> Any:
-    from pytest_lossless.timing import SYSTEM_CLOCK
+    from pytest_lossless.core.clock import SYSTEM_CLOCK
 
     return SYSTEM_CLOCK
 

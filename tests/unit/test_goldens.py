@@ -17,7 +17,7 @@ from pytest_lossless.errors import (
     NondeterministicProducer,
 )
 from pytest_lossless.gates import parse_gate
-from pytest_lossless.goldens import (
+from pytest_lossless.judge.goldens import (
     Golden,
     GoldenFolder,
     artifact_name,

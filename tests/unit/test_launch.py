@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_lossless.errors import ArtifactError, ConfigError, RunError
-from pytest_lossless.launch import Launcher, lifecycle_verdict
+from pytest_lossless.run import Launcher, lifecycle_verdict
 from pytest_lossless.settings import DETERMINISM_KNOBS
 
 SERVERS = Path(__file__).resolve().parent.parent / "data" / "servers"

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from pytest_lossless.errors import ArtifactError
-from pytest_lossless.provenance import runspec, session_facts, source_revision, source_state
+from pytest_lossless.evidence.provenance import (
+    runspec,
+    session_facts,
+    source_revision,
+    source_state,
+)
 
 
 def git(root: Path, *args: str) -> str:

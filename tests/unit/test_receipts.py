@@ -12,8 +12,7 @@ import pytest
 
 from pytest_lossless.__main__ import main
 from pytest_lossless.errors import ReceiptError
-from pytest_lossless.kinds import KindRegistry
-from pytest_lossless.receipts import (
+from pytest_lossless.evidence.receipts import (
     SCHEMA_VERSION,
     Receipt,
     default_checkers,
@@ -23,7 +22,8 @@ from pytest_lossless.receipts import (
     verify,
     verify_receipt,
 )
-from pytest_lossless.repeatability import compare_control_candidate
+from pytest_lossless.judge.repeatability import compare_control_candidate
+from pytest_lossless.kinds import KindRegistry
 
 DIFF = "diff --git a/m.py b/m.py\n-old\n+new \udcff\n"
 

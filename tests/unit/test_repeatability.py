@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_lossless.errors import ConfigError
-from pytest_lossless.repeatability import (
+from pytest_lossless.judge.repeatability import (
     compare_control_candidate,
     lossless_table,
     rederive,

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_lossless import stats
+from pytest_lossless.core.clock import FakeClock
 from pytest_lossless.errors import ConfigError
-from pytest_lossless.speed import (
+from pytest_lossless.judge import stats
+from pytest_lossless.judge.speed import (
     SpeedVerdict,
     contradictions,
     measured_seconds,
     rederive,
     run_speed_gate,
 )
-from pytest_lossless.timing import FakeClock
 
 
 def timed_arm(clock: FakeClock, durations: Iterator[float]) -> Callable[[], float]:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_lossless import stats
+from pytest_lossless.judge import stats
 
 # ------------------------------------------------------------------ schedule
 

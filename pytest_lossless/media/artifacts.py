@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArtifactError
+from ..errors import ArtifactError
 
 
 def materialize(value: Any, name: str, folder: Path) -> Path:

@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from .digests import canonical_sha256, sha256_file
-from .errors import ReceiptError
-from .launch import lifecycle_verdict
-from .timing import utc_iso
+from ..core.clock import utc_iso
+from ..core.digests import canonical_sha256, sha256_file
+from ..errors import ReceiptError
+from ..run import lifecycle_verdict
 
 SCHEMA = "pytest-lossless.receipt"
 SCHEMA_VERSION = 1
@@ -362,7 +362,7 @@ def check_verdicts(block: Any, receipt: Mapping[str, Any], path: Path) -> list[s
 def check_speed(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]:
     """Each speed verdict re-derived from its raw samples (``speed.contradictions``)."""
     try:
-        from .speed import contradictions
+        from ..judge.speed import contradictions
     except ImportError:  # the speed module is optional for reading receipts
         return []
     if not isinstance(block, list):
@@ -374,8 +374,8 @@ def check_speed(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]
 def _rejudge(kinds: Any, gate_spec: str, name: str, left: Mapping[str, Any],
              right: Mapping[str, Any]) -> bool | None:
     """Re-run a lossless gate on two recorded fingerprints (None: not re-derivable)."""
-    from .gates import parse_gate
-    from .kinds import Artifact
+    from ..gates import parse_gate
+    from ..kinds import Artifact
 
     gate = parse_gate(gate_spec)
     if gate is None or not gate.lossless:
@@ -391,7 +391,7 @@ def _rejudge(kinds: Any, gate_spec: str, name: str, left: Mapping[str, Any],
 
 def check_gates(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]:
     """Each golden gate's pass/fail re-derived from the two recorded fingerprints."""
-    from .kinds import KindRegistry
+    from ..kinds import KindRegistry
 
     if block is None:
         return []
@@ -416,8 +416,8 @@ def check_gates(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]
 
 def check_lossless(block: Any, receipt: Mapping[str, Any], path: Path) -> list[str]:
     """Each lossless verdict re-derived: comparisons from the runs' fingerprints, then the table."""
-    from .kinds import KindRegistry
-    from .repeatability import rederive
+    from ..judge.repeatability import rederive
+    from ..kinds import KindRegistry
 
     if block is None:
         return []

@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .digests import canonical_sha256, sha256_file
-from .errors import (
+from ..core.digests import canonical_sha256, sha256_file
+from ..errors import (
     ArtifactError,
     GateChanged,
     GoldenIntegrityError,
     GoldenMissing,
     ManifestError,
 )
-from .gates import Gate, GateResult
-from .kinds import Artifact, KindRegistry
+from ..gates import Gate, GateResult
+from ..kinds import Artifact, KindRegistry
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -438,8 +438,8 @@ class Golden:
         self.staged: list[ManifestEntry] = []
 
     def check(self, name: str, artifact: Any, gate: Gate | str | None = None) -> GateResult | None:
-        from .artifacts import is_producer, materialize, produce
-        from .gates import parse_gate
+        from ..gates import parse_gate
+        from ..media.artifacts import is_producer, materialize, produce
 
         name = artifact_name(name)
         chosen = parse_gate(gate)
@@ -468,8 +468,8 @@ class Golden:
                   ) -> list[ManifestEntry] | None:
         """Under --update-goldens, stage every artifact of a producer's run, once it has run
         at least twice with identical results; returns None in compare mode (nothing done)."""
-        from .artifacts import is_producer, materialize, named_artifacts
-        from .gates import parse_gate
+        from ..gates import parse_gate
+        from ..media.artifacts import is_producer, materialize, named_artifacts
 
         if not self.update:
             return None
@@ -486,7 +486,7 @@ class Golden:
     def _stage_producer(self, producer: Any, gate: Gate | None, what: str
                         ) -> list[ManifestEntry]:
         """Run a producer at least twice; stage its first run only if every run agreed."""
-        from .errors import NondeterministicProducer
+        from ..errors import NondeterministicProducer
         from .repeatability import INCONCLUSIVE, compare_control_candidate
 
         verdict = compare_control_candidate(

@@ -29,8 +29,8 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from .digests import sha256_file
-from .errors import ArtifactError, LosslessError, TruncatedArtifact
+from ..core.digests import sha256_file
+from ..errors import ArtifactError, LosslessError, TruncatedArtifact
 
 #: Version of the fingerprint layout, stored in every fingerprint.
 FINGERPRINT_VERSION = 1

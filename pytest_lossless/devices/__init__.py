@@ -37,10 +37,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import pluggy
 
-from . import hookspecs
-from .errors import AllocationError, AllocationTimeout, ConfigError
-from .settings import BUSY_POLICIES, parse_device_list
-from .timing import SYSTEM_CLOCK, Clock, utc_iso
+from .. import hookspecs
+from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
+from ..errors import AllocationError, AllocationTimeout, ConfigError
+from ..settings import BUSY_POLICIES, parse_device_list
 
 __all__ = [
     "Allocation",
@@ -631,7 +631,7 @@ def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
 def _process_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot: with the pid, it names one
     process, even after the pid is reused."""
-    from .launch import process_stat
+    from ..run import process_stat
 
     stat = process_stat(pid)
     return stat.starttime if stat is not None else None

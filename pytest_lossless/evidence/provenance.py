@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .launch import hash_inputs
+from ..run import hash_inputs
 
 #: Distributions whose versions every receipt records.
 PACKAGES = ("pytest-lossless", "pytest", "pluggy", "numpy", "soundfile", "imageio-ffmpeg",
@@ -145,7 +145,7 @@ def session_facts() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     if versions["pytest-lossless"] is None:  # run from a source tree, not installed
-        from . import __version__
+        from .. import __version__
 
         versions["pytest-lossless"] = f"{__version__} (source tree)"
     for name in ACCELERATOR_PACKAGES:

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from . import media
-from .errors import LosslessError
+from .. import media
+from ..errors import LosslessError
 
 if TYPE_CHECKING:
-    from .kinds import Artifact
+    from ..kinds import Artifact
 
 GATE_NAMES = ("bytes", "decoded", "elementwise", "tolerance")
 

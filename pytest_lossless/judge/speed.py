@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..errors import ConfigError
 from . import stats
-from .errors import ConfigError
-from .timing import SYSTEM_CLOCK, Clock
 
 DEFAULT_PAIRS = 8
 SCHEMA = "pytest-lossless/speed-verdict/1"

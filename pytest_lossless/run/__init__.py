@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeGuard
 
-from .digests import sha256_file
-from .errors import ArtifactError, ConfigError, RunError
-from .timing import SYSTEM_CLOCK, Clock, utc_iso
+from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
+from ..core.digests import sha256_file
+from ..errors import ArtifactError, ConfigError, RunError
 
 #: Seconds between SIGTERM and SIGKILL when a run times out or a server is stopped.
 DEFAULT_GRACE = 5.0

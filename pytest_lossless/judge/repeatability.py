@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .artifacts import materialize_all
-from .errors import ConfigError
-from .gates import Gate, GateResult
-from .kinds import Artifact, KindRegistry
-from .timing import SYSTEM_CLOCK, Clock
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..errors import ConfigError
+from ..gates import Gate, GateResult
+from ..kinds import Artifact, KindRegistry
+from ..media.artifacts import materialize_all
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 

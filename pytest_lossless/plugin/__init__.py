@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import hookspecs, report
-from .errors import ConfigError, Inconclusive, LosslessError
-from .settings import OPTIONS, Settings, resolve
+from .. import hookspecs, report
+from ..errors import ConfigError, Inconclusive, LosslessError
+from ..settings import OPTIONS, Settings, resolve
 
 if TYPE_CHECKING:
-    from .gates import Gate, GateResult
-    from .goldens import Golden
-    from .kinds import KindRegistry
-    from .repeatability import LosslessVerdict
+    from ..gates import Gate, GateResult
+    from ..judge.goldens import Golden
+    from ..judge.repeatability import LosslessVerdict
+    from ..kinds import KindRegistry
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 KINDS_KEY = pytest.StashKey["KindRegistry"]()
@@ -49,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from .kinds import BuiltinKinds  # light: media and gates load on first use
+    from ..kinds import BuiltinKinds  # light: media and gates load on first use
 
     _settings(config)  # a bad value is a usage error now, not an error in every test
     # The built-in kinds answer our own hooks like any plugin, last (trylast).
@@ -181,7 +181,7 @@ def pytest_report_teststatus(
 
 
 def _kinds(config: pytest.Config) -> KindRegistry:
-    from .kinds import KindRegistry
+    from ..kinds import KindRegistry
 
     kinds = config.stash.get(KINDS_KEY, None)
     if kinds is None:
@@ -266,7 +266,7 @@ class GoldenFixture:
                     self._item.nodeid, entry.name, entry.gate, "STAGED",
                     f"{entry.kind}, {entry.stored}; written when the test passes"))
             return []
-        from .artifacts import named_artifacts, produce
+        from ..media.artifacts import named_artifacts, produce
 
         results = []
         for name, value in named_artifacts(produce(artifacts), "golden.check_all").items():
@@ -285,7 +285,7 @@ class GoldenFixture:
 @pytest.fixture
 def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFixture, None, None]:
     """Compare artifacts with this test's committed goldens; writes them under --update-goldens."""
-    from .goldens import Golden, GoldenFolder
+    from ..judge.goldens import Golden, GoldenFolder
 
     item = request.node
     settings = _settings(request.config)
@@ -333,8 +333,8 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
 
 
 def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
-    from . import __version__
-    from .timing import utc_iso
+    from .. import __version__
+    from ..core.clock import utc_iso
 
     config = request.config
     revision = _source_revision(config)
@@ -356,7 +356,7 @@ REVISION_KEY = pytest.StashKey[dict[str, Any]]()
 
 def _source_revision(config: pytest.Config) -> dict[str, Any]:
     """The session's source identity (computed once); its own receipts do not make it dirty."""
-    from .provenance import source_revision
+    from ..evidence.provenance import source_revision
 
     revision = config.stash.get(REVISION_KEY, None)
     if revision is None:
@@ -394,8 +394,8 @@ class LosslessFixture:
         """
         __tracebackhide__ = True
         wanted = _expected(expect)
-        from .gates import parse_gate
-        from .repeatability import compare_control_candidate
+        from ..gates import parse_gate
+        from ..judge.repeatability import compare_control_candidate
 
         self._count += 1
         name = label or f"compare#{self._count}"
@@ -504,7 +504,7 @@ class SummaryPlugin:
                 terminalreporter.write_line(f"{count} lossless {gates} skipped: {reason}",
                                             yellow=True)
         if self.receipts and not hasattr(self.config, "workerinput"):
-            from .receipts import write_summary
+            from ..evidence.receipts import write_summary
 
             try:
                 written = f"; summary {write_summary(settings.receipts)}"
@@ -541,7 +541,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 # (owner: devices engineer) the `devices` fixture, marker handling, allocator under a StashKey
 
 if TYPE_CHECKING:
-    from .devices import Allocation, Allocator, Backend
+    from ..devices import Allocation, Allocator, Backend
 
 #: The session's allocator (one per process: each xdist worker has its own; locks are host-wide).
 ALLOCATOR_KEY = pytest.StashKey["Allocator"]()
@@ -555,14 +555,14 @@ _MARKER_REFUSES = {"npu": ("cuda",), "gpu": ("npu",)}
 @pytest.hookimpl(trylast=True)
 def pytest_lossless_backends() -> list[Backend]:
     """The built-in npu, cuda and cpu backends, last, so a plugin's backend of a name wins."""
-    from .devices import BuiltinBackends
+    from ..devices import BuiltinBackends
 
     return BuiltinBackends().pytest_lossless_backends()
 
 
 def _allocator(config: pytest.Config) -> Allocator:
     """The session's allocator, built on first use from the resolved settings."""
-    from .devices import Allocator, collect_backends
+    from ..devices import Allocator, collect_backends
 
     allocator = config.stash.get(ALLOCATOR_KEY, None)
     if allocator is None:
@@ -603,7 +603,7 @@ def _nullcontext() -> Any:
 
 def _device_request(item: pytest.Item) -> tuple[str | None, int]:
     """(marker name, N) of the closest ``npu``/``gpu`` marker; (None, 1) without one."""
-    from .settings import marker_device_count
+    from ..settings import marker_device_count
 
     for marker in item.iter_markers():
         if marker.name in DEVICE_MARKERS:
@@ -623,7 +623,7 @@ def devices(request: pytest.FixtureRequest) -> Generator[Allocation, None, None]
     Held for the whole test; released at teardown after its finalizers (the processes
     the test started are ended first).
     """
-    from .errors import AllocationError
+    from ..errors import AllocationError
 
     item = request.node
     allocator = _allocator(request.config)
@@ -662,7 +662,7 @@ def _lossless_marked_devices(request: pytest.FixtureRequest) -> None:
 # (owner: launch engineer) the `model_run` fixture
 
 if TYPE_CHECKING:
-    from .launch import Launcher
+    from ..run import Launcher
 
 #: ``item.stash[LAUNCHER_KEY]``: the test's launcher (its records feed the receipt).
 LAUNCHER_KEY = pytest.StashKey["Launcher"]()
@@ -676,7 +676,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
     Every process is recorded (exit or signal, forced kills, peak memory) into the test's
     receipt; whatever is still running is ended at teardown, before the device locks go.
     """
-    from .launch import Launcher
+    from ..run import Launcher
 
     item = request.node
     settings = _settings(request.config)
@@ -705,7 +705,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
 # (owner: launch engineer) per-test Receipt under item.stash, written at teardown
 
 if TYPE_CHECKING:
-    from .receipts import Receipt
+    from ..evidence.receipts import Receipt
 
 #: ``item.stash[RECEIPT_KEY]``: the test's receipt, created by the first fixture that asks.
 RECEIPT_KEY = pytest.StashKey["Receipt"]()
@@ -716,7 +716,7 @@ _FACTS_KEY = pytest.StashKey[dict[str, Any]]()
 def receipt_for(item: pytest.Item) -> Receipt:
     """The test's receipt, created on first use; written into ``--lossless-receipts`` at
     the end of the test (after teardown, so the allocation block shows its release)."""
-    from .receipts import Receipt
+    from ..evidence.receipts import Receipt
 
     receipt = item.stash.get(RECEIPT_KEY, None)
     if receipt is None:
@@ -725,7 +725,7 @@ def receipt_for(item: pytest.Item) -> Receipt:
 
 
 def _write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
-    from . import provenance
+    from ..evidence import provenance
 
     config = item.config
     settings = _settings(config)
@@ -773,7 +773,7 @@ def pytest_runtest_makereport_receipts(
 # (owner: speed engineer) the `speed_gate` fixture
 
 if TYPE_CHECKING:
-    from .speed import SpeedVerdict
+    from ..judge.speed import SpeedVerdict
 
 
 class SpeedGateFixture:
@@ -812,7 +812,7 @@ class SpeedGateFixture:
         """
         __tracebackhide__ = True
         wanted = _expected(expect)
-        from .speed import run_speed_gate
+        from ..judge.speed import run_speed_gate
 
         self._count += 1
         name = workload or f"speed#{self._count}"

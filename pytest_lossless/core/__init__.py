@@ -1,0 +1,1 @@
+"""The bottom layer: the clock, digests and atomic writes, and the value types."""

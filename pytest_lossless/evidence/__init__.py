@@ -1,0 +1,1 @@
+"""Evidence: provenance (the RunSpec), receipts, their verification, and the summary."""

@@ -1,0 +1,1 @@
+"""Judging: goldens, the repeatability of a control, statistics, and the speed gate."""
