@@ -1,13 +1,17 @@
-"""SHA-256 of files and of JSON values: the one definition every module hashes with."""
+"""SHA-256 of files and JSON values, atomic writes, safe file names: defined once, used by all."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 CHUNK = 1 << 20
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def sha256_file(path: Path | str, chunk: int = CHUNK) -> str:
@@ -19,7 +23,51 @@ def sha256_file(path: Path | str, chunk: int = CHUNK) -> str:
     return digest.hexdigest()
 
 
+def canonical_json(value: Any) -> str:
+    """A JSON value in canonical form (sorted keys, no spaces, ASCII); other values as str."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
 def canonical_sha256(value: Any) -> str:
-    """Hex SHA-256 of a JSON value in canonical form (sorted keys, no spaces, ASCII)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """Hex SHA-256 of a JSON value in canonical form."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def safe_name(text: str, *, default: str = "_", max_length: int = 150) -> str:
+    """A file name for ``text``: letters, digits, ``.``, ``_`` and ``-`` only, never hidden.
+
+    Runs of other characters become one ``_``; a name longer than ``max_length`` keeps its
+    start and gains a hash of the whole text, so distinct texts keep distinct names.
+    """
+    stem = _UNSAFE.sub("_", text).strip("._") or default
+    if len(stem) > max_length:
+        stem = f"{stem[: max_length - 20]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return stem
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, flush it to disk, rename it into place.
+
+    A reader sees the old file or the whole new one, never half of it; a failure leaves no
+    temporary file behind.
+    """
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed before the rename
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    )
+    try:
+        with handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(
+    path: Path, value: Any, *, indent: int | None = 2, default: Any = None
+) -> None:
+    """:func:`write_atomic` of ``value`` as JSON with sorted keys and a final newline."""
+    text = json.dumps(value, indent=indent, sort_keys=True, default=default)
+    write_atomic(path, (text + "\n").encode("utf-8"))

@@ -631,7 +631,7 @@ def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
 def _process_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot: with the pid, it names one
     process, even after the pid is reused."""
-    from ..run import process_stat
+    from ..core.procfs import process_stat
 
     stat = process_stat(pid)
     return stat.starttime if stat is not None else None

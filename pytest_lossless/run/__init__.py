@@ -31,6 +31,7 @@ from typing import IO, Any, Protocol, TypeGuard
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
+from ..core.procfs import ProcStat, process_stat, read_cmdline, read_memory_kib, scan_proc
 from ..errors import ArtifactError, ConfigError, RunError
 
 #: Seconds between SIGTERM and SIGKILL when a run times out or a server is stopped.
@@ -59,76 +60,7 @@ class AllocationLike(Protocol):
     def add_finalizer(self, fn: Callable[[], None]) -> None: ...
 
 
-# ------------------------------------------------------------------ /proc
-
-
-@dataclass(frozen=True)
-class _Stat:
-    pid: int
-    comm: str
-    state: str
-    ppid: int
-    pgrp: int
-    session: int
-    starttime: int
-    exit_status: int | None  # the wait status of a zombie (field 52), else None
-
-
-def process_stat(pid: int) -> _Stat | None:
-    """``/proc/<pid>/stat`` parsed (state, parents, start time, a zombie's exit status)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(errors="replace")
-    except OSError:
-        return None
-    left, right = text.find("("), text.rfind(")")
-    if left < 0 or right < 0:
-        return None
-    rest = text[right + 2 :].split()
-    try:
-        state = rest[0]
-        exit_status = int(rest[49]) if state == "Z" and len(rest) > 49 else None
-        return _Stat(pid, text[left + 1 : right], state, int(rest[1]), int(rest[2]),
-                     int(rest[3]), int(rest[19]), exit_status)
-    except (IndexError, ValueError):
-        return None
-
-
-def _scan_proc(skip: set[int] | frozenset[int] = frozenset()) -> dict[int, _Stat]:
-    """``/proc/<pid>/stat`` of every process, except the pids in ``skip``."""
-    stats: dict[int, _Stat] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return stats
-    for name in names:
-        if name.isdigit() and int(name) not in skip:
-            stat = process_stat(int(name))
-            if stat is not None:
-                stats[stat.pid] = stat
-    return stats
-
-
-def _read_memory_kib(pid: int) -> tuple[int | None, int | None]:
-    """(VmHWM, VmRSS) in KiB; both None for zombies and vanished processes."""
-    hwm = rss = None
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1])
-                elif line.startswith("VmRSS:"):
-                    rss = int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return hwm, rss
-
-
-def _read_cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace")[:200] for part in raw.split(b"\0") if part][:16]
+# ------------------------------------------------------------------ prctl
 
 
 def _child_subreaper(on: bool | None) -> bool | None:
@@ -318,7 +250,7 @@ class _ProcessGroup:
             self._strangers.clear()
         # A process seen outside our group with another parent cannot become our
         # descendant, so it is not read again (until the next full scan).
-        stats = _scan_proc(self._strangers)
+        stats = scan_proc(self._strangers)
         now = self.now()
         with self._lock:
             known = {pid for pid, p in self.procs.items() if p.ended is None}
@@ -355,7 +287,7 @@ class _ProcessGroup:
                     if pid == self.pid:
                         continue
                     proc = _Proc(pid, st.starttime, "descendant", st.ppid, st.pgrp, st.comm,
-                                 _read_cmdline(pid), now, now)
+                                 read_cmdline(pid), now, now)
                     self.procs[pid] = proc
                 if proc.ended is not None:
                     continue
@@ -366,7 +298,7 @@ class _ProcessGroup:
                 if st.state == "Z":
                     self._note_zombie(proc, st, now)
                 else:
-                    hwm, rss = _read_memory_kib(pid)
+                    hwm, rss = read_memory_kib(pid)
                     proc.note_memory(hwm, "sampled /proc VmHWM")
                     if hwm is None:
                         proc.note_memory(rss, "sampled /proc VmRSS")
@@ -385,7 +317,7 @@ class _ProcessGroup:
             return False
         return self._token in environ.split(b"\0")
 
-    def _note_zombie(self, proc: _Proc, st: _Stat, now: float) -> None:
+    def _note_zombie(self, proc: _Proc, st: ProcStat, now: float) -> None:
         if proc is self.main:
             return  # the waiter thread reaps it
         if st.ppid == self._me:
@@ -489,7 +421,7 @@ class _ProcessGroup:
                                            "state": "alive outside the process group",
                                            "action": "SIGKILL to the process"})
         self.settle(2.0)
-        stats = _scan_proc()
+        stats = scan_proc()
         for proc in self.alive():
             st = stats.get(proc.pid)
             state = "zombie, not reaped by its parent" if st and st.state == "Z" else (
