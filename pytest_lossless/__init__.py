@@ -43,7 +43,7 @@ _EXPORTS = {
     "Server": "run",
     "lifecycle_verdict": "run",
     "Receipt": "evidence.receipts",
-    "verify": "evidence.receipts",
+    "verify": "evidence.verify",
     "SpeedVerdict": "judge.speed",
     "run_speed_gate": "judge.speed",
     "percentile": "judge.stats",

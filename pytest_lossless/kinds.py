@@ -1,77 +1,196 @@
 """Artifact kinds: detection, fingerprint, default gate and comparison, through our hooks.
 
-The built-in kinds (video, audio, tensor, bytes) are one plugin object, :data:`BUILTIN_KINDS`,
-whose ``trylast`` implementations of the ``pytest_lossless_*`` hooks answer last, so a plugin or
-conftest that implements a hook for its own kind takes precedence. :class:`KindRegistry` is the
-one entry point the plugin and the golden store use; it works with pytest's ``config.hook`` or,
-without pytest, with a private plugin manager.
+Each built-in kind (video, audio, tensor, bytes) is one plugin object whose ``trylast``
+implementations of the four ``pytest_lossless_*`` kind hooks answer for that kind only, so it is
+registered exactly as a user's kind is, and a plugin or conftest that implements a hook first
+takes precedence. :class:`KindRegistry` is the one entry point the plugin, the golden store and
+``verify`` use; :func:`plugin_manager` is the one place a private plugin manager is built.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pluggy
 
 from . import hookspecs
+from .core.artifact import Artifact
 from .errors import ArtifactError, LosslessError
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from .gates import Gate, GateResult
 
+__all__ = [
+    "BUILTIN_KIND_NAMES",
+    "Artifact",
+    "AudioKind",
+    "BuiltinKind",
+    "BytesKind",
+    "KindRegistry",
+    "TensorKind",
+    "VideoKind",
+    "builtin_kinds",
+    "plugin_manager",
+    "register_builtin_kinds",
+]
+
 # media and gates (numpy, libsndfile, ffmpeg) are imported where they are used: pytest loads
 # this module for every run of every repository that installs the plugin.
 
-_DEFAULT_GATES = {"video": "decoded", "audio": "decoded", "tensor": "elementwise", "bytes": "bytes"}
 
+class BuiltinKind:
+    """One built-in kind as a plugin: its detection, fingerprint, default gate and comparers.
 
-@dataclass(frozen=True)
-class Artifact:
-    """One artifact: its name in the test, kind, fingerprint, and file.
-
-    ``path`` is None for a digest-only golden: only the fingerprint is available.
+    A subclass names its kind, its default gate and the gates that apply to it, and implements
+    :meth:`detect`, :meth:`fingerprint` and :meth:`compare_exact`; the hook implementations
+    here answer only for that kind and return None for any other, as a user's kind does.
     """
 
-    name: str
-    kind: str
-    fingerprint: dict[str, Any]
-    path: Path | None = None
+    name: ClassVar[str]
+    default_gate: ClassVar[str]
+    #: The gates that mean something for this kind (others are refused with a hint).
+    gates: ClassVar[tuple[str, ...]]
 
+    def detect(self, path: Path, head: bytes) -> bool:
+        """Whether the file's content is of this kind (``head``: its first bytes)."""
+        raise NotImplementedError
 
-class BuiltinKinds:
-    """The built-in kinds as ``trylast`` hook implementations (registered like any plugin)."""
+    def fingerprint(self, path: Path) -> dict[str, Any]:
+        """Metadata and digests of the file; ArtifactError for a damaged one."""
+        raise NotImplementedError
+
+    def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        """The kind's own exact gate (``decoded``, ``elementwise``)."""
+        raise NotImplementedError
 
     @hookimpl(trylast=True)
     def pytest_lossless_detect_kind(self, path: Path, head: bytes) -> str | None:
-        from . import media
-
-        return media.detect_kind(Path(path), head)
+        return self.name if self.detect(Path(path), head) else None
 
     @hookimpl(trylast=True)
     def pytest_lossless_fingerprint(self, kind: str, path: Path) -> dict[str, Any] | None:
-        from . import media
-
-        if kind not in media.BUILTIN_KINDS:
-            return None
-        return media.fingerprint(kind, Path(path))
+        return self.fingerprint(Path(path)) if kind == self.name else None
 
     @hookimpl(trylast=True)
     def pytest_lossless_default_gate(self, kind: str) -> str | None:
-        return _DEFAULT_GATES.get(kind)
+        return self.default_gate if kind == self.name else None
 
     @hookimpl(trylast=True)
     def pytest_lossless_compare(
         self, kind: str, gate: Gate, expected: Artifact, obtained: Artifact
     ) -> GateResult | None:
-        from . import gates, media
+        if kind != self.name:
+            return None
+        from . import gates
 
-        if kind in media.BUILTIN_KINDS:
-            return gates.compare(kind, gate, expected, obtained)
+        gates.check_gate_applies(kind, gate, expected.name)
+        if gate.name == "bytes":
+            return gates.compare_bytes(gate, expected, obtained, kind)
+        if gate.name == "tolerance":
+            return gates.compare_tolerance(gate, expected, obtained, kind)
+        return self.compare_exact(gate, expected, obtained)
+
+
+class VideoKind(BuiltinKind):
+    """A container with a video stream (mp4, mkv, mov, ...): frames and PCM decoded exactly."""
+
+    name = "video"
+    default_gate = "decoded"
+    gates = ("bytes", "decoded", "tolerance")
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        from . import media
+
+        return media.detect_kind(path, head) == "video"
+
+    def fingerprint(self, path: Path) -> dict[str, Any]:
+        from . import media
+
+        return media.fingerprint_video(path)
+
+    def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        from . import gates
+
+        return gates.compare_container(gate, expected, obtained, self.name)
+
+
+class AudioKind(BuiltinKind):
+    """WAV, RF64, FLAC, or a container holding only audio: PCM samples compared bit for bit."""
+
+    name = "audio"
+    default_gate = "decoded"
+    gates = ("bytes", "decoded", "tolerance")
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        from . import media
+
+        # The header test is cheap; a container is probed only when no header says audio.
+        return media.is_audio_header(head) or media.detect_kind(path, head) == "audio"
+
+    def fingerprint(self, path: Path) -> dict[str, Any]:
+        from . import media
+
+        return media.fingerprint_audio(path)
+
+    def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        from . import gates
+
+        return gates.compare_audio_file(gate, expected, obtained, self.name)
+
+
+class TensorKind(BuiltinKind):
+    """``.npy`` and ``.npz``: dtype, shape and bits (NaN payloads and signed zeros count)."""
+
+    name = "tensor"
+    default_gate = "elementwise"
+    gates = ("bytes", "elementwise", "tolerance")
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        from . import media
+
+        return media.is_tensor_file(path, head)
+
+    def fingerprint(self, path: Path) -> dict[str, Any]:
+        from . import media
+
+        return media.fingerprint_tensor(path)
+
+    def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        from . import gates
+
+        return gates.compare_tensor(gate, expected, obtained, self.name)
+
+
+class BytesKind(BuiltinKind):
+    """Any other file: identical bytes. Also answers the ``bytes`` gate for any kind whose
+    fingerprint carries the file's size and SHA-256, so a user's kind gets it for free."""
+
+    name = "bytes"
+    default_gate = "bytes"
+    gates = ("bytes",)
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        return True
+
+    def fingerprint(self, path: Path) -> dict[str, Any]:
+        from . import media
+
+        return media.fingerprint_bytes(path)
+
+    @hookimpl(trylast=True)
+    def pytest_lossless_compare(
+        self, kind: str, gate: Gate, expected: Artifact, obtained: Artifact
+    ) -> GateResult | None:
+        from . import gates
+
+        if kind == self.name:
+            gates.check_gate_applies(kind, gate, expected.name)
+            return gates.compare_bytes(gate, expected, obtained, kind)
         if gate.name == "bytes" and _has_file_digest(expected) and _has_file_digest(obtained):
-            # Identical bytes mean the same thing for any kind, so custom kinds get it for free.
             return gates.compare_bytes(gate, expected, obtained, kind)
         return None
 
@@ -80,34 +199,68 @@ def _has_file_digest(artifact: Artifact) -> bool:
     return "sha256" in artifact.fingerprint and "size" in artifact.fingerprint
 
 
-#: The plugin object to register on a plugin manager (pytest's, or a private one).
-BUILTIN_KINDS = BuiltinKinds()
+#: The built-in kinds, in the order detection asks them (the cheap content tests first).
+BUILTIN_KIND_NAMES = ("tensor", "video", "audio", "bytes")
+_BUILTIN_CLASSES: dict[str, type[BuiltinKind]] = {
+    cls.name: cls for cls in (TensorKind, VideoKind, AudioKind, BytesKind)
+}
 
 
-def new_plugin_manager() -> pluggy.PluginManager:
-    """A private plugin manager with our hookspecs and the built-in kinds (no pytest needed)."""
-    pm = pluggy.PluginManager("pytest")
-    pm.add_hookspecs(hookspecs)
-    pm.register(BuiltinKinds(), name="lossless-builtin-kinds")
-    return pm
+def builtin_kinds() -> list[BuiltinKind]:
+    """A fresh plugin object per built-in kind, in detection order."""
+    return [_BUILTIN_CLASSES[name]() for name in BUILTIN_KIND_NAMES]
+
+
+def register_builtin_kinds(manager: pluggy.PluginManager) -> None:
+    """Register every built-in kind on ``manager`` (pytest's, or a private one), once.
+
+    All are ``trylast``, and pluggy calls ``trylast`` implementations in the order they were
+    registered, so they are registered in detection order.
+    """
+    for kind in builtin_kinds():
+        name = f"lossless-kind-{kind.name}"
+        if not manager.has_plugin(name):
+            manager.register(kind, name)
+
+
+def plugin_manager(
+    modules: Sequence[str] = (), *, entry_points: bool = False
+) -> pluggy.PluginManager:
+    """A plugin manager with our hook specifications and the built-in kinds, without pytest.
+
+    ``entry_points=True`` also loads the ``pytest11`` entry points, as pytest would; each name in
+    ``modules`` is imported and registered, as pytest's ``-p MODULE`` does. ``verify`` uses this
+    to re-derive the receipts of kinds that plugins add.
+    """
+    manager = pluggy.PluginManager("pytest")
+    manager.add_hookspecs(hookspecs)
+    register_builtin_kinds(manager)
+    if entry_points:
+        manager.load_setuptools_entrypoints("pytest11")
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise LosslessError(f"-p {name}: the plugin module cannot be imported: {exc}") from None
+        if not manager.is_registered(module):
+            manager.register(module, name)
+    return manager
 
 
 class KindRegistry:
     """Detects, fingerprints and compares artifacts through the ``pytest_lossless_*`` hooks.
 
-    ``hook`` is pytest's ``config.hook`` (with :data:`BUILTIN_KINDS` registered on its plugin
-    manager); with ``hook=None`` a private plugin manager is built (``plugin_manager``), so
-    domain code and unit tests work without pytest.
+    ``hook`` is pytest's ``config.hook`` (with the built-in kinds registered on its plugin
+    manager); with ``hook=None`` a private :func:`plugin_manager` is built (``plugin_manager``),
+    so domain code and unit tests work without pytest.
     """
 
     def __init__(self, hook: Any = None) -> None:
         self.plugin_manager: pluggy.PluginManager | None = None
         if hook is None:
-            self.plugin_manager = new_plugin_manager()
+            self.plugin_manager = plugin_manager()
             hook = self.plugin_manager.hook
         self.hook = hook
-        # If the built-ins are not registered where ``hook`` comes from, they still answer last.
-        self._fallback = BuiltinKinds()
 
     def detect(self, path: Path) -> str:
         """The kind of the artifact at ``path``, from its content."""
@@ -116,8 +269,6 @@ class KindRegistry:
         path = Path(path)
         head = media.read_head(path)
         kind = self.hook.pytest_lossless_detect_kind(path=path, head=head)
-        if kind is None:
-            kind = self._fallback.pytest_lossless_detect_kind(path, head)
         return str(kind) if kind else "bytes"
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
@@ -125,10 +276,8 @@ class KindRegistry:
         from . import media
 
         path = Path(path)
-        media.read_head(path, 1)
+        media.read_head(path, 1)  # a missing file is named as such, whatever the kind
         result = self.hook.pytest_lossless_fingerprint(kind=kind, path=path)
-        if result is None:
-            result = self._fallback.pytest_lossless_fingerprint(kind, path)
         if result is None:
             raise LosslessError(
                 f"no plugin fingerprints artifacts of kind {kind!r} ({path}): implement "
@@ -146,8 +295,6 @@ class KindRegistry:
         from .gates import Gate, parse_gate
 
         spec = self.hook.pytest_lossless_default_gate(kind=kind)
-        if spec is None:
-            spec = self._fallback.pytest_lossless_default_gate(kind)
         gate = parse_gate(spec) if spec is not None else None
         return gate if gate is not None else Gate("bytes")
 
@@ -161,12 +308,12 @@ class KindRegistry:
 
     def compare(
         self,
-        gate: Gate | str,
+        gate: Gate | str | None,
         expected: Artifact,
         obtained: Artifact,
         diagnostics_dir: Path | None = None,
     ) -> GateResult:
-        """Compare ``obtained`` with ``expected`` under ``gate``.
+        """Compare ``obtained`` with ``expected`` under ``gate`` (the kind's default if None).
 
         When ``diagnostics_dir`` is given, both files are present and the gate fails, diff
         pictures (video) or listings (audio, tensors) are written there and named in the result.
@@ -190,10 +337,6 @@ class KindRegistry:
         result: GateResult | None = self.hook.pytest_lossless_compare(
             kind=expected.kind, gate=parsed, expected=expected, obtained=obtained
         )
-        if result is None:
-            result = self._fallback.pytest_lossless_compare(
-                expected.kind, parsed, expected, obtained
-            )
         if result is None:
             raise LosslessError(
                 f"no plugin compares artifacts of kind {expected.kind!r} under gate "

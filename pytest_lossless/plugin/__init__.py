@@ -49,12 +49,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from ..kinds import BuiltinKinds  # light: media and gates load on first use
+    from ..kinds import register_builtin_kinds  # light: media and gates load on first use
 
     _settings(config)  # a bad value is a usage error now, not an error in every test
     # The built-in kinds answer our own hooks like any plugin, last (trylast).
-    if not config.pluginmanager.has_plugin("lossless-builtin-kinds"):
-        config.pluginmanager.register(BuiltinKinds(), "lossless-builtin-kinds")
+    register_builtin_kinds(config.pluginmanager)
     config.addinivalue_line(
         "markers",
         "npu(devices=1): the test needs a locked allocation of N NPUs (or emulated slots) "
@@ -504,7 +503,7 @@ class SummaryPlugin:
                 terminalreporter.write_line(f"{count} lossless {gates} skipped: {reason}",
                                             yellow=True)
         if self.receipts and not hasattr(self.config, "workerinput"):
-            from ..evidence.receipts import write_summary
+            from ..evidence.summary import write_summary
 
             try:
                 written = f"; summary {write_summary(settings.receipts)}"

@@ -17,7 +17,7 @@ from pytest_lossless import hookspecs, media
 from pytest_lossless.errors import ArtifactError, LosslessError
 from pytest_lossless.gates import Gate, GateResult, tolerance
 from pytest_lossless.hookspecs import hookimpl
-from pytest_lossless.kinds import BUILTIN_KINDS, Artifact, BuiltinKinds, KindRegistry
+from pytest_lossless.kinds import Artifact, KindRegistry, builtin_kinds, register_builtin_kinds
 
 
 @pytest.fixture
@@ -170,24 +170,33 @@ def test_custom_kind_overrides_a_builtin(files: dict[str, Path]) -> None:
 
 
 def test_registry_over_a_foreign_hook_relay(files: dict[str, Path]) -> None:
-    """Like pytest's config.hook: the built-ins registered there as BUILTIN_KINDS."""
+    """Like pytest's config.hook: the built-in kinds are plugins registered there."""
     pm = pluggy.PluginManager("pytest")
     pm.add_hookspecs(hookspecs)
-    pm.register(BUILTIN_KINDS, name="lossless-kinds")
+    register_builtin_kinds(pm)
+    register_builtin_kinds(pm)  # twice is once
+    assert len(pm.get_plugins()) == 4
     registry = KindRegistry(pm.hook)
     assert registry.plugin_manager is None
-    assert registry.detect(files["audio"]) == "audio"
-    # Without the built-ins registered, they still answer last.
+    artifact = registry.artifact("a", files["audio"])
+    assert artifact.kind == "audio"
+    assert registry.compare("decoded", artifact, artifact).passed
+    # No fallback copy: without the built-ins registered, nothing answers for their kinds.
     bare = pluggy.PluginManager("pytest")
     bare.add_hookspecs(hookspecs)
-    fallback = KindRegistry(bare.hook)
-    artifact = fallback.artifact("a", files["audio"])
-    assert artifact.kind == "audio"
-    assert fallback.compare("decoded", artifact, artifact).passed
+    with pytest.raises(LosslessError, match="no plugin fingerprints artifacts of kind 'audio'"):
+        KindRegistry(bare.hook).fingerprint("audio", files["audio"])
 
 
-def test_builtin_hookimpls_are_trylast() -> None:
-    for name in ("pytest_lossless_detect_kind", "pytest_lossless_fingerprint",
-                 "pytest_lossless_default_gate", "pytest_lossless_compare"):
-        opts = getattr(BuiltinKinds, name).pytest_impl
-        assert opts["trylast"] is True
+def test_each_builtin_kind_is_one_trylast_plugin_answering_only_for_itself(
+    files: dict[str, Path],
+) -> None:
+    names = [kind.name for kind in builtin_kinds()]
+    assert names == ["tensor", "video", "audio", "bytes"]
+    for kind in builtin_kinds():
+        for hook in ("pytest_lossless_detect_kind", "pytest_lossless_fingerprint",
+                     "pytest_lossless_default_gate", "pytest_lossless_compare"):
+            assert getattr(type(kind), hook).pytest_impl["trylast"] is True
+        other = "video" if kind.name != "video" else "audio"
+        assert kind.pytest_lossless_default_gate(other) is None
+        assert kind.pytest_lossless_fingerprint(other, files["audio"]) is None

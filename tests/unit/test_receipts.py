@@ -15,13 +15,11 @@ from pytest_lossless.errors import ReceiptError
 from pytest_lossless.evidence.receipts import (
     SCHEMA_VERSION,
     Receipt,
-    default_checkers,
     derive_verdicts,
     load,
     receipt_name,
-    verify,
-    verify_receipt,
 )
+from pytest_lossless.evidence.verify import Context, default_checkers, verify, verify_receipt
 from pytest_lossless.judge.repeatability import compare_control_candidate
 from pytest_lossless.kinds import KindRegistry
 
@@ -204,10 +202,10 @@ def test_unreadable_receipts_name_the_file(tmp_path: Path) -> None:
 def test_checkers_table_can_be_extended(tmp_path: Path) -> None:
     _write(tmp_path)
 
-    def gates_must_be_lossless(block: Any, receipt: Any, path: Path) -> list[str]:
+    def gates_must_be_lossless(block: Any, receipt: Any, context: Context) -> list[str]:
         return [f"gate {g['artifact']} is lossy" for g in block if not g.get("lossless", True)]
 
-    def always(block: Any, receipt: Any, path: Path) -> list[str]:
+    def always(block: Any, receipt: Any, context: Context) -> list[str]:
         raise ValueError("broken block")
 
     checkers = {**default_checkers(), "gates": gates_must_be_lossless, "speed": always}

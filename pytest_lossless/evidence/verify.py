@@ -1,0 +1,346 @@
+"""``verify``: every derived value and hash of a receipt re-derived from its raw blocks.
+
+Each re-derivation is a :data:`Checker` of one block, listed in :func:`default_checkers`
+(block name -> checker); a contradiction is a line naming the block and what disagrees. Kinds
+that plugins add are re-derived through the same plugins pytest loads (:class:`Context`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.artifact import Artifact
+from ..core.digests import sha256_file
+from ..errors import ReceiptError
+from ..kinds import KindRegistry
+from ..run import lifecycle_verdict
+from .receipts import derive_verdicts, load, load_all, raw_sha256
+from .summary import check_summary
+
+
+@dataclass
+class Context:
+    """What a checker may use besides the receipt: its file, and the kinds to re-judge with."""
+
+    path: Path
+    kinds: KindRegistry = field(default_factory=KindRegistry)
+
+
+#: A re-derivation: (the block's value, the whole receipt, its context) -> contradictions.
+Checker = Callable[[Any, Mapping[str, Any], Context], list[str]]
+
+
+def check_integrity(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """The raw blocks still hash to what was recorded when the receipt was written."""
+    if not isinstance(block, Mapping) or "raw_sha256" not in block:
+        return ["integrity block missing: the raw blocks cannot be checked for edits"]
+    actual = raw_sha256(receipt)
+    if block["raw_sha256"] != actual:
+        return [
+            f"raw blocks were changed after the receipt was written: integrity.raw_sha256 "
+            f"is {block['raw_sha256']} but the raw blocks hash to {actual}"
+        ]
+    return []
+
+
+def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """Diff file against its hash, dirty flag and publication against their evidence."""
+    if block is None:
+        return [] if not receipt.get("runs") else ["runs were recorded but the runspec is missing"]
+    if not isinstance(block, Mapping):
+        return ["runspec is not a mapping"]
+    found: list[str] = []
+    source = block.get("source") or {}
+    if source.get("revision"):
+        diff_file, recorded = source.get("diff_file"), source.get("diff_sha256")
+        diff_dirty = bool(source.get("diff_bytes"))
+        if diff_file:
+            diff_path = context.path.parent / str(diff_file)
+            if not diff_path.is_file():
+                found.append(
+                    f"runspec: the diff {diff_path} recorded beside the receipt is missing"
+                )
+            elif sha256_file(diff_path) != recorded:
+                found.append(
+                    f"runspec: {diff_path} does not match diff_sha256 {recorded}: the "
+                    "stored diff was changed"
+                )
+        elif diff_dirty:
+            found.append("runspec: the diff is non-empty but no diff file is recorded")
+        expected_dirty = diff_dirty or bool(source.get("untracked"))
+        if source.get("dirty") is not expected_dirty:
+            untracked = len(source.get("untracked") or [])
+            found.append(
+                f"runspec: dirty={source.get('dirty')} but the diff has "
+                f"{source.get('diff_bytes')} bytes and {untracked} untracked files"
+            )
+        published = bool(source.get("remote_branches"))
+        if source.get("published") is not published or source.get("publication") != (
+            "published" if published else "unpublished"
+        ):
+            found.append(
+                f"runspec: publication {source.get('publication')!r} contradicts the "
+                f"remote branches {source.get('remote_branches')!r}"
+            )
+    found += _check_hashes("runspec input", block.get("inputs"))
+    return found
+
+
+def _check_hashes(what: str, entries: Any) -> list[str]:
+    """Files that still exist must still hash to what was recorded (gone files are skipped)."""
+    found: list[str] = []
+    if not isinstance(entries, Mapping):
+        return found
+    for name, entry in entries.items():
+        if not isinstance(entry, Mapping) or not entry.get("sha256") or not entry.get("path"):
+            continue
+        file = Path(str(entry["path"]))
+        if file.is_file() and sha256_file(file) != entry["sha256"]:
+            found.append(
+                f"{what} {name!r}: {file} no longer matches its recorded SHA-256 {entry['sha256']}"
+            )
+    return found
+
+
+def check_runs(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """Each run's lifecycle re-derived from its raw record; its outputs re-hashed."""
+    if not isinstance(block, list):
+        return ["runs is not a list"]
+    found: list[str] = []
+    for index, run in enumerate(block):
+        if not isinstance(run, Mapping):
+            found.append(f"runs[{index}] is not a mapping")
+            continue
+        label = f"runs[{index}] ({run.get('name')})"
+        again = lifecycle_verdict(run)
+        stored = run.get("lifecycle")
+        if not isinstance(stored, Mapping):
+            found.append(f"{label}: no lifecycle verdict recorded")
+        else:
+            if stored.get("clean") is not again["clean"]:
+                why = "; ".join(again["reasons"]) or "every process ended cleanly"
+                found.append(
+                    f"{label}: recorded lifecycle clean={stored.get('clean')} but the "
+                    f"raw record gives clean={again['clean']} ({why})"
+                )
+            elif stored.get("summary") != again["summary"]:
+                found.append(
+                    f"{label}: recorded summary {stored.get('summary')!r} differs from "
+                    f"the one generated from the raw record {again['summary']!r}"
+                )
+        processes = run.get("processes")
+        main = processes[0] if isinstance(processes, list) and processes else None
+        if (
+            isinstance(main, Mapping)
+            and ("exit_code" in run or "signal" in run)
+            and (run.get("exit_code"), run.get("signal"))
+            != (main.get("exit_code"), main.get("signal"))
+        ):
+            found.append(
+                f"{label}: exit_code/signal {run.get('exit_code')}/{run.get('signal')} "
+                f"differ from the main process's {main.get('exit_code')}/"
+                f"{main.get('signal')}"
+            )
+        found += [f"{label}: {p}" for p in _check_hashes("output", run.get("outputs"))]
+        found += [f"{label}: {p}" for p in _check_hashes("input", run.get("inputs"))]
+    return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b) or (math.isnan(a) and math.isnan(b))
+    return bool(a == b)
+
+
+def check_verdicts(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """The ``verdicts`` block equals the one derived from the raw blocks now."""
+    again = derive_verdicts(receipt)
+    if not isinstance(block, Mapping):
+        return ["verdicts block missing or not a mapping"]
+    return [
+        f"verdicts.{key}: recorded {block.get(key)!r} but the raw blocks give {value!r}"
+        for key, value in again.items()
+        if not _same(block.get(key), value)
+    ]
+
+
+def check_speed(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """Each speed verdict re-derived from its raw samples (``speed.contradictions``)."""
+    try:
+        from ..judge.speed import contradictions
+    except ImportError:  # the speed module is optional for reading receipts
+        return []
+    if not isinstance(block, list):
+        return ["speed is not a list"]
+    return [
+        f"speed[{i}]: {p}"
+        for i, entry in enumerate(block)
+        if isinstance(entry, Mapping)
+        for p in contradictions(entry)
+    ]
+
+
+def _rejudge(
+    kinds: KindRegistry,
+    gate_spec: str,
+    name: str,
+    left: Mapping[str, Any],
+    right: Mapping[str, Any],
+) -> bool | None:
+    """Re-run a lossless gate on two recorded fingerprints (None: not re-derivable)."""
+    from ..gates import parse_gate
+
+    gate = parse_gate(gate_spec)
+    if gate is None or not gate.lossless:
+        return None  # a tolerance gate needs the data itself, not digests
+    a = Artifact(
+        name=name, kind=str(left["kind"]), fingerprint=dict(left["fingerprint"]), path=None
+    )
+    b = Artifact(
+        name=name, kind=str(right["kind"]), fingerprint=dict(right["fingerprint"]), path=None
+    )
+    if a.kind != b.kind:
+        return False
+    return bool(kinds.compare(gate, a, b).passed)
+
+
+def check_gates(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """Each golden gate's pass/fail re-derived from the two recorded fingerprints."""
+    if block is None:
+        return []
+    if not isinstance(block, list):
+        return ["gates is not a list"]
+    kinds = context.kinds
+    found = []
+    for index, entry in enumerate(block):
+        evidence = entry.get("evidence") if isinstance(entry, Mapping) else None
+        if not evidence:
+            if isinstance(entry, Mapping) and entry.get("passed") is True:
+                found.append(
+                    f"gates[{index}] {entry.get('artifact')}: recorded passed=True "
+                    "with no fingerprints to show it"
+                )
+            continue
+        again = _rejudge(
+            kinds,
+            str(entry.get("gate")),
+            str(entry.get("artifact")),
+            evidence["golden"],
+            evidence["obtained"],
+        )
+        if again is not None and again != entry.get("passed"):
+            found.append(
+                f"gates[{index}] {entry.get('artifact')}: recorded passed="
+                f"{entry.get('passed')} but its fingerprints give passed={again}"
+            )
+    return found
+
+
+def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """Each lossless verdict re-derived: comparisons from the runs' fingerprints, then the table."""
+    from ..judge.repeatability import rederive
+
+    if block is None:
+        return []
+    if not isinstance(block, list):
+        return ["lossless is not a list"]
+    kinds = context.kinds
+    found = []
+    for index, entry in enumerate(block):
+        if not isinstance(entry, Mapping):
+            found.append(f"lossless[{index}] is not a mapping")
+            continue
+        runs = {r["name"]: r["artifacts"] for r in entry.get("runs") or []}
+        gates = entry.get("gates") or {}
+        comparisons = list(entry.get("control_comparisons") or [])
+        if entry.get("candidate_comparison"):
+            comparisons.append(entry["candidate_comparison"])
+        for comparison in comparisons:
+            left, right = runs.get(comparison["left"]), runs.get(comparison["right"])
+            if left is None or right is None:
+                found.append(
+                    f"lossless[{index}]: comparison {comparison['left']} vs "
+                    f"{comparison['right']} names a run that is not recorded"
+                )
+                continue
+            for result in comparison.get("results") or []:
+                name = result["artifact"]
+                again = _rejudge(
+                    kinds, str(gates.get(name, result["gate"])), name, left[name], right[name]
+                )
+                if again is not None and again != result.get("passed"):
+                    found.append(
+                        f"lossless[{index}] {comparison['left']} vs "
+                        f"{comparison['right']} {name}: recorded passed="
+                        f"{result.get('passed')} but the fingerprints give {again}"
+                    )
+        verdict = rederive(entry)
+        if verdict != entry.get("verdict"):
+            found.append(
+                f"lossless[{index}]: recorded {entry.get('verdict')} but its "
+                f"comparisons give {verdict}"
+            )
+    return found
+
+
+def default_checkers() -> dict[str, Checker]:
+    """Block name -> re-derivation. Add an entry here to verify a new block."""
+    return {
+        "integrity": check_integrity,
+        "runspec": check_runspec,
+        "runs": check_runs,
+        "speed": check_speed,
+        "gates": check_gates,
+        "lossless": check_lossless,
+        "verdicts": check_verdicts,
+    }
+
+
+def verify_receipt(
+    path: Path | str,
+    checkers: Mapping[str, Checker] | None = None,
+    *,
+    receipt: Mapping[str, Any] | None = None,
+    kinds: KindRegistry | None = None,
+) -> list[str]:
+    """Contradictions in one receipt (empty: consistent); unreadable raises ReceiptError.
+    ``receipt`` is the receipt already loaded from ``path``, when the caller has it; ``kinds``
+    re-judges gates (default: the built-in kinds only)."""
+    path = Path(path)
+    if receipt is None:
+        receipt = load(path)
+    context = Context(path) if kinds is None else Context(path, kinds)
+    found: list[str] = []
+    for block, check in (checkers if checkers is not None else default_checkers()).items():
+        try:
+            found += check(receipt.get(block), receipt, context)
+        except Exception as exc:  # a malformed block is a finding, not a crash of verify
+            found.append(f"{block}: cannot be re-derived ({type(exc).__name__}: {exc})")
+    return found
+
+
+def verify(
+    directory: Path | str,
+    *,
+    checkers: Mapping[str, Checker] | None = None,
+    kinds: KindRegistry | None = None,
+) -> list[str]:
+    """Every contradiction in every receipt of ``directory``, each prefixed with its file."""
+    root = Path(directory)
+    if not root.exists():
+        return [f"{root}: no such receipts folder"]
+    kinds = kinds or KindRegistry()
+    found: list[str] = []
+    loaded = load_all(root)
+    for path, receipt in loaded.items():
+        if isinstance(receipt, ReceiptError):
+            found.append(str(receipt))
+        else:
+            found += [
+                f"{path}: {p}" for p in verify_receipt(path, checkers, receipt=receipt, kinds=kinds)
+            ]
+    return found + check_summary(root, loaded)
