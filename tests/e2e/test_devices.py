@@ -184,7 +184,7 @@ def test_timeout_names_the_holder_and_too_many_fails_at_once(
             pass
 
         def test_unmarked_test_holds_nothing(request):
-            from pytest_lossless.plugin import ALLOCATION_KEY
+            from pytest_lossless.plugin.devices import ALLOCATION_KEY
             assert ALLOCATION_KEY not in request.node.stash
     """)
     allocator = Allocator([CpuBackend()], backend="cpu", pool=("0", "1", "2", "3"),
@@ -210,7 +210,7 @@ def test_marked_tests_hold_devices_without_the_fixture(
     pytester.makepyfile(test_marked="""
         import json, pathlib
         import pytest
-        from pytest_lossless.plugin import ALLOCATION_KEY
+        from pytest_lossless.plugin.devices import ALLOCATION_KEY
 
         @pytest.mark.npu(devices=3)
         def test_marked_only(request):

@@ -1,0 +1,49 @@
+"""The ``model_run`` fixture: commands and servers launched under the test's allocation.
+
+Every process is recorded (exit or signal, forced kills, peak memory) into the test's receipt;
+whatever is still running is ended at teardown, before the device locks go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .config import settings
+from .devices import holds_devices
+from .receipts import receipt_for
+
+if TYPE_CHECKING:
+    from ..run import Launcher
+
+
+@pytest.fixture
+def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launcher, None, None]:
+    """Launch commands (``model_run(argv, outputs=..., timeout=...)``) and servers
+    (``model_run.server(argv, ready=...)``) under the test's allocation."""
+    from ..run import Launcher
+
+    item = request.node
+    resolved = settings(request.config)
+    allocation = None
+    # Marked, or asking for ``devices`` itself: either way the runs belong to the allocation
+    # (they see its devices, and end before its locks go, whatever the argument order).
+    if "devices" in request.fixturenames or holds_devices(item):
+        allocation = request.getfixturevalue("devices")
+    receipt = receipt_for(item)
+    if allocation is not None:
+        receipt.set_allocation(allocation)
+    launcher = Launcher(
+        allocation=allocation,
+        out_dir=tmp_path / "model_run",
+        run_timeout=resolved.run_timeout,
+        knobs=resolved.determinism_knobs,
+        on_record=receipt.add_run,
+    )
+    try:
+        yield launcher
+    finally:
+        launcher.close()

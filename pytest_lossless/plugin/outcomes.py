@@ -1,0 +1,170 @@
+"""What a test's outcome is, and what its reports carry: verdict rows, golden events.
+
+The one ``pytest_runtest_makereport`` wrapper of the plugin lives here: it decides the outcome
+(a lossless gate that compared nothing fails; INCONCLUSIVE is its own outcome, never a pass),
+attaches the rows for the summary, and only then hands the final report to the receipt, so the
+receipt's outcome is the outcome pytest reports, whatever any function is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from .. import report
+from ..core.verdict import Verdict
+from ..errors import Inconclusive, LosslessError
+from . import receipts
+from .config import settings
+
+#: ``item.stash[ROWS_KEY]``: the test's rows of the verdict table.
+ROWS_KEY = pytest.StashKey[list[report.Row]]()
+#: ``item.stash[EVENTS_KEY]``: golden updates (created, changed, refused...) of the test.
+EVENTS_KEY = pytest.StashKey[list[dict[str, str]]]()
+#: ``item.stash[CALL_PASSED_KEY]``: whether the call phase passed (goldens are written then).
+CALL_PASSED_KEY = pytest.StashKey[bool]()
+
+_EXPECTABLE = (Verdict.PASS.value, Verdict.FAIL.value, Verdict.INCONCLUSIVE.value)
+
+
+@contextmanager
+def failing_on_errors(
+    prefix: str = "", on_error: Callable[[LosslessError], None] | None = None
+) -> Iterator[None]:
+    """Turn our errors into a test failure with their message only (no traceback).
+
+    ``on_error`` records the error first (a table row, a receipt entry).
+    """
+    __tracebackhide__ = True
+    failure = None
+    try:
+        yield
+    except LosslessError as exc:
+        if on_error is not None:
+            on_error(exc)
+        failure = f"{prefix}{type(exc).__name__}: {exc}"
+    if failure is not None:  # raised outside ``except``: one message, no chained echo
+        pytest.fail(failure, pytrace=False)
+
+
+def add_row(item: pytest.Item, row: report.Row) -> None:
+    item.stash.setdefault(ROWS_KEY, []).append(row)
+
+
+def expected_verdicts(expect: str | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """``expect=`` of a fixture call, checked: which verdicts the test asserts."""
+    if expect is None:
+        return None
+    wanted = (expect,) if isinstance(expect, str) else tuple(expect)
+    if set(wanted) - set(_EXPECTABLE) or not wanted:
+        raise pytest.UsageError(f"expect={expect!r}: give PASS, FAIL or INCONCLUSIVE")
+    return wanted
+
+
+def act_on_verdict(verdict: Any) -> None:
+    """Inside a test: FAIL fails it; INCONCLUSIVE becomes its own outcome (never a pass)."""
+    __tracebackhide__ = True
+    if verdict.verdict == Verdict.FAIL:
+        pytest.fail(verdict.message(), pytrace=False)
+    if verdict.verdict == Verdict.INCONCLUSIVE:
+        raise Inconclusive(verdict.message())
+
+
+def settle_verdict(verdict: Any, *, act: bool, expect: tuple[str, ...] | None) -> str:
+    """Act on a verdict inside a test; returns the verdict as the summary table shows it.
+
+    With ``expect``, the test asserts the verdict itself (a suite proving its gates can FAIL
+    or be INCONCLUSIVE stays green only while they do); without it, :func:`act_on_verdict`.
+    """
+    __tracebackhide__ = True
+    value = str(verdict.verdict)
+    if expect is not None:
+        if value not in expect:
+            pytest.fail(
+                f"expected verdict {' or '.join(expect)}, got {value}:\n{verdict.message()}",
+                pytrace=False,
+            )
+        return f"{value} (expected)"
+    if act:
+        act_on_verdict(verdict)
+    return value
+
+
+def record_verdict(
+    item: pytest.Item,
+    row: report.Row,
+    verdict: Any,
+    *,
+    act: bool,
+    expect: tuple[str, ...] | None,
+    lossy: bool = False,
+) -> None:
+    """Act on a lossless or speed verdict, and put its row in the table as it was settled."""
+    __tracebackhide__ = True
+    try:
+        shown = settle_verdict(verdict, act=act, expect=expect)
+    except BaseException:
+        add_row(item, dataclasses.replace(row, verdict=str(verdict.verdict)))
+        raise
+    if shown == Verdict.PASS and lossy:
+        shown = Verdict.LOSSY_PASS.value
+    add_row(item, dataclasses.replace(row, verdict=shown))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    resolved = settings(item.config)
+    if not item.get_closest_marker("lossless"):
+        return
+    if not (resolved.lossless or resolved.update_goldens):
+        pytest.skip("lossless gate: run with --lossless to compare (it never passes unchecked)")
+    if (
+        resolved.update_goldens
+        and not resolved.lossless
+        and "golden" not in getattr(item, "fixturenames", ())
+    ):
+        # Regenerating goldens should not spend minutes on timings that write nothing.
+        pytest.skip(
+            "--update-goldens: this gate has no golden to write (add --lossless to run it too)"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    rep = yield
+    # Carried to the controller under xdist; keywords would also match a folder named lossless.
+    rep.lossless_gate = item.get_closest_marker("lossless") is not None  # type: ignore[attr-defined]
+    if call.when == "call":
+        if rep.passed and item.get_closest_marker("lossless") and not item.stash.get(ROWS_KEY, []):
+            rep.outcome = "failed"
+            rep.longrepr = (
+                f"{item.nodeid} is marked lossless but compared nothing: a lossless gate must "
+                "call golden.check, lossless.compare or speed_gate (it never passes unchecked)"
+            )
+        item.stash[CALL_PASSED_KEY] = rep.passed
+        if call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive):
+            rep.outcome = "failed"
+            rep.longrepr = f"INCONCLUSIVE: {call.excinfo.value}"
+            rep.lossless_verdict = Verdict.INCONCLUSIVE.value  # type: ignore[attr-defined]
+            # junitxml writes the properties of the teardown report, copied from the item.
+            item.user_properties.append(("lossless_verdict", Verdict.INCONCLUSIVE.value))
+    if call.when == "teardown":
+        # Attached to the last report so pytest-xdist carries them to the controller.
+        rep.lossless_rows = [r.to_dict() for r in item.stash.get(ROWS_KEY, [])]  # type: ignore[attr-defined]
+        rep.lossless_golden_events = item.stash.get(EVENTS_KEY, [])  # type: ignore[attr-defined]
+    # Last, on the outcome as decided above: the receipt records what pytest reports.
+    receipts.record_report(item, rep)
+    return rep
+
+
+def pytest_report_teststatus(
+    report: pytest.TestReport, config: pytest.Config
+) -> tuple[str, str, tuple[str, Mapping[str, bool]]] | None:
+    if report.when == "call" and getattr(report, "lossless_verdict", None) == Verdict.INCONCLUSIVE:
+        return "inconclusive", "I", ("INCONCLUSIVE", {"yellow": True})
+    return None

@@ -1,0 +1,102 @@
+"""Each test's receipt: created by the first fixture that records evidence, written at its end.
+
+The receipt is written after teardown (so the allocation block shows its release), from the
+final teardown report that :mod:`.outcomes` hands over; a receipt that cannot be written fails
+the test rather than leaving a silent gap in the evidence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..errors import LosslessError
+from .config import settings
+
+if TYPE_CHECKING:
+    from ..evidence.receipts import Receipt
+
+#: ``item.stash[RECEIPT_KEY]``: the test's receipt, created by the first fixture that asks.
+RECEIPT_KEY = pytest.StashKey["Receipt"]()
+#: ``item.stash[ALLOCATION_KEY]``: the test's allocation, for its receipt (set by ``devices``).
+ALLOCATION_KEY = pytest.StashKey["Allocation"]()
+#: Session-constant parts of every RunSpec (versions, ffmpeg, platform), computed once.
+FACTS_KEY = pytest.StashKey[dict[str, Any]]()
+#: The session's source identity (revision, dirty flag, diff), computed once.
+REVISION_KEY = pytest.StashKey[dict[str, Any]]()
+
+
+def receipt_for(item: pytest.Item) -> Receipt:
+    """The test's receipt, created on first use."""
+    from ..evidence.receipts import Receipt
+
+    receipt = item.stash.get(RECEIPT_KEY, None)
+    if receipt is None:
+        receipt = item.stash[RECEIPT_KEY] = Receipt(item.nodeid)
+    return receipt
+
+
+def source_revision(config: pytest.Config) -> dict[str, Any]:
+    """The session's source identity (computed once); its own receipts do not make it dirty."""
+    from ..evidence.provenance import source_revision as read_revision
+
+    revision = config.stash.get(REVISION_KEY, None)
+    if revision is None:
+        resolved = settings(config)
+        revision = config.stash[REVISION_KEY] = dict(
+            read_revision(resolved.rootdir, ignore=(resolved.receipts,))
+        )
+    return revision
+
+
+def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
+    """Complete the receipt's RunSpec and allocation, and write it into the receipts folder."""
+    from ..evidence import provenance
+
+    config = item.config
+    resolved = settings(config)
+    facts = config.stash.get(FACTS_KEY, None)
+    if facts is None:
+        facts = config.stash[FACTS_KEY] = provenance.session_facts()
+    allocation = item.stash.get(ALLOCATION_KEY, None)
+    if allocation is not None:
+        receipt.set_allocation(allocation)
+    inputs = {
+        f"{run.get('name')}:{name}": entry["path"]
+        for run in receipt.runs
+        for name, entry in (run.get("inputs") or {}).items()
+    }
+    receipt.set_runspec(
+        provenance.runspec(
+            resolved.rootdir,
+            knobs=resolved.determinism_knobs,
+            ignore=(resolved.receipts,),
+            inputs=inputs,
+            facts=facts,
+        )
+    )
+    return receipt.write(resolved.receipts)
+
+
+def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Record a phase's final outcome in the receipt; write the receipt after teardown.
+
+    Called by the one ``pytest_runtest_makereport`` wrapper, after it has decided the outcome.
+    """
+    receipt = item.stash.get(RECEIPT_KEY, None)
+    if receipt is None:
+        return
+    receipt.set_outcome(report.when, report.outcome)
+    if report.when != "teardown":
+        return
+    try:
+        path = write_receipt(item, receipt)
+    except (OSError, LosslessError) as exc:
+        # Evidence that cannot be written is a failure of the test, not a silent gap.
+        report.outcome = "failed"
+        report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
+        return
+    report.user_properties.append(("lossless_receipt", str(path)))
+    report.sections.append(("pytest-lossless receipt", str(path)))
