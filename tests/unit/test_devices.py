@@ -722,7 +722,7 @@ def test_every_finalizer_runs_even_after_an_interrupt(tmp_path: Path) -> None:
 
 
 def test_an_inherited_visibility_prefix_must_name_one_gpu() -> None:
-    from pytest_lossless.devices import _visible_filter
+    from pytest_lossless.devices.base import visible_filter as _visible_filter
 
     gpus = [Device("0", uuid="GPU-aaaa"), Device("1", uuid="GPU-bbbb")]
     assert _visible_filter(gpus, "GPU-") == []

@@ -1,0 +1,111 @@
+"""An allocation: a test's locked devices, the environment its children get, and the idle
+proof before and after; releasing it runs the test's finalizers before the locks go."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
+from ..errors import AllocationError
+from .base import Device
+from .locks import Flock, LockDir
+
+
+@dataclass
+class Allocation:
+    """A test's locked devices: ids, the environment for its children, identity, evidence.
+
+    ``release`` runs the finalizers (LIFO: "end every process group I started"), records
+    the idle proof after, and only then releases the locks, even when a finalizer raises.
+    """
+
+    backend: str
+    ids: tuple[str, ...]
+    env: dict[str, str]
+    identity: list[dict[str, Any]]
+    devices: tuple[Device, ...] = ()
+    holder: str = ""
+    acquired_at: str = ""
+    waited_seconds: float = 0.0
+    escalated: bool = False
+    idle_before: dict[str, Any] = field(default_factory=dict)
+    idle_after: dict[str, Any] | None = None
+    released_at: str | None = None
+    lock_dir: str = ""
+    finalizer_errors: list[str] = field(default_factory=list)
+    _locks: list[tuple[str, Flock]] = field(default_factory=list, repr=False)
+    _finalizers: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _proof: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    _lockdir: LockDir | None = field(default=None, repr=False)
+    _clock: Clock = field(default=SYSTEM_CLOCK, repr=False)
+
+    @property
+    def lock_keys(self) -> tuple[str, ...]:
+        return tuple(d.lock_key for d in self.devices)
+
+    @property
+    def released(self) -> bool:
+        return self.released_at is not None
+
+    def add_finalizer(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at release, before the locks go (last added runs first)."""
+        if self.released:
+            raise AllocationError(f"allocation of {self.holder} was already released")
+        self._finalizers.append(fn)
+
+    def release(self) -> None:
+        """Finalizers (LIFO), idle proof after, then the locks; idempotent."""
+        if self.released_at is not None:
+            return
+        errors: list[BaseException] = []
+        try:
+            while self._finalizers:
+                fn = self._finalizers.pop()
+                try:
+                    fn()
+                except BaseException as exc:
+                    # Every finalizer runs, even after Ctrl-C or a pytest outcome; the first
+                    # error is raised once all have run.
+                    errors.append(exc)
+                    self.finalizer_errors.append(f"{type(exc).__name__}: {exc}")
+            if self._proof is not None:
+                try:
+                    self.idle_after = self._proof()
+                except Exception as exc:  # evidence is best effort; the locks must go
+                    self.idle_after = {"observed": False, "error": str(exc)}
+        finally:
+            for key, lock in reversed(self._locks):
+                if self._lockdir is not None:
+                    self._lockdir.clear_record(key)
+                lock.release()
+            self._locks.clear()
+            self.released_at = utc_iso(self._clock.wall())
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> Allocation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt's allocation block."""
+        return {
+            "backend": self.backend,
+            "ids": list(self.ids),
+            "env": dict(self.env),
+            "identity": [dict(i) for i in self.identity],
+            "lock_keys": list(self.lock_keys),
+            "lock_dir": self.lock_dir,
+            "holder": self.holder,
+            "acquired_at": self.acquired_at,
+            "released_at": self.released_at,
+            "waited_seconds": round(self.waited_seconds, 6),
+            "escalated": self.escalated,
+            "idle_before": self.idle_before,
+            "idle_after": self.idle_after,
+            "finalizer_errors": list(self.finalizer_errors),
+        }

@@ -1,0 +1,401 @@
+"""The allocator: all-or-none grants of N devices from a fixed pool, with a waiting line
+shown to the user, a timeout that names each holder, and a gate that lets a long waiter in."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
+from ..errors import AllocationError, AllocationTimeout, ConfigError
+from ..settings import BUSY_POLICIES
+from .allocation import Allocation
+from .base import Backend, Device, ToolError, match_device
+from .locks import Flock, LockDir, holder_record
+
+
+@dataclass
+class _Attempt:
+    """Why one all-or-none attempt failed: locks held by others, or foreign processes."""
+
+    held: list[Device] = field(default_factory=list)
+    busy: list[dict[str, Any]] = field(default_factory=list)
+    gated: bool = False
+
+
+class Allocator:
+    """Hands out all-or-none allocations of ``count`` devices from a fixed pool.
+
+    An attempt tries every candidate lock without blocking; if it cannot take ``count``
+    it releases all it took, waits (jittered exponential backoff, capped so a freed
+    device is seen within ``poll_cap`` seconds, five times that once a wait passes 10 s, so
+    many long waiters stay cheap) and tries again: nobody holds some
+    devices while waiting for others, so there is no deadlock. To keep a big ask from
+    starving behind a stream of small ones, a waiter that has waited ``escalate_after``
+    seconds takes the backend's gate lock exclusively: new attempts (which take the
+    gate shared) then pause until it is served, while current holders finish normally.
+    """
+
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        *,
+        backend: str = "auto",
+        pool: Sequence[str] | None = None,
+        lock_dir: Path,
+        timeout: float,
+        busy: str = "wait",
+        clock: Clock = SYSTEM_CLOCK,
+        on_wait: Callable[[str], None] | None = None,
+        escalate_after: float | None = 2.0,
+        poll_cap: float = 0.05,
+        settle: float = 2.0,
+        host: str | None = None,
+    ) -> None:
+        names = [b.name for b in backends]
+        if backend != "auto" and backend not in names:
+            raise ConfigError(
+                "--lossless-backend", backend, f"no such backend; known: auto, {', '.join(names)}"
+            )
+        if busy not in BUSY_POLICIES:
+            raise ConfigError("--lossless-busy", busy, f"expected one of {BUSY_POLICIES}")
+        self.backends = list(backends)
+        self.backend_name = backend
+        self.pool = tuple(pool) if pool is not None else None
+        self.lock_dir = LockDir(lock_dir)
+        self.timeout = timeout
+        self.busy = busy
+        self.clock = clock
+        self.on_wait = on_wait
+        self.escalate_after = escalate_after
+        self.poll_cap = poll_cap
+        self.settle = settle
+        self.host = host or socket.gethostname()
+        self._random = random.Random(os.getpid() ^ id(self))
+        self._chosen: Backend | None = None
+        self._skip: str | None = None
+        self._resolved = False
+        self._pool_devices: list[tuple[str, Device]] | None = None
+
+    # -- backend choice
+
+    def _resolve(self) -> None:
+        if self._resolved:
+            return
+        self._resolved = True
+        hint = "run with --lossless-backend=cpu to emulate device slots on the CPU"
+        if self.backend_name == "auto":
+            problems = []
+            for candidate in self.backends:
+                if candidate.emulated:
+                    continue
+                if candidate.available():
+                    self._chosen = candidate
+                    return
+                problem = candidate.problem or "unavailable"
+                problems.append(f"{candidate.name}: {problem}")
+            self._skip = f"no accelerator found ({'; '.join(problems) or 'no backend'}); {hint}"
+            return
+        chosen = next(b for b in self.backends if b.name == self.backend_name)
+        if chosen.available():
+            self._chosen = chosen
+        else:
+            self._skip = (
+                f"--lossless-backend={chosen.name} is unavailable on this host "
+                f"({chosen.problem or 'no devices'}); {hint}"
+            )
+
+    def skip_reason(self) -> str | None:
+        """Why device tests cannot run here (no backend available), or None."""
+        self._resolve()
+        return self._skip
+
+    @property
+    def chosen(self) -> Backend:
+        self._resolve()
+        if self._chosen is None:
+            raise AllocationError(self._skip or "no device backend is available")
+        return self._chosen
+
+    # -- the pool
+
+    def pool_devices(self) -> list[tuple[str, Device]]:
+        """(id as the pool spells it, device) for every device tests may take."""
+        if self._pool_devices is not None:
+            return self._pool_devices
+        backend = self.chosen
+        if self.pool is not None:
+            # Slots that a backend makes up are whatever the pool names; others must be found.
+            made = backend.devices_for(self.pool)
+            if made is not None:
+                self._pool_devices = list(zip(self.pool, made, strict=True))
+                return self._pool_devices
+        discovered = backend.discover()
+        if self.pool is None:
+            self._pool_devices = [(d.id, d) for d in discovered]
+            return self._pool_devices
+        chosen: list[tuple[str, Device]] = []
+        for token in self.pool:
+            device = match_device(token, discovered)
+            if device is None:
+                have = ", ".join(f"{d.id} ({d.lock_key})" for d in discovered) or "none"
+                raise AllocationError(
+                    f"--lossless-devices names {token!r}, which the {backend.name} backend does "
+                    f"not find on {self.host}; it has: {have}",
+                    device=token,
+                )
+            if any(device.lock_key == d.lock_key for _, d in chosen):
+                raise AllocationError(
+                    f"--lossless-devices names device {device.id} twice ({token!r})", device=token
+                )
+            chosen.append((token, device))
+        self._pool_devices = chosen
+        return chosen
+
+    # -- acquisition
+
+    def acquire(self, count: int, holder: str) -> Allocation:
+        """Lock ``count`` devices of the pool for ``holder`` (a test id), all or none."""
+        backend = self.chosen
+        if count < 1:
+            raise AllocationError(f"{holder} asks for {count} devices; ask for 1 or more")
+        pool = self.pool_devices()
+        labels = ",".join(label for label, _ in pool)
+        if count > len(pool):
+            raise AllocationError(
+                f"{holder} asks for {count} {backend.name} devices but the pool has only "
+                f"{len(pool)} ({labels or 'none'}): lower devices=N in its marker or widen "
+                "--lossless-devices",
+                count=count,
+                pool=labels,
+            )
+        self.lock_dir.ensure()
+        start = self.clock.monotonic()
+        deadline = start + self.timeout
+        gate = self.lock_dir.lock(f".gate-{backend.name}")
+        escalated = False
+        announced = False
+        busy_keys: set[str] = set()
+        delay = 0.01
+        try:
+            while True:
+                result = self._attempt(
+                    backend, pool, count, holder, busy_keys, gate=None if escalated else gate
+                )
+                if isinstance(result, Allocation):
+                    result.waited_seconds = self.clock.monotonic() - start
+                    result.escalated = escalated
+                    return result
+                if result.busy and self.busy == "fail":
+                    raise AllocationError(
+                        f"{holder}: {backend.name} device(s) busy with a process that is not "
+                        f"a pytest-lossless holder: {_describe_busy(result.busy)}; end it, or "
+                        "run with --lossless-busy=wait",
+                        processes=result.busy,
+                    )
+                busy_keys = {
+                    d.lock_key
+                    for label, d in pool
+                    if any(p.get("device") == d.id for p in result.busy)
+                }
+                now = self.clock.monotonic()
+                if not announced and self.on_wait is not None:
+                    announced = True
+                    self.on_wait(
+                        f"pytest-lossless: {holder} waits for {count} {backend.name} "
+                        f"device(s) of [{labels}]: {self._blockers(result)} "
+                        f"(timeout {self.timeout:g} s, locks in {self.lock_dir.path})"
+                    )
+                if now >= deadline:
+                    blockers = self._blockers(result)  # read the holder records once
+                    raise AllocationTimeout(
+                        f"{holder} timed out after {now - start:.1f} s waiting for {count} "
+                        f"{backend.name} device(s) of [{labels}]: {blockers}. "
+                        "Raise --lossless-lock-timeout, or free the devices (locks in "
+                        f"{self.lock_dir.path})",
+                        holders=blockers,
+                    )
+                if (
+                    not escalated
+                    and result.held
+                    and self.escalate_after is not None
+                    and now - start >= self.escalate_after
+                ):
+                    escalated = gate.try_acquire()
+                    if escalated:
+                        self.lock_dir.write_record(
+                            f".gate-{backend.name}",
+                            self._record(holder, [f"{count} of [{labels}]"]),
+                        )
+                pause = delay * (0.5 + self._random.random())
+                self.clock.sleep(min(pause, max(0.0, deadline - now)))
+                cap = self.poll_cap if now - start < 10.0 else self.poll_cap * 5
+                delay = min(delay * 1.6, cap)
+        finally:
+            if escalated:
+                self.lock_dir.clear_record(f".gate-{backend.name}")
+                gate.release()
+
+    def _record(self, holder: str, keys: Sequence[str]) -> dict[str, Any]:
+        return holder_record(holder, keys, host=self.host, now=self.clock.wall())
+
+    def _attempt(
+        self,
+        backend: Backend,
+        pool: Sequence[tuple[str, Device]],
+        count: int,
+        holder: str,
+        busy_keys: set[str],
+        *,
+        gate: Flock | None,
+    ) -> Allocation | _Attempt:
+        if gate is not None and not gate.try_acquire(shared=True):
+            return _Attempt(gated=True)
+        taken: list[tuple[str, Device, Flock]] = []
+        failed: list[Device] = []
+        try:
+            # Devices seen busy with a foreign process go last, so others are tried first.
+            ordered = sorted(pool, key=lambda item: item[1].lock_key in busy_keys)
+            for label, device in ordered:
+                lock = self.lock_dir.lock(device.lock_key)
+                if lock.try_acquire() and self.lock_dir.replaced_under(
+                    device.lock_key, lock, self.host
+                ):
+                    lock.release()  # a live holder still locks the file this one replaced
+                    failed.append(device)
+                elif lock.held:
+                    taken.append((label, device, lock))
+                    if len(taken) == count:
+                        break
+                else:
+                    failed.append(device)
+        finally:
+            if gate is not None:
+                gate.release()
+        if len(taken) < count:
+            for _, _, lock in reversed(taken):
+                lock.release()
+            return _Attempt(held=failed)
+        try:
+            return self._grant(backend, taken, holder)
+        except _Busy as busy:
+            for _, _, lock in reversed(taken):
+                lock.release()
+            return _Attempt(busy=busy.processes)
+        except BaseException:
+            for _, _, lock in reversed(taken):
+                lock.release()
+            raise
+
+    def _grant(
+        self, backend: Backend, taken: Sequence[tuple[str, Device, Flock]], holder: str
+    ) -> Allocation:
+        taken = sorted(taken, key=lambda t: _pool_index(self._pool_devices or [], t[1]))
+        devices = [d for _, d, _ in taken]
+        before = self._proof(backend, devices)
+        if before.get("foreign_processes"):
+            raise _Busy(before["foreign_processes"])
+        keys = [d.lock_key for d in devices]
+        record = self._record(holder, keys)
+        for key, (_, _, lock) in zip(keys, taken, strict=True):
+            # The lock file's identity lets a later taker see that this file was replaced.
+            self.lock_dir.write_record(key, {**record, "lock_inode": lock.inode})
+        allocation = Allocation(
+            backend=backend.name,
+            ids=tuple(label for label, _, _ in taken),
+            env=backend.visibility_env(devices),
+            identity=[d.identity(self.host) for d in devices],
+            devices=tuple(devices),
+            holder=holder,
+            acquired_at=record["since"],
+            idle_before=before,
+            lock_dir=str(self.lock_dir.path),
+            _locks=[(k, lk) for k, (_, _, lk) in zip(keys, taken, strict=True)],
+            _lockdir=self.lock_dir,
+            _clock=self.clock,
+        )
+        allocation._proof = lambda: self._proof_after(backend, devices)
+        return allocation
+
+    def _proof(self, backend: Backend, devices: Sequence[Device]) -> dict[str, Any]:
+        """Memory in use and foreign processes on ``devices`` now, where the backend can tell."""
+        if not backend.observes_usage:
+            return {
+                "observed": False,
+                "at": utc_iso(self.clock.wall()),
+                "note": f"{backend.name} devices report no memory or processes",
+            }
+        try:
+            now = {d.lock_key: d for d in backend.discover()}
+            me = os.getpid()  # a test's own process is not foreign to its allocation
+            foreign = [p for p in backend.foreign_processes(devices) if p.get("pid") != me]
+        except ToolError as exc:
+            return {"observed": False, "at": utc_iso(self.clock.wall()), "error": str(exc)}
+        return {
+            "observed": True,
+            "at": utc_iso(self.clock.wall()),
+            "memory_used_mib": {
+                d.id: now[d.lock_key].memory_used_mib if d.lock_key in now else None
+                for d in devices
+            },
+            "utilization_pct": {
+                d.id: now[d.lock_key].utilization_pct if d.lock_key in now else None
+                for d in devices
+            },
+            "foreign_processes": foreign,
+        }
+
+    def _proof_after(self, backend: Backend, devices: Sequence[Device]) -> dict[str, Any]:
+        # A process that just ended can linger in the tool's table for a moment.
+        deadline = self.clock.monotonic() + self.settle
+        while True:
+            proof = self._proof(backend, devices)
+            if not proof.get("foreign_processes") or self.clock.monotonic() >= deadline:
+                return proof
+            self.clock.sleep(0.1)
+
+    def _blockers(self, attempt: _Attempt) -> str:
+        # Devices with the same holder are named together: "0,1 held by pid 805 (...)".
+        by_holder: dict[str, list[str]] = {}
+        for device in attempt.held:
+            text = self.lock_dir.describe_holder(device.lock_key, self.host)
+            by_holder.setdefault(text, []).append(device.id)
+        parts = [f"{','.join(ids)} {text}" for text, ids in by_holder.items()]
+        if attempt.busy:
+            parts.append(f"busy with {_describe_busy(attempt.busy)}")
+        if attempt.gated:
+            parts.append(
+                "a longer waiter has priority: "
+                + self.lock_dir.describe_holder(f".gate-{self.chosen.name}", self.host)
+            )
+        return "; ".join(parts) or "nothing (retrying)"
+
+
+class _Busy(Exception):
+    """Foreign processes found on freshly locked devices: the attempt lets them go again."""
+
+    def __init__(self, processes: list[dict[str, Any]]) -> None:
+        super().__init__("busy")
+        self.processes = processes
+
+
+def _describe_busy(processes: Iterable[Mapping[str, Any]]) -> str:
+    """``device 0: pid 4242 (python3, 900 MiB)``, for the wait line and the errors."""
+    return ", ".join(
+        f"device {p.get('device')}: pid {p.get('pid')} ({p.get('process') or '?'}"
+        + (f", {p['used_memory_mib']:g} MiB" if p.get("used_memory_mib") is not None else "")
+        + ")"
+        for p in processes
+    )
+
+
+def _pool_index(pool: Sequence[tuple[str, Device]], device: Device) -> int:
+    for index, (_, candidate) in enumerate(pool):
+        if candidate.lock_key == device.lock_key:
+            return index
+    return len(pool)
