@@ -223,6 +223,25 @@ def register_builtin_kinds(manager: pluggy.PluginManager) -> None:
             manager.register(kind, name)
 
 
+class _PluginManager(pluggy.PluginManager):
+    """Like pytest's: a ``pytest_lossless_*`` function counts as an implementation without
+    ``@hookimpl``, so a module written for pytest registers here unchanged."""
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith("pytest_lossless_"):
+            if callable(getattr(plugin, name, None)):
+                return {
+                    "wrapper": False,
+                    "hookwrapper": False,
+                    "optionalhook": False,
+                    "tryfirst": False,
+                    "trylast": False,
+                    "specname": None,
+                }
+        return opts
+
+
 def plugin_manager(
     modules: Sequence[str] = (), *, entry_points: bool = False
 ) -> pluggy.PluginManager:
@@ -232,7 +251,7 @@ def plugin_manager(
     ``modules`` is imported and registered, as pytest's ``-p MODULE`` does. ``verify`` uses this
     to re-derive the receipts of kinds that plugins add.
     """
-    manager = pluggy.PluginManager("pytest")
+    manager = _PluginManager("pytest")
     manager.add_hookspecs(hookspecs)
     register_builtin_kinds(manager)
     if entry_points:

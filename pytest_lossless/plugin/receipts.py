@@ -16,6 +16,7 @@ from ..errors import LosslessError
 from .config import settings
 
 if TYPE_CHECKING:
+    from ..devices import Allocation  # noqa: F401 - named in a StashKey below
     from ..evidence.receipts import Receipt
 
 #: ``item.stash[RECEIPT_KEY]``: the test's receipt, created by the first fixture that asks.

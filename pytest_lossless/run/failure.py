@@ -1,0 +1,55 @@
+"""The message a failed run's :class:`~pytest_lossless.errors.RunError` carries: what went
+wrong, the tail of its stderr (or stdout, when stderr is empty), where the logs are, and the
+lifecycle summary, so a CI log at night shows the cause without opening a file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .lifecycle import lifecycle_verdict
+
+#: How much of stdout/stderr a failure message shows.
+TAIL_BYTES = 4000
+TAIL_LINES = 25
+
+
+def tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
+    """The last lines of a log file, for failure messages."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return ""
+    lines = data.decode(errors="replace").splitlines()[-max_lines:]
+    return "\n".join(lines)
+
+
+def format_status(proc: Mapping[str, Any]) -> str:
+    """How a recorded process ended, as the end of a sentence about it."""
+    if proc.get("signal"):
+        return f"was killed by signal {proc['signal']}"
+    return f"exited with code {proc.get('exit_code')}"
+
+
+def failure_message(record: Mapping[str, Any], what: str) -> str:
+    """``model_run: <name> <what>``, then argv, a log tail, the other log's path, the lifecycle."""
+    stderr_path = Path(record["stderr_path"])
+    text = tail(stderr_path)
+    shown, other = ("stderr", "stdout") if text.strip() else ("stdout", "stderr")
+    shown_path = Path(record[f"{shown}_path"])
+    if shown == "stdout":  # an empty stderr: the stdout tail is the best clue
+        text = tail(shown_path)
+    quoted = "\n".join(f"    | {line}" for line in text.splitlines()) or "    (empty)"
+    return (
+        f"model_run: {record['name']} {what}\n  argv: {record['argv']}\n"
+        f"  {shown} tail ({shown_path}):\n{quoted}\n"
+        f"  {other}: {record[f'{other}_path']}\n  lifecycle: "
+        f"{lifecycle_verdict(record)['summary']}"
+    )

@@ -1,0 +1,465 @@
+"""The launcher of one test's commands and servers: checks what the test asked for, starts
+each in its own process group under the allocation's environment, enforces timeouts, checks
+declared outputs, and hands every finished raw record (with its lifecycle verdict) on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
+from ..core.digests import sha256_file
+from ..errors import ArtifactError, ConfigError, RunError
+from .arguments import check_argv, check_seconds, fill_placeholders
+from .failure import failure_message, format_status
+from .group import RUN_TOKEN, SAMPLE_INTERVAL, ProcessGroup, child_subreaper
+from .lifecycle import lifecycle_verdict
+from .server import Server
+
+#: Seconds between SIGTERM and SIGKILL when a run times out or a server is stopped.
+DEFAULT_GRACE = 5.0
+
+
+class AllocationLike(Protocol):
+    """What the launcher needs from a device allocation (see ``devices.Allocation``)."""
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    def add_finalizer(self, fn: Callable[[], None]) -> None: ...
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def hash_inputs(inputs: Mapping[str, str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
+    """SHA-256 and size of each declared input file; a missing one is an error."""
+    hashed: dict[str, dict[str, Any]] = {}
+    for name, raw in inputs.items():
+        path = Path(raw).resolve()
+        if not path.is_file():
+            raise ArtifactError(path, f"declared input {name!r} does not exist or is not a file")
+        hashed[name] = {
+            "path": str(path),
+            "bytes": path.stat().st_size,
+            "sha256": sha256_file(path),
+        }
+    return hashed
+
+
+class RunResult(Mapping[str, Path]):
+    """One finished command: its declared outputs by name, exit status and raw record."""
+
+    def __init__(
+        self,
+        record: dict[str, Any],
+        outputs: dict[str, Path],
+        returncode: int,
+        stdout_path: Path,
+        stderr_path: Path,
+    ) -> None:
+        self.record = record
+        self.outputs = outputs
+        self.returncode = returncode
+        self.stdout_path = stdout_path
+        self.stderr_path = stderr_path
+
+    @property
+    def measured_seconds(self) -> float:
+        """Wall time of the main process, from spawn to reaping."""
+        return float(self.record["wall_seconds"])
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.record["out_dir"])
+
+    @property
+    def lifecycle(self) -> dict[str, Any]:
+        return lifecycle_verdict(self.record)
+
+    def __getitem__(self, name: str) -> Path:
+        try:
+            return self.outputs[name]
+        except KeyError:
+            raise KeyError(
+                f"{name!r} is not a declared output of this run; declared: "
+                f"{sorted(self.record.get('outputs', {}))}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.outputs)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __repr__(self) -> str:
+        return (
+            f"RunResult(returncode={self.returncode}, seconds={self.measured_seconds:.3f}, "
+            f"outputs={sorted(self.outputs)})"
+        )
+
+
+class Launcher:
+    """Starts the commands and servers of one test and keeps a raw record of each.
+
+    ``on_record`` receives every finished record (commands when they end, servers when
+    stopped); ``close()`` ends whatever is still running, and is registered on the
+    allocation so device locks are released only after every process is gone.
+    """
+
+    def __init__(
+        self,
+        *,
+        allocation: AllocationLike | None,
+        out_dir: Path,
+        run_timeout: float,
+        knobs: Sequence[str],
+        clock: Clock = SYSTEM_CLOCK,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        grace: float = DEFAULT_GRACE,
+        sample_interval: float = SAMPLE_INTERVAL,
+        adopt_orphans: bool = True,
+    ) -> None:
+        self.allocation = allocation
+        self.out_dir = Path(out_dir)
+        self.run_timeout = float(run_timeout)
+        self.knobs = tuple(knobs)
+        self.clock = clock
+        self.on_record = on_record
+        self.grace = float(grace)
+        self.sample_interval = float(sample_interval)
+        self.adopt_orphans = adopt_orphans
+        self.records: list[dict[str, Any]] = []
+        self._servers: list[Server] = []
+        self._groups: list[ProcessGroup] = []
+        self._count = 0
+        self._subreaper_was: bool | None = None
+        self._closed = False
+        if allocation is not None:
+            allocation.add_finalizer(self.close)
+
+    # -- shared by commands and servers
+    def _prepare(
+        self,
+        kind: str,
+        argv: object,
+        env: Mapping[str, str | None] | None,
+        cwd: str | os.PathLike[str] | None,
+        port: int | None,
+        inputs: Mapping[str, str | os.PathLike[str]] | None,
+    ) -> tuple[dict[str, Any], list[str], dict[str, str], Path | None, Path]:
+        if self._closed:
+            raise RunError("model_run: this launcher is closed (the test is tearing down)")
+        what = "model_run.server argv" if kind == "server" else "model_run argv"
+        args = check_argv(argv, what)
+        self._count += 1
+        name = f"{kind}-{self._count:02d}"
+        run_dir = self.out_dir / name
+        out = run_dir / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        values = {"out": str(out)}
+        if port is not None:
+            values["port"] = str(port)
+        elif any("{port}" in a for a in args) or any(
+            "{port}" in str(v) for v in (env or {}).values() if v is not None
+        ):
+            port = free_port()
+            values["port"] = str(port)
+        args = [fill_placeholders(a, values) for a in args]
+        child_env = dict(os.environ)
+        alloc_env = dict(self.allocation.env) if self.allocation is not None else {}
+        child_env.update(alloc_env)
+        child_env[RUN_TOKEN] = f"{name}-{uuid.uuid4().hex}"
+        overrides = dict(env or {})
+        for key, value in overrides.items():
+            if value is None:
+                child_env.pop(key, None)
+            else:
+                child_env[key] = fill_placeholders(str(value), values)
+        run_cwd = Path(fill_placeholders(os.fspath(cwd), values)) if cwd is not None else None
+        record: dict[str, Any] = {
+            "kind": kind,
+            "name": name,
+            "argv": args,
+            "cwd": str(run_cwd) if run_cwd is not None else os.getcwd(),
+            "out_dir": str(out),
+            "port": port,
+            "env": {
+                "allocation": alloc_env,
+                "overrides": {
+                    k: (None if v is None else child_env.get(k)) for k, v in overrides.items()
+                },
+                "knobs": {k: child_env[k] for k in self.knobs if k in child_env},
+                "knobs_unset": [k for k in self.knobs if k not in child_env],
+            },
+            "inputs": hash_inputs(inputs or {}),
+            "orphans_adopted": False,
+            "stdout_path": str(run_dir / "stdout.log"),
+            "stderr_path": str(run_dir / "stderr.log"),
+        }
+        if self.adopt_orphans and self._subreaper_was is None:
+            previous = child_subreaper(None)
+            if previous is not None and child_subreaper(True):
+                self._subreaper_was = previous
+        record["orphans_adopted"] = bool(child_subreaper(None))
+        return record, args, child_env, run_cwd, run_dir
+
+    def _spawn(
+        self,
+        record: dict[str, Any],
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path | None,
+        run_dir: Path,
+    ) -> ProcessGroup:
+        try:
+            group = ProcessGroup(
+                args,
+                env=env,
+                cwd=cwd,
+                stdout_path=run_dir / "stdout.log",
+                stderr_path=run_dir / "stderr.log",
+                clock=self.clock,
+                interval=self.sample_interval,
+            )
+        except OSError as exc:
+            record.update(
+                {
+                    "started_at": utc_iso(self.clock.wall()),
+                    "processes": [],
+                    "signals": [],
+                    "leftovers": [],
+                    "error": f"could not start {args[0]!r}: {exc.strerror or exc}",
+                }
+            )
+            self._emit(record)
+            raise RunError(
+                f"model_run: could not start {args!r}: {exc.strerror or exc}. "
+                "Check that the program exists and is executable (argv[0] is "
+                f"looked up on PATH; cwd={cwd})",
+                argv=args,
+            ) from None
+        self._groups.append(group)
+        record["started_at"] = group.started_at
+        record["pid"] = group.pid
+        return group
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        record["lifecycle"] = lifecycle_verdict(record)
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    @staticmethod
+    def _close_record(record: dict[str, Any], group: ProcessGroup) -> None:
+        record["processes"] = group.processes()
+        record["signals"] = list(group.signals)
+        record["leftovers"] = list(group.leftovers)
+        record["ended_at"] = utc_iso(group.clock.wall())
+
+    # -- commands
+    def __call__(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        outputs: Mapping[str, str | os.PathLike[str]] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str | None] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        check: bool = True,
+        inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+        grace: float | None = None,
+    ) -> RunResult:
+        """Run one command to completion; see :mod:`pytest_lossless.run` for what is recorded.
+
+        ``outputs`` maps names to paths (``{out}`` is this run's own folder; relative paths
+        are taken inside it); each must exist and be non-empty. ``inputs`` names files the
+        run reads, hashed into the record before it starts. ``env`` values of None unset.
+        ``grace`` (default: the launcher's) is the wait between SIGTERM and SIGKILL on timeout.
+        """
+        __tracebackhide__ = True  # pytest shows the RunError, not our frames
+        limit = self.run_timeout if timeout is None else check_seconds(timeout, "timeout")
+        wait = self.grace if grace is None else float(grace)
+        record, args, child_env, cwd_path, run_dir = self._prepare(
+            "command", argv, env, cwd, None, inputs
+        )
+        record["timeout_seconds"] = limit
+        record["grace_seconds"] = wait
+        out = Path(record["out_dir"])
+        group = self._spawn(record, args, child_env, cwd_path, run_dir)
+        finished = group.wait_main(limit)
+        record["timed_out"] = not finished
+        if not finished:
+            group.send(signal.SIGTERM, forced=True, reason=f"timeout after {limit:g} s", group=True)
+            group.settle(wait)
+            group.finish(reason=f"grace of {wait:g} s expired after the timeout")
+        else:
+            # Processes still running after the main one exited were left behind.
+            group.settle(min(wait, 0.5))
+            group.finish(reason="left running after the main process exited")
+        self._groups.remove(group)
+        self._close_record(record, group)
+        main = record["processes"][0]
+        record["wall_seconds"] = main["wall_seconds"]
+        record["exit_code"], record["signal"] = main["exit_code"], main["signal"]
+        declared, problems = self._collect_outputs(outputs or {}, out, record)
+        self._emit(record)
+        returncode = group.popen.returncode if group.popen.returncode is not None else -1
+        result = RunResult(
+            record, declared, returncode, run_dir / "stdout.log", run_dir / "stderr.log"
+        )
+        if check:
+            if record["timed_out"]:
+                killed = any(x["signal"] == "SIGKILL" for x in record["signals"])
+                then = f", then SIGKILL after {wait:g} s" if killed else ""
+                raise RunError(
+                    failure_message(
+                        record,
+                        f"timed out after {limit:g} s; sent SIGTERM to its process group{then}",
+                    ),
+                    record=record,
+                )
+            if main["signal"] or main["exit_code"] != 0:
+                raise RunError(failure_message(record, format_status(main)), record=record)
+            if problems:
+                raise RunError(failure_message(record, "; ".join(problems)), record=record)
+            lifecycle = lifecycle_verdict(record)
+            if not lifecycle["clean"]:
+                raise RunError(
+                    failure_message(
+                        record, f"exited 0, but its lifecycle was not clean: {lifecycle['summary']}"
+                    ),
+                    record=record,
+                )
+        return result
+
+    def _collect_outputs(
+        self, outputs: Mapping[str, str | os.PathLike[str]], out: Path, record: dict[str, Any]
+    ) -> tuple[dict[str, Path], list[str]]:
+        declared: dict[str, Path] = {}
+        problems: list[str] = []
+        entries: dict[str, dict[str, Any]] = {}
+        for name, template in outputs.items():
+            path = Path(fill_placeholders(os.fspath(template), {"out": str(out)}))
+            if not path.is_absolute():
+                path = out / path
+            entry: dict[str, Any] = {"path": str(path)}
+            if not path.is_file():
+                entry["problem"] = "missing"
+                problems.append(f"declared output {name!r} was not written: {path}")
+            elif path.stat().st_size == 0:
+                entry["problem"] = "empty"
+                problems.append(f"declared output {name!r} is empty: {path}")
+            else:
+                entry["bytes"] = path.stat().st_size
+                entry["sha256"] = sha256_file(path)
+                declared[name] = path
+            entries[name] = entry
+        record["outputs"] = entries
+        return declared, problems
+
+    # -- servers
+    def server(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        ready: str,
+        startup_timeout: float | None = None,
+        env: Mapping[str, str | None] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        workers_expected: int | None = None,
+        port: int | None = None,
+        inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+    ) -> Server:
+        """Start a server and wait until ``ready`` (a URL or a path, with ``{port}``) answers.
+
+        Fails fast, with the stderr tail, when the server dies during startup or the
+        readiness URL does not answer within ``startup_timeout``.
+        """
+        __tracebackhide__ = True  # pytest shows the RunError, not our frames
+        port = free_port() if port is None else port
+        record, args, child_env, cwd_path, run_dir = self._prepare(
+            "server", argv, env, cwd, port, inputs
+        )
+        url = fill_placeholders(ready, {"port": str(port), "out": record["out_dir"]})
+        if url.startswith("/"):
+            url = f"http://127.0.0.1:{port}{url}"
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                "model_run.server(ready=...)",
+                ready,
+                "give a URL such as http://127.0.0.1:{port}/health, or a path such as /health",
+            )
+        limit = (
+            self.run_timeout
+            if startup_timeout is None
+            else check_seconds(startup_timeout, "startup_timeout")
+        )
+        record.update(
+            {
+                "ready_url": url,
+                "startup_timeout_seconds": limit,
+                "workers_expected": workers_expected,
+                "startup_seconds": None,
+                "warmup_seconds": [],
+                "measured_seconds": [],
+                "requests": [],
+            }
+        )
+        group = self._spawn(record, args, child_env, cwd_path, run_dir)
+        server = Server(self, group, record, port, run_dir, self._server_stopped)
+        self._servers.append(server)
+        server._wait_ready(url, limit, workers_expected)
+        return server
+
+    def _server_stopped(self, server: Server, group: ProcessGroup) -> None:
+        """Forget a stopped server and its group, then close its record and emit it."""
+        if group in self._groups:
+            self._groups.remove(group)
+        if server in self._servers:
+            self._servers.remove(server)
+        self._close_record(server.record, group)
+        main = server.record["processes"][0]
+        server.record["exit_code"], server.record["signal"] = main["exit_code"], main["signal"]
+        server.record["wall_seconds"] = main["wall_seconds"]
+        self._emit(server.record)
+
+    def close(self) -> None:
+        """End every process group still alive (servers get a graceful stop first)."""
+        if self._closed:
+            return
+        self._closed = True
+        first: BaseException | None = None
+        # Every group is ended even when one stop fails: the device locks are released
+        # right after this, and no process may outlive them.
+        for server in list(self._servers):
+            try:
+                server.stop(reason="teardown")
+            except BaseException as exc:
+                first = first or exc
+        for group in list(self._groups):
+            try:
+                group.send(signal.SIGTERM, forced=True, reason="teardown", group=True)
+                group.wait_main(self.grace)
+                group.settle(self.grace)
+                group.finish(reason="teardown")
+            except BaseException as exc:
+                first = first or exc
+            finally:
+                if group in self._groups:
+                    self._groups.remove(group)
+        if self._subreaper_was is False:
+            child_subreaper(False)
+            self._subreaper_was = None
+        if first is not None:
+            raise first
