@@ -229,16 +229,19 @@ class _PluginManager(pluggy.PluginManager):
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
         opts = super().parse_hookimpl_opts(plugin, name)
-        if opts is None and name.startswith("pytest_lossless_"):
-            if callable(getattr(plugin, name, None)):
-                return {
-                    "wrapper": False,
-                    "hookwrapper": False,
-                    "optionalhook": False,
-                    "tryfirst": False,
-                    "trylast": False,
-                    "specname": None,
-                }
+        if (
+            opts is None
+            and name.startswith("pytest_lossless_")
+            and callable(getattr(plugin, name, None))
+        ):
+            return {
+                "wrapper": False,
+                "hookwrapper": False,
+                "optionalhook": False,
+                "tryfirst": False,
+                "trylast": False,
+                "specname": None,
+            }
         return opts
 
 

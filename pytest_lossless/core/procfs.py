@@ -36,8 +36,16 @@ def process_stat(pid: int) -> ProcStat | None:
     try:
         state = rest[0]
         exit_status = int(rest[49]) if state == "Z" and len(rest) > 49 else None
-        return ProcStat(pid, text[left + 1 : right], state, int(rest[1]), int(rest[2]),
-                     int(rest[3]), int(rest[19]), exit_status)
+        return ProcStat(
+            pid,
+            text[left + 1 : right],
+            state,
+            int(rest[1]),
+            int(rest[2]),
+            int(rest[3]),
+            int(rest[19]),
+            exit_status,
+        )
     except (IndexError, ValueError):
         return None
 

@@ -21,23 +21,43 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..core.digests import canonical_sha256
 from ..run import hash_inputs
 
 #: Distributions whose versions every receipt records.
-PACKAGES = ("pytest-lossless", "pytest", "pluggy", "numpy", "soundfile", "imageio-ffmpeg",
-            "pytest-xdist", "hypothesis")
+PACKAGES = (
+    "pytest-lossless",
+    "pytest",
+    "pluggy",
+    "numpy",
+    "soundfile",
+    "imageio-ffmpeg",
+    "pytest-xdist",
+    "hypothesis",
+)
 #: Accelerator stacks whose versions change numerics; recorded when installed (metadata only:
 #: nothing is imported).
-ACCELERATOR_PACKAGES = ("torch", "torch-npu", "triton", "jax", "jaxlib", "vllm", "cupy-cuda12x",
-                        "cupy-cuda13x")
+ACCELERATOR_PACKAGES = (
+    "torch",
+    "torch-npu",
+    "triton",
+    "jax",
+    "jaxlib",
+    "vllm",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+)
 _GIT_TIMEOUT = 30.0
 
 
 def _git(root: Path, *args: str) -> tuple[int, bytes, str]:
     try:
         done = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, timeout=_GIT_TIMEOUT,
-            check=False, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            timeout=_GIT_TIMEOUT,
+            check=False,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return -1, b"", str(exc)
@@ -53,26 +73,41 @@ def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
     """
     code, out, err = _git(root, "rev-parse", "HEAD")
     if code != 0:
-        return {"revision": None, "dirty": None, "diff_sha256": None, "diff": "",
-                "untracked": [], "published": None, "remote_branches": [],
-                "publication": "unknown", "git_error": err or f"git exited with {code}"}
+        return {
+            "revision": None,
+            "dirty": None,
+            "diff_sha256": None,
+            "diff": "",
+            "untracked": [],
+            "published": None,
+            "remote_branches": [],
+            "publication": "unknown",
+            "git_error": err or f"git exited with {code}",
+        }
     revision = out.decode().strip()
     _, top, _ = _git(root, "rev-parse", "--show-toplevel")
     _, branch, _ = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
     # The plugin's own receipts are evidence about the source, not part of it, tracked or not.
     excluded = [f":(exclude){rel}" for rel in _relative(root, ignore)]
-    code, diff, err = _git(root, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff",
-                           "--", ":/", *excluded)
+    code, diff, err = _git(
+        root, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--", ":/", *excluded
+    )
     if code != 0:
         diff = b""
     _, untracked_raw, _ = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
-    untracked = sorted(n for n in untracked_raw.decode(errors="replace").split("\0")
-                       if n and not _under(root / n, ignore))
+    untracked = sorted(
+        n
+        for n in untracked_raw.decode(errors="replace").split("\0")
+        if n and not _under(root / n, ignore)
+    )
     _, remotes_raw, _ = _git(root, "remote")
     remotes = [r for r in remotes_raw.decode(errors="replace").split() if r]
     _, contains, _ = _git(root, "branch", "-r", "--contains", revision)
-    branches = sorted(line.strip() for line in contains.decode(errors="replace").splitlines()
-                      if line.strip() and "->" not in line)
+    branches = sorted(
+        line.strip()
+        for line in contains.decode(errors="replace").splitlines()
+        if line.strip() and "->" not in line
+    )
     published = bool(branches)
     return {
         "revision": revision,
@@ -114,8 +149,10 @@ def source_revision(root: Path | str, *, ignore: Sequence[Path] = ()) -> dict[st
     Like :func:`source_state` without the diff text and file lists.
     """
     state = source_state(Path(root), ignore=ignore)
-    compact = {key: state.get(key) for key in ("revision", "dirty", "diff_sha256", "diff_bytes",
-                                               "published", "publication")}
+    compact = {
+        key: state.get(key)
+        for key in ("revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")
+    }
     compact["untracked_count"] = len(state.get("untracked") or [])
     return compact
 
@@ -125,8 +162,9 @@ def _ffmpeg_version() -> str | None:
         import imageio_ffmpeg
 
         exe = imageio_ffmpeg.get_ffmpeg_exe()
-        done = subprocess.run([exe, "-hide_banner", "-version"], capture_output=True,
-                              timeout=30, check=False)
+        done = subprocess.run(
+            [exe, "-hide_banner", "-version"], capture_output=True, timeout=30, check=False
+        )
     except Exception:  # any failure to find or run ffmpeg is recorded as "unknown"
         return None
     first = done.stdout.decode(errors="replace").splitlines()
@@ -172,19 +210,20 @@ def session_facts() -> dict[str, Any]:
 def environment(knobs: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The determinism knobs present (with values) and absent, from ``env`` (default: ours)."""
     env = os.environ if env is None else env
-    return {"knobs": {k: env[k] for k in knobs if k in env},
-            "knobs_unset": [k for k in knobs if k not in env]}
+    return {
+        "knobs": {k: env[k] for k in knobs if k in env},
+        "knobs_unset": [k for k in knobs if k not in env],
+    }
 
 
-def _sha256_json(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def runspec(rootdir: Path | str, *, knobs: Sequence[str],
-            inputs: Mapping[str, str | os.PathLike[str]] | None = None,
-            facts: Mapping[str, Any] | None = None,
-            ignore: Sequence[Path] = ()) -> dict[str, Any]:
+def runspec(
+    rootdir: Path | str,
+    *,
+    knobs: Sequence[str],
+    inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+    facts: Mapping[str, Any] | None = None,
+    ignore: Sequence[Path] = (),
+) -> dict[str, Any]:
     """The RunSpec block of a receipt.
 
     ``facts`` is :func:`session_facts` computed once; ``inputs`` are hashed now. The
@@ -193,9 +232,13 @@ def runspec(rootdir: Path | str, *, knobs: Sequence[str],
     """
     facts = dict(facts) if facts is not None else session_facts()
     env = environment(knobs)
-    fingerprint = _sha256_json({"environment": env, "versions": facts.get("versions"),
-                                "platform": {k: v for k, v in (facts.get("platform") or {})
-                                             .items() if k != "hostname"}})
+    fingerprint = canonical_sha256(
+        {
+            "environment": env,
+            "versions": facts.get("versions"),
+            "platform": {k: v for k, v in (facts.get("platform") or {}).items() if k != "hostname"},
+        }
+    )
     return {
         "invocation": {"argv": list(sys.argv), "cwd": os.getcwd(), "rootdir": str(rootdir)},
         "source": source_state(Path(rootdir), ignore=ignore),
@@ -206,5 +249,4 @@ def runspec(rootdir: Path | str, *, knobs: Sequence[str],
     }
 
 
-__all__ = ["PACKAGES", "environment", "runspec", "session_facts", "source_revision",
-           "source_state"]
+__all__ = ["PACKAGES", "environment", "runspec", "session_facts", "source_revision", "source_state"]
