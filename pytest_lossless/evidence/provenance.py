@@ -10,7 +10,6 @@ declared input files.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import socket
