@@ -7,7 +7,7 @@ arrays with ``np.save(allow_pickle=False)``, bytes as they are.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,6 @@ def named_artifacts(result: Any, what: str) -> dict[str, Any]:
 
 
 def materialize_all(result: Any, what: str, folder: Path) -> dict[str, Path]:
+    """Every artifact of one run's result, as files under ``folder``."""
     artifacts = named_artifacts(result, what)
     return {name: materialize(value, name, folder) for name, value in artifacts.items()}
-
-
-Producer = Callable[[], Any]

@@ -1,0 +1,308 @@
+"""Audio: WAV/RF64 and FLAC files read losslessly through libsndfile (with the RIFF layout checked
+so a truncated file is never taken for shorter audio), audio in other containers through ffmpeg.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import re
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ArtifactError, TruncatedArtifact
+from .container import fingerprint_container
+from .detect import RIFF_IDS, is_audio_header, read_head
+from .ffmpeg import pcm_args, probe, run_ffmpeg, stderr_tail
+from .hashing import FINGERPRINT_VERSION, file_digest, parallel_digests, sha256_hex
+from .probe import SAMPLE_FORMATS, packed_sample_format
+
+
+@dataclass(frozen=True)
+class WavLayout:
+    """Where the PCM of a WAV/RF64 file lies, as its own chunks declare it."""
+
+    block_align: int
+    data_offset: int
+    declared_bytes: int | None  # None: a streaming writer left the size open
+    present_bytes: int
+
+
+def parse_wav_layout(path: Path) -> WavLayout:
+    """Walk the RIFF chunks of a WAV (or RF64/BW64) file up to its ``data`` chunk."""
+    try:
+        file_size = path.stat().st_size
+        with open(path, "rb") as fh:
+            return _walk_riff(path, fh, file_size)
+    except OSError as exc:
+        raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None
+
+
+def _walk_riff(path: Path, fh: IO[bytes], file_size: int) -> WavLayout:
+    head = fh.read(12)
+    if len(head) < 12 or head[8:12] != b"WAVE":
+        raise ArtifactError(path, "not a RIFF/WAVE file")
+    rf64 = head[:4] in (b"RF64", b"BW64")
+    ds64_data: int | None = None
+    block_align: int | None = None
+    while True:
+        header = fh.read(8)
+        if len(header) < 8:
+            raise TruncatedArtifact(
+                path,
+                "the WAV file ends before its data chunk: it is truncated; re-run the "
+                "producer or restore the file",
+            )
+        chunk_id, size = header[:4], struct.unpack("<I", header[4:])[0]
+        start = fh.tell()
+        if chunk_id == b"ds64" and rf64:
+            body = fh.read(min(size, 28))
+            if len(body) >= 16:
+                ds64_data = struct.unpack("<Q", body[8:16])[0]
+        elif chunk_id == b"fmt ":
+            body = fh.read(min(size, 16))
+            if len(body) < 14:
+                raise TruncatedArtifact(path, "the WAV fmt chunk is cut short")
+            block_align = struct.unpack("<H", body[12:14])[0]
+        elif chunk_id == b"data":
+            if block_align is None or block_align == 0:
+                raise ArtifactError(path, "the WAV data chunk comes before a valid fmt chunk")
+            declared: int | None = size
+            if rf64 and size == 0xFFFFFFFF:
+                declared = ds64_data
+            elif size == 0xFFFFFFFF or (size == 0 and file_size > start):
+                declared = None
+            present = max(0, file_size - start)
+            if declared is not None:
+                present = min(present, declared)
+            return WavLayout(block_align, start, declared, present)
+        fh.seek(start + size + (size & 1))
+        if start + size > file_size:
+            raise TruncatedArtifact(
+                path,
+                f"the WAV chunk {chunk_id.decode('latin-1')!r} declares {size} bytes "
+                "but the file ends first: it is truncated",
+            )
+
+
+def check_wav_complete(path: Path) -> WavLayout:
+    """Raise :class:`TruncatedArtifact` when the data chunk holds less than its header declares.
+
+    libsndfile silently reads what is there; a truncated track must never pass as shorter audio.
+    """
+    layout = parse_wav_layout(path)
+    align = layout.block_align
+    if layout.declared_bytes is not None and layout.present_bytes < layout.declared_bytes:
+        declared = layout.declared_bytes // align
+        present = layout.present_bytes // align
+        raise TruncatedArtifact(
+            path,
+            f"truncated WAV: the data chunk declares {declared} samples per channel "
+            f"({layout.declared_bytes} bytes) but the file holds only {present} "
+            f"({layout.present_bytes} bytes). Re-run the producer or restore the file",
+        )
+    if layout.present_bytes % align:
+        raise TruncatedArtifact(
+            path,
+            f"truncated WAV: the data chunk ends inside a sample frame ({layout.present_bytes} "
+            f"bytes is not a multiple of the block size {align})",
+        )
+    return layout
+
+
+def lossless_dtype(subtype: str) -> str:
+    """The numpy dtype that reads a libsndfile subtype without losing anything."""
+    if subtype in ("PCM_24", "PCM_32"):
+        return "int32"
+    if subtype == "FLOAT":
+        return "float32"
+    if subtype == "DOUBLE":
+        return "float64"
+    if subtype in ("PCM_16", "PCM_S8", "PCM_U8", "ULAW", "ALAW") or "ADPCM" in subtype:
+        return "int16"
+    if subtype in ("GSM610",) or subtype.startswith(("G72", "DWVW", "DPCM")):
+        return "int16"
+    return "float32"  # lossy codecs (Vorbis, Opus, MP3) decode to float in libsndfile
+
+
+def _open_sound(path: Path) -> Any:
+    import soundfile
+
+    try:
+        return soundfile.SoundFile(str(path))
+    except (RuntimeError, soundfile.LibsndfileError) as exc:
+        raise ArtifactError(path, f"libsndfile cannot read it: {exc}") from None
+
+
+def _canonical(block: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Little-endian, C-contiguous: the canonical bytes every digest is taken of."""
+    if block.dtype.byteorder == ">" or (block.dtype.byteorder == "=" and not np.little_endian):
+        block = block.astype(block.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(block)
+
+
+# WAV subtypes whose data chunk holds exactly the canonical little-endian PCM that a lossless
+# read gives (proved equal in the tests): hashed straight from the file, no decode needed.
+_RAW_WAV_SUBTYPES = {"PCM_16": "<i2", "PCM_32": "<i4", "FLOAT": "<f4", "DOUBLE": "<f8"}
+
+
+def _audio_fp(
+    snd: Any, dtype: str, count: int, pcm: str, blocks: list[str], size: int, file_sha: str
+) -> dict[str, Any]:
+    """The fingerprint of an audio file from its libsndfile header and its digests."""
+    rate = int(snd.samplerate)
+    return {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "format": str(snd.format),
+        "size": size,
+        "sha256": file_sha,
+        "subtype": str(snd.subtype),
+        "sample_rate": rate,
+        "channels": int(snd.channels),
+        "sample_count": count,
+        "duration": round(count / rate, 6) if rate else 0.0,
+        "dtype": np.dtype(dtype).newbyteorder("<").str,
+        "pcm_sha256": pcm,
+        "block_frames": max(1, rate),
+        "block_sha256": blocks,
+    }
+
+
+def fingerprint_audio_file(path: Path) -> dict[str, Any]:
+    """Fingerprint a WAV/FLAC file: format, PCM digest and one digest per second of samples."""
+    path = Path(path)
+    head = read_head(path, 12)
+    layout = check_wav_complete(path) if head[:4] in RIFF_IDS else None
+    with _open_sound(path) as snd:
+        subtype = str(snd.subtype)
+        dtype = lossless_dtype(subtype)
+        block_frames = max(1, int(snd.samplerate))
+        raw = _RAW_WAV_SUBTYPES.get(subtype)
+        if (
+            layout is not None
+            and raw is not None
+            and np.dtype(raw).itemsize * int(snd.channels) == layout.block_align
+            and layout.present_bytes // layout.block_align == int(snd.frames)
+        ):
+            count = int(snd.frames)
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                size = len(mm)
+                view = memoryview(mm)
+                data = view[layout.data_offset : layout.data_offset + count * layout.block_align]
+                try:
+                    pcm, blocks, file_sha = parallel_digests(
+                        data, block_frames * layout.block_align, view
+                    )
+                finally:
+                    data.release()
+                    view.release()
+            return _audio_fp(snd, raw, count, pcm, blocks, size, file_sha)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            whole_file = pool.submit(file_digest, path)
+            count, pcm, blocks = _decode_pcm_digests(path, snd, dtype, block_frames)
+            size, file_sha = whole_file.result()
+        return _audio_fp(snd, dtype, count, pcm, blocks, size, file_sha)
+
+
+def _decode_pcm_digests(
+    path: Path, snd: Any, dtype: str, block_frames: int
+) -> tuple[int, str, list[str]]:
+    """Decode with libsndfile block by block: sample count, PCM digest, per-block digests."""
+    declared = int(snd.frames)
+    whole = hashlib.sha256()
+    blocks: list[str] = []
+    read = 0
+    try:
+        while True:
+            block = snd.read(block_frames, dtype=dtype, always_2d=True)
+            if not len(block):
+                break
+            data = _canonical(block)
+            whole.update(data.data)
+            blocks.append(sha256_hex(data.data))
+            read += len(block)
+    except RuntimeError as exc:
+        raise ArtifactError(
+            path,
+            f"libsndfile failed while decoding it ({exc}): the file is damaged or truncated; "
+            "re-run the producer or restore the file",
+        ) from None
+    if read < declared:
+        raise TruncatedArtifact(
+            path,
+            f"truncated audio: the header declares {declared} samples per channel but only "
+            f"{read} could be decoded. Re-run the producer or restore the file",
+        )
+    return read, whole.hexdigest(), blocks
+
+
+def fingerprint_audio(path: Path) -> dict[str, Any]:
+    """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
+    path = Path(path)
+    if is_audio_header(read_head(path, 12)):
+        return fingerprint_audio_file(path)
+    return fingerprint_container(path, video=False)
+
+
+def load_audio(path: Path) -> tuple[npt.NDArray[Any], int]:
+    """A WAV/FLAC file's samples, ``(frames, channels)``, in its lossless dtype, and its rate."""
+    path = Path(path)
+    if read_head(path, 12)[:4] in RIFF_IDS:
+        check_wav_complete(path)
+    with _open_sound(path) as snd:
+        data = snd.read(dtype=lossless_dtype(str(snd.subtype)), always_2d=True)
+        return data, int(snd.samplerate)
+
+
+def load_container_audio(
+    path: Path, stream_index: int | None = None
+) -> tuple[npt.NDArray[Any], int]:
+    """One audio stream of a container decoded in its own sample format: ``(frames, channels)``."""
+    path = Path(path)
+    audio = probe(path).of_type("audio")
+    chosen = [s for s in audio if stream_index is None or s.index == stream_index]
+    if not chosen:
+        which = "" if stream_index is None else f" #{stream_index}"
+        raise ArtifactError(path, f"has no audio stream{which}")
+    stream = chosen[0]
+    fmt = packed_sample_format(stream)
+    if fmt is None:
+        raise ArtifactError(path, f"unknown sample format in {stream.line!r}")
+    encoder, _width, dtype = SAMPLE_FORMATS[fmt]
+    proc = run_ffmpeg(pcm_args(path, stream.index, encoder))
+    if proc.returncode != 0:
+        raise ArtifactError(path, f"ffmpeg failed to decode its audio: {stderr_tail(proc.stderr)}")
+    flat = np.frombuffer(proc.stdout, dtype=dtype)
+    channels = _layout_channels(stream.channel_layout)
+    frames = flat.reshape(-1, channels) if flat.size % channels == 0 else flat[:, None]
+    return frames, int(stream.sample_rate or 0)
+
+
+def _layout_channels(layout: str | None) -> int:
+    """The channel count of an ffmpeg channel layout name (``stereo``, ``5.1``, ``3 channels``)."""
+    named = {
+        "mono": 1,
+        "stereo": 2,
+        "2.1": 3,
+        "3.0": 3,
+        "quad": 4,
+        "4.0": 4,
+        "5.0": 5,
+        "5.1": 6,
+        "5.1(side)": 6,
+        "6.1": 7,
+        "7.1": 8,
+        "7.1(wide)": 8,
+    }
+    if not layout:
+        return 1
+    if layout in named:
+        return named[layout]
+    match = re.match(r"^(\d+) channels", layout)
+    return int(match[1]) if match else 1

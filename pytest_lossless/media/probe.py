@@ -1,0 +1,213 @@
+"""Pure parsers of what ffmpeg prints: the stream description of ``ffmpeg -i`` and the lines
+of its ``framehash`` muxer, tested against captured outputs; they run nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..errors import LosslessError
+
+# ffmpeg's packed sample format -> (pcm encoder, bytes per sample, numpy dtype). A planar format
+# (``fltp``, ``s16p``) is looked up without its ``p``: the pcm encoder interleaves it, a change of
+# layout, never of value.
+SAMPLE_FORMATS: dict[str, tuple[str, int, str]] = {
+    "u8": ("pcm_u8", 1, "u1"),
+    "s16": ("pcm_s16le", 2, "<i2"),
+    "s32": ("pcm_s32le", 4, "<i4"),
+    "s64": ("pcm_s64le", 8, "<i8"),
+    "flt": ("pcm_f32le", 4, "<f4"),
+    "dbl": ("pcm_f64le", 8, "<f8"),
+}
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """One stream as ffmpeg describes it when opening the input (``ffmpeg -i FILE``)."""
+
+    index: int
+    type: str  # "video", "audio", "subtitle", "data", "attachment"
+    codec: str
+    pix_fmt: str | None = None
+    width: int | None = None
+    height: int | None = None
+    fps: str | None = None
+    time_base: str | None = None
+    sample_rate: int | None = None
+    channel_layout: str | None = None
+    sample_fmt: str | None = None
+    attached_pic: bool = False
+    line: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """What ffmpeg reports about an input before decoding anything."""
+
+    container: str
+    duration: float | None
+    streams: tuple[StreamInfo, ...]
+
+    def of_type(self, kind: str) -> list[StreamInfo]:
+        """The streams of one type (``"video"``, ``"audio"``...), in file order."""
+        return [s for s in self.streams if s.type == kind]
+
+
+def packed_sample_format(stream: StreamInfo) -> str | None:
+    """The key of :data:`SAMPLE_FORMATS` for an audio stream; None when ffmpeg's text names none."""
+    fmt = (stream.sample_fmt or "").rstrip("p")
+    return fmt if fmt in SAMPLE_FORMATS else None
+
+
+_INPUT_RE = re.compile(r"^Input #0, (?P<fmt>.+?), from '")
+_DURATION_RE = re.compile(r"^\s*Duration: (?:(?P<h>\d+):(?P<m>\d+):(?P<s>\d+(?:\.\d+)?)|N/A)")
+_STREAM_RE = re.compile(
+    r"^\s*Stream #0:(?P<idx>\d+)(?:\[[^\]]*\])?(?:\([^)]*\))?: (?P<type>[A-Za-z]+): (?P<rest>.*)$"
+)
+_SIZE_RE = re.compile(r"^(?P<w>\d+)x(?P<h>\d+)\b")
+_RATE_RE = re.compile(r"^(?P<v>\d+(?:\.\d+)?)(?P<k>k?) (?P<unit>fps|tbr|tbn|tbc)$")
+_FMT_TOKEN_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_FRAMEHASH_HEADER_RE = re.compile(r"^#(?P<key>[a-z_]+) (?P<idx>\d+): (?P<value>.*)$")
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split ffmpeg's comma-separated stream description, keeping ``(a, b)`` groups intact."""
+    fields: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for char in text:
+        if char in "([":
+            depth += 1
+        elif char in ")]" and depth:
+            depth -= 1
+        if char == "," and depth == 0:
+            fields.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    fields.append("".join(current).strip())
+    return [f for f in fields if f]
+
+
+def _rate_to_tb(value: str, k: str) -> str:
+    """``12288`` -> ``1/12288``, ``90k`` -> ``1/90000``; a non-integer rate stays approximate."""
+    rate = Fraction(value) * (1000 if k else 1)
+    return str(1 / rate) if rate else "0"
+
+
+def _parse_stream(line: str, match: re.Match[str]) -> StreamInfo:
+    kind = match["type"].lower()
+    rest = match["rest"]
+    attached = "(attached pic)" in rest
+    fields = _split_top_level(rest)
+    codec = fields[0].split()[0] if fields and fields[0].split() else "unknown"
+    info: dict[str, Any] = {
+        "index": int(match["idx"]),
+        "type": kind,
+        "codec": codec,
+        "attached_pic": attached,
+        "line": line.strip(),
+    }
+    if kind == "video":
+        for pos, field in enumerate(fields[1:], start=1):
+            size = _SIZE_RE.match(field)
+            if size and info.get("width") is None:
+                info["width"], info["height"] = int(size["w"]), int(size["h"])
+                # The pixel format is the field just before the size, when the codec has one.
+                if pos >= 2:
+                    token = fields[pos - 1].split("(")[0].strip()
+                    if _FMT_TOKEN_RE.match(token):
+                        info["pix_fmt"] = token
+            for part in field.split(","):
+                rate = _RATE_RE.match(part.strip().split(" (")[0].strip())
+                if rate and rate["unit"] == "fps":
+                    info["fps"] = rate["v"] + rate["k"]
+                elif rate and rate["unit"] == "tbn":
+                    info["time_base"] = _rate_to_tb(rate["v"], rate["k"])
+        if info.get("pix_fmt") is None and len(fields) > 1:
+            token = fields[1].split("(")[0].strip()
+            if _FMT_TOKEN_RE.match(token) and not _SIZE_RE.match(token):
+                info["pix_fmt"] = token
+    elif kind == "audio":
+        for pos, field in enumerate(fields[1:], start=1):
+            hz = re.match(r"^(\d+) Hz$", field)
+            if hz:
+                info["sample_rate"] = int(hz[1])
+                if pos + 1 < len(fields):
+                    info["channel_layout"] = fields[pos + 1]
+                if pos + 2 < len(fields):
+                    token = fields[pos + 2].split(" ")[0].split("(")[0]
+                    if token.rstrip("p") in SAMPLE_FORMATS:
+                        info["sample_fmt"] = token
+        if info.get("sample_fmt") is None:
+            for field in fields[1:]:
+                token = field.split(" ")[0].split("(")[0]
+                if token.rstrip("p") in SAMPLE_FORMATS:
+                    info["sample_fmt"] = token
+                    break
+    return StreamInfo(**info)
+
+
+def parse_probe(text: str) -> ProbeInfo | None:
+    """Parse the stream description ffmpeg prints when it opens an input.
+
+    Returns ``None`` when the text holds no ``Input #0`` (ffmpeg could not open the file).
+    """
+    container: str | None = None
+    duration: float | None = None
+    streams: list[StreamInfo] = []
+    for line in text.splitlines():
+        head = _INPUT_RE.match(line)
+        if head:
+            container = head["fmt"]
+            continue
+        if container is None:
+            continue
+        if line.startswith(("Input #", "Output #", "Stream mapping")):
+            break
+        dur = _DURATION_RE.match(line)
+        if dur:
+            if dur["h"] is not None:
+                duration = int(dur["h"]) * 3600 + int(dur["m"]) * 60 + float(dur["s"])
+            continue
+        stream = _STREAM_RE.match(line)
+        if stream:
+            streams.append(_parse_stream(line, stream))
+    if container is None:
+        return None
+    return ProbeInfo(container=container, duration=duration, streams=tuple(streams))
+
+
+@dataclass
+class FramehashStream:
+    """One output stream of ffmpeg's ``framehash`` muxer: header fields and per-frame lines."""
+
+    index: int
+    header: dict[str, str]
+    lines: list[tuple[int, int, int, str]]  # (pts, duration, size, digest)
+
+
+def parse_framehash(text: str) -> dict[int, FramehashStream]:
+    """Parse ``-f framehash`` output (format version 2) into streams keyed by output index."""
+    streams: dict[int, FramehashStream] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            head = _FRAMEHASH_HEADER_RE.match(line)
+            if head:
+                idx = int(head["idx"])
+                streams.setdefault(idx, FramehashStream(idx, {}, []))
+                streams[idx].header[head["key"]] = head["value"].strip()
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 6:
+            raise LosslessError(f"unexpected framehash line from ffmpeg: {line!r}")
+        idx = int(parts[0])
+        streams.setdefault(idx, FramehashStream(idx, {}, []))
+        streams[idx].lines.append((int(parts[2]), int(parts[3]), int(parts[4]), parts[5]))
+    return streams

@@ -1,0 +1,153 @@
+"""Video: the fingerprint of a video container, and its frames decoded for diagnostics (native
+samples to locate and measure a difference, rgb24 pictures written as PNG).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ArtifactError, LosslessError
+from .container import fingerprint_container
+from .ffmpeg import (
+    first_frame_framehash_args,
+    png_args,
+    popen_ffmpeg,
+    rawvideo_args,
+    run_ffmpeg,
+    stderr_tail,
+)
+from .probe import parse_framehash
+
+
+def fingerprint_video(path: Path) -> dict[str, Any]:
+    """Fingerprint a video container: stream metadata, per-frame and per-audio-frame digests."""
+    return fingerprint_container(path, video=True)
+
+
+def sample_dtype(pix_fmt: str | None) -> np.dtype[Any]:
+    """The numpy dtype of one sample of a raw frame in ``pix_fmt`` (diagnostics only)."""
+    if not pix_fmt:
+        return np.dtype("u1")
+    if pix_fmt.endswith(("f32le", "f32be")) or pix_fmt.endswith("f32"):
+        return np.dtype("<f4" if not pix_fmt.endswith("be") else ">f4")
+    if re.search(r"(9|10|12|14|16|48|64)(le|be)$", pix_fmt) or pix_fmt.startswith("p01"):
+        return np.dtype("<u2" if pix_fmt.endswith("le") else ">u2")
+    return np.dtype("u1")
+
+
+def sample_peak(pix_fmt: str | None) -> float:
+    """The largest sample value of ``pix_fmt`` (for PSNR)."""
+    if not pix_fmt:
+        return 255.0
+    match = re.search(r"(9|10|12|14|16)(le|be)$", pix_fmt)
+    if match:
+        return float(2 ** int(match[1]) - 1)
+    if re.search(r"(48|64)(le|be)$", pix_fmt):
+        return 65535.0
+    if pix_fmt.startswith("p01"):
+        return 65535.0
+    return 1.0 if "f32" in pix_fmt else 255.0
+
+
+def iter_video_frames(
+    path: Path,
+    *,
+    stream_index: int | None = None,
+    pix_fmt: str | None = None,
+    frame_bytes: int | None = None,
+    dtype: npt.DTypeLike | None = None,
+) -> Iterator[npt.NDArray[Any]]:
+    """Decode a video stream frame by frame, with passthrough timing.
+
+    With ``pix_fmt=None`` frames come in the stream's own pixel format as 1-D arrays of
+    ``dtype`` (bytes unless given; ``frame_bytes`` from the fingerprint, or found by decoding
+    the first frame); with ``pix_fmt="rgb24"`` (for pictures) as ``(height, width, 3)`` uint8
+    arrays.
+    """
+    path = Path(path)
+    if pix_fmt not in (None, "rgb24"):
+        raise LosslessError(f"iter_video_frames: pix_fmt must be None or 'rgb24', not {pix_fmt!r}")
+    rgb24 = pix_fmt == "rgb24"
+    selector = f"0:{stream_index}" if stream_index is not None else "0:v:0"
+    width = height = 0
+    if rgb24 or frame_bytes is None:
+        width, height, native_bytes = _first_frame_layout(path, selector)
+        frame_bytes = width * height * 3 if rgb24 else native_bytes
+    sample = np.dtype(np.uint8) if rgb24 or dtype is None else np.dtype(dtype)
+    proc = popen_ffmpeg(rawvideo_args(path, selector, rgb24=rgb24))
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    finished = False
+    try:
+        while True:
+            raw = proc.stdout.read(frame_bytes)
+            if not raw:
+                break
+            if len(raw) < frame_bytes:
+                raise ArtifactError(path, "ffmpeg returned a partial raw frame")
+            frame = np.frombuffer(raw, dtype=sample)
+            yield frame.reshape(height, width, 3) if rgb24 else frame
+        finished = True
+    finally:
+        if not finished and proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        code = proc.wait()
+    if finished and code != 0:
+        raise ArtifactError(
+            path, f"ffmpeg failed to decode it (exit {code}): {stderr_tail(stderr)}"
+        )
+
+
+def _first_frame_layout(path: Path, selector: str) -> tuple[int, int, int]:
+    """Width, height and native raw size of the first frame of a stream (decodes one frame)."""
+    proc = run_ffmpeg(first_frame_framehash_args(path, selector))
+    streams = parse_framehash(proc.stdout.decode("ascii", "replace"))
+    if proc.returncode != 0 or 0 not in streams or not streams[0].lines:
+        raise ArtifactError(path, f"ffmpeg cannot decode a first frame: {stderr_tail(proc.stderr)}")
+    width, height = (int(v) for v in streams[0].header["dimensions"].split("x"))
+    return width, height, streams[0].lines[0][2]
+
+
+def load_video_frames(
+    path: Path,
+    *,
+    stream_index: int | None = None,
+    pix_fmt: str | None = None,
+    indices: Sequence[int] | None = None,
+    frame_bytes: int | None = None,
+) -> dict[int, npt.NDArray[Any]]:
+    """Decoded frames by index (all, or only ``indices``); see :func:`iter_video_frames`
+    (``frame_bytes`` from the fingerprint spares the decode that would find it)."""
+    wanted = set(indices) if indices is not None else None
+    last = max(wanted) if wanted else None
+    frames: dict[int, npt.NDArray[Any]] = {}
+    decoded = iter_video_frames(
+        path, stream_index=stream_index, pix_fmt=pix_fmt, frame_bytes=frame_bytes
+    )
+    for n, frame in enumerate(decoded):
+        if wanted is None or n in wanted:
+            frames[n] = frame
+        if last is not None and n >= last:
+            break
+    return frames
+
+
+def write_png(path: Path, picture: npt.NDArray[np.uint8]) -> Path:
+    """Write an ``(height, width, 3)`` uint8 picture as PNG with ffmpeg."""
+    height, width = picture.shape[:2]
+    proc = run_ffmpeg(
+        png_args(path, width, height),
+        input_bytes=np.ascontiguousarray(picture, dtype=np.uint8).tobytes(),
+    )
+    if proc.returncode != 0:
+        raise LosslessError(f"ffmpeg could not write {path}: {stderr_tail(proc.stderr)}")
+    return path
