@@ -10,7 +10,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-VERDICT_ORDER = ("FAIL", "INCONCLUSIVE", "ERROR", "UNCHECKED", "PASS", "LOSSY-PASS")
+from .core.verdict import Verdict
+
+#: Table statuses that are not verdicts, and the verdict each weighs as when rows are ordered.
+_STATUS_WEIGHT = {"ERROR": Verdict.FAIL, "UNCHECKED": Verdict.FAIL}
+#: The narrowest the test and detail columns get before a line may exceed the width.
+_MIN_TEST, _MIN_DETAIL = 16, 12
 
 
 @dataclass(frozen=True)
@@ -40,17 +45,17 @@ class Row:
 def gate_row(test: str, result: Any) -> Row:
     """The row of one golden comparison (a ``GateResult``)."""
     if result.passed:
-        verdict = "PASS" if result.lossless else "LOSSY-PASS"
+        verdict = Verdict.PASS if result.lossless else Verdict.LOSSY_PASS
         same = "identical" if result.lossless else "within tolerance"
         detail = f"{result.total} {result.unit}s {same}" if result.total is not None else (
             result.notes[0] if result.notes else "")
     else:
-        verdict = "FAIL"
+        verdict = Verdict.FAIL
         detail = "; ".join(result.metadata_diffs) or (
             f"first differing {result.unit} {result.first_mismatch}, "
             f"{result.mismatch_count} of {result.total} differ"
             if result.first_mismatch else "differs")
-    return Row(test, result.artifact, result.gate, verdict, detail)
+    return Row(test, result.artifact, result.gate, verdict.value, detail)
 
 
 def speed_row(test: str, name: str, verdict: Any) -> Row:
@@ -60,8 +65,8 @@ def speed_row(test: str, name: str, verdict: Any) -> Row:
     else:
         detail = verdict.reason or "no interval"
     detail += f", {verdict.blocks}/{verdict.pairs} pairs {verdict.design}, seed {verdict.seed}"
-    return Row(test, f"speed {name}", f"ratio <= {verdict.target_ratio:.2f}", verdict.verdict,
-               detail)
+    return Row(test, f"speed {name}", f"ratio <= {verdict.target_ratio:.2f}",
+               str(verdict.verdict), detail)
 
 
 def _clip(text: str, width: int) -> str:
@@ -69,7 +74,11 @@ def _clip(text: str, width: int) -> str:
 
 
 def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
-    """A fixed-width table of every check, worst verdicts first, then a count line."""
+    """A fixed-width table of every check, worst verdicts first, then a count line.
+
+    No line is longer than ``width``: the test and detail columns are clipped (with an
+    ellipsis) to fit, down to a legible minimum.
+    """
     if not rows:
         return []
     ordered = sorted(
@@ -88,9 +97,12 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     widths[2] = min(widths[2], 22)
     widths[3] = min(widths[3], 22)
     used = sum(widths) + 2 * 4
-    detail_width = max(48, width - used)
+    if width - used < _MIN_DETAIL:
+        widths[1] = max(_MIN_TEST, widths[1] - (_MIN_DETAIL - (width - used)))
+        used = sum(widths) + 2 * 4
+    detail_width = max(_MIN_DETAIL, width - used)
     head = "  ".join(h.ljust(w) for h, w in zip(headers[:4], widths, strict=True))
-    lines = [head + "  " + headers[4]]
+    lines = [(head + "  " + headers[4])[:width]]
     lines.append("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40))
     for cell in cells:
         parts = [_clip(cell[i], widths[i]).ljust(widths[i]) for i in range(4)]
@@ -104,8 +116,16 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     return lines
 
 
-def _order_key(verdict: str) -> int:
-    return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else len(VERDICT_ORDER)
+def _order_key(word: str) -> tuple[int, int]:
+    """Worst first: FAIL (and ERROR, UNCHECKED), INCONCLUSIVE, LOSSY-PASS, PASS, then the rows
+    that are not verdicts (STAGED, CREATED, ``PASS (expected)``...)."""
+    verdict = Verdict.parse(word)
+    if verdict is not None:
+        return -verdict.severity, 0
+    weight = _STATUS_WEIGHT.get(word)
+    if weight is not None:
+        return -weight.severity, 1
+    return 1, 0
 
 
 def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:

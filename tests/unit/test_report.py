@@ -35,6 +35,26 @@ def test_every_row_appears_once_and_lines_fit(cells):
     assert len(lines) == len(rows) + 3
     counted = sum(int(part.split()[0]) for part in lines[-1].split(", "))
     assert counted == len(rows)
+    assert max(len(line) for line in lines) <= 100
+
+
+@given(st.integers(min_value=80, max_value=200),
+       st.lists(st.tuples(st.text(min_size=1, max_size=120), st.text(max_size=40),
+                          st.text(max_size=40), st.text(max_size=300)), min_size=1, max_size=8))
+def test_no_line_is_wider_than_the_terminal(width, cells):
+    rows = [Row(*(c.replace("\n", " ") for c in (t, check, gate)), "FAIL", detail.replace(
+        "\n", " ")) for t, check, gate, detail in cells]
+    assert max(len(line) for line in verdict_table(rows, width=width)) <= width
+
+
+def test_the_long_ids_of_a_real_suite_fit_width_100():
+    rows = [Row("tests/gates/test_ref2va.py::test_server_matches_goldens[15s]", "latent.npy",
+                "tolerance(atol=1e-06, rtol=0)", "LOSSY-PASS", "f" * 200),
+            Row("tests/gates/test_ref2va.py::test_fast_candidate_is_lossless_and_faster[5s]",
+                "speed cli-5s", "ratio <= 0.70", "PASS", "0.51 [0.45, 0.58], 8/8 pairs ABBA")]
+    lines = verdict_table(rows, width=100)
+    assert max(len(line) for line in lines) <= 100
+    assert lines[2].startswith("LOSSY-PASS")  # worse than PASS, so first
 
 
 def test_update_lines_group_by_action():
