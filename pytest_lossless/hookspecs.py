@@ -4,20 +4,24 @@ Built-in artifact kinds (video, audio, tensor, bytes) and device backends (npu, 
 cpu) are implemented with these same hooks, as ``trylast`` implementations, so a
 plugin or conftest that implements them first takes precedence.
 
-This module imports pluggy only: domain code may use it without pytest.
+This module imports pluggy and the light value types its hooks speak of (no numpy, no pytest):
+domain code may use it without pytest, and it sits in the layers below every package that
+implements or calls these hooks.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
-if TYPE_CHECKING:
-    from .devices import Backend
-    from .gates import Gate, GateResult
-    from .kinds import Artifact
+from .core.artifact import Artifact
+from .devices.base import Backend
+from .gates.result import GateResult
+from .gates.spec import Gate
+
+__all__ = ["Artifact", "Backend", "Gate", "GateResult", "hookimpl", "hookspec"]
 
 hookspec = pluggy.HookspecMarker("pytest")
 #: Implementations of our hooks: pytest's project name, so pytest's own manager accepts them.

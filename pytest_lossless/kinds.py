@@ -54,6 +54,8 @@ class BuiltinKind:
     default_gate: ClassVar[str]
     #: The gates that mean something for this kind (others are refused with a hint).
     gates: ClassVar[tuple[str, ...]]
+    #: For a refused gate: which gate does what it was asked for.
+    hints: ClassVar[dict[str, str]] = {}
 
     def detect(self, path: Path, head: bytes) -> bool:
         """Whether the file's content is of this kind (``head``: its first bytes)."""
@@ -66,6 +68,12 @@ class BuiltinKind:
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         """The kind's own exact gate (``decoded``, ``elementwise``)."""
         raise NotImplementedError
+
+    def check_gate(self, gate: Gate, artifact: str = "") -> None:
+        """Refuse a gate that means nothing for this kind, naming the ones that do."""
+        from .gates import check_gate_applies
+
+        check_gate_applies(self.name, gate, self.gates, artifact, self.hints.get(gate.name, ""))
 
     @hookimpl(trylast=True)
     def pytest_lossless_detect_kind(self, path: Path, head: bytes) -> str | None:
@@ -87,7 +95,7 @@ class BuiltinKind:
             return None
         from . import gates
 
-        gates.check_gate_applies(kind, gate, expected.name)
+        self.check_gate(gate, expected.name)
         if gate.name == "bytes":
             return gates.compare_bytes(gate, expected, obtained, kind)
         if gate.name == "tolerance":
@@ -101,6 +109,9 @@ class VideoKind(BuiltinKind):
     name = "video"
     default_gate = "decoded"
     gates = ("bytes", "decoded", "tolerance")
+    hints: ClassVar[dict[str, str]] = {
+        "elementwise": "decoded frames are compared exactly by 'decoded'"
+    }
 
     def detect(self, path: Path, head: bytes) -> bool:
         from . import media
@@ -124,6 +135,9 @@ class AudioKind(BuiltinKind):
     name = "audio"
     default_gate = "decoded"
     gates = ("bytes", "decoded", "tolerance")
+    hints: ClassVar[dict[str, str]] = {
+        "elementwise": "PCM samples are compared bit for bit by 'decoded'"
+    }
 
     def detect(self, path: Path, head: bytes) -> bool:
         from . import media
@@ -148,6 +162,9 @@ class TensorKind(BuiltinKind):
     name = "tensor"
     default_gate = "elementwise"
     gates = ("bytes", "elementwise", "tolerance")
+    hints: ClassVar[dict[str, str]] = {
+        "decoded": "tensors are compared bit for bit by 'elementwise'"
+    }
 
     def detect(self, path: Path, head: bytes) -> bool:
         from . import media
@@ -188,7 +205,7 @@ class BytesKind(BuiltinKind):
         from . import gates
 
         if kind == self.name:
-            gates.check_gate_applies(kind, gate, expected.name)
+            self.check_gate(gate, expected.name)
             return gates.compare_bytes(gate, expected, obtained, kind)
         if gate.name == "bytes" and _has_file_digest(expected) and _has_file_digest(obtained):
             return gates.compare_bytes(gate, expected, obtained, kind)

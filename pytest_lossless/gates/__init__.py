@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from .result import GateResult as GateResult
 from .spec import GATE_NAMES as GATE_NAMES
-from .spec import GATES_BY_KIND as GATES_BY_KIND
 from .spec import Gate as Gate
 from .spec import check_gate_applies as check_gate_applies
 from .spec import parse_gate as parse_gate
@@ -25,7 +24,6 @@ from .spec import tolerance as tolerance
 
 if TYPE_CHECKING:
     from .diagnostics import write_diagnostics as write_diagnostics
-    from .dispatch import compare as compare
     from .exact import compare_audio_file as compare_audio_file
     from .exact import compare_bytes as compare_bytes
     from .exact import compare_container as compare_container
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
 #: lives in ``lossy``: a submodule named ``tolerance`` would replace the gate :func:`tolerance`
 #: on this package once imported.)
 _LAZY = {
-    "compare": "dispatch",
     "compare_bytes": "exact",
     "compare_container": "exact",
     "compare_audio_file": "exact",
@@ -46,12 +43,10 @@ _LAZY = {
 }
 
 __all__ = [
-    "GATES_BY_KIND",
     "GATE_NAMES",
     "Gate",
     "GateResult",
     "check_gate_applies",
-    "compare",
     "compare_audio_file",
     "compare_bytes",
     "compare_container",

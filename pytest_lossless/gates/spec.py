@@ -14,14 +14,6 @@ from ..errors import LosslessError
 
 GATE_NAMES = ("bytes", "decoded", "elementwise", "tolerance")
 
-#: Which gates apply to which built-in kind (custom kinds decide in their own compare hook).
-GATES_BY_KIND: dict[str, tuple[str, ...]] = {
-    "video": ("bytes", "decoded", "tolerance"),
-    "audio": ("bytes", "decoded", "tolerance"),
-    "tensor": ("bytes", "elementwise", "tolerance"),
-    "bytes": ("bytes",),
-}
-
 
 def number_text(value: float) -> str:
     """``0.0`` -> ``0``, ``1e-05`` -> ``1e-05``: short and exact (``repr`` round-trips)."""
@@ -117,20 +109,19 @@ def parse_gate(value: str | Gate | None) -> Gate | None:
     return tolerance(**kwargs)
 
 
-def check_gate_applies(kind: str, gate: Gate, artifact: str = "") -> None:
-    """Refuse a gate that means nothing for a built-in kind (``elementwise`` on a video...)."""
-    allowed = GATES_BY_KIND.get(kind)
-    if allowed is None or gate.name in allowed:
+def check_gate_applies(
+    kind: str, gate: Gate, allowed: tuple[str, ...], artifact: str = "", hint: str = ""
+) -> None:
+    """Refuse a gate that means nothing for ``kind`` (``elementwise`` on a video...).
+
+    ``allowed`` are the kind's gates; ``hint`` says which gate does what was asked.
+    """
+    if gate.name in allowed:
         return
     named = f" {artifact!r}" if artifact else ""
     choices = ", ".join(
         "tolerance(atol=..., rtol=...)" if g == "tolerance" else repr(g) for g in allowed
     )
-    hint = {
-        ("video", "elementwise"): "decoded frames are compared exactly by 'decoded'",
-        ("audio", "elementwise"): "PCM samples are compared bit for bit by 'decoded'",
-        ("tensor", "decoded"): "tensors are compared bit for bit by 'elementwise'",
-    }.get((kind, gate.name), "")
     raise LosslessError(
         f"gate {gate.spec!r} does not apply to the {kind} artifact{named}: use {choices}"
         + (f" ({hint})" if hint else "")
