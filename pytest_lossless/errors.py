@@ -1,11 +1,13 @@
 """Exceptions of pytest-lossless.
 
-Each carries the offending object as structured fields and builds a message
-written for someone reading a CI log: what happened, which file, what to do.
+Each carries the offending object as typed attributes (like pluggy's
+``PluginValidationError(plugin, message)``) and builds a message written for someone reading a
+CI log: what happened, which file, what to do.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,9 @@ from typing import Any
 class LosslessError(Exception):
     """Base class: every error the plugin raises on purpose derives from it."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        self.fields = fields
 
     def __str__(self) -> str:
         return self.message
@@ -32,7 +33,8 @@ class ConfigError(LosslessError):
     def __init__(self, source: str, value: object, problem: str) -> None:
         self.source = source
         self.value = value
-        super().__init__(f"{source}={value!r}: {problem}", source=source, value=value)
+        self.problem = problem
+        super().__init__(f"{source}={value!r}: {problem}")
 
 
 class ArtifactError(LosslessError):
@@ -40,7 +42,8 @@ class ArtifactError(LosslessError):
 
     def __init__(self, path: Path | str, problem: str) -> None:
         self.path = Path(path)
-        super().__init__(f"{self.path}: {problem}", path=str(path))
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
 
 
 class TruncatedArtifact(ArtifactError):
@@ -58,9 +61,7 @@ class GoldenMissing(GoldenError):
         self.folder = folder
         self.name = name
         super().__init__(
-            f"no golden {name!r} in {folder}: run with --update-goldens to create it",
-            folder=str(folder),
-            name=name,
+            f"no golden {name!r} in {folder}: run with --update-goldens to create it"
         )
 
 
@@ -69,10 +70,10 @@ class GoldenIntegrityError(GoldenError):
 
     def __init__(self, path: Path, problem: str) -> None:
         self.path = path
+        self.problem = problem
         super().__init__(
             f"golden integrity error: {path}: {problem}. The committed golden itself is "
-            "damaged; restore it from version control or regenerate it with --update-goldens",
-            path=str(path),
+            "damaged; restore it from version control or regenerate it with --update-goldens"
         )
 
 
@@ -80,14 +81,14 @@ class GateChanged(GoldenError):
     """The test asks for another gate than the one frozen in the golden's manifest."""
 
     def __init__(self, folder: Path, name: str, frozen: str, requested: str) -> None:
+        self.folder = folder
+        self.name = name
         self.frozen = frozen
         self.requested = requested
         super().__init__(
             f"gate changed for golden {name!r} in {folder}: the manifest froze gate "
             f"{frozen!r} but the test asks for {requested!r}. Gates are frozen with their "
-            "goldens: run with --update-goldens to change it deliberately",
-            folder=str(folder),
-            name=name,
+            "goldens: run with --update-goldens to change it deliberately"
         )
 
 
@@ -96,7 +97,8 @@ class ManifestError(GoldenError):
 
     def __init__(self, path: Path, problem: str) -> None:
         self.path = path
-        super().__init__(f"{path}: {problem}", path=str(path))
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
 
 
 class NondeterministicProducer(GoldenError):
@@ -104,19 +106,64 @@ class NondeterministicProducer(GoldenError):
 
 
 class AllocationError(LosslessError):
-    """A device allocation cannot be granted (too many asked, unknown device, busy)."""
+    """A device allocation cannot be granted (too many asked, unknown device, busy).
+
+    Each attribute is set where it explains the refusal: the ``device`` named in the pool, the
+    ``count`` asked against the ``pool``, the foreign ``processes`` found on the devices, the
+    ``lock_dir`` that could not be used.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        device: str | None = None,
+        count: int | None = None,
+        pool: str | None = None,
+        processes: Sequence[Mapping[str, Any]] = (),
+        lock_dir: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.device = device
+        self.count = count
+        self.pool = pool
+        self.processes = list(processes)
+        self.lock_dir = lock_dir
 
 
 class AllocationTimeout(AllocationError):
-    """The lock timeout passed while other holders kept the devices."""
+    """The lock timeout passed while other holders kept the devices (``holders``: who, as the
+    wait line names them)."""
+
+    def __init__(self, message: str, *, holders: str = "") -> None:
+        super().__init__(message)
+        self.holders = holders
 
 
 class RunError(LosslessError):
-    """A model run or server failed: non-zero exit, timeout, missing output, early death."""
+    """A model run or server failed: non-zero exit, timeout, missing output, early death.
+
+    ``record`` is the run's raw lifecycle record, as the receipt holds it; ``argv`` the command.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        record: Mapping[str, Any] | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.record = record
+        self.argv = None if argv is None else list(argv)
 
 
 class ReceiptError(LosslessError):
-    """A receipt cannot be read, or contradicts itself under ``verify``."""
+    """A receipt cannot be read, or contradicts itself under ``verify`` (``path``: its file)."""
+
+    def __init__(self, message: str, *, path: Path | str | None = None) -> None:
+        super().__init__(message)
+        self.path = None if path is None else Path(path)
 
 
 class Inconclusive(LosslessError):

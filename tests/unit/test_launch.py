@@ -445,7 +445,7 @@ time.sleep(0.3)
 def test_a_double_forked_daemon_is_found_and_the_run_is_not_clean(launcher: Launcher) -> None:
     with pytest.raises(RunError, match="lifecycle was not clean") as info:
         launcher([sys.executable, "-c", DAEMON], timeout=20)
-    record = info.value.fields["record"]
+    record = info.value.record
     assert not lifecycle_verdict(record)["clean"]
     assert any(p["role"] == "descendant" and p["forced"] for p in record["processes"])
 
