@@ -486,14 +486,15 @@ class Golden:
     def _stage_producer(self, producer: Any, gate: Gate | None, what: str
                         ) -> list[ManifestEntry]:
         """Run a producer at least twice; stage its first run only if every run agreed."""
+        from ..core.verdict import Verdict
         from ..errors import NondeterministicProducer
-        from .repeatability import INCONCLUSIVE, compare_control_candidate
+        from .repeatability import compare_control_candidate
 
         verdict = compare_control_candidate(
             producer, None, runs=self.producer_runs, kinds=self.folder.kinds,
             workdir=self.workdir / f"producer-{len(self.staged)}", gate=gate, label="run",
         )
-        if verdict.verdict == INCONCLUSIVE:
+        if verdict.verdict == Verdict.INCONCLUSIVE:
             raise NondeterministicProducer(
                 f"refusing to write the {what} of {self.folder.test_id}: the producer gave "
                 f"different results in {self.producer_runs} runs, and a flaky run is never "

@@ -22,19 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.digests import safe_name
+from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate, GateResult
 from ..kinds import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
 
-PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 
-
-def lossless_table(control_repeatable: bool, candidate_identical: bool) -> str:
+def lossless_table(control_repeatable: bool, candidate_identical: bool) -> Verdict:
     """The verdict table of the contract; the only place a lossless verdict is decided."""
     if not control_repeatable:
-        return INCONCLUSIVE
-    return PASS if candidate_identical else FAIL
+        return Verdict.INCONCLUSIVE
+    return Verdict.PASS if candidate_identical else Verdict.FAIL
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Comparison:
 class LosslessVerdict:
     """The verdict of ``lossless.compare``, with every run's fingerprints and comparisons."""
 
-    verdict: str
+    verdict: Verdict
     runs: list[dict[str, Any]]
     control_comparisons: list[Comparison]
     candidate_comparison: Comparison | None
@@ -83,12 +83,12 @@ class LosslessVerdict:
 
     @property
     def passed(self) -> bool:
-        return self.verdict == PASS
+        return self.verdict == Verdict.PASS
 
     def message(self) -> str:
         head = f"lossless {self.label + ' ' if self.label else ''}verdict: {self.verdict}"
         controls = sum(1 for r in self.runs if r["role"] == "control")
-        if self.verdict == INCONCLUSIVE:
+        if self.verdict == Verdict.INCONCLUSIVE:
             lines = [
                 f"{head}: the control is not repeatable ({controls} control runs differ "
                 "among themselves), so no candidate can be judged against it. What varied:"
@@ -98,7 +98,7 @@ class LosslessVerdict:
                     lines += [f"  {comparison.left} vs {comparison.right}:"]
                     lines += [f"    {d}" for d in comparison.differences()]
             return "\n".join(lines)
-        if self.verdict == FAIL and self.candidate_comparison is not None:
+        if self.verdict == Verdict.FAIL and self.candidate_comparison is not None:
             lines = [
                 f"{head}: the control is repeatable ({controls} identical runs) but the "
                 "candidate differs from it:"
@@ -107,17 +107,14 @@ class LosslessVerdict:
             return "\n".join(lines)
         kind = "within tolerance (lossy, not lossless)" if self.lossy else "bit for bit"
         names = ", ".join(sorted(self.gates))
-        return (
-            f"{head}: {controls} control runs identical, candidate identical {kind} "
-            f"({names})"
-        )
+        return f"{head}: {controls} control runs identical, candidate identical {kind} ({names})"
 
     def summary(self) -> str:
         """One line for the verdict table."""
         controls = sum(1 for r in self.runs if r["role"] == "control")
-        if self.verdict == INCONCLUSIVE:
+        if self.verdict == Verdict.INCONCLUSIVE:
             return f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
-        if self.verdict == FAIL and self.candidate_comparison is not None:
+        if self.verdict == Verdict.FAIL and self.candidate_comparison is not None:
             parts = [f"{n} missing" for n in self.candidate_comparison.missing] + [
                 _short(r) for r in self.candidate_comparison.results if not r.passed
             ]
@@ -143,11 +140,13 @@ class LosslessVerdict:
 def _short(result: GateResult) -> str:
     if result.metadata_diffs:
         return f"{result.artifact} ({result.metadata_diffs[0]})"
-    return (f"{result.artifact} ({result.mismatch_count} of {result.total} {result.unit}s, "
-            f"first {result.first_mismatch})")
+    return (
+        f"{result.artifact} ({result.mismatch_count} of {result.total} {result.unit}s, "
+        f"first {result.first_mismatch})"
+    )
 
 
-def rederive(block: Mapping[str, Any]) -> str:
+def rederive(block: Mapping[str, Any]) -> Verdict:
     """Recompute a recorded lossless verdict from its raw comparison records."""
     controls = block.get("control_comparisons") or []
     repeatable = all(
@@ -155,8 +154,10 @@ def rederive(block: Mapping[str, Any]) -> str:
         for c in controls
     )
     candidate: Mapping[str, Any] = block.get("candidate_comparison") or {}
-    identical = bool(candidate) and not candidate.get("missing") and all(
-        r.get("passed") for r in candidate.get("results", [])
+    identical = (
+        bool(candidate)
+        and not candidate.get("missing")
+        and all(r.get("passed") for r in candidate.get("results", []))
     )
     return lossless_table(repeatable, identical)
 
@@ -197,8 +198,11 @@ def compare_control_candidate(
     repeatable); ``--update-goldens`` uses this to refuse a flaky producer.
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise ConfigError("lossless.compare(runs=...)", runs,
-                          "a control must run at least twice to show it is repeatable")
+        raise ConfigError(
+            "lossless.compare(runs=...)",
+            runs,
+            "a control must run at least twice to show it is repeatable",
+        )
     arms: list[tuple[str, Callable[[], Any]]] = [(f"control#{i + 1}", control) for i in range(runs)]
     if candidate is not None:
         arms.append(("candidate", candidate))
@@ -208,17 +212,19 @@ def compare_control_candidate(
         started = clock.monotonic()
         result = arm()
         seconds = clock.monotonic() - started
-        paths = materialize_all(result, name, workdir / f"run{index}-{name.replace('#', '')}")
+        paths = materialize_all(result, name, workdir / f"run{index}-{safe_name(name)}")
         fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
-        records.append({
-            "role": "candidate" if name == "candidate" else "control",
-            "name": name,
-            "seconds": seconds,
-            "artifacts": {
-                n: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
-                for n, a in fingerprints[name].items()
-            },
-        })
+        records.append(
+            {
+                "role": "candidate" if name == "candidate" else "control",
+                "name": name,
+                "seconds": seconds,
+                "artifacts": {
+                    n: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
+                    for n, a in fingerprints[name].items()
+                },
+            }
+        )
         if on_run is not None:
             on_run(name, seconds)
     first = fingerprints[arms[0][0]]

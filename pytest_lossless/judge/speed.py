@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.verdict import Verdict
 from ..errors import ConfigError
 from . import stats
 
@@ -119,7 +120,7 @@ def _short(text: str, limit: int = _ERROR_TEXT_LIMIT) -> str:
 class SpeedVerdict:
     """One workload's speed verdict with every raw sample it was derived from."""
 
-    verdict: stats.Verdict
+    verdict: Verdict
     ratio: float | None
     ci: tuple[float, float] | None
     confidence: float
@@ -155,7 +156,8 @@ class SpeedVerdict:
                 f"({self.confidence:.0%} one-sided bounds)"
             )
         used = (
-            f"{self.blocks} pairs" if self.blocks == self.pairs
+            f"{self.blocks} pairs"
+            if self.blocks == self.pairs
             else f"{self.blocks} of {self.pairs} pairs"
         )
         text = (
@@ -206,13 +208,21 @@ class SpeedVerdict:
         to support it at 99% confidence (64/130/662) says so instead of a number."""
         table: dict[str, dict[str, float | str]] = {}
         for arm in (stats.CONTROL, stats.CANDIDATE):
-            seconds = [float(s["seconds"]) for s in self.samples
-                       if s.get("arm") == arm and isinstance(s.get("seconds"), (int, float))]
+            seconds = [
+                float(s["seconds"])
+                for s in self.samples
+                if s.get("arm") == arm and isinstance(s.get("seconds"), (int, float))
+            ]
             row: dict[str, float | str] = {}
             for p in (50, 90, 95, 99):
                 value = stats.percentile(seconds, p) if seconds else None
-                row[f"p{p}"] = (value.value if value is not None and value.value is not None
-                                else str(value) if value is not None else "no samples")
+                row[f"p{p}"] = (
+                    value.value
+                    if value is not None and value.value is not None
+                    else str(value)
+                    if value is not None
+                    else "no samples"
+                )
             table[arm] = row
         return table
 
@@ -244,8 +254,9 @@ class SpeedVerdict:
 # ------------------------------------------------------------------ derivation (shared)
 
 
-def _plan(pairs: int, confidence: float, min_blocks: int | None,
-          looks: Sequence[int] | None) -> stats.Plan:
+def _plan(
+    pairs: int, confidence: float, min_blocks: int | None, looks: Sequence[int] | None
+) -> stats.Plan:
     try:
         return stats.plan_looks(pairs, confidence=confidence, min_blocks=min_blocks, looks=looks)
     except ValueError as exc:
@@ -293,10 +304,10 @@ def derive(
         for s in samples
         if s.get("error") is not None
     ]
-    verdict: stats.Verdict = decision.verdict
+    verdict: Verdict = decision.verdict
     reason = decision.reason
     if errors:
-        verdict = "INCONCLUSIVE"
+        verdict = Verdict.INCONCLUSIVE
         reason = f"{errors[0]}; a speed verdict needs every arm to complete"
     bootstrap: dict[str, Any] | None = None
     used = diffs[: decision.blocks]
@@ -355,8 +366,11 @@ def rederive(d: Mapping[str, Any]) -> str:
 def _same_value(a: Any, b: Any) -> bool:
     """Equal as JSON, with floats compared to a relative 1e-9 (a receipt's round trip)."""
     if isinstance(a, float) or isinstance(b, float):
-        return (isinstance(a, (int, float)) and isinstance(b, (int, float))
-                and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12))
+        return (
+            isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+        )
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -374,8 +388,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     label = f"speed gate {d.get('workload')!r}" if d.get("workload") else "speed gate"
     if again.verdict != d.get("verdict"):
         found.append(
-            f"{label}: recorded verdict {d.get('verdict')} but the raw samples give "
-            f"{again.verdict}"
+            f"{label}: recorded verdict {d.get('verdict')} but the raw samples give {again.verdict}"
         )
     recorded_ratio = d.get("ratio")
     if (again.ratio is None) != (recorded_ratio is None) or (
@@ -388,11 +401,23 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
         )
     # Every derived field, not only the verdict: an edited interval or look is a contradiction.
     derived = again.to_dict()
-    for key in ("ci", "blocks", "looks", "reason", "errors", "openers", "plan", "bootstrap",
-                "percentiles", "message"):
+    for key in (
+        "ci",
+        "blocks",
+        "looks",
+        "reason",
+        "errors",
+        "openers",
+        "plan",
+        "bootstrap",
+        "percentiles",
+        "message",
+    ):
         if key in d and not _same_value(derived.get(key), d.get(key)):
-            found.append(f"{label}: recorded {key} {d.get(key)!r} but the raw samples give "
-                         f"{derived.get(key)!r}")
+            found.append(
+                f"{label}: recorded {key} {d.get(key)!r} but the raw samples give "
+                f"{derived.get(key)!r}"
+            )
     schedule = stats.block_schedule(again.pairs, design=again.design, seed=again.seed)
     for sample in d.get("samples", []):
         try:
@@ -473,7 +498,7 @@ def run_speed_gate(
             break
         diffs.append(stats.block_difference(times[stats.CONTROL], times[stats.CANDIDATE]))
         look = plan.look_at(len(diffs))
-        if look is not None and stats.decide(diffs, theta, plan).verdict != "INCONCLUSIVE":
+        if look is not None and stats.decide(diffs, theta, plan).verdict != Verdict.INCONCLUSIVE:
             break
     return derive(
         samples,

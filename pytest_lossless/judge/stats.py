@@ -42,7 +42,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+from ..core.verdict import Verdict
+
 ArmName = Literal["control", "candidate"]
 
 CONTROL: ArmName = "control"
@@ -313,19 +314,19 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
         if look.blocks > n:
             break
         if look.k < 1:
-            trail.append({"blocks": look.blocks, "k": 0, "verdict": "INCONCLUSIVE"})
+            trail.append({"blocks": look.blocks, "k": 0, "verdict": Verdict.INCONCLUSIVE})
             continue
         low, high = sign_bounds(diffs[: look.blocks], look.k)
-        verdict: Verdict = "INCONCLUSIVE"
+        verdict: Verdict = Verdict.INCONCLUSIVE
         if high <= theta:
-            verdict = "PASS"
+            verdict = Verdict.PASS
         elif low > theta:
-            verdict = "FAIL"
+            verdict = Verdict.FAIL
         trail.append(
             {"blocks": look.blocks, "k": look.k, "low": low, "high": high, "verdict": verdict}
         )
         last = (look, low, high)
-        if verdict != "INCONCLUSIVE":
+        if verdict != Verdict.INCONCLUSIVE:
             return Decision(
                 verdict=verdict,
                 blocks=look.blocks,
@@ -344,14 +345,14 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
             else f"no planned look can reach {plan.confidence:.0%} with at most "
             f"{plan.max_blocks} blocks"
         )
-        return Decision("INCONCLUSIVE", n, ratio, None, None, reason, tuple(trail))
+        return Decision(Verdict.INCONCLUSIVE, n, ratio, None, None, reason, tuple(trail))
     look, low, high = last
     reason = (
         f"the interval [{math.exp(low):.3g}, {math.exp(high):.3g}] straddles the target "
         f"ratio {math.exp(theta):.3g} after {look.blocks} blocks"
     )
     return Decision(
-        verdict="INCONCLUSIVE",
+        verdict=Verdict.INCONCLUSIVE,
         blocks=n,
         ratio=ratio,
         ci=(math.exp(low), math.exp(high)),
@@ -392,10 +393,10 @@ def bootstrap_median_interval(
 def classify(low: float, high: float, theta: float) -> Verdict:
     """PASS / FAIL / INCONCLUSIVE for an interval of log ratios against the boundary."""
     if high <= theta:
-        return "PASS"
+        return Verdict.PASS
     if low > theta:
-        return "FAIL"
-    return "INCONCLUSIVE"
+        return Verdict.FAIL
+    return Verdict.INCONCLUSIVE
 
 
 # ------------------------------------------------------------------ percentiles

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import report
+from ..core.digests import safe_name
 from ..settings import Settings
 from .config import kinds, settings
 from .outcomes import expected_verdicts, failing_on_errors, record_verdict
@@ -66,7 +67,7 @@ class LosslessFixture:
                 candidate,
                 runs=runs or self._settings.control_runs,
                 kinds=self._kinds,
-                workdir=self._workdir / name.replace("#", ""),
+                workdir=self._workdir / safe_name(name, default="compare"),
                 gate=gates,
                 label=name,
             )

@@ -74,7 +74,7 @@ def lifecycle_verdict(record: Mapping[str, Any]) -> dict[str, Any]:
         return f"{proc.get('role', 'process')} pid {proc.get('pid')} ({proc.get('comm', '?')})"
 
     def own(proc: Mapping[str, Any]) -> tuple[str, str | None]:
-        """('ok'|'sigterm'|'unobserved'|'bad', problem)."""
+        """('ok'|'sigterm'|'unobserved'|'exit'|'bad', problem) of one process alone."""
         forced = [s for s in _maps(proc.get("signals_received")) if s.get("forced")]
         if proc.get("forced") is True or forced:
             names = ", ".join(f"{s.get('signal')} ({s.get('reason')})" for s in forced)
