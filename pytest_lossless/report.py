@@ -6,6 +6,7 @@ pytest-xdist, workers attach them to their reports and the controller gathers th
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,15 +31,21 @@ class Row:
 
     def to_dict(self) -> dict[str, str]:
         return {
-            "test": self.test, "check": self.check, "gate": self.gate,
-            "verdict": self.verdict, "detail": self.detail,
+            "test": self.test,
+            "check": self.check,
+            "gate": self.gate,
+            "verdict": self.verdict,
+            "detail": self.detail,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Row:
         return cls(
-            str(data["test"]), str(data["check"]), str(data["gate"]),
-            str(data["verdict"]), str(data.get("detail", "")),
+            str(data["test"]),
+            str(data["check"]),
+            str(data["gate"]),
+            str(data["verdict"]),
+            str(data.get("detail", "")),
         )
 
 
@@ -47,14 +54,19 @@ def gate_row(test: str, result: Any) -> Row:
     if result.passed:
         verdict = Verdict.PASS if result.lossless else Verdict.LOSSY_PASS
         same = "identical" if result.lossless else "within tolerance"
-        detail = f"{result.total} {result.unit}s {same}" if result.total is not None else (
-            result.notes[0] if result.notes else "")
+        detail = (
+            f"{result.total} {result.unit}s {same}"
+            if result.total is not None
+            else (result.notes[0] if result.notes else "")
+        )
     else:
         verdict = Verdict.FAIL
         detail = "; ".join(result.metadata_diffs) or (
             f"first differing {result.unit} {result.first_mismatch}, "
             f"{result.mismatch_count} of {result.total} differ"
-            if result.first_mismatch else "differs")
+            if result.first_mismatch
+            else "differs"
+        )
     return Row(test, result.artifact, result.gate, verdict.value, detail)
 
 
@@ -65,48 +77,58 @@ def speed_row(test: str, name: str, verdict: Any) -> Row:
     else:
         detail = verdict.reason or "no interval"
     detail += f", {verdict.blocks}/{verdict.pairs} pairs {verdict.design}, seed {verdict.seed}"
-    return Row(test, f"speed {name}", f"ratio <= {verdict.target_ratio:.2f}",
-               str(verdict.verdict), detail)
+    return Row(
+        test, f"speed {name}", f"ratio <= {verdict.target_ratio:.2f}", str(verdict.verdict), detail
+    )
 
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+def _clip_left(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[len(text) - max(0, width - 1) :]
+
+
 def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     """A fixed-width table of every check, worst verdicts first, then a count line.
 
-    No line is longer than ``width``: the test and detail columns are clipped (with an
-    ellipsis) to fit, down to a legible minimum.
+    No line is longer than ``width``. The test, check and gate columns are clipped (with an
+    ellipsis) to fit; the detail is never clipped: where it does not fit beside them, it
+    follows on indented lines of its own, so a CI log keeps the first differing frame.
     """
     if not rows:
         return []
-    ordered = sorted(
-        rows,
-        key=lambda r: (
-            _order_key(r.verdict),
-            r.test,
-            r.check,
-        ),
-    )
+    ordered = sorted(rows, key=lambda r: (_order_key(r.verdict), r.test, r.check))
     headers = ("verdict", "test", "check", "gate", "detail")
     # Folders are left out of test ids: the module and test name tell a row apart.
     cells = [(r.verdict, r.test.rsplit("/", 1)[-1], r.check, r.gate, r.detail) for r in ordered]
     widths = [max(len(headers[i]), *(len(c[i]) for c in cells)) for i in range(4)]
-    widths[1] = min(widths[1], 48)
-    widths[2] = min(widths[2], 22)
-    widths[3] = min(widths[3], 22)
-    used = sum(widths) + 2 * 4
-    if width - used < _MIN_DETAIL:
-        widths[1] = max(_MIN_TEST, widths[1] - (_MIN_DETAIL - (width - used)))
-        used = sum(widths) + 2 * 4
-    detail_width = max(_MIN_DETAIL, width - used)
+    widths[1], widths[2], widths[3] = min(widths[1], 48), min(widths[2], 22), min(widths[3], 22)
+    # Shrink the test column, then check and gate, until a short detail fits beside them.
+    for column, floor in ((1, _MIN_TEST), (2, 10), (3, 10), (0, 7)):
+        excess = sum(widths) + 2 * 4 + _MIN_DETAIL - width
+        if excess > 0:
+            widths[column] = max(min(floor, widths[column]), widths[column] - excess)
+    detail_width = max(1, width - (sum(widths) + 2 * 4))
     head = "  ".join(h.ljust(w) for h, w in zip(headers[:4], widths, strict=True))
-    lines = [(head + "  " + headers[4])[:width]]
-    lines.append("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40))
+    lines = [_clip(head + "  " + headers[4], width)]
+    lines.append(
+        _clip("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40), width)
+    )
     for cell in cells:
-        parts = [_clip(cell[i], widths[i]).ljust(widths[i]) for i in range(4)]
-        lines.append("  ".join(parts) + "  " + _clip(cell[4], detail_width))
+        # A test id keeps its end (the test's name and parameters), the other cells their start.
+        clipped = [
+            _clip(c, w) if i != 1 else _clip_left(c, w)
+            for i, (c, w) in enumerate(zip(cell[:4], widths, strict=True))
+        ]
+        parts = "  ".join(c.ljust(w) for c, w in zip(clipped, widths, strict=True))
+        detail = cell[4]
+        if len(detail) <= detail_width:
+            lines.append(_clip(parts + "  " + detail, width).rstrip())
+        else:
+            lines.append(_clip(parts, width).rstrip())
+            lines += _wrapped(detail, width)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.verdict] = counts.get(row.verdict, 0) + 1
@@ -114,6 +136,12 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
         ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (_order_key(v), v)))
     )
     return lines
+
+
+def _wrapped(text: str, width: int, indent: str = "    ") -> list[str]:
+    """``text`` on lines of at most ``width``, each indented (long words are broken)."""
+    room = max(1, width - len(indent))
+    return [indent + line for line in textwrap.wrap(text, room, break_on_hyphens=False)] or [indent]
 
 
 def _order_key(word: str) -> tuple[int, int]:
@@ -141,8 +169,10 @@ def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
         state.append("unpublished: no remote branch holds it")
     where = f" ({'; '.join(state)})" if state else ""
     noun = "receipt" if count == 1 else "receipts"
-    return (f"{count} {noun} in {folder}, source {revision}{where}; "
-            f"audit with: python -m pytest_lossless verify {folder}")
+    return (
+        f"{count} {noun} in {folder}, source {revision}{where}; "
+        f"audit with: python -m pytest_lossless verify {folder}"
+    )
 
 
 def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:

@@ -27,6 +27,8 @@ HOLDER = """
 import json, os, time
 import pytest
 
+pytestmark = pytest.mark.slow
+
 @pytest.mark.npu(devices=2)
 @pytest.mark.parametrize("n", range({count}))
 def test_hold(n, devices):

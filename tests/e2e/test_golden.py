@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.mediagen import gray_frames, lying_wav, tone, write_video, write_wav
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
 
 GOLDEN_TEST = """
 import numpy as np

@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 import numpy  # noqa: F401  (imported before in-process pytester runs: numpy cannot load twice)
 import pytest
 
+pytestmark = pytest.mark.slow
+
 VERDICTS = """
 import itertools
 import numpy as np

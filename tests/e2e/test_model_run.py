@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 SERVERS = Path(__file__).resolve().parent.parent / "data" / "servers"
 
 HEADER = f"""

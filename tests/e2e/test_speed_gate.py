@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 
 def sleeper(seconds):
     def arm():

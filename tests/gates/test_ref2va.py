@@ -12,7 +12,7 @@ import pytest
 from pytest_lossless.run import lifecycle_verdict
 from tests.gates.ref2va import WORKLOADS, arm, generate, request_clip, start_server
 
-pytestmark = [pytest.mark.npu(devices=1), pytest.mark.lossless]
+pytestmark = [pytest.mark.slow, pytest.mark.npu(devices=1), pytest.mark.lossless]
 
 
 @pytest.mark.parametrize("seconds", WORKLOADS)

@@ -22,6 +22,8 @@ import pytest
 
 from fixtures.ref2va import REFERENCE_IMAGE, client, model, writer
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--duration", "1", "--size", "128x96", "--steps", "4", "--seed", "5"]
 ARTIFACTS = ("clip.mp4", "audio.wav", "latent.npy")

@@ -19,6 +19,8 @@ from pytest_lossless.errors import ArtifactError, ConfigError, RunError
 from pytest_lossless.run import Launcher, lifecycle_verdict
 from pytest_lossless.settings import DETERMINISM_KNOBS
 
+pytestmark = pytest.mark.slow
+
 SERVERS = Path(__file__).resolve().parent.parent / "data" / "servers"
 COMMAND = [sys.executable, str(SERVERS / "command.py")]
 SERVER = [sys.executable, str(SERVERS / "worker_server.py"), "{port}"]

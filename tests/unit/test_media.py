@@ -14,6 +14,8 @@ import soundfile
 from pytest_lossless import media
 from pytest_lossless.errors import ArtifactError, TruncatedArtifact
 
+pytestmark = pytest.mark.slow
+
 OUTPUTS = Path(__file__).parent / "ffmpeg_outputs"
 
 
