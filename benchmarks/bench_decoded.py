@@ -31,11 +31,32 @@ from pytest_lossless.core.clock import SYSTEM_CLOCK, Clock
 def make_clip(folder: Path, seconds: float) -> Path:
     clip = folder / "clip.mp4"
     subprocess.run(
-        [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-y",
-         "-f", "lavfi", "-i", f"testsrc=size=320x176:rate=24:duration={seconds}",
-         "-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}",
-         "-c:v", "libx264", "-threads", "1", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest",
-         str(clip)],
+        [
+            media.ffmpeg_exe(),
+            "-hide_banner",
+            "-nostdin",
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            f"testsrc=size=320x176:rate=24:duration={seconds}",
+            "-f",
+            "lavfi",
+            "-i",
+            f"sine=frequency=440:sample_rate=48000:duration={seconds}",
+            "-c:v",
+            "libx264",
+            "-threads",
+            "1",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-shortest",
+            str(clip),
+        ],
         check=True,
     )
     return clip
@@ -50,8 +71,21 @@ def make_wav(folder: Path, seconds: float) -> Path:
 
 
 def framehash(clip: Path, *extra: str) -> Callable[[], object]:
-    argv = [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-i", str(clip),
-            *extra, "-f", "framehash", "-hash", "sha256", "-"]
+    argv = [
+        media.ffmpeg_exe(),
+        "-hide_banner",
+        "-nostdin",
+        "-v",
+        "error",
+        "-i",
+        str(clip),
+        *extra,
+        "-f",
+        "framehash",
+        "-hash",
+        "sha256",
+        "-",
+    ]
     return lambda: subprocess.run(argv, check=True, capture_output=True).stdout
 
 
@@ -72,8 +106,12 @@ def soundfile_sha(wav: Path, *, same_digests: bool = False) -> Callable[[], obje
     return run
 
 
-def paired(ours: Callable[[], object], reference: Callable[[], object], repeats: int,
-           clock: Clock = SYSTEM_CLOCK) -> tuple[float, float]:
+def paired(
+    ours: Callable[[], object],
+    reference: Callable[[], object],
+    repeats: int,
+    clock: Clock = SYSTEM_CLOCK,
+) -> tuple[float, float]:
     """Median seconds of each arm, interleaved A B B A so drift hits both alike."""
     times: dict[str, list[float]] = {"ours": [], "ref": []}
     ours()
@@ -99,25 +137,35 @@ def main(argv: list[str] | None = None) -> int:
         fp = media.fingerprint_video(clip)
         video = fp["streams"][0]
         ours_digests = [f["sha256"] for f in video["frames"]]
-        cli = [line.rsplit(",", 1)[1].strip() for line in
-               framehash(clip, "-map", "0:v")().decode().splitlines()  # type: ignore[attr-defined]
-               if not line.startswith("#")]
+        cli = [
+            line.rsplit(",", 1)[1].strip()
+            for line in framehash(clip, "-map", "0:v")().decode().splitlines()  # type: ignore[attr-defined]
+            if not line.startswith("#")
+        ]
         assert ours_digests == cli, "frame digests disagree with ffmpeg framehash"
-        print(f"clip: {clip.stat().st_size} bytes, {video['frame_count']} frames "
-              f"{video['width']}x{video['height']} {video['pix_fmt']} @ {video['frame_rate']}, "
-              f"audio {fp['streams'][1]['sample_count']} samples {fp['streams'][1]['sample_fmt']}")
+        print(
+            f"clip: {clip.stat().st_size} bytes, {video['frame_count']} frames "
+            f"{video['width']}x{video['height']} {video['pix_fmt']} @ {video['frame_rate']}, "
+            f"audio {fp['streams'][1]['sample_count']} samples {fp['streams'][1]['sample_fmt']}"
+        )
         rows = []
-        ours, ref = paired(lambda: media.fingerprint_video(clip),
-                           framehash(clip, "-map", "0:v"), args.repeats)
+        ours, ref = paired(
+            lambda: media.fingerprint_video(clip), framehash(clip, "-map", "0:v"), args.repeats
+        )
         rows.append(("video fingerprint vs framehash -map 0:v", ours, ref))
-        ours, ref = paired(lambda: media.fingerprint_video(clip),
-                           framehash(clip, "-map", "0:v", "-map", "0:a", "-c:a", "pcm_f32le"),
-                           args.repeats)
+        ours, ref = paired(
+            lambda: media.fingerprint_video(clip),
+            framehash(clip, "-map", "0:v", "-map", "0:a", "-c:a", "pcm_f32le"),
+            args.repeats,
+        )
         rows.append(("video fingerprint vs framehash -map 0:v -map 0:a", ours, ref))
         ours, ref = paired(lambda: media.fingerprint_audio(wav), soundfile_sha(wav), args.repeats)
         rows.append(("audio fingerprint vs soundfile.read+sha256", ours, ref))
-        ours, ref = paired(lambda: media.fingerprint_audio(wav),
-                           soundfile_sha(wav, same_digests=True), args.repeats)
+        ours, ref = paired(
+            lambda: media.fingerprint_audio(wav),
+            soundfile_sha(wav, same_digests=True),
+            args.repeats,
+        )
         rows.append(("audio fingerprint vs read + the same digests", ours, ref))
     print(f"{'comparison':52s} {'ours s':>8s} {'ref s':>8s} {'ratio':>6s}")
     for label, ours, ref in rows:

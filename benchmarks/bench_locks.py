@@ -45,19 +45,46 @@ def test_work(n, request):
 """
 
 
-def run(folder: Path, *, locked: bool, tests: int, seconds: float, per_test: int,
-        devices: int, workers: int) -> dict[str, Any]:
+def run(
+    folder: Path,
+    *,
+    locked: bool,
+    tests: int,
+    seconds: float,
+    per_test: int,
+    devices: int,
+    workers: int,
+) -> dict[str, Any]:
     folder.mkdir()
     marker = f"@pytest.mark.npu(devices={per_test})" if locked else ""
-    (folder / "test_work.py").write_text(TEST.format(tests=tests, seconds=seconds,
-                                                     marker=marker, locked=locked))
+    (folder / "test_work.py").write_text(
+        TEST.format(tests=tests, seconds=seconds, marker=marker, locked=locked)
+    )
     intervals = folder / "intervals.jsonl"
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "xdist", "-n", str(workers),
-            "-p", "no:cacheprovider", "--lossless-backend=cpu",
-            f"--lossless-devices=0-{devices - 1}", f"--lossless-lock-dir={folder / 'locks'}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "xdist",
+        "-n",
+        str(workers),
+        "-p",
+        "no:cacheprovider",
+        "--lossless-backend=cpu",
+        f"--lossless-devices=0-{devices - 1}",
+        f"--lossless-lock-dir={folder / 'locks'}",
+    ]
     started = time.perf_counter()
-    done = subprocess.run(argv, cwd=folder, env={**os.environ, "INTERVALS": str(intervals)},
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        argv,
+        cwd=folder,
+        env={**os.environ, "INTERVALS": str(intervals)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"pytest failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -67,16 +94,19 @@ def run(folder: Path, *, locked: bool, tests: int, seconds: float, per_test: int
     result: dict[str, Any] = {"wall": wall, "makespan": makespan}
     if locked:
         for i, a in enumerate(records):  # the schedule must be valid before it is timed
-            for b in records[i + 1:]:
+            for b in records[i + 1 :]:
                 shared = set(a["ids"]) & set(b["ids"])
-                assert not (shared and a["start"] < b["end"] and b["start"] < a["end"]), \
+                assert not (shared and a["start"] < b["end"] and b["start"] < a["end"]), (
                     f"devices {shared} held twice at once"
+                )
         waits = sorted(r["waited"] for r in records)
         result.update(
             busy=sum((r["end"] - r["start"]) * len(r["ids"]) for r in records)
             / (devices * makespan),
-            wait_median=statistics.median(waits), wait_max=waits[-1],
-            escalated=sum(1 for r in records if r["escalated"]))
+            wait_median=statistics.median(waits),
+            wait_max=waits[-1],
+            escalated=sum(1 for r in records if r["escalated"]),
+        )
     return result
 
 
@@ -91,18 +121,38 @@ def main() -> None:
     ideal = args.tests * args.seconds * args.per_test / args.devices
     concurrent = args.devices // args.per_test
     with tempfile.TemporaryDirectory(prefix="bench-locks-") as tmp:
-        locked = run(Path(tmp) / "locked", locked=True, tests=args.tests, seconds=args.seconds,
-                     per_test=args.per_test, devices=args.devices, workers=args.workers)
-        plain = run(Path(tmp) / "plain", locked=False, tests=args.tests, seconds=args.seconds,
-                    per_test=args.per_test, devices=args.devices, workers=concurrent)
-    print(f"{args.tests} tests x {args.seconds} s, {args.per_test} devices each, "
-          f"{args.devices} devices, {args.workers} workers; ideal makespan {ideal:.2f} s")
-    print(f"locked   (-n {args.workers}): makespan {locked['makespan']:.2f} s "
-          f"= {locked['makespan'] / ideal:.3f} x ideal; wall {locked['wall']:.2f} s; "
-          f"device busy {locked['busy']:.1%}; wait median {locked['wait_median']:.2f} s, "
-          f"max {locked['wait_max']:.2f} s; escalated {locked['escalated']}")
-    print(f"no locks (-n {concurrent}): makespan {plain['makespan']:.2f} s "
-          f"= {plain['makespan'] / ideal:.3f} x ideal; wall {plain['wall']:.2f} s")
+        locked = run(
+            Path(tmp) / "locked",
+            locked=True,
+            tests=args.tests,
+            seconds=args.seconds,
+            per_test=args.per_test,
+            devices=args.devices,
+            workers=args.workers,
+        )
+        plain = run(
+            Path(tmp) / "plain",
+            locked=False,
+            tests=args.tests,
+            seconds=args.seconds,
+            per_test=args.per_test,
+            devices=args.devices,
+            workers=concurrent,
+        )
+    print(
+        f"{args.tests} tests x {args.seconds} s, {args.per_test} devices each, "
+        f"{args.devices} devices, {args.workers} workers; ideal makespan {ideal:.2f} s"
+    )
+    print(
+        f"locked   (-n {args.workers}): makespan {locked['makespan']:.2f} s "
+        f"= {locked['makespan'] / ideal:.3f} x ideal; wall {locked['wall']:.2f} s; "
+        f"device busy {locked['busy']:.1%}; wait median {locked['wait_median']:.2f} s, "
+        f"max {locked['wait_max']:.2f} s; escalated {locked['escalated']}"
+    )
+    print(
+        f"no locks (-n {concurrent}): makespan {plain['makespan']:.2f} s "
+        f"= {plain['makespan'] / ideal:.3f} x ideal; wall {plain['wall']:.2f} s"
+    )
     print(f"locked / no-locks makespan ratio: {locked['makespan'] / plain['makespan']:.3f}")
 
 

@@ -197,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("### A/A (true ratio 1.00): false alarms")
     print()
-    print("| scenario | gate P(PASS), target 0.30 | gate P(FAIL), claim <=5% slower "
-          "| gate pairs used | threshold P(flag >5% worse), same samples "
-          "| threshold P(flag), control then candidate |")
+    print(
+        "| scenario | gate P(PASS), target 0.30 | gate P(FAIL), claim <=5% slower "
+        "| gate pairs used | threshold P(flag >5% worse), same samples "
+        "| threshold P(flag), control then candidate |"
+    )
     print("|---|---|---|---|---|---|")
     for scenario in SCENARIOS:
         row = run_cell(rng, args.trials, scenario, 1.0, plan)
@@ -210,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("### Candidate faster: P(PASS) for target 0.30 (ratio <= 0.70)")
     print()
-    print("| scenario | pairs (max) | true ratio | gate P(PASS) | gate P(FAIL) "
-          "| gate P(INCONCLUSIVE) | mean pairs used | threshold P(claim: mean ratio <= 0.70) |")
+    print(
+        "| scenario | pairs (max) | true ratio | gate P(PASS) | gate P(FAIL) "
+        "| gate P(INCONCLUSIVE) | mean pairs used | threshold P(claim: mean ratio <= 0.70) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for scenario in SCENARIOS:
         for ratio in (0.50, 0.55, 0.60, 0.65, 0.70):

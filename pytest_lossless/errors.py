@@ -60,9 +60,7 @@ class GoldenMissing(GoldenError):
     def __init__(self, folder: Path, name: str) -> None:
         self.folder = folder
         self.name = name
-        super().__init__(
-            f"no golden {name!r} in {folder}: run with --update-goldens to create it"
-        )
+        super().__init__(f"no golden {name!r} in {folder}: run with --update-goldens to create it")
 
 
 class GoldenIntegrityError(GoldenError):

@@ -16,7 +16,7 @@ from .core.verdict import Verdict
 #: Table statuses that are not verdicts, and the verdict each weighs as when rows are ordered.
 _STATUS_WEIGHT = {"ERROR": Verdict.FAIL, "UNCHECKED": Verdict.FAIL}
 #: The narrowest the test and detail columns get before a line may exceed the width.
-_MIN_TEST, _MIN_DETAIL = 16, 12
+_MIN_TEST, _MIN_DETAIL = 16, 24
 
 
 @dataclass(frozen=True)
@@ -105,12 +105,15 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     cells = [(r.verdict, r.test.rsplit("/", 1)[-1], r.check, r.gate, r.detail) for r in ordered]
     widths = [max(len(headers[i]), *(len(c[i]) for c in cells)) for i in range(4)]
     widths[1], widths[2], widths[3] = min(widths[1], 48), min(widths[2], 22), min(widths[3], 22)
-    # Shrink the test column, then check and gate, until a short detail fits beside them.
-    for column, floor in ((1, _MIN_TEST), (2, 10), (3, 10), (0, 7)):
-        excess = sum(widths) + 2 * 4 + _MIN_DETAIL - width
+    # The four columns must fit: shrink gate and check first, then the test id, then verdict.
+    for column, floor in ((3, 12), (2, 12), (1, _MIN_TEST), (0, 7)):
+        excess = sum(widths) + 2 * 3 - width
         if excess > 0:
             widths[column] = max(min(floor, widths[column]), widths[column] - excess)
-    detail_width = max(1, width - (sum(widths) + 2 * 4))
+    # A detail beside its row when there is room for one, else on lines of its own below.
+    detail_width = width - (sum(widths) + 2 * 4)
+    if detail_width < _MIN_DETAIL:
+        detail_width = 0
     head = "  ".join(h.ljust(w) for h, w in zip(headers[:4], widths, strict=True))
     lines = [_clip(head + "  " + headers[4], width)]
     lines.append(
@@ -124,7 +127,7 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
         ]
         parts = "  ".join(c.ljust(w) for c, w in zip(clipped, widths, strict=True))
         detail = cell[4]
-        if len(detail) <= detail_width:
+        if detail_width and len(detail) <= detail_width:
             lines.append(_clip(parts + "  " + detail, width).rstrip())
         else:
             lines.append(_clip(parts, width).rstrip())

@@ -173,8 +173,11 @@ class UpdateEvent:
 
     def to_dict(self) -> dict[str, str]:
         return {
-            "test": self.test, "folder": self.folder, "name": self.name,
-            "action": self.action, "detail": self.detail,
+            "test": self.test,
+            "folder": self.folder,
+            "name": self.name,
+            "action": self.action,
+            "detail": self.detail,
         }
 
 
@@ -198,8 +201,8 @@ class GoldenFolder:
         digest_above: int,
     ) -> None:
         self.root = root
-        self.path = root / safe_component(module, "test module") / safe_component(
-            test_name, "test name"
+        self.path = (
+            root / safe_component(module, "test module") / safe_component(test_name, "test name")
         )
         self.test_id = test_id
         self.kinds = kinds
@@ -244,13 +247,21 @@ class GoldenFolder:
         obtained = self.kinds.artifact(name, obtained_path, kind)
         expected = Artifact(name=name, kind=entry.kind, fingerprint=entry.fingerprint, path=stored)
         self.evidence[name] = {
-            "golden": {"folder": str(self.path), "kind": entry.kind, "gate": entry.gate,
-                       "sha256": entry.sha256, "stored": entry.stored,
-                       "manifest_sha256": self.manifest_sha256(),
-                       "fingerprint": entry.fingerprint},
-            "obtained": {"path": str(obtained_path), "kind": obtained.kind,
-                         "sha256": _file_sha256(obtained),
-                         "fingerprint": obtained.fingerprint},
+            "golden": {
+                "folder": str(self.path),
+                "kind": entry.kind,
+                "gate": entry.gate,
+                "sha256": entry.sha256,
+                "stored": entry.stored,
+                "manifest_sha256": self.manifest_sha256(),
+                "fingerprint": entry.fingerprint,
+            },
+            "obtained": {
+                "path": str(obtained_path),
+                "kind": obtained.kind,
+                "sha256": _file_sha256(obtained),
+                "fingerprint": obtained.fingerprint,
+            },
         }
         # A kind that differs from the golden's is reported by the registry, like any mismatch.
         return self.kinds.compare(requested, expected, obtained, diagnostics_dir=diagnostics_dir)
@@ -262,8 +273,13 @@ class GoldenFolder:
     # ---------------------------------------------------------------- updating
 
     def stage(
-        self, name: str, path: Path, gate: Gate | None, provenance: Mapping[str, Any],
-        *, artifact: Artifact | None = None,
+        self,
+        name: str,
+        path: Path,
+        gate: Gate | None,
+        provenance: Mapping[str, Any],
+        *,
+        artifact: Artifact | None = None,
     ) -> ManifestEntry:
         """Fingerprint an artifact for the next :meth:`commit`; nothing is written yet.
 
@@ -280,13 +296,22 @@ class GoldenFolder:
         size = path.stat().st_size
         stored = "digest" if size > self.digest_above else "full"
         suffix = "".join(path.suffixes[-1:])
-        file = name if (stored == "full" and Path(name).suffix) else (
-            f"{name}{suffix}" if stored == "full" else None
+        file = (
+            name
+            if (stored == "full" and Path(name).suffix)
+            else (f"{name}{suffix}" if stored == "full" else None)
         )
         entry = ManifestEntry(
-            name=name, kind=kind, gate=resolved.spec, sha256=_file_sha256(artifact), size=size,
-            stored=stored, file=file, fingerprint=fingerprint,
-            fingerprint_sha256=canonical_sha256(fingerprint), provenance=dict(provenance),
+            name=name,
+            kind=kind,
+            gate=resolved.spec,
+            sha256=_file_sha256(artifact),
+            size=size,
+            stored=stored,
+            file=file,
+            fingerprint=fingerprint,
+            fingerprint_sha256=canonical_sha256(fingerprint),
+            provenance=dict(provenance),
         )
         self._staged[name] = StagedArtifact(entry, path if stored == "full" else None)
         return entry
@@ -464,8 +489,9 @@ class Golden:
         self.results.append(result)
         return result
 
-    def stage_run(self, artifacts: Any, gate: Gate | str | None = None
-                  ) -> list[ManifestEntry] | None:
+    def stage_run(
+        self, artifacts: Any, gate: Gate | str | None = None
+    ) -> list[ManifestEntry] | None:
         """Under --update-goldens, stage every artifact of a producer's run, once it has run
         at least twice with identical results; returns None in compare mode (nothing done)."""
         from ..gates import parse_gate
@@ -483,16 +509,20 @@ class Golden:
         self.staged += staged
         return staged
 
-    def _stage_producer(self, producer: Any, gate: Gate | None, what: str
-                        ) -> list[ManifestEntry]:
+    def _stage_producer(self, producer: Any, gate: Gate | None, what: str) -> list[ManifestEntry]:
         """Run a producer at least twice; stage its first run only if every run agreed."""
         from ..core.verdict import Verdict
         from ..errors import NondeterministicProducer
         from .repeatability import compare_control_candidate
 
         verdict = compare_control_candidate(
-            producer, None, runs=self.producer_runs, kinds=self.folder.kinds,
-            workdir=self.workdir / f"producer-{len(self.staged)}", gate=gate, label="run",
+            producer,
+            None,
+            runs=self.producer_runs,
+            kinds=self.folder.kinds,
+            workdir=self.workdir / f"producer-{len(self.staged)}",
+            gate=gate,
+            label="run",
         )
         if verdict.verdict == Verdict.INCONCLUSIVE:
             raise NondeterministicProducer(
@@ -503,10 +533,14 @@ class Golden:
         staged = []
         for name, run in sorted(verdict.runs[0]["artifacts"].items()):
             # Already fingerprinted by the repeatability check: stage without decoding again.
-            fingerprinted = Artifact(name=name, kind=run["kind"], fingerprint=run["fingerprint"],
-                                     path=Path(run["path"]))
-            staged.append(self.folder.stage(name, Path(run["path"]), gate, self.provenance,
-                                            artifact=fingerprinted))
+            fingerprinted = Artifact(
+                name=name, kind=run["kind"], fingerprint=run["fingerprint"], path=Path(run["path"])
+            )
+            staged.append(
+                self.folder.stage(
+                    name, Path(run["path"]), gate, self.provenance, artifact=fingerprinted
+                )
+            )
         self.staged += staged
         return staged
 

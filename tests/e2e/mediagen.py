@@ -24,14 +24,39 @@ def gray_frames(count: int = 12, width: int = 64, height: int = 48) -> np.ndarra
     return np.stack(frames)
 
 
-def write_video(path: Path, frames: np.ndarray, width: int = 64, height: int = 48,
-                fps: int = 24) -> Path:
+def write_video(
+    path: Path, frames: np.ndarray, width: int = 64, height: int = 48, fps: int = 24
+) -> Path:
     """Encode yuv420p frames losslessly (-qp 0), so one changed pixel survives decoding."""
     command = [
-        FFMPEG, "-y", "-v", "error", "-f", "rawvideo", "-pix_fmt", "yuv420p",
-        "-s", f"{width}x{height}", "-r", str(fps), "-i", "-",
-        "-c:v", "libx264", "-qp", "0", "-preset", "ultrafast", "-threads", "1",
-        "-pix_fmt", "yuv420p", "-bitexact", "-map_metadata", "-1", str(path),
+        FFMPEG,
+        "-y",
+        "-v",
+        "error",
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "yuv420p",
+        "-s",
+        f"{width}x{height}",
+        "-r",
+        str(fps),
+        "-i",
+        "-",
+        "-c:v",
+        "libx264",
+        "-qp",
+        "0",
+        "-preset",
+        "ultrafast",
+        "-threads",
+        "1",
+        "-pix_fmt",
+        "yuv420p",
+        "-bitexact",
+        "-map_metadata",
+        "-1",
+        str(path),
     ]
     subprocess.run(command, input=frames.tobytes(), check=True)
     return path

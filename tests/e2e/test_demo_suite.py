@@ -21,8 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 def repo_copy(pytester: pytest.Pytester) -> Path:
     root = pytester.path
     for folder in ("fixtures", "goldens", "tests/gates"):
-        shutil.copytree(REPO / folder, root / folder,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "tests/__init__.py"):
         shutil.copy(REPO / name, root / name)
     return root
@@ -31,8 +30,13 @@ def repo_copy(pytester: pytest.Pytester) -> Path:
 def _run(pytester: pytest.Pytester, root: Path, *args: str) -> pytest.RunResult:
     # Its own lock folder: this copy must not wait on, or hold, the real suite's devices.
     return pytester.runpytest_subprocess(
-        "-m", "npu", "--lossless", f"--lossless-lock-dir={root / 'locks'}",
-        "-p", "no:cacheprovider", *args,
+        "-m",
+        "npu",
+        "--lossless",
+        f"--lossless-lock-dir={root / 'locks'}",
+        "-p",
+        "no:cacheprovider",
+        *args,
     )
 
 
@@ -40,10 +44,10 @@ def test_one_changed_constant_fails_naming_the_first_frame(pytester, repo_copy):
     model = repo_copy / "fixtures" / "ref2va" / "model.py"
     source = model.read_text()
     assert "_RGB_GAIN = np.float32(0.45)" in source
-    model.write_text(source.replace("_RGB_GAIN = np.float32(0.45)",
-                                    "_RGB_GAIN = np.float32(0.46)"))
-    result = _run(pytester, repo_copy, "-k", "test_cli_matches_goldens and not 15s",
-                  "--junitxml=junit.xml")
+    model.write_text(source.replace("_RGB_GAIN = np.float32(0.45)", "_RGB_GAIN = np.float32(0.46)"))
+    result = _run(
+        pytester, repo_copy, "-k", "test_cli_matches_goldens and not 15s", "--junitxml=junit.xml"
+    )
     assert result.ret == 1
     text = result.stdout.str()
     assert "artifact 'clip.mp4' (video), gate decoded (lossless): FAIL" in text

@@ -23,11 +23,11 @@ import pytest
 
 from pytest_lossless.devices import Allocator, CpuBackend, CudaBackend
 
+pytestmark = pytest.mark.slow
+
 HOLDER = """
 import json, os, time
 import pytest
-
-pytestmark = pytest.mark.slow
 
 @pytest.mark.npu(devices=2)
 @pytest.mark.parametrize("n", range({count}))
@@ -43,8 +43,14 @@ def test_hold(n, devices):
 
 
 def cpu_args(locks: Path, *more: str) -> list[str]:
-    return ["--lossless-backend=cpu", "--lossless-devices=0-3", f"--lossless-lock-dir={locks}",
-            "-p", "no:cacheprovider", *more]
+    return [
+        "--lossless-backend=cpu",
+        "--lossless-devices=0-3",
+        f"--lossless-lock-dir={locks}",
+        "-p",
+        "no:cacheprovider",
+        *more,
+    ]
 
 
 def read_intervals(path: Path) -> list[dict[str, Any]]:
@@ -63,14 +69,20 @@ def same_device_overlaps(records: Sequence[dict[str, Any]]) -> list[tuple[str, i
 
 
 def concurrent_pairs(records: Sequence[dict[str, Any]]) -> int:
-    return sum(1 for i, a in enumerate(records) for b in records[i + 1:]
-               if a["start"] < b["end"] and b["start"] < a["end"])
+    return sum(
+        1
+        for i, a in enumerate(records)
+        for b in records[i + 1 :]
+        if a["start"] < b["end"] and b["start"] < a["end"]
+    )
 
 
 def test_overlap_check_can_fail() -> None:
-    records = [{"ids": ["0", "1"], "start": 0.0, "end": 1.0},
-               {"ids": ["1", "2"], "start": 0.5, "end": 1.5},
-               {"ids": ["3"], "start": 0.2, "end": 0.3}]
+    records = [
+        {"ids": ["0", "1"], "start": 0.0, "end": 1.0},
+        {"ids": ["1", "2"], "start": 0.5, "end": 1.5},
+        {"ids": ["3"], "start": 0.2, "end": 0.3},
+    ]
     assert same_device_overlaps(records) == [("1", 0, 1)]
     assert concurrent_pairs(records) == 2
 
@@ -79,8 +91,7 @@ def check_schedule(records: Iterable[dict[str, Any]], expected: int) -> None:
     records = list(records)
     assert len(records) == expected
     assert same_device_overlaps(records) == []
-    assert all(len(set(r["ids"])) == 2 and set(r["ids"]) <= {"0", "1", "2", "3"}
-               for r in records)
+    assert all(len(set(r["ids"])) == 2 and set(r["ids"]) <= {"0", "1", "2", "3"} for r in records)
     assert all(r["env"] == {"PYTEST_LOSSLESS_CPU_SLOTS": ",".join(r["ids"])} for r in records)
     assert concurrent_pairs(records) > 0, "no two tests ran at once: the check proved nothing"
 
@@ -103,8 +114,17 @@ def test_two_pytest_processes_started_at_once(pytester: pytest.Pytester, tmp_pat
     pytester.makepyfile(test_pairs=HOLDER.format(count=4, sleep=0.3))
     env = {**os.environ, "INTERVALS": str(intervals)}
     argv = [sys.executable, "-m", "pytest", "-q", *cpu_args(tmp_path / "locks")]
-    runs = [subprocess.Popen(argv, cwd=pytester.path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            argv,
+            cwd=pytester.path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [run.communicate(timeout=120)[0] for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outputs
     records = read_intervals(intervals)
@@ -126,7 +146,8 @@ def test_sigkilled_holder_frees_its_devices_within_a_second(
 ) -> None:
     locks = tmp_path / "locks"
     held = tmp_path / "held"
-    pytester.makepyfile(test_holder=f"""
+    pytester.makepyfile(
+        test_holder=f"""
         import pathlib, time
         import pytest
 
@@ -134,11 +155,26 @@ def test_sigkilled_holder_frees_its_devices_within_a_second(
         def test_keeps_them(devices):
             pathlib.Path({str(held)!r}).write_text(",".join(devices.ids))
             time.sleep(60)
-    """)
+    """
+    )
     holder = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-s", "--lossless-backend=cpu",
-         "--lossless-devices=0,1", f"--lossless-lock-dir={locks}", "-p", "no:cacheprovider"],
-        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "--lossless-backend=cpu",
+            "--lossless-devices=0,1",
+            f"--lossless-lock-dir={locks}",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_for(held, holder)
         record = json.loads((locks / "cpu-slot-0.holder.json").read_text())
@@ -146,8 +182,14 @@ def test_sigkilled_holder_frees_its_devices_within_a_second(
         assert record["test"].endswith("test_keeps_them")
         waiting = threading.Event()
         acquired: list[float] = []
-        allocator = Allocator([CpuBackend()], backend="cpu", pool=("0", "1"), lock_dir=locks,
-                              timeout=30, on_wait=lambda line: waiting.set())
+        allocator = Allocator(
+            [CpuBackend()],
+            backend="cpu",
+            pool=("0", "1"),
+            lock_dir=locks,
+            timeout=30,
+            on_wait=lambda line: waiting.set(),
+        )
 
         def take() -> None:
             allocation = allocator.acquire(2, "t::next")
@@ -174,7 +216,8 @@ def test_timeout_names_the_holder_and_too_many_fails_at_once(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     locks = tmp_path / "locks"
-    pytester.makepyfile(test_wants="""
+    pytester.makepyfile(
+        test_wants="""
         import pytest
 
         @pytest.mark.npu(devices=2)
@@ -188,13 +231,16 @@ def test_timeout_names_the_holder_and_too_many_fails_at_once(
         def test_unmarked_test_holds_nothing(request):
             from pytest_lossless.plugin.devices import ALLOCATION_KEY
             assert ALLOCATION_KEY not in request.node.stash
-    """)
-    allocator = Allocator([CpuBackend()], backend="cpu", pool=("0", "1", "2", "3"),
-                          lock_dir=locks, timeout=5)
+    """
+    )
+    allocator = Allocator(
+        [CpuBackend()], backend="cpu", pool=("0", "1", "2", "3"), lock_dir=locks, timeout=5
+    )
     with allocator.acquire(3, "tests/outer.py::test_keeps_three"):
         started = time.monotonic()
         result = pytester.runpytest_subprocess(
-            *cpu_args(locks, "--lossless-lock-timeout=0.6", "-rE"))
+            *cpu_args(locks, "--lossless-lock-timeout=0.6", "-rE")
+        )
         took = time.monotonic() - started
     result.assert_outcomes(passed=1, errors=2)
     out = result.stdout.str()
@@ -209,7 +255,8 @@ def test_timeout_names_the_holder_and_too_many_fails_at_once(
 def test_marked_tests_hold_devices_without_the_fixture(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    pytester.makepyfile(test_marked="""
+    pytester.makepyfile(
+        test_marked="""
         import json, pathlib
         import pytest
         from pytest_lossless.plugin.devices import ALLOCATION_KEY
@@ -234,7 +281,8 @@ def test_marked_tests_hold_devices_without_the_fixture(
         def test_released_after(request):
             lock_dir = pathlib.Path(request.node.stash[ALLOCATION_KEY].lock_dir)
             assert not (lock_dir / "cpu-slot-1.holder.json").exists()
-    """)
+    """
+    )
     result = pytester.runpytest_subprocess(*cpu_args(tmp_path / "locks"))
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines(["*marker npu(devices=...)=0: must be a whole number >= 1*"])
@@ -245,7 +293,8 @@ def test_no_accelerator_skips_naming_the_cpu_backend(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # neither npu-smi nor nvidia-smi
     monkeypatch.delenv("PYTEST_LOSSLESS_BACKEND", raising=False)
-    pytester.makepyfile(test_auto="""
+    pytester.makepyfile(
+        test_auto="""
         import pytest
 
         @pytest.mark.gpu
@@ -254,9 +303,11 @@ def test_no_accelerator_skips_naming_the_cpu_backend(
 
         def test_plain():
             pass
-    """)
-    result = pytester.runpytest_subprocess("--lossless-backend=auto", "-rs",
-                                           f"--lossless-lock-dir={tmp_path / 'locks'}")
+    """
+    )
+    result = pytester.runpytest_subprocess(
+        "--lossless-backend=auto", "-rs", f"--lossless-lock-dir={tmp_path / 'locks'}"
+    )
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*no accelerator found*--lossless-backend=cpu*"])
 
@@ -289,7 +340,8 @@ def test_a_plugin_backend_overrides_a_builtin_and_markers_match_it(
         def pytest_lossless_backends():
             return [BoardNpu()]
     """)
-    pytester.makepyfile(test_board="""
+    pytester.makepyfile(
+        test_board="""
         import pytest
 
         @pytest.mark.npu(devices=2)
@@ -302,17 +354,22 @@ def test_a_plugin_backend_overrides_a_builtin_and_markers_match_it(
         @pytest.mark.gpu
         def test_on_gpu():
             pass
-    """)
-    result = pytester.runpytest_subprocess("--lossless-backend=npu", "-rs",
-                                           f"--lossless-lock-dir={tmp_path / 'locks'}")
+    """
+    )
+    result = pytester.runpytest_subprocess(
+        "--lossless-backend=npu", "-rs", f"--lossless-lock-dir={tmp_path / 'locks'}"
+    )
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*marked gpu, but the device backend is npu*"])
 
 
-@pytest.mark.skipif(shutil.which("nvidia-smi") is None or not CudaBackend().available(),
-                    reason="needs nvidia-smi and a GPU (run on the device machine)")
+@pytest.mark.skipif(
+    shutil.which("nvidia-smi") is None or not CudaBackend().available(),
+    reason="needs nvidia-smi and a GPU (run on the device machine)",
+)
 def test_cuda_real_gpu_marker(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    pytester.makepyfile(test_gpu="""
+    pytester.makepyfile(
+        test_gpu="""
         import json, pytest
 
         @pytest.mark.gpu
@@ -322,8 +379,10 @@ def test_cuda_real_gpu_marker(pytester: pytest.Pytester, tmp_path: Path) -> None
             assert devices.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
             assert devices.idle_before["observed"] is True
             print("ALLOCATION", json.dumps(devices.to_dict()))
-    """)
-    result = pytester.runpytest_subprocess("--lossless-backend=cuda", "-s",
-                                           f"--lossless-lock-dir={tmp_path / 'locks'}")
+    """
+    )
+    result = pytester.runpytest_subprocess(
+        "--lossless-backend=cuda", "-s", f"--lossless-lock-dir={tmp_path / 'locks'}"
+    )
     result.assert_outcomes(passed=1)
     print(result.stdout.str())

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.slow
 def _verify(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest_lossless", "verify", *args],
-        cwd=cwd, capture_output=True, text=True, check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 
@@ -28,14 +31,16 @@ def test_a_kind_in_a_project_module_passes_pytest_and_verify_with_p(
     pytester.makepyfile(csvkind=CUSTOM_KIND_CONFTEST)
     pytester.syspathinsert()
     (pytester.path / "t.csv").write_text("a,b\n1,2\n3,4\n")
-    pytester.makepyfile(test_csv="""
+    pytester.makepyfile(
+        test_csv="""
 import pytest
 from pathlib import Path
 
 @pytest.mark.lossless
 def test_csv(golden):
     golden.check("t.csv", Path(__file__).parent / "t.csv")
-""")
+"""
+    )
     assert pytester.runpytest("-p", "csvkind", "--update-goldens").ret == 0
     manifest = json.loads((pytester.path / "goldens/test_csv/test_csv/manifest.json").read_text())
     assert manifest["artifacts"]["t.csv"]["kind"] == "csv"
@@ -58,14 +63,16 @@ def test_csv(golden):
 def test_a_lossless_test_that_compares_nothing_has_outcome_failed_in_its_receipt(
     pytester: pytest.Pytester,
 ) -> None:
-    pytester.makepyfile(test_nothing="""
+    pytester.makepyfile(
+        test_nothing="""
 import sys
 import pytest
 
 @pytest.mark.lossless
 def test_runs_but_compares_nothing(model_run):
     model_run([sys.executable, "-c", "pass"])
-""")
+"""
+    )
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*marked lossless but compared nothing*"])
@@ -82,7 +89,8 @@ def test_the_receipt_outcome_does_not_depend_on_hook_names_or_registration_order
         name
         for module in (outcomes, receipts)
         for name, value in vars(module).items()
-        if callable(value) and getattr(value, "pytest_impl", None) is not None
+        if callable(value)
+        and getattr(value, "pytest_impl", None) is not None
         and (value.pytest_impl.get("specname") or name) == "pytest_runtest_makereport"
     ]
     assert wrappers == ["pytest_runtest_makereport"]

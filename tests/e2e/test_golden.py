@@ -12,7 +12,10 @@ import pytest
 
 from tests.e2e.mediagen import gray_frames, lying_wav, tone, write_video, write_wav
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 GOLDEN_TEST = """
 import numpy as np
@@ -59,11 +62,19 @@ def test_create_then_pass(pytester, media_project):
     manifest = _manifest(media_project)
     assert manifest["schema"] == 1
     kinds = {name: entry["kind"] for name, entry in manifest["artifacts"].items()}
-    assert kinds == {"clip.mp4": "video", "audio.wav": "audio", "latent.npy": "tensor",
-                     "notes.txt": "bytes"}
+    assert kinds == {
+        "clip.mp4": "video",
+        "audio.wav": "audio",
+        "latent.npy": "tensor",
+        "notes.txt": "bytes",
+    }
     gates = {name: entry["gate"] for name, entry in manifest["artifacts"].items()}
-    assert gates == {"clip.mp4": "decoded", "audio.wav": "decoded", "latent.npy": "elementwise",
-                     "notes.txt": "bytes"}
+    assert gates == {
+        "clip.mp4": "decoded",
+        "audio.wav": "decoded",
+        "latent.npy": "elementwise",
+        "notes.txt": "bytes",
+    }
     provenance = manifest["artifacts"]["clip.mp4"]["provenance"]
     assert provenance["plugin_version"]
     assert "--update-goldens" in provenance["command"]
@@ -125,12 +136,15 @@ def test_corrupted_golden_is_an_integrity_error_not_a_mismatch(pytester, media_p
 
 def test_changed_gate_is_refused(pytester, media_project):
     assert pytester.runpytest("--update-goldens").ret == 0
-    pytester.makepyfile(test_media=GOLDEN_TEST.replace(
-        'golden.check("notes.txt", (HERE / "notes.txt").read_bytes())',
-        'golden.check("notes.txt", (HERE / "notes.txt").read_bytes())\n'
-        '    golden.check("latent.npy", np.load(HERE / "latent.npy"), gate="bytes")',
-    ).replace('    golden.check("latent.npy", np.load(HERE / "latent.npy", allow_pickle=False))\n',
-              ""))
+    pytester.makepyfile(
+        test_media=GOLDEN_TEST.replace(
+            'golden.check("notes.txt", (HERE / "notes.txt").read_bytes())',
+            'golden.check("notes.txt", (HERE / "notes.txt").read_bytes())\n'
+            '    golden.check("latent.npy", np.load(HERE / "latent.npy"), gate="bytes")',
+        ).replace(
+            '    golden.check("latent.npy", np.load(HERE / "latent.npy", allow_pickle=False))\n', ""
+        )
+    )
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -181,7 +195,8 @@ def test_nan(golden):
 
 
 def test_update_goldens_under_xdist_writes_every_folder_whole(pytester):
-    pytester.makepyfile(test_many="""
+    pytester.makepyfile(
+        test_many="""
 import numpy as np
 import pytest
 
@@ -190,7 +205,8 @@ import pytest
 def test_many(golden, i):
     golden.check("a.npy", np.full((64, 64), i, dtype=np.int32))
     golden.check("b.bin", bytes([i]) * 1000)
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("--update-goldens", "-p", "xdist", "-n", "4")
     result.assert_outcomes(passed=16)
     folders = sorted((pytester.path / "goldens/test_many").iterdir())
@@ -204,14 +220,16 @@ def test_many(golden, i):
 
 
 def test_nondeterministic_producer_is_refused_and_nothing_written(pytester):
-    pytester.makepyfile(test_flaky="""
+    pytester.makepyfile(
+        test_flaky="""
 import os
 import pytest
 
 @pytest.mark.lossless
 def test_flaky(golden):
     golden.check("noise.bin", lambda: os.urandom(32))
-""")
+"""
+    )
     result = pytester.runpytest("--update-goldens")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*NondeterministicProducer*noise.bin*Nothing was written*"])
@@ -244,7 +262,8 @@ def test_failed_update_leaves_the_old_golden(pytester, media_project):
 
 
 def test_a_lossless_test_that_compares_nothing_fails(pytester):
-    pytester.makepyfile(test_empty="""
+    pytester.makepyfile(
+        test_empty="""
 import pytest
 
 @pytest.mark.lossless
@@ -254,7 +273,8 @@ def test_nothing():
 @pytest.mark.lossless
 def test_asks_for_golden_but_never_checks(golden):
     pass
-""")
+"""
+    )
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*marked lossless but compared nothing*"])
@@ -262,15 +282,20 @@ def test_asks_for_golden_but_never_checks(golden):
 
 def test_a_golden_the_test_stopped_checking_fails(pytester, media_project):
     assert pytester.runpytest("--update-goldens").ret == 0
-    pytester.makepyfile(test_media=GOLDEN_TEST.replace(
-        '    golden.check("audio.wav", HERE / "audio.wav")\n', ""))
+    pytester.makepyfile(
+        test_media=GOLDEN_TEST.replace('    golden.check("audio.wav", HERE / "audio.wav")\n', "")
+    )
     result = pytester.runpytest("--lossless")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*golden 'audio.wav' in *manifest.json was not checked*"])
     result.stdout.fnmatch_lines(["UNCHECKED*audio.wav*"])
     receipt = json.loads(next((media_project / "lossless-receipts").glob("*.json")).read_text())
-    assert {"artifact": "audio.wav", "error": "Unchecked", "passed": False,
-            "message": "in the golden's manifest, but not checked"} in receipt["gates"]
+    assert {
+        "artifact": "audio.wav",
+        "error": "Unchecked",
+        "passed": False,
+        "message": "in the golden's manifest, but not checked",
+    } in receipt["gates"]
     assert receipt["verdicts"]["overall"] == "FAIL"
 
 
@@ -297,16 +322,21 @@ def test_check_all_takes_a_producer_and_refuses_a_flaky_one(pytester):
     pytester.makepyfile(test_run=RUN_TEST.format(log="os.urandom(8)"))
     result = pytester.runpytest("--update-goldens")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*NondeterministicProducer*Nothing was written*",
-                                 "*What varied between its runs:*", "*run 1 vs run 2:*",
-                                 "*log.bin*"])
-    manifest = json.loads(
-        (pytester.path / "goldens/test_run/test_run/manifest.json").read_text())
+    result.stdout.fnmatch_lines(
+        [
+            "*NondeterministicProducer*Nothing was written*",
+            "*What varied between its runs:*",
+            "*run 1 vs run 2:*",
+            "*log.bin*",
+        ]
+    )
+    manifest = json.loads((pytester.path / "goldens/test_run/test_run/manifest.json").read_text())
     assert manifest["artifacts"]["log.bin"]["sha256"] == hashlib.sha256(b"ok").hexdigest()
 
 
 def test_update_goldens_skips_gates_that_write_no_golden(pytester):
-    pytester.makepyfile(test_mixed="""
+    pytester.makepyfile(
+        test_mixed="""
 import numpy as np
 import pytest
 
@@ -317,7 +347,8 @@ def test_writes(golden):
 @pytest.mark.lossless
 def test_compares_only(lossless):
     lossless.compare(lambda: {"a.npy": np.zeros(3)}, lambda: {"a.npy": np.zeros(3)})
-""")
+"""
+    )
     result = pytester.runpytest("--update-goldens", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*--update-goldens: this gate has no golden to write*"])
@@ -325,7 +356,7 @@ def test_compares_only(lossless):
     result.assert_outcomes(passed=2)
 
 
-CUSTOM_KIND_CONFTEST = '''
+CUSTOM_KIND_CONFTEST = """
 import hashlib
 from pytest_lossless import hookimpl
 from pytest_lossless.gates import GateResult
@@ -356,21 +387,23 @@ def pytest_lossless_compare(kind, gate, expected, obtained):
         result.first_mismatch = f"row {differing[0]}"
         result.mismatch_count = len(differing)
     return result
-'''
+"""
 
 
 def test_a_conftest_adds_an_artifact_kind_through_our_hooks(pytester):
     pytester.makeconftest(CUSTOM_KIND_CONFTEST)
     table = pytester.path / "t.csv"
     table.write_text("a,b\n1,2\n3,4\n")
-    pytester.makepyfile(test_csv="""
+    pytester.makepyfile(
+        test_csv="""
 import pytest
 from pathlib import Path
 
 @pytest.mark.lossless
 def test_csv(golden):
     golden.check("t.csv", Path(__file__).parent / "t.csv")
-""")
+"""
+    )
     assert pytester.runpytest("--update-goldens").ret == 0
     manifest = json.loads((pytester.path / "goldens/test_csv/test_csv/manifest.json").read_text())
     assert manifest["artifacts"]["t.csv"]["kind"] == "csv"
@@ -380,4 +413,5 @@ def test_csv(golden):
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*artifact 't.csv' (csv), gate decoded*", "*first differing row: row 2*"])
+        ["*artifact 't.csv' (csv), gate decoded*", "*first differing row: row 2*"]
+    )

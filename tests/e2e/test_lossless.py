@@ -59,12 +59,14 @@ def verdict_project(pytester: pytest.Pytester) -> pytest.Pytester:
 def test_each_row_of_the_table(verdict_project):
     result = verdict_project.runpytest("--lossless", "-v", "--junitxml=junit.xml")
     assert result.ret == 1
-    result.stdout.fnmatch_lines([
-        "*test_pass PASSED*",
-        "*test_fail FAILED*",
-        "*test_inconclusive INCONCLUSIVE*",
-        "*test_observed_only PASSED*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_pass PASSED*",
+            "*test_fail FAILED*",
+            "*test_inconclusive INCONCLUSIVE*",
+            "*test_observed_only PASSED*",
+        ]
+    )
     text = result.stdout.str()
     assert "1 inconclusive" in text
     assert "the candidate differs" in text
@@ -90,8 +92,11 @@ def test_junit_xml_tells_inconclusive_apart(verdict_project):
 
 
 def test_the_session_fails_on_inconclusive_alone(pytester):
-    pytester.makepyfile(test_one=VERDICTS.replace("def test_fail", "def _fail")
-                        .replace("def test_observed_only", "def _observed"))
+    pytester.makepyfile(
+        test_one=VERDICTS.replace("def test_fail", "def _fail").replace(
+            "def test_observed_only", "def _observed"
+        )
+    )
     result = pytester.runpytest("--lossless", "-k", "inconclusive")
     result.assert_outcomes(deselected=1)  # 1 inconclusive is not a pass
     assert result.ret == 1
@@ -113,21 +118,26 @@ def test_verify_rederives_lossless_and_gate_verdicts(pytester, verdict_project):
     import subprocess
     import sys
 
-    pytester.makepyfile(test_gold="""
+    pytester.makepyfile(
+        test_gold="""
 import numpy as np
 import pytest
 
 @pytest.mark.lossless
 def test_gold(golden):
     golden.check("t.npy", np.arange(5, dtype=np.int16))
-""")
+"""
+    )
     assert pytester.runpytest("--update-goldens", "-k", "gold").ret == 0
     pytester.runpytest("--lossless", "--lossless-receipts=receipts")
     folder = pytester.path / "receipts"
 
     def verify():
-        return subprocess.run([sys.executable, "-m", "pytest_lossless", "verify", str(folder)],
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest_lossless", "verify", str(folder)],
+            capture_output=True,
+            text=True,
+        )
 
     assert verify().returncode == 0, verify().stdout
     assert "| test_gold.py::test_gold | passed |" in (folder / "SUMMARY.md").read_text()
@@ -163,7 +173,8 @@ def test_a_session_in_which_no_gate_ran_says_so(pytester):
 
 
 def test_a_session_whose_every_gate_was_skipped_fails(pytester):
-    pytester.makepyfile(test_device="""
+    pytester.makepyfile(
+        test_device="""
 import numpy as np
 import pytest
 
@@ -171,13 +182,15 @@ import pytest
 @pytest.mark.lossless
 def test_needs_a_device(golden):
     golden.check("a.npy", np.zeros(2))
-""")
+"""
+    )
     # the npu backend on a machine with no npu-smi: the gate is skipped, and that is no pass
     result = pytester.runpytest("--lossless", "--lossless-backend=npu")
     result.assert_outcomes(skipped=1)
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*every selected lossless gate was skipped*",
-                                 "1 lossless gate skipped: *npu-smi*"])
+    result.stdout.fnmatch_lines(
+        ["*every selected lossless gate was skipped*", "1 lossless gate skipped: *npu-smi*"]
+    )
 
 
 def test_skips_outside_lossless_gates_do_not_fail_the_session(pytester):
@@ -187,7 +200,8 @@ def test_skips_outside_lossless_gates_do_not_fail_the_session(pytester):
         "@pytest.mark.skip(reason='windows only')\n"
         "def test_windows():\n    pass\n\n"
         "@pytest.mark.lossless\n@pytest.mark.xfail(reason='known')\n"
-        "def test_known(golden):\n    golden.check('t', b'x')\n")
+        "def test_known(golden):\n    golden.check('t', b'x')\n"
+    )
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(skipped=1, xfailed=1)
     assert result.ret == 0

@@ -22,7 +22,9 @@ COMMAND = [sys.executable, {str(SERVERS / "command.py")!r}]
 SERVER = [sys.executable, {str(SERVERS / "worker_server.py")!r}, "{{port}}"]
 """
 
-COMMANDS = HEADER + """
+COMMANDS = (
+    HEADER
+    + """
 def test_writes_output(model_run):
     result = model_run([*COMMAND, "write", "{out}/video.txt", "frames"],
                        outputs={"video": "video.txt"})
@@ -34,8 +36,11 @@ def test_exits_3(model_run):
 def test_hangs(model_run):
     model_run([*COMMAND, "hang-ignore-term"], timeout=0.3, grace=0.3)
 """
+)
 
-SERVERS_TESTS = HEADER + """
+SERVERS_TESTS = (
+    HEADER
+    + """
 def test_workers_and_timings(model_run):
     server = model_run.server([*SERVER, "--workers", "2"], ready="/health", workers_expected=2)
     server.request("POST", "/infer", data=b"warm", warmup=True)
@@ -57,6 +62,7 @@ def test_dies_at_startup(model_run):
 def test_left_running_on_a_device(model_run, devices):
     model_run.server([*SERVER, "--workers", "1"], ready="/health", workers_expected=1)
 """
+)
 
 
 def _receipt(folder: Path, test: str) -> dict[str, Any]:
@@ -67,24 +73,35 @@ def _receipt(folder: Path, test: str) -> dict[str, Any]:
 
 def _run(pytester: pytest.Pytester, source: str, *extra: str) -> pytest.RunResult:
     pytester.makepyfile(test_models=source)
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--lossless-receipts",
-                                         "receipts", *extra)
+    return pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--lossless-receipts", "receipts", *extra
+    )
 
 
 def test_commands_exit_codes_timeouts_and_receipts(pytester: pytest.Pytester) -> None:
     result = _run(pytester, COMMANDS)
     result.assert_outcomes(passed=1, failed=2)
     # A command exiting 3 fails the test with the code and the stderr tail.
-    result.stdout.fnmatch_lines(["*RunError: model_run: command-01 exited with code 3*",
-                                 "*| fatal: simulated failure with code 3*"])
-    result.stdout.fnmatch_lines(["*command-01 timed out after 0.3 s; sent SIGTERM to its "
-                                 "process group, then SIGKILL after *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*RunError: model_run: command-01 exited with code 3*",
+            "*| fatal: simulated failure with code 3*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*command-01 timed out after 0.3 s; sent SIGTERM to its "
+            "process group, then SIGKILL after *"
+        ]
+    )
     receipts = pytester.path / "receipts"
     hang = _receipt(receipts, "test_hangs")
     run = hang["runs"][0]
     assert run["timed_out"] is True
-    assert [(s["signal"], s["forced"]) for s in run["signals"]] == [("SIGTERM", True),
-                                                                    ("SIGKILL", True)]
+    assert [(s["signal"], s["forced"]) for s in run["signals"]] == [
+        ("SIGTERM", True),
+        ("SIGKILL", True),
+    ]
     assert run["processes"][0]["signal"] == "SIGKILL"
     assert run["processes"][0]["forced"] is True
     assert hang["verdicts"]["lifecycle"]["clean"] is False
@@ -96,16 +113,29 @@ def test_commands_exit_codes_timeouts_and_receipts(pytester: pytest.Pytester) ->
     assert good["runs"][0]["outputs"]["video"]["bytes"] == 6
     assert good["runspec"]["versions"]["pytest-lossless"]
     assert "PYTHONHASHSEED" in good["runspec"]["environment"]["knobs_unset"] + list(
-        good["runspec"]["environment"]["knobs"])
+        good["runspec"]["environment"]["knobs"]
+    )
 
 
 def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -> None:
-    result = _run(pytester, SERVERS_TESTS, "--lossless-backend", "cpu",
-                  "--lossless-devices", "0", "--lossless-lock-dir", str(pytester.path / "locks"))
+    result = _run(
+        pytester,
+        SERVERS_TESTS,
+        "--lossless-backend",
+        "cpu",
+        "--lossless-devices",
+        "0",
+        "--lossless-lock-dir",
+        str(pytester.path / "locks"),
+    )
     result.assert_outcomes(passed=3, failed=1)
     # A server dying during startup fails fast with its stderr.
-    result.stdout.fnmatch_lines(["*server-01 died during startup (exit code 2) after *",
-                                 "*| server: fatal: weights file is corrupt*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*server-01 died during startup (exit code 2) after *",
+            "*| server: fatal: weights file is corrupt*",
+        ]
+    )
     assert result.duration < 60
     receipts = pytester.path / "receipts"
 
@@ -124,8 +154,10 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
 
     stubborn = _receipt(receipts, "test_ignores_sigterm")
     run = stubborn["runs"][0]
-    assert [(s["signal"], s["forced"]) for s in run["signals"]][:2] == [("SIGTERM", False),
-                                                                        ("SIGKILL", True)]
+    assert [(s["signal"], s["forced"]) for s in run["signals"]][:2] == [
+        ("SIGTERM", False),
+        ("SIGKILL", True),
+    ]
     assert stubborn["verdicts"]["lifecycle"]["clean"] is False
     assert not run["lifecycle"]["summary"].startswith("clean")
 
@@ -144,8 +176,11 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
     assert done.stdout.count("\nOK ") + done.stdout.startswith("OK ") == 4
     (edited,) = receipts.glob("*test_ignores_sigterm.json")
     data = json.loads(edited.read_text())
-    data["runs"][0]["lifecycle"] = {"clean": True, "reasons": [],
-                                    "summary": "every process exited cleanly"}
+    data["runs"][0]["lifecycle"] = {
+        "clean": True,
+        "reasons": [],
+        "summary": "every process exited cleanly",
+    }
     data["verdicts"]["lifecycle"]["clean"] = True
     edited.write_text(json.dumps(data))
     done = subprocess.run(verify, capture_output=True, text=True, check=False)
@@ -157,7 +192,8 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
 
 def test_unmarked_devices_fixture_still_owns_the_runs(pytester: pytest.Pytester) -> None:
     """Asking for ``devices`` without a marker: children see it, and end before its locks go."""
-    pytester.makepyfile(test_order="""
+    pytester.makepyfile(
+        test_order="""
 import sys
 
 def test_order(model_run, devices):
@@ -166,10 +202,15 @@ def test_order(model_run, devices):
     assert open(run.stdout_path).read().strip() == ",".join(devices.ids)
     model_run.server([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "{port}"],
                      ready="/")
-""")
+"""
+    )
     result = pytester.runpytest_subprocess(
-        "--lossless-backend=cpu", "--lossless-devices=0,1",
-        f"--lossless-lock-dir={pytester.path / 'locks'}", "-p", "no:cacheprovider")
+        "--lossless-backend=cpu",
+        "--lossless-devices=0,1",
+        f"--lossless-lock-dir={pytester.path / 'locks'}",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=1)
     receipt = json.loads(next((pytester.path / "lossless-receipts").glob("*.json")).read_text())
     server = receipt["runs"][-1]

@@ -9,14 +9,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 SPEED_TESTS = """
 import subprocess
 import sys
 import time
 
 import pytest
-
-pytestmark = pytest.mark.slow
 
 
 def sleeper(seconds):
@@ -81,31 +81,36 @@ def test_verdicts_become_outcomes(speed_project: pytest.Pytester) -> None:
         "-v", "-rA", "--lossless-speed-seed=1234", "--junitxml=junit.xml"
     )
     assert result.ret == 1
-    result.stdout.fnmatch_lines_random([
-        "*test_faster_candidate PASSED*",
-        "*test_a_a_is_not_a_gain PASSED*",
-        "*test_slower_candidate FAILED*",
-        "*test_crashing_candidate INCONCLUSIVE*",
-        "*test_subprocess_arms PASSED*",
-        "*test_model_run_arms PASSED*",
-        "VERDICT workload 5s: candidate/control = 0.* [[]0.*, 0.*] (95% one-sided bounds), "
-        "target <= 0.70: PASS (* pairs, ABBA, seed 1234).",
-        "VERDICT workload a-a: candidate/control = *<= 0.70: * pairs, ABBA, seed 1234).",
-        "*workload 15s: candidate/control = 2.* <= 0.70: FAIL (6 of 8 pairs, ABBA, seed 1234)*",
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "*test_faster_candidate PASSED*",
+            "*test_a_a_is_not_a_gain PASSED*",
+            "*test_slower_candidate FAILED*",
+            "*test_crashing_candidate INCONCLUSIVE*",
+            "*test_subprocess_arms PASSED*",
+            "*test_model_run_arms PASSED*",
+            "VERDICT workload 5s: candidate/control = 0.* [[]0.*, 0.*] (95% one-sided bounds), "
+            "target <= 0.70: PASS (* pairs, ABBA, seed 1234).",
+            "VERDICT workload a-a: candidate/control = *<= 0.70: * pairs, ABBA, seed 1234).",
+            "*workload 15s: candidate/control = 2.* <= 0.70: FAIL (6 of 8 pairs, ABBA, seed 1234)*",
+        ]
+    )
     a_a = next(line for line in result.outlines if line.startswith("VERDICT workload a-a"))
     assert "PASS" not in a_a
     result.stdout.fnmatch_lines(["*pytest-lossless: gates and verdicts*"])
-    result.stdout.fnmatch_lines_random([
-        "PASS *test_faster_candidate*speed 5s*ratio <= 0.70*",
-        "FAIL *test_slower_candidate*speed 15s*ratio <= 0.70*",
-        "INCONCLUSIVE *test_crashing_candidate*ratio <= 0.70*",
-        "PASS *test_subprocess_arms*speed proc*ratio <= 0.70*",
-        "PASS *test_model_run_arms*speed model_run*ratio <= 0.70*",
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "PASS *test_faster_candidate*speed 5s*ratio <= 0.70*",
+            "FAIL *test_slower_candidate*speed 15s*ratio <= 0.70*",
+            "INCONCLUSIVE *test_crashing_candidate*ratio <= 0.70*",
+            "PASS *test_subprocess_arms*speed proc*ratio <= 0.70*",
+            "PASS *test_model_run_arms*speed model_run*ratio <= 0.70*",
+        ]
+    )
     suite = ET.parse(speed_project.path / "junit.xml").getroot()
-    crashed = next(case for case in suite.iter("testcase")
-                   if case.get("name") == "test_crashing_candidate")
+    crashed = next(
+        case for case in suite.iter("testcase") if case.get("name") == "test_crashing_candidate"
+    )
     failure = crashed.find("failure")
     assert failure is not None
     message = failure.get("message") or ""

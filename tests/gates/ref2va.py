@@ -20,8 +20,11 @@ PROMPT = "a lighthouse at dusk, waves breaking, gulls overhead"
 SEED = "7"
 STEPS = "12"
 SIZE = "320x176"
-OUTPUTS = {"clip.mp4": "{out}/clip.mp4", "audio.wav": "{out}/audio.wav",
-           "latent.npy": "{out}/latent.npy"}
+OUTPUTS = {
+    "clip.mp4": "{out}/clip.mp4",
+    "audio.wav": "{out}/audio.wav",
+    "latent.npy": "{out}/latent.npy",
+}
 #: The campaign's two workloads: each gets its own verdicts; nothing is added across them.
 WORKLOADS = [pytest.param(5, id="5s"), pytest.param(15, id="15s")]
 
@@ -29,10 +32,30 @@ WORKLOADS = [pytest.param(5, id="5s"), pytest.param(15, id="15s")]
 def generate(model_run: Any, variant: str, seconds: int) -> Any:
     """One command-line run of the model; returns the model_run result (artifacts + record)."""
     return model_run(
-        [*MODEL, "generate", "--image", str(REFERENCE), "--prompt", PROMPT, "--seed", SEED,
-         "--duration", str(seconds), "--size", SIZE, "--steps", STEPS, "--variant", variant,
-         "--out", "{out}"],
-        outputs=OUTPUTS, cwd=REPO, timeout=300, inputs={"reference": REFERENCE},
+        [
+            *MODEL,
+            "generate",
+            "--image",
+            str(REFERENCE),
+            "--prompt",
+            PROMPT,
+            "--seed",
+            SEED,
+            "--duration",
+            str(seconds),
+            "--size",
+            SIZE,
+            "--steps",
+            STEPS,
+            "--variant",
+            variant,
+            "--out",
+            "{out}",
+        ],
+        outputs=OUTPUTS,
+        cwd=REPO,
+        timeout=300,
+        inputs={"reference": REFERENCE},
     )
 
 
@@ -43,9 +66,21 @@ def arm(model_run: Any, variant: str, seconds: int) -> Callable[[], Any]:
 
 def start_server(model_run: Any, variant: str = "control", workers: int = 2) -> Any:
     return model_run.server(
-        [*MODEL, "serve", "--port", "{port}", "--workers", str(workers), "--variant", variant,
-         "--out", "{out}"],
-        ready="http://127.0.0.1:{port}/health", startup_timeout=120, cwd=REPO,
+        [
+            *MODEL,
+            "serve",
+            "--port",
+            "{port}",
+            "--workers",
+            str(workers),
+            "--variant",
+            variant,
+            "--out",
+            "{out}",
+        ],
+        ready="http://127.0.0.1:{port}/health",
+        startup_timeout=120,
+        cwd=REPO,
         workers_expected=workers,
     )
 
@@ -53,12 +88,23 @@ def start_server(model_run: Any, variant: str = "control", workers: int = 2) -> 
 def request_clip(server: Any, seconds: int, *, warmup: bool = False) -> dict[str, Path]:
     """POST the reference image; the server answers with the paths of its artifacts."""
     response = server.request(
-        "POST", "/generate", files={"image": REFERENCE},
-        data={"prompt": PROMPT, "seed": SEED, "duration": str(seconds), "size": SIZE,
-              "steps": STEPS},
-        timeout=300, warmup=warmup,
+        "POST",
+        "/generate",
+        files={"image": REFERENCE},
+        data={
+            "prompt": PROMPT,
+            "seed": SEED,
+            "duration": str(seconds),
+            "size": SIZE,
+            "steps": STEPS,
+        },
+        timeout=300,
+        warmup=warmup,
     )
     assert response.status == 200, response.text()
     paths = json.loads(response.text())
-    return {"clip.mp4": Path(paths["video"]), "audio.wav": Path(paths["audio"]),
-            "latent.npy": Path(paths["latent"])}
+    return {
+        "clip.mp4": Path(paths["video"]),
+        "audio.wav": Path(paths["audio"]),
+        "latent.npy": Path(paths["latent"]),
+    }

@@ -31,8 +31,11 @@ def test_server_matches_goldens(model_run, golden, seconds):
 
 @pytest.mark.parametrize("seconds", WORKLOADS)
 def test_fast_is_lossless(model_run, lossless, seconds):
-    lossless.compare(arm(model_run, "control", seconds), arm(model_run, "fast", seconds),
-                     label=f"fast vs control {seconds}s")
+    lossless.compare(
+        arm(model_run, "control", seconds),
+        arm(model_run, "fast", seconds),
+        label=f"fast vs control {seconds}s",
+    )
 
 
 # Timing takes the whole pool of (emulated) devices: under pytest-xdist no other gate runs beside
@@ -43,8 +46,12 @@ WHOLE_POOL = pytest.mark.npu(devices=4)
 @WHOLE_POOL
 @pytest.mark.parametrize("seconds", WORKLOADS)
 def test_fast_is_faster(model_run, speed_gate, seconds):
-    speed_gate(arm(model_run, "control", seconds), arm(model_run, "fast", seconds),
-               target=0.30, workload=f"{seconds}s")
+    speed_gate(
+        arm(model_run, "control", seconds),
+        arm(model_run, "fast", seconds),
+        target=0.30,
+        workload=f"{seconds}s",
+    )
 
 
 # Expected verdicts: these tests prove the gates can say FAIL and INCONCLUSIVE on real runs;
@@ -52,17 +59,30 @@ def test_fast_is_faster(model_run, speed_gate, seconds):
 
 
 def test_fused_is_not_lossless(model_run, lossless):
-    lossless.compare(arm(model_run, "control", 5), arm(model_run, "fused", 5),
-                     label="fused vs control 5s", expect="FAIL")
+    lossless.compare(
+        arm(model_run, "control", 5),
+        arm(model_run, "fused", 5),
+        label="fused vs control 5s",
+        expect="FAIL",
+    )
 
 
 def test_racy_control_is_inconclusive(model_run, lossless):
-    lossless.compare(arm(model_run, "racy", 5), arm(model_run, "fast", 5),
-                     label="racy control 5s", expect="INCONCLUSIVE")
+    lossless.compare(
+        arm(model_run, "racy", 5),
+        arm(model_run, "fast", 5),
+        label="racy control 5s",
+        expect="INCONCLUSIVE",
+    )
 
 
 @WHOLE_POOL
 def test_a_a_is_not_a_gain(model_run, speed_gate):
     # A 1 s clip keeps the suite short; what matters is that equal builds never show a gain.
-    speed_gate(arm(model_run, "control", 1), arm(model_run, "control", 1), target=0.30,
-               workload="A/A 1s", expect=("FAIL", "INCONCLUSIVE"))
+    speed_gate(
+        arm(model_run, "control", 1),
+        arm(model_run, "control", 1),
+        target=0.30,
+        workload="A/A 1s",
+        expect=("FAIL", "INCONCLUSIVE"),
+    )

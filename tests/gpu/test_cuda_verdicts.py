@@ -36,8 +36,10 @@ pytestmark = [pytest.mark.gpu(devices=1), pytest.mark.lossless]
 def cuda_devices(devices: Any) -> Any:
     """The allocation, when it is a real CUDA GPU and torch is importable; else skip."""
     if devices.backend != "cuda":
-        pytest.skip(f"needs a CUDA GPU: this allocation's backend is {devices.backend!r} "
-                    "(run with --lossless-backend=cuda on a machine with one)")
+        pytest.skip(
+            f"needs a CUDA GPU: this allocation's backend is {devices.backend!r} "
+            "(run with --lossless-backend=cuda on a machine with one)"
+        )
     pytest.importorskip("torch", reason="needs torch (with CUDA) to run fixtures/gpu_reduce.py")
     return devices
 
@@ -47,9 +49,11 @@ def arm(model_run: Any, variant: str) -> Callable[[], Any]:
 
     def one_run() -> Any:
         result = model_run(
-            [sys.executable, str(PROGRAM), "--variant", variant, "--out", "{out}",
-             "--seed", SEED],
-            outputs=OUTPUTS, cwd=REPO, timeout=300, inputs={"program": PROGRAM},
+            [sys.executable, str(PROGRAM), "--variant", variant, "--out", "{out}", "--seed", SEED],
+            outputs=OUTPUTS,
+            cwd=REPO,
+            timeout=300,
+            inputs={"program": PROGRAM},
         )
         # The run's stats line (timings, in-process repeats): shown by pytest -rA.
         print(f"{variant}: {Path(result.stdout_path).read_text().strip()}")
@@ -60,15 +64,19 @@ def arm(model_run: Any, variant: str) -> Callable[[], Any]:
 
 def test_atomic_control_is_inconclusive(cuda_devices, model_run, lossless):
     verdict = lossless.compare(
-        arm(model_run, "atomic"), arm(model_run, "deterministic"), runs=3,
-        label="atomic control vs deterministic", expect="INCONCLUSIVE",
+        arm(model_run, "atomic"),
+        arm(model_run, "deterministic"),
+        runs=3,
+        label="atomic control vs deterministic",
+        expect="INCONCLUSIVE",
     )
     print(verdict.message())
 
 
 def test_deterministic_fast_is_lossless(cuda_devices, model_run, lossless):
     verdict = lossless.compare(
-        arm(model_run, "deterministic"), arm(model_run, "deterministic-fast"),
+        arm(model_run, "deterministic"),
+        arm(model_run, "deterministic-fast"),
         label="deterministic-fast vs deterministic",
     )
     print(verdict.message())

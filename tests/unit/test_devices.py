@@ -52,8 +52,10 @@ def smi(name: str) -> str:
 
 def listed_gpus(text: str) -> dict[int, str]:
     """index -> UUID from ``nvidia-smi -L`` (an independent source to check parsing against)."""
-    return {int(m.group(1)): m.group(2)
-            for m in re.finditer(r"^GPU (\d+): .*\(UUID: (GPU-[0-9a-f-]+)\)", text, re.M)}
+    return {
+        int(m.group(1)): m.group(2)
+        for m in re.finditer(r"^GPU (\d+): .*\(UUID: (GPU-[0-9a-f-]+)\)", text, re.M)
+    }
 
 
 class Runner:
@@ -86,8 +88,7 @@ def test_cuda_parse_captured_query_agrees_with_listing() -> None:
         assert device.backend == "cuda"
         assert device.lock_key == device.uuid
         assert device.bus_id is not None
-        assert re.fullmatch(
-            r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", device.bus_id)
+        assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", device.bus_id)
         assert device.memory_used_mib is not None
         assert device.memory_used_mib >= 0
         assert device.name
@@ -136,9 +137,14 @@ def test_cuda_parse_is_defensive() -> None:
     assert parse_nvidia_smi_gpus("") == []
     apps = parse_nvidia_smi_apps(
         "GPU-66666666-7777-8888-9999-000000000000, 4242, /opt/my, app/bin, [N/A]\n"
-        "GPU-66666666-7777-8888-9999-000000000000, [N/A], [Not Found], 20\nbogus\n")
-    assert apps[0] == {"uuid": "GPU-66666666-7777-8888-9999-000000000000", "pid": 4242,
-                       "process": "/opt/my, app/bin", "used_memory_mib": None}
+        "GPU-66666666-7777-8888-9999-000000000000, [N/A], [Not Found], 20\nbogus\n"
+    )
+    assert apps[0] == {
+        "uuid": "GPU-66666666-7777-8888-9999-000000000000",
+        "pid": 4242,
+        "process": "/opt/my, app/bin",
+        "used_memory_mib": None,
+    }
     assert apps[1]["pid"] is None
     assert apps[1]["process"] is None
     assert apps[1]["used_memory_mib"] == 20
@@ -153,15 +159,21 @@ def test_bus_id_normalization() -> None:
 
 
 def test_cuda_backend_env_discovery_and_processes_from_captures() -> None:
-    runner = Runner({"--query-gpu": smi("nvidia_smi_query_gpu_busy.csv"),
-                     "--query-compute-apps": smi("nvidia_smi_compute_apps_busy.csv")})
+    runner = Runner(
+        {
+            "--query-gpu": smi("nvidia_smi_query_gpu_busy.csv"),
+            "--query-compute-apps": smi("nvidia_smi_compute_apps_busy.csv"),
+        }
+    )
     backend = CudaBackend(runner=runner, env={})
     assert backend.available()
     assert backend.problem is None
     devices = backend.discover()
     env = backend.visibility_env(devices)
-    assert env == {"CUDA_VISIBLE_DEVICES": ",".join(d.uuid or "" for d in devices),
-                   "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert env == {
+        "CUDA_VISIBLE_DEVICES": ",".join(d.uuid or "" for d in devices),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
     assert all(u.startswith("GPU-") for u in env["CUDA_VISIBLE_DEVICES"].split(","))
     procs = backend.foreign_processes(devices)
     apps = parse_nvidia_smi_apps(smi("nvidia_smi_compute_apps_busy.csv"))
@@ -171,9 +183,11 @@ def test_cuda_backend_env_discovery_and_processes_from_captures() -> None:
 
 
 def test_cuda_inherited_visibility_narrows_the_pool() -> None:
-    text = ("0, GPU-aaaa0000-0000-0000-0000-000000000000, 00000000:1A:00.0, 1, 0\n"
-            "1, GPU-bbbb0000-0000-0000-0000-000000000000, 00000000:1B:00.0, 1, 0\n"
-            "2, GPU-cccc0000-0000-0000-0000-000000000000, 00000000:1C:00.0, 1, 0\n")
+    text = (
+        "0, GPU-aaaa0000-0000-0000-0000-000000000000, 00000000:1A:00.0, 1, 0\n"
+        "1, GPU-bbbb0000-0000-0000-0000-000000000000, 00000000:1B:00.0, 1, 0\n"
+        "2, GPU-cccc0000-0000-0000-0000-000000000000, 00000000:1C:00.0, 1, 0\n"
+    )
     runner = Runner({"--query-gpu": text})
     assert [d.id for d in CudaBackend(runner=runner, env={}).discover()] == ["0", "1", "2"]
     by_index = CudaBackend(runner=runner, env={"CUDA_VISIBLE_DEVICES": "2,0"})
@@ -189,9 +203,17 @@ def test_cuda_backend_unavailable_when_tool_missing_or_failing() -> None:
     missing = CudaBackend(smi="nvidia-smi-that-does-not-exist")
     assert not missing.available()
     assert "not found on PATH" in (missing.problem or "")
-    failing = CudaBackend(runner=Runner({"--query-gpu": ToolError(
-        "nvidia-smi exited with 9: NVIDIA-SMI has failed because it couldn't communicate "
-        "with the NVIDIA driver")}))
+    failing = CudaBackend(
+        runner=Runner(
+            {
+                "--query-gpu": ToolError(
+                    "nvidia-smi exited with 9: NVIDIA-SMI has failed because it couldn't "
+                    "communicate "
+                    "with the NVIDIA driver"
+                )
+            }
+        )
+    )
     assert not failing.available()
     assert "couldn't communicate" in (failing.problem or "")
 
@@ -209,7 +231,8 @@ def test_npu_parse_910b_table_map_and_board() -> None:
     assert chips[0].name == "910B3"
     assert chips[0].health == "OK"
     assert [(p.npu, p.chip, p.pid, p.process, p.memory_mib) for p in procs] == [
-        (2, 0, 2345678, "python3.10", 45056)]
+        (2, 0, 2345678, "python3.10", 45056)
+    ]
     mapping = parse_npu_smi_map(smi("npu_smi_info_m_910b3_x8.txt"))
     assert mapping == {(i, 0): i for i in range(8)}  # the Mcu rows (logic id "-") are not devices
     board = parse_npu_smi_board(smi("npu_smi_board_i2.txt"))
@@ -218,10 +241,14 @@ def test_npu_parse_910b_table_map_and_board() -> None:
 
 
 def test_npu_backend_discovery_env_and_processes() -> None:
-    runner = Runner({"info -m": smi("npu_smi_info_m_910b3_x8.txt"),
-                     "info -t board -i 2": smi("npu_smi_board_i2.txt"),
-                     "info -t board": ToolError("npu-smi exited with 1"),
-                     "info": smi("npu_smi_info_910b3_x8.txt")})
+    runner = Runner(
+        {
+            "info -m": smi("npu_smi_info_m_910b3_x8.txt"),
+            "info -t board -i 2": smi("npu_smi_board_i2.txt"),
+            "info -t board": ToolError("npu-smi exited with 1"),
+            "info": smi("npu_smi_info_910b3_x8.txt"),
+        }
+    )
     backend = NpuBackend(runner=runner, env={})
     assert backend.available()
     devices = backend.discover()
@@ -233,8 +260,9 @@ def test_npu_backend_discovery_env_and_processes() -> None:
     env = backend.visibility_env([devices[7], devices[1], devices[3]])
     assert env == {"ASCEND_RT_VISIBLE_DEVICES": "1,3,7"}
     procs = backend.foreign_processes(devices[1:4])
-    assert procs == [{"device": "2", "pid": 2345678, "process": "python3.10",
-                      "used_memory_mib": 45056}]
+    assert procs == [
+        {"device": "2", "pid": 2345678, "process": "python3.10", "used_memory_mib": 45056}
+    ]
     assert backend.foreign_processes([devices[0]]) == []
     board_calls = [c for c in runner.calls if "board" in c]
     backend.discover()
@@ -242,24 +270,36 @@ def test_npu_backend_discovery_env_and_processes() -> None:
 
 
 def test_npu_dual_die_uses_chip_logic_ids() -> None:
-    runner = Runner({"info -m": smi("npu_smi_info_m_910c_dualdie.txt"),
-                     "info -t board": ToolError("no board"),
-                     "info": smi("npu_smi_info_910c_dualdie.txt")})
+    runner = Runner(
+        {
+            "info -m": smi("npu_smi_info_m_910c_dualdie.txt"),
+            "info -t board": ToolError("no board"),
+            "info": smi("npu_smi_info_910c_dualdie.txt"),
+        }
+    )
     backend = NpuBackend(runner=runner, env={})
     devices = backend.discover()
     assert [(d.id, d.bus_id) for d in devices] == [
-        ("0", "0000:9c:00.0"), ("1", "0000:9d:00.0"), ("2", "0000:9e:00.0"),
-        ("3", "0000:9f:00.0")]
+        ("0", "0000:9c:00.0"),
+        ("1", "0000:9d:00.0"),
+        ("2", "0000:9e:00.0"),
+        ("3", "0000:9f:00.0"),
+    ]
     assert devices[1].utilization_pct == 95
     assert devices[1].memory_used_mib == 40000
     assert backend.foreign_processes(devices) == [
-        {"device": "1", "pid": 777, "process": "vllm", "used_memory_mib": 36000}]
+        {"device": "1", "pid": 777, "process": "vllm", "used_memory_mib": 36000}
+    ]
 
 
 def test_npu_without_map_falls_back_to_table_order_and_narrows() -> None:
-    runner = Runner({"info -m": ToolError("npu-smi: unknown option -m"),
-                     "info -t board": ToolError("no board"),
-                     "info": smi("npu_smi_info_910b3_x8.txt")})
+    runner = Runner(
+        {
+            "info -m": ToolError("npu-smi: unknown option -m"),
+            "info -t board": ToolError("no board"),
+            "info": smi("npu_smi_info_910b3_x8.txt"),
+        }
+    )
     backend = NpuBackend(runner=runner, env={"ASCEND_RT_VISIBLE_DEVICES": "4,5"})
     assert [d.id for d in backend.discover()] == ["4", "5"]
 
@@ -277,10 +317,13 @@ def test_npu_parse_is_defensive() -> None:
     )
     chips, procs = parse_npu_smi_info(text)
     assert [(c.npu, c.bus_id, c.memory_used_mib, c.aicore_pct) for c in chips] == [
-        (0, "0000:01:00.0", 512, 12)]
+        (0, "0000:01:00.0", 512, 12)
+    ]
     assert [(p.npu, p.chip, p.pid) for p in procs] == [(0, 0, 99)]
     assert parse_npu_smi_info("dcmi model initialized failed, because the device is used.") == (
-        [], [])
+        [],
+        [],
+    )
     assert not NpuBackend(smi="npu-smi-that-does-not-exist").available()
 
 
@@ -289,7 +332,10 @@ def test_npu_parse_is_defensive() -> None:
 
 def test_cpu_slots_from_env_pool_and_cores() -> None:
     assert [d.id for d in CpuBackend(env={"PYTEST_LOSSLESS_CPU_SLOTS": "0-2"}).discover()] == [
-        "0", "1", "2"]
+        "0",
+        "1",
+        "2",
+    ]
     assert len(CpuBackend(env={}).discover()) == (os.cpu_count() or 1)
     backend = CpuBackend(env={})
     slots = backend.devices_for(["3", "7"])
@@ -297,8 +343,13 @@ def test_cpu_slots_from_env_pool_and_cores() -> None:
     assert backend.visibility_env(slots) == {"PYTEST_LOSSLESS_CPU_SLOTS": "3,7"}
     assert backend.foreign_processes(slots) == []
     identity = slots[0].identity("hostA")
-    assert identity == {"id": "3", "backend": "cpu", "host": "hostA", "lock_key": "cpu-slot-3",
-                        "name": "cpu slot"}
+    assert identity == {
+        "id": "3",
+        "backend": "cpu",
+        "host": "hostA",
+        "lock_key": "cpu-slot-3",
+        "name": "cpu slot",
+    }
     with pytest.raises(ConfigError, match="PYTEST_LOSSLESS_CPU_SLOTS"):
         CpuBackend(env={"PYTEST_LOSSLESS_CPU_SLOTS": "3-1"}).discover()
 
@@ -321,8 +372,9 @@ class FakeBackend:
     emulated = False
     observes_usage = True
 
-    def __init__(self, ids: Sequence[str] = ("0", "1", "2", "3"), *,
-                 available: bool = True) -> None:
+    def __init__(
+        self, ids: Sequence[str] = ("0", "1", "2", "3"), *, available: bool = True
+    ) -> None:
         self.ids = list(ids)
         self.memory = {i: 100.0 for i in ids}
         self.procs: list[dict[str, Any]] = []
@@ -333,8 +385,10 @@ class FakeBackend:
         return self._available
 
     def discover(self) -> list[Device]:
-        return [Device(id=i, uuid=f"FAKE-{i}", memory_used_mib=self.memory[i], backend="fake")
-                for i in self.ids]
+        return [
+            Device(id=i, uuid=f"FAKE-{i}", memory_used_mib=self.memory[i], backend="fake")
+            for i in self.ids
+        ]
 
     def visibility_env(self, devices: Sequence[Device]) -> dict[str, str]:
         return {"FAKE_VISIBLE_DEVICES": ",".join(d.id for d in devices)}
@@ -344,12 +398,14 @@ class FakeBackend:
         return [p for p in self.procs if p["device"] in ids]
 
 
-def cpu_allocator(tmp_path: Path, pool: Sequence[str] = ("0", "1", "2", "3"),
-                  **kwargs: Any) -> Allocator:
+def cpu_allocator(
+    tmp_path: Path, pool: Sequence[str] = ("0", "1", "2", "3"), **kwargs: Any
+) -> Allocator:
     kwargs.setdefault("clock", FakeClock())
     kwargs.setdefault("timeout", 5.0)
-    return Allocator([CpuBackend()], backend="cpu", pool=pool, lock_dir=tmp_path / "locks",
-                     **kwargs)
+    return Allocator(
+        [CpuBackend()], backend="cpu", pool=pool, lock_dir=tmp_path / "locks", **kwargs
+    )
 
 
 def test_too_many_devices_fails_at_once(tmp_path: Path) -> None:
@@ -396,13 +452,15 @@ def test_held_devices_are_skipped_and_a_timeout_names_the_holder(tmp_path: Path)
     first = cpu_allocator(tmp_path, pool=("0", "1", "2"), host="hostA")
     held = first.acquire(1, "tests/a.py::test_holder")
     lines: list[str] = []
-    second = cpu_allocator(tmp_path, pool=("0", "1", "2"), host="hostA", on_wait=lines.append,
-                           timeout=3.0)
+    second = cpu_allocator(
+        tmp_path, pool=("0", "1", "2"), host="hostA", on_wait=lines.append, timeout=3.0
+    )
     other = second.acquire(2, "tests/b.py::test_pair")
     assert other.ids == ("1", "2")
     assert lines == []
-    third = cpu_allocator(tmp_path, pool=("0", "1", "2"), host="hostA", on_wait=lines.append,
-                          timeout=3.0)
+    third = cpu_allocator(
+        tmp_path, pool=("0", "1", "2"), host="hostA", on_wait=lines.append, timeout=3.0
+    )
     with pytest.raises(AllocationTimeout) as info:
         third.acquire(1, "tests/c.py::test_waits")
     message = str(info.value)
@@ -436,8 +494,12 @@ def test_never_holds_some_while_waiting_for_others(tmp_path: Path) -> None:
 def test_stale_holder_record_does_not_block(tmp_path: Path) -> None:
     locks = LockDir(tmp_path / "locks")
     locks.ensure()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     stale = {"pid": int(dead.stdout), "host": "hostA", "test": "t::killed", "since": "x"}
     locks.write_record("cpu-slot-0", stale)
     allocation = cpu_allocator(tmp_path, pool=("0",), host="hostA").acquire(1, "t::next")
@@ -460,6 +522,7 @@ def test_finalizers_run_lifo_before_release_even_when_one_raises(tmp_path: Path)
             probe.release()
             if fail:
                 raise RuntimeError(f"{name} could not end its process group")
+
         return run
 
     allocation.add_finalizer(finalizer("first"))
@@ -478,8 +541,9 @@ def test_finalizers_run_lifo_before_release_even_when_one_raises(tmp_path: Path)
 
 def test_idle_proof_before_and_after(tmp_path: Path) -> None:
     backend = FakeBackend()
-    allocator = Allocator([backend], backend="fake", lock_dir=tmp_path / "locks", timeout=1,
-                          clock=FakeClock())
+    allocator = Allocator(
+        [backend], backend="fake", lock_dir=tmp_path / "locks", timeout=1, clock=FakeClock()
+    )
     allocation = allocator.acquire(2, "t::proof")
     assert allocation.env == {"FAKE_VISIBLE_DEVICES": "0,1"}
     assert allocation.idle_before["observed"] is True
@@ -498,8 +562,14 @@ def test_idle_proof_before_and_after(tmp_path: Path) -> None:
 def test_busy_device_fails_with_the_process_named(tmp_path: Path) -> None:
     backend = FakeBackend(ids=("0",))
     backend.procs = [{"device": "0", "pid": 4242, "process": "python3", "used_memory_mib": 900}]
-    allocator = Allocator([backend], backend="fake", lock_dir=tmp_path / "locks", timeout=60,
-                          busy="fail", clock=FakeClock())
+    allocator = Allocator(
+        [backend],
+        backend="fake",
+        lock_dir=tmp_path / "locks",
+        timeout=60,
+        busy="fail",
+        clock=FakeClock(),
+    )
     with pytest.raises(AllocationError, match=r"pid 4242 \(python3, 900 MiB\)") as info:
         allocator.acquire(1, "t::busy")
     assert not isinstance(info.value, AllocationTimeout)
@@ -511,8 +581,14 @@ def test_busy_device_waits_then_prefers_an_idle_one(tmp_path: Path) -> None:
     backend = FakeBackend(ids=("0", "1"))
     backend.procs = [{"device": "0", "pid": 4242, "process": "python3", "used_memory_mib": 900}]
     lines: list[str] = []
-    allocator = Allocator([backend], backend="fake", lock_dir=tmp_path / "locks", timeout=60,
-                          clock=FakeClock(), on_wait=lines.append)
+    allocator = Allocator(
+        [backend],
+        backend="fake",
+        lock_dir=tmp_path / "locks",
+        timeout=60,
+        clock=FakeClock(),
+        on_wait=lines.append,
+    )
     allocation = allocator.acquire(1, "t::picky")
     assert allocation.ids == ("1",)
     assert lines
@@ -524,8 +600,11 @@ def test_busy_device_waits_then_prefers_an_idle_one(tmp_path: Path) -> None:
 
 
 def test_backend_choice_and_skip_reasons(tmp_path: Path) -> None:
-    absent = [NpuBackend(smi="npu-smi-missing"), CudaBackend(smi="nvidia-smi-missing"),
-              CpuBackend()]
+    absent = [
+        NpuBackend(smi="npu-smi-missing"),
+        CudaBackend(smi="nvidia-smi-missing"),
+        CpuBackend(),
+    ]
     auto = Allocator(absent, lock_dir=tmp_path, timeout=1)
     reason = auto.skip_reason()
     assert reason is not None
@@ -536,28 +615,37 @@ def test_backend_choice_and_skip_reasons(tmp_path: Path) -> None:
     explicit = Allocator(absent, backend="cuda", lock_dir=tmp_path, timeout=1)
     assert "--lossless-backend=cuda is unavailable" in (explicit.skip_reason() or "")
     fake = FakeBackend()
-    assert Allocator([*absent[:2], fake, CpuBackend()], lock_dir=tmp_path,
-                     timeout=1).chosen is fake
+    assert Allocator([*absent[:2], fake, CpuBackend()], lock_dir=tmp_path, timeout=1).chosen is fake
     assert Allocator(absent, backend="cpu", lock_dir=tmp_path, timeout=1).skip_reason() is None
     with pytest.raises(ConfigError, match="no such backend"):
         Allocator(absent, backend="tpu", lock_dir=tmp_path, timeout=1)
 
 
 def test_pool_names_devices_by_id_uuid_or_bus(tmp_path: Path) -> None:
-    runner = Runner({"--query-gpu": (
-        "0, GPU-aaaa0000-0000-0000-0000-000000000000, 00000000:1A:00.0, 1, 0\n"
-        "1, GPU-bbbb0000-0000-0000-0000-000000000000, 00000000:1B:00.0, 1, 0\n")})
+    runner = Runner(
+        {
+            "--query-gpu": (
+                "0, GPU-aaaa0000-0000-0000-0000-000000000000, 00000000:1A:00.0, 1, 0\n"
+                "1, GPU-bbbb0000-0000-0000-0000-000000000000, 00000000:1B:00.0, 1, 0\n"
+            )
+        }
+    )
     backend = CudaBackend(runner=runner, env={})
-    allocator = Allocator([backend], backend="cuda", pool=("GPU-bbbb", "0000:1a:00.0"),
-                          lock_dir=tmp_path, timeout=1)
+    allocator = Allocator(
+        [backend], backend="cuda", pool=("GPU-bbbb", "0000:1a:00.0"), lock_dir=tmp_path, timeout=1
+    )
     assert [(label, d.id) for label, d in allocator.pool_devices()] == [
-        ("GPU-bbbb", "1"), ("0000:1a:00.0", "0")]
+        ("GPU-bbbb", "1"),
+        ("0000:1a:00.0", "0"),
+    ]
     with pytest.raises(AllocationError, match="names '7', which the cuda backend does not find"):
-        Allocator([backend], backend="cuda", pool=("7",), lock_dir=tmp_path,
-                  timeout=1).pool_devices()
+        Allocator(
+            [backend], backend="cuda", pool=("7",), lock_dir=tmp_path, timeout=1
+        ).pool_devices()
     with pytest.raises(AllocationError, match="twice"):
-        Allocator([backend], backend="cuda", pool=("1", "GPU-bbbb"), lock_dir=tmp_path,
-                  timeout=1).pool_devices()
+        Allocator(
+            [backend], backend="cuda", pool=("1", "GPU-bbbb"), lock_dir=tmp_path, timeout=1
+        ).pool_devices()
 
 
 def test_a_big_ask_is_not_starved_by_small_ones(tmp_path: Path) -> None:
@@ -580,8 +668,7 @@ def test_a_big_ask_is_not_starved_by_small_ones(tmp_path: Path) -> None:
         thread.start()
     try:
         time.sleep(0.1)
-        big = cpu_allocator(tmp_path, pool=("0", "1"), clock=_real(), timeout=5,
-                            escalate_after=0.3)
+        big = cpu_allocator(tmp_path, pool=("0", "1"), clock=_real(), timeout=5, escalate_after=0.3)
         started = time.monotonic()
         allocation = big.acquire(2, "t::big")
         waited = time.monotonic() - started
@@ -597,13 +684,23 @@ def test_a_big_ask_is_not_starved_by_small_ones(tmp_path: Path) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 4)), min_size=1, max_size=25))
-def test_grants_are_all_or_none_and_never_shared(tmp_path_factory: pytest.TempPathFactory,
-                                                 steps: list[tuple[int, int]]) -> None:
+def test_grants_are_all_or_none_and_never_shared(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, int]]
+) -> None:
     """Any sequence of asks (count 0 = release) from three allocators sharing four slots."""
     lock_dir = tmp_path_factory.mktemp("locks")
-    allocators = [Allocator([CpuBackend()], backend="cpu", pool=("0", "1", "2", "3"),
-                            lock_dir=lock_dir, timeout=0, clock=FakeClock(),
-                            escalate_after=None) for _ in range(3)]
+    allocators = [
+        Allocator(
+            [CpuBackend()],
+            backend="cpu",
+            pool=("0", "1", "2", "3"),
+            lock_dir=lock_dir,
+            timeout=0,
+            clock=FakeClock(),
+            escalate_after=None,
+        )
+        for _ in range(3)
+    ]
     held: dict[int, Any] = {}
     try:
         for who, count in steps:
@@ -634,8 +731,10 @@ def _real() -> Any:
 # ------------------------------------------------------------------ the real GPU
 
 
-needs_gpu = pytest.mark.skipif(shutil.which("nvidia-smi") is None or not CudaBackend().available(),
-                               reason="needs nvidia-smi and a GPU (run on the device machine)")
+needs_gpu = pytest.mark.skipif(
+    shutil.which("nvidia-smi") is None or not CudaBackend().available(),
+    reason="needs nvidia-smi and a GPU (run on the device machine)",
+)
 
 
 @needs_gpu
@@ -651,9 +750,17 @@ def test_cuda_real_discovery_lock_and_child_visibility(tmp_path: Path) -> None:
     probe = LockDir(tmp_path).lock(devices[0].lock_key)
     assert not probe.try_acquire()
     child = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.cuda.device_count(), "
-         "torch.cuda.get_device_properties(0).uuid)"],
-        env={**os.environ, **allocation.env}, capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-c",
+            "import torch; print(torch.cuda.device_count(), "
+            "torch.cuda.get_device_properties(0).uuid)",
+        ],
+        env={**os.environ, **allocation.env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     allocation.release()
     assert probe.try_acquire()
     probe.release()
@@ -668,9 +775,15 @@ def test_cuda_real_foreign_process_is_named(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     ready = tmp_path / "ready"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time, torch; "
-         "x = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); "
-         "open(sys.argv[1], 'w').close(); time.sleep(60)", str(ready)])
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, torch; "
+            "x = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); "
+            "open(sys.argv[1], 'w').close(); time.sleep(60)",
+            str(ready),
+        ]
+    )
     try:
         deadline = time.monotonic() + 60
         while not ready.exists() and time.monotonic() < deadline and holder.poll() is None:
@@ -681,8 +794,7 @@ def test_cuda_real_foreign_process_is_named(tmp_path: Path) -> None:
         assert procs
         assert procs[0]["used_memory_mib"]
         assert procs[0]["used_memory_mib"] >= 1000
-        allocator = Allocator([backend], backend="cuda", lock_dir=tmp_path, timeout=5,
-                              busy="fail")
+        allocator = Allocator([backend], backend="cuda", lock_dir=tmp_path, timeout=5, busy="fail")
         with pytest.raises(AllocationError, match=r"pid \d+") as info:
             allocator.acquire(1, "t::cuda_busy")
         print("busy message:", info.value)

@@ -19,23 +19,43 @@ from pytest_lossless.errors import LosslessError
 from pytest_lossless.gates import Gate, GateResult, parse_gate, tolerance
 from pytest_lossless.kinds import Artifact, KindRegistry, builtin_kinds
 
-PROPERTY = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def ffmpeg(*args: str) -> None:
-    subprocess.run([media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-y", *args],
-                   check=True)
+    subprocess.run(
+        [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-y", *args], check=True
+    )
 
 
-def encode(path: Path, *, vf: str = "null", seconds: float = 0.5, audio_wav: Path | None = None,
-           audio_codec: str = "pcm_s16le", container_args: tuple[str, ...] = ()) -> Path:
+def encode(
+    path: Path,
+    *,
+    vf: str = "null",
+    seconds: float = 0.5,
+    audio_wav: Path | None = None,
+    audio_codec: str = "pcm_s16le",
+    container_args: tuple[str, ...] = (),
+) -> Path:
     """A small lossless H.264 clip from testsrc (one thread: deterministic), optional audio."""
     args = ["-f", "lavfi", "-i", f"testsrc=size=64x48:rate=24:duration={seconds}"]
     if audio_wav is not None:
         args += ["-i", str(audio_wav), "-map", "0:v", "-map", "1:a", "-c:a", audio_codec]
-    args += ["-vf", vf, "-c:v", "libx264", "-threads", "1", "-qp", "0", "-pix_fmt", "yuv420p",
-             *container_args]
+    args += [
+        "-vf",
+        vf,
+        "-c:v",
+        "libx264",
+        "-threads",
+        "1",
+        "-qp",
+        "0",
+        "-pix_fmt",
+        "yuv420p",
+        *container_args,
+    ]
     ffmpeg(*args, str(path))
     return path
 
@@ -66,9 +86,17 @@ def test_gate_specs_and_lossless_flag() -> None:
     assert str(Gate("elementwise")) == "elementwise"
 
 
-@pytest.mark.parametrize("gate", [Gate("bytes"), Gate("decoded"), Gate("elementwise"),
-                                  tolerance(atol=1e-5), tolerance(atol=0.25, rtol=1e-3),
-                                  tolerance()])
+@pytest.mark.parametrize(
+    "gate",
+    [
+        Gate("bytes"),
+        Gate("decoded"),
+        Gate("elementwise"),
+        tolerance(atol=1e-5),
+        tolerance(atol=0.25, rtol=1e-3),
+        tolerance(),
+    ],
+)
 def test_parse_gate_round_trips_spec(gate: Gate) -> None:
     assert parse_gate(gate.spec) == gate
     assert parse_gate(gate) is gate
@@ -81,10 +109,19 @@ def test_parse_gate_forms() -> None:
     assert parse_gate("tolerance") == tolerance()
 
 
-@pytest.mark.parametrize("bad", ["exact", "tolerance(1e-5)", "tolerance(atol=x)",
-                                 "tolerance(btol=1)", "tolerance(atol=1, atol=2)",
-                                 "tolerance(atol=-1)", "tolerance(atol=nan)",
-                                 "tolerance(atol=inf)"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "exact",
+        "tolerance(1e-5)",
+        "tolerance(atol=x)",
+        "tolerance(btol=1)",
+        "tolerance(atol=1, atol=2)",
+        "tolerance(atol=-1)",
+        "tolerance(atol=nan)",
+        "tolerance(atol=inf)",
+    ],
+)
 def test_parse_gate_refuses(bad: str) -> None:
     with pytest.raises(LosslessError):
         parse_gate(bad)
@@ -97,9 +134,16 @@ def test_exact_gates_take_no_tolerance() -> None:
         Gate("fuzzy")
 
 
-@pytest.mark.parametrize(("kind", "gate"), [("video", "elementwise"), ("audio", "elementwise"),
-                                            ("tensor", "decoded"), ("bytes", "decoded"),
-                                            ("bytes", "tolerance(atol=1)")])
+@pytest.mark.parametrize(
+    ("kind", "gate"),
+    [
+        ("video", "elementwise"),
+        ("audio", "elementwise"),
+        ("tensor", "decoded"),
+        ("bytes", "decoded"),
+        ("bytes", "tolerance(atol=1)"),
+    ],
+)
 def test_invalid_gate_for_kind(kind: str, gate: str) -> None:
     parsed = parse_gate(gate)
     assert parsed is not None
@@ -109,10 +153,18 @@ def test_invalid_gate_for_kind(kind: str, gate: str) -> None:
 
 def test_gate_result_round_trip_and_message() -> None:
     result = GateResult(
-        artifact="video", kind="video", gate="decoded", lossless=True, passed=False,
-        metadata_diffs=["frame count: expected 24, obtained 23"], unit="frame",
-        first_mismatch="7 (pts 7 = 0.291667 s): pixels differ", mismatch_count=3, total=24,
-        diagnostics={"frame_psnr_db": 41.5}, diagnostic_files=["/x/video.frame7.diff.png"],
+        artifact="video",
+        kind="video",
+        gate="decoded",
+        lossless=True,
+        passed=False,
+        metadata_diffs=["frame count: expected 24, obtained 23"],
+        unit="frame",
+        first_mismatch="7 (pts 7 = 0.291667 s): pixels differ",
+        mismatch_count=3,
+        total=24,
+        diagnostics={"frame_psnr_db": 41.5},
+        diagnostic_files=["/x/video.frame7.diff.png"],
     )
     again = GateResult.from_dict(result.to_dict())
     assert again == result
@@ -155,8 +207,9 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_identical_reencode_passes(registry: KindRegistry, clips: dict[str, Path]) -> None:
-    result = registry.compare("decoded", art(registry, clips["ref"], "video"),
-                              art(registry, clips["again"], "video"))
+    result = registry.compare(
+        "decoded", art(registry, clips["ref"], "video"), art(registry, clips["again"], "video")
+    )
     assert result.passed, result.message()
     assert result.lossless
     assert result.mismatch_count == 0
@@ -204,8 +257,9 @@ def test_digest_only_golden_still_names_the_frame(
 
 
 def test_missing_frame_is_metadata_first(registry: KindRegistry, clips: dict[str, Path]) -> None:
-    result = registry.compare("decoded", art(registry, clips["ref"], "video"),
-                              art(registry, clips["short"], "video"))
+    result = registry.compare(
+        "decoded", art(registry, clips["ref"], "video"), art(registry, clips["short"], "video")
+    )
     assert not result.passed
     assert result.metadata_diffs[0] == "frame count: expected 12, obtained 11"
     assert any(d.startswith("duration") for d in result.metadata_diffs)
@@ -227,8 +281,10 @@ def test_audio_sample_inside_video_is_caught(
     assert "audio stream 0: 1234 (channel 0" in result.first_mismatch
     assert result.mismatch_count == 1
     digest_only = registry.compare(
-        "decoded", art(registry, clips["av"], "video", digest_only=True),
-        art(registry, clips["av1"], "video"))
+        "decoded",
+        art(registry, clips["av"], "video", digest_only=True),
+        art(registry, clips["av1"], "video"),
+    )
     assert not digest_only.passed
     assert digest_only.first_mismatch is not None
     assert "within samples [" in digest_only.first_mismatch
@@ -247,8 +303,9 @@ def test_remux_passes_decoded_but_fails_bytes(
 
 def test_time_base_is_stream_metadata(registry: KindRegistry, clips: dict[str, Path]) -> None:
     # Matroska stores 1/1000 timestamps: same frames and samples, other stream timing.
-    result = registry.compare("decoded", art(registry, clips["av"], "video"),
-                              art(registry, clips["av_mov"], "video"))
+    result = registry.compare(
+        "decoded", art(registry, clips["av"], "video"), art(registry, clips["av_mov"], "video")
+    )
     assert not result.passed
     assert result.metadata_diffs == ["time base: expected 1/1000, obtained 1/12288"]
     assert result.mismatch_count == 0
@@ -290,8 +347,9 @@ def test_video_tolerance_is_lossy(registry: KindRegistry, clips: dict[str, Path]
     assert tight.first_mismatch is not None
     assert tight.first_mismatch.startswith("5 ")
     with pytest.raises(LosslessError, match="full data"):
-        registry.compare(tolerance(atol=1), art(registry, clips["ref"], "v", digest_only=True),
-                         obtained)
+        registry.compare(
+            tolerance(atol=1), art(registry, clips["ref"], "v", digest_only=True), obtained
+        )
 
 
 # ------------------------------------------------------------------ audio files
@@ -336,7 +394,8 @@ def test_wav_changed_sample_named_with_both_values(registry: KindRegistry, tmp_p
     assert len(result.diagnostic_files) == 1
     assert "(12345, 1)" in Path(result.diagnostic_files[0]).read_text()
     digest_only = registry.compare(
-        "decoded", Artifact("speech", "audio", expected.fingerprint, None), obtained)
+        "decoded", Artifact("speech", "audio", expected.fingerprint, None), obtained
+    )
     assert not digest_only.passed
     assert digest_only.first_mismatch is not None
     assert digest_only.first_mismatch.startswith("within samples [8000, 16000)")
@@ -379,10 +438,12 @@ def npy(path: Path, array: np.ndarray) -> Path:
 def test_negative_zero_fails_elementwise_passes_tolerance(
     registry: KindRegistry, tmp_path: Path
 ) -> None:
-    expected = art(registry, npy(tmp_path / "a.npy", np.array([1.0, 0.0, 2.0], np.float32)),
-                   "logits")
-    obtained = art(registry, npy(tmp_path / "b.npy", np.array([1.0, -0.0, 2.0], np.float32)),
-                   "logits")
+    expected = art(
+        registry, npy(tmp_path / "a.npy", np.array([1.0, 0.0, 2.0], np.float32)), "logits"
+    )
+    obtained = art(
+        registry, npy(tmp_path / "b.npy", np.array([1.0, -0.0, 2.0], np.float32)), "logits"
+    )
     exact = registry.compare("elementwise", expected, obtained)
     assert not exact.passed
     assert exact.first_mismatch is not None
@@ -437,9 +498,11 @@ def test_tensor_metadata_first(registry: KindRegistry, tmp_path: Path) -> None:
     other_shape = art(registry, npy(tmp_path / "c.npy", np.zeros((3, 2), np.float32)))
     big_endian = art(registry, npy(tmp_path / "d.npy", np.zeros((2, 3), ">f4")))
     assert registry.compare("elementwise", expected, other_dtype).metadata_diffs == [
-        "dtype: expected <f4, obtained <f8"]
+        "dtype: expected <f4, obtained <f8"
+    ]
     assert registry.compare("elementwise", expected, other_shape).metadata_diffs == [
-        "shape: expected (2, 3), obtained (3, 2)"]
+        "shape: expected (2, 3), obtained (3, 2)"
+    ]
     assert not registry.compare("elementwise", expected, big_endian).passed
 
 
@@ -477,8 +540,9 @@ def test_digest_only_tensor_localises_chunk(registry: KindRegistry, tmp_path: Pa
 def test_bytes_first_offset(registry: KindRegistry, tmp_path: Path) -> None:
     (tmp_path / "a.bin").write_bytes(b"hello world")
     (tmp_path / "b.bin").write_bytes(b"hello World!")
-    result = registry.compare("bytes", art(registry, tmp_path / "a.bin"),
-                              art(registry, tmp_path / "b.bin"))
+    result = registry.compare(
+        "bytes", art(registry, tmp_path / "a.bin"), art(registry, tmp_path / "b.bin")
+    )
     assert not result.passed
     assert result.metadata_diffs == ["size (bytes): expected 11, obtained 12"]
     assert result.first_mismatch == "offset 6 (expected 0x77, obtained 0x57)"
@@ -498,10 +562,15 @@ def _compare_files(kind: str, gate: str, a: Path, b: Path, digest_only: bool) ->
 
 
 @PROPERTY
-@given(data=st.binary(min_size=1, max_size=3000), where=st.integers(min_value=0),
-       flip=st.integers(min_value=1, max_value=255), digest_only=st.booleans())
-def test_any_single_changed_byte_is_caught(data: bytes, where: int, flip: int,
-                                           digest_only: bool) -> None:
+@given(
+    data=st.binary(min_size=1, max_size=3000),
+    where=st.integers(min_value=0),
+    flip=st.integers(min_value=1, max_value=255),
+    digest_only=st.booleans(),
+)
+def test_any_single_changed_byte_is_caught(
+    data: bytes, where: int, flip: int, digest_only: bool
+) -> None:
     index = where % len(data)
     changed = bytearray(data)
     changed[index] ^= flip
@@ -518,8 +587,23 @@ def test_any_single_changed_byte_is_caught(data: bytes, where: int, flip: int,
         assert _compare_files("bytes", "bytes", a, a, digest_only).passed
 
 
-DTYPES = st.sampled_from(["float16", "float32", "float64", "int8", "uint8", "int16", "int32",
-                          "int64", "uint64", "complex64", ">f4", ">i2", "bool"])
+DTYPES = st.sampled_from(
+    [
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "uint8",
+        "int16",
+        "int32",
+        "int64",
+        "uint64",
+        "complex64",
+        ">f4",
+        ">i2",
+        "bool",
+    ]
+)
 
 
 @PROPERTY

@@ -28,8 +28,14 @@ from pytest_lossless.kinds import KindRegistry
 
 
 def _folder(root: Path, kinds: KindRegistry, digest_above: int = 1 << 20) -> GoldenFolder:
-    return GoldenFolder(root, "test_mod", "TestX::test_y[a/b]", "m.py::TestX::test_y[a/b]", kinds,
-                        digest_above=digest_above)
+    return GoldenFolder(
+        root,
+        "test_mod",
+        "TestX::test_y[a/b]",
+        "m.py::TestX::test_y[a/b]",
+        kinds,
+        digest_above=digest_above,
+    )
 
 
 def _array_file(path: Path, values: list[float]) -> Path:

@@ -24,9 +24,24 @@ from pytest_lossless.kinds import Artifact, KindRegistry, builtin_kinds, registe
 def files(tmp_path: Path) -> dict[str, Path]:
     video = tmp_path / "v.mp4"
     subprocess.run(
-        [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-f", "lavfi", "-i",
-         "testsrc=size=32x32:rate=10:duration=0.3", "-c:v", "libx264", "-threads", "1",
-         "-pix_fmt", "yuv420p", str(video)],
+        [
+            media.ffmpeg_exe(),
+            "-hide_banner",
+            "-nostdin",
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=32x32:rate=10:duration=0.3",
+            "-c:v",
+            "libx264",
+            "-threads",
+            "1",
+            "-pix_fmt",
+            "yuv420p",
+            str(video),
+        ],
         check=True,
     )
     audio = tmp_path / "a.wav"
@@ -62,7 +77,8 @@ def test_gate_given_as_spec_string_and_none(files: dict[str, Path]) -> None:
     registry = KindRegistry()
     artifact = registry.artifact("t", files["tensor"])
     assert registry.compare("tolerance(atol=0.1)", artifact, artifact).gate == (
-        "tolerance(atol=0.1, rtol=0)")
+        "tolerance(atol=0.1, rtol=0)"
+    )
     assert registry.compare(None, artifact, artifact).gate == "elementwise"  # type: ignore[arg-type]
 
 
@@ -110,9 +126,11 @@ class JsonKind:
         if kind != "json":
             return None
         canonical = json.dumps(json.loads(path.read_text()), sort_keys=True)
-        return {"canonical_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                "size": path.stat().st_size}
+        return {
+            "canonical_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "size": path.stat().st_size,
+        }
 
     @hookimpl
     def pytest_lossless_default_gate(self, kind: str) -> str | None:
@@ -125,9 +143,15 @@ class JsonKind:
         if kind != "json" or gate.name != "decoded":
             return None
         same = expected.fingerprint["canonical_sha256"] == obtained.fingerprint["canonical_sha256"]
-        return GateResult(artifact=expected.name, kind=kind, gate=gate.spec, lossless=True,
-                          passed=same, unit="byte",
-                          first_mismatch=None if same else "canonical JSON differs")
+        return GateResult(
+            artifact=expected.name,
+            kind=kind,
+            gate=gate.spec,
+            lossless=True,
+            passed=same,
+            unit="byte",
+            first_mismatch=None if same else "canonical JSON differs",
+        )
 
 
 def test_custom_kind_takes_precedence(files: dict[str, Path], tmp_path: Path) -> None:
@@ -194,8 +218,12 @@ def test_each_builtin_kind_is_one_trylast_plugin_answering_only_for_itself(
     names = [kind.name for kind in builtin_kinds()]
     assert names == ["tensor", "video", "audio", "bytes"]
     for kind in builtin_kinds():
-        for hook in ("pytest_lossless_detect_kind", "pytest_lossless_fingerprint",
-                     "pytest_lossless_default_gate", "pytest_lossless_compare"):
+        for hook in (
+            "pytest_lossless_detect_kind",
+            "pytest_lossless_fingerprint",
+            "pytest_lossless_default_gate",
+            "pytest_lossless_compare",
+        ):
             assert getattr(type(kind), hook).pytest_impl["trylast"] is True
         other = "video" if kind.name != "video" else "audio"
         assert kind.pytest_lossless_default_gate(other) is None

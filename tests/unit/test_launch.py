@@ -44,8 +44,14 @@ def records() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def launcher(tmp_path: Path, records: list[dict[str, Any]]) -> Iterator[Launcher]:
-    run = Launcher(allocation=None, out_dir=tmp_path / "runs", run_timeout=20,
-                   knobs=DETERMINISM_KNOBS, on_record=records.append, grace=0.5)
+    run = Launcher(
+        allocation=None,
+        out_dir=tmp_path / "runs",
+        run_timeout=20,
+        knobs=DETERMINISM_KNOBS,
+        on_record=records.append,
+        grace=0.5,
+    )
     yield run
     run.close()
 
@@ -68,10 +74,11 @@ def test_a_shell_string_is_refused(launcher: Launcher) -> None:
         launcher([])
 
 
-def test_outputs_placeholders_and_record(launcher: Launcher, records: list[dict[str, Any]]
-                                         ) -> None:
-    result = launcher([*COMMAND, "write", "{out}/video.txt", "frames"],
-                      outputs={"video": "video.txt", "same": "{out}/video.txt"})
+def test_outputs_placeholders_and_record(launcher: Launcher, records: list[dict[str, Any]]) -> None:
+    result = launcher(
+        [*COMMAND, "write", "{out}/video.txt", "frames"],
+        outputs={"video": "video.txt", "same": "{out}/video.txt"},
+    )
     assert result["video"].read_text() == "frames"
     assert result["same"] == result["video"]
     assert dict(result) == {"video": result["video"], "same": result["video"]}
@@ -97,8 +104,7 @@ def test_missing_and_empty_outputs_fail(launcher: Launcher) -> None:
         launcher([*COMMAND, "write", "{out}/a.txt", "x"], outputs={"audio": "b.wav"})
     with pytest.raises(RunError, match="'a' is empty"):
         launcher([*COMMAND, "write", "{out}/a.txt", ""], outputs={"a": "a.txt"})
-    result = launcher([*COMMAND, "write", "{out}/a.txt", ""], outputs={"a": "a.txt"},
-                      check=False)
+    result = launcher([*COMMAND, "write", "{out}/a.txt", ""], outputs={"a": "a.txt"}, check=False)
     assert "a" not in result
     assert result.record["outputs"]["a"]["problem"] == "empty"
 
@@ -115,13 +121,15 @@ def test_nonzero_exit_names_code_and_stderr_tail(launcher: Launcher) -> None:
     assert "exited with code 3" in result.lifecycle["summary"]
 
 
-def test_environment_allocation_overrides_and_knobs(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_allocation_overrides_and_knobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     monkeypatch.setenv("GONE", "here")
     allocation = FakeAllocation()
-    run = Launcher(allocation=allocation, out_dir=tmp_path, run_timeout=20,
-                   knobs=DETERMINISM_KNOBS, grace=0.5)
+    run = Launcher(
+        allocation=allocation, out_dir=tmp_path, run_timeout=20, knobs=DETERMINISM_KNOBS, grace=0.5
+    )
     assert allocation.finalizers == [run.close]
     visible = run([*COMMAND, "env", "CUDA_VISIBLE_DEVICES", "{out}/v"], outputs={"v": "v"})
     assert visible["v"].read_text() == "2"
@@ -139,8 +147,9 @@ def test_environment_allocation_overrides_and_knobs(tmp_path: Path,
         run([*COMMAND, "exit", "0"])
 
 
-def test_timeout_sigterm_then_sigkill_recorded_as_forced(launcher: Launcher,
-                                                         records: list[dict[str, Any]]) -> None:
+def test_timeout_sigterm_then_sigkill_recorded_as_forced(
+    launcher: Launcher, records: list[dict[str, Any]]
+) -> None:
     start = time.monotonic()
     with pytest.raises(RunError, match=r"timed out after 0\.3 s"):
         launcher([*COMMAND, "hang-ignore-term"], timeout=0.3)
@@ -148,7 +157,9 @@ def test_timeout_sigterm_then_sigkill_recorded_as_forced(launcher: Launcher,
     record = records[-1]
     assert record["timed_out"] is True
     assert [(s["signal"], s["forced"]) for s in record["signals"]] == [
-        ("SIGTERM", True), ("SIGKILL", True)]
+        ("SIGTERM", True),
+        ("SIGKILL", True),
+    ]
     main = record["processes"][0]
     assert main["signal"] == "SIGKILL"
     assert main["forced"] is True
@@ -175,8 +186,9 @@ def test_a_child_left_running_is_killed_and_makes_it_unclean(launcher: Launcher)
     assert "left running after the main process exited" in result.lifecycle["summary"]
 
 
-def test_unstartable_program_is_a_run_error(launcher: Launcher,
-                                            records: list[dict[str, Any]]) -> None:
+def test_unstartable_program_is_a_run_error(
+    launcher: Launcher, records: list[dict[str, Any]]
+) -> None:
     with pytest.raises(RunError, match="could not start"):
         launcher(["/nonexistent/model-binary"])
     assert records[-1]["lifecycle"]["clean"] is False
@@ -196,7 +208,8 @@ def test_inputs_are_hashed_before_the_run(launcher: Launcher, tmp_path: Path) ->
 
 
 def test_server_requests_are_timed_apart_and_stop_records_each_worker(
-        launcher: Launcher, tmp_path: Path, records: list[dict[str, Any]]) -> None:
+    launcher: Launcher, tmp_path: Path, records: list[dict[str, Any]]
+) -> None:
     server = launcher.server([*SERVER, "--workers", "2"], ready="/health", workers_expected=2)
     assert server.record["startup_seconds"] > 0
     warm = server.request("POST", "/infer", json={"prompt": "cat"}, warmup=True)
@@ -231,11 +244,14 @@ def test_server_requests_are_timed_apart_and_stop_records_each_worker(
 
 
 def test_server_ignoring_sigterm_is_killed_and_not_clean(launcher: Launcher) -> None:
-    server = launcher.server([*SERVER, "--workers", "2", "--ignore-term"], ready="/health",
-                             workers_expected=2)
+    server = launcher.server(
+        [*SERVER, "--workers", "2", "--ignore-term"], ready="/health", workers_expected=2
+    )
     record = server.stop(grace=0.3)
     assert [(s["signal"], s["target"], s["forced"]) for s in record["signals"]][:2] == [
-        ("SIGTERM", "process", False), ("SIGKILL", "group", True)]
+        ("SIGTERM", "process", False),
+        ("SIGKILL", "group", True),
+    ]
     main = record["processes"][0]
     assert main["signal"] == "SIGKILL"
     assert main["forced"] is True
@@ -253,8 +269,9 @@ def test_server_ignoring_sigterm_is_killed_and_not_clean(launcher: Launcher) -> 
 
 def test_server_ended_by_our_stop_sigterm_is_clean(launcher: Launcher) -> None:
     # http.server keeps SIGTERM's default action: it dies of the signal we sent at stop.
-    server = launcher.server([sys.executable, "-m", "http.server", "{port}", "--bind",
-                              "127.0.0.1"], ready="/")
+    server = launcher.server(
+        [sys.executable, "-m", "http.server", "{port}", "--bind", "127.0.0.1"], ready="/"
+    )
     record = server.stop(grace=2)
     main = record["processes"][0]
     assert main["signal"] == "SIGTERM"
@@ -263,8 +280,9 @@ def test_server_ended_by_our_stop_sigterm_is_clean(launcher: Launcher) -> None:
     assert "1 ended by our stop SIGTERM within the grace" in record["lifecycle"]["summary"]
 
 
-def test_server_dying_at_startup_fails_fast_with_stderr(launcher: Launcher,
-                                                        records: list[dict[str, Any]]) -> None:
+def test_server_dying_at_startup_fails_fast_with_stderr(
+    launcher: Launcher, records: list[dict[str, Any]]
+) -> None:
     start = time.monotonic()
     with pytest.raises(RunError) as info:
         launcher.server([*SERVER, "--die-at-startup"], ready="/health", startup_timeout=30)
@@ -274,8 +292,9 @@ def test_server_dying_at_startup_fails_fast_with_stderr(launcher: Launcher,
     assert records[-1]["lifecycle"]["clean"] is False
 
 
-def test_server_never_ready_is_stopped_at_startup_timeout(launcher: Launcher,
-                                                         records: list[dict[str, Any]]) -> None:
+def test_server_never_ready_is_stopped_at_startup_timeout(
+    launcher: Launcher, records: list[dict[str, Any]]
+) -> None:
     ready = r"was not ready at http://127\.0\.0\.1:\d+/health within 0\.4 s"
     with pytest.raises(RunError, match=ready):
         launcher.server([*COMMAND, "hang"], ready="/health", startup_timeout=0.4)
@@ -285,10 +304,17 @@ def test_server_never_ready_is_stopped_at_startup_timeout(launcher: Launcher,
 
 def test_close_stops_running_servers(tmp_path: Path) -> None:
     records: list[dict[str, Any]] = []
-    run = Launcher(allocation=None, out_dir=tmp_path, run_timeout=20, knobs=(),
-                   on_record=records.append, grace=2)
-    server = run.server([*SERVER, "--workers", "1"], ready="http://127.0.0.1:{port}/health",
-                        workers_expected=1)
+    run = Launcher(
+        allocation=None,
+        out_dir=tmp_path,
+        run_timeout=20,
+        knobs=(),
+        on_record=records.append,
+        grace=2,
+    )
+    server = run.server(
+        [*SERVER, "--workers", "1"], ready="http://127.0.0.1:{port}/health", workers_expected=1
+    )
     pid = server.pid
     run.close()
     run.close()
@@ -301,9 +327,19 @@ def test_close_stops_running_servers(tmp_path: Path) -> None:
 
 
 def _proc(pid: int, **fields: Any) -> dict[str, Any]:
-    base = {"pid": pid, "role": "descendant", "ppid": 1, "ppid_last": 1, "comm": "w",
-            "observed": "reaped", "exit_code": 0, "signal": None, "forced": False,
-            "signals_received": [], "ended_seconds": 1.0}
+    base = {
+        "pid": pid,
+        "role": "descendant",
+        "ppid": 1,
+        "ppid_last": 1,
+        "comm": "w",
+        "observed": "reaped",
+        "exit_code": 0,
+        "signal": None,
+        "forced": False,
+        "signals_received": [],
+        "ended_seconds": 1.0,
+    }
     base.update(fields)
     return base
 
@@ -323,8 +359,12 @@ def test_verdict_rules_by_example() -> None:
     # SIGTERM is a graceful stop only within the grace after our non-forced stop SIGTERM.
     stop = {"signal": "SIGTERM", "forced": False, "delivered": True, "at_seconds": 5.0}
     server = _proc(10, role="main", exit_code=None, signal="SIGTERM", ended_seconds=5.5)
-    record = {"kind": "server", "processes": [server], "signals": [stop],
-              "stop": {"grace_seconds": 1.0, "main_alive": True}}
+    record = {
+        "kind": "server",
+        "processes": [server],
+        "signals": [stop],
+        "stop": {"grace_seconds": 1.0, "main_alive": True},
+    }
     assert lifecycle_verdict(record)["clean"] is True
     late = {**record, "processes": [{**server, "ended_seconds": 7.0}]}
     assert lifecycle_verdict(late)["clean"] is False
@@ -334,42 +374,63 @@ def test_verdict_rules_by_example() -> None:
 
 def test_a_verdict_passed_in_is_ignored() -> None:
     killed = _proc(10, role="main", exit_code=None, signal="SIGKILL", forced=True)
-    record = {"processes": [killed], "lifecycle": {"clean": True, "summary": "clean"},
-              "clean": True}
+    record = {
+        "processes": [killed],
+        "lifecycle": {"clean": True, "summary": "clean"},
+        "clean": True,
+    }
     assert lifecycle_verdict(record)["clean"] is False
 
 
-_signals = st.fixed_dictionaries({
-    "signal": st.sampled_from(["SIGTERM", "SIGKILL", "SIGINT"]),
-    "forced": st.booleans(),
-    "reason": st.sampled_from(["stop", "timeout", "teardown"]),
-    "at_seconds": st.floats(0, 10, allow_nan=False),
-    "delivered": st.booleans(),
-})
-_processes = st.lists(st.fixed_dictionaries({
-    "pid": st.integers(1, 6),
-    "role": st.sampled_from(["main", "descendant"]),
-    "ppid": st.integers(0, 6),
-    "ppid_last": st.integers(0, 6),
-    "comm": st.just("p"),
-    "observed": st.sampled_from(["reaped", "adopted", "zombie", "disappeared", "alive",
-                                 "unknown"]),
-    "exit_code": st.one_of(st.none(), st.integers(0, 3)),
-    "signal": st.one_of(st.none(), st.sampled_from(["SIGTERM", "SIGKILL", "SIGSEGV"])),
-    "forced": st.booleans(),
-    "signals_received": st.lists(_signals, max_size=2),
-    "ended_seconds": st.one_of(st.none(), st.floats(0, 20, allow_nan=False)),
-}), max_size=5)
-_records = st.fixed_dictionaries({
-    "kind": st.sampled_from(["command", "server"]),
-    "processes": _processes,
-    "signals": st.lists(_signals, max_size=3),
-    "leftovers": st.lists(st.fixed_dictionaries({"pid": st.integers(1, 9)}), max_size=2),
-    "timed_out": st.booleans(),
-    "stop": st.one_of(st.none(), st.fixed_dictionaries({
-        "grace_seconds": st.floats(0, 5, allow_nan=False), "main_alive": st.booleans()})),
-}, optional={"error": st.text(max_size=5), "workers_expected": st.integers(0, 4),
-             "lifecycle": st.fixed_dictionaries({"clean": st.just(True)})})
+_signals = st.fixed_dictionaries(
+    {
+        "signal": st.sampled_from(["SIGTERM", "SIGKILL", "SIGINT"]),
+        "forced": st.booleans(),
+        "reason": st.sampled_from(["stop", "timeout", "teardown"]),
+        "at_seconds": st.floats(0, 10, allow_nan=False),
+        "delivered": st.booleans(),
+    }
+)
+_processes = st.lists(
+    st.fixed_dictionaries(
+        {
+            "pid": st.integers(1, 6),
+            "role": st.sampled_from(["main", "descendant"]),
+            "ppid": st.integers(0, 6),
+            "ppid_last": st.integers(0, 6),
+            "comm": st.just("p"),
+            "observed": st.sampled_from(
+                ["reaped", "adopted", "zombie", "disappeared", "alive", "unknown"]
+            ),
+            "exit_code": st.one_of(st.none(), st.integers(0, 3)),
+            "signal": st.one_of(st.none(), st.sampled_from(["SIGTERM", "SIGKILL", "SIGSEGV"])),
+            "forced": st.booleans(),
+            "signals_received": st.lists(_signals, max_size=2),
+            "ended_seconds": st.one_of(st.none(), st.floats(0, 20, allow_nan=False)),
+        }
+    ),
+    max_size=5,
+)
+_records = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(["command", "server"]),
+        "processes": _processes,
+        "signals": st.lists(_signals, max_size=3),
+        "leftovers": st.lists(st.fixed_dictionaries({"pid": st.integers(1, 9)}), max_size=2),
+        "timed_out": st.booleans(),
+        "stop": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {"grace_seconds": st.floats(0, 5, allow_nan=False), "main_alive": st.booleans()}
+            ),
+        ),
+    },
+    optional={
+        "error": st.text(max_size=5),
+        "workers_expected": st.integers(0, 4),
+        "lifecycle": st.fixed_dictionaries({"clean": st.just(True)}),
+    },
+)
 
 
 def _forced(proc: Mapping[str, Any]) -> bool:
@@ -383,8 +444,14 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
     summary = verdict["summary"]
     procs = record["processes"]
     forced = [p for p in procs if _forced(p)]
-    bad_exit = [p for p in procs if not _forced(p) and p["signal"] is None
-                and p["observed"] != "alive" and p["exit_code"] not in (None, 0)]
+    bad_exit = [
+        p
+        for p in procs
+        if not _forced(p)
+        and p["signal"] is None
+        and p["observed"] != "alive"
+        and p["exit_code"] not in (None, 0)
+    ]
     # The summary opens with the verdict, and "clean" opens it only when clean.
     assert summary.startswith("clean (") is verdict["clean"]
     assert summary.startswith("not clean (") is (not verdict["clean"])
@@ -400,11 +467,16 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
     # failed or empty is never clean, and each forced process is named.
     # A descendant's failure may be handled by a recorded parent that ended cleanly; a main
     # process's never is.
-    if (forced or any(p["role"] == "main" for p in bad_exit) or record["leftovers"]
-            or record["timed_out"] or not procs or record.get("error")
-            or any(p["observed"] == "alive" for p in procs)
-            or any(p["signal"] in ("SIGKILL", "SIGSEGV") and p["role"] == "main"
-                   for p in procs)):
+    if (
+        forced
+        or any(p["role"] == "main" for p in bad_exit)
+        or record["leftovers"]
+        or record["timed_out"]
+        or not procs
+        or record.get("error")
+        or any(p["observed"] == "alive" for p in procs)
+        or any(p["signal"] in ("SIGKILL", "SIGSEGV") and p["role"] == "main" for p in procs)
+    ):
         assert verdict["clean"] is False
     for proc in forced:
         assert f"pid {proc['pid']} (p) was forced" in summary
@@ -412,9 +484,12 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
         assert f"exited with code {proc['exit_code']}" in summary
     if verdict["clean"]:
         for p in procs:
-            assert (p["exit_code"] == 0 or p["signal"] == "SIGTERM"
-                    or p["observed"] == "disappeared"
-                    or (p["role"] == "descendant" and "handled by its parent" in summary))
+            assert (
+                p["exit_code"] == 0
+                or p["signal"] == "SIGTERM"
+                or p["observed"] == "disappeared"
+                or (p["role"] == "descendant" and "handled by its parent" in summary)
+            )
 
 
 def test_record_is_json_serialisable(launcher: Launcher) -> None:
@@ -453,15 +528,25 @@ def test_a_double_forked_daemon_is_found_and_the_run_is_not_clean(launcher: Laun
 
 
 def test_a_forced_signal_to_an_unrecorded_process_is_never_clean() -> None:
-    record = {"processes": [{"pid": 10, "role": "main", "observed": "reaped", "exit_code": 0}],
-              "signals": [{"signal": "SIGTERM", "forced": True, "delivered": True,
-                           "reason": "timeout", "receivers": [10, 11, 12]}]}
+    record = {
+        "processes": [{"pid": 10, "role": "main", "observed": "reaped", "exit_code": 0}],
+        "signals": [
+            {
+                "signal": "SIGTERM",
+                "forced": True,
+                "delivered": True,
+                "reason": "timeout",
+                "receivers": [10, 11, 12],
+            }
+        ],
+    }
     verdict = lifecycle_verdict(record)
     assert not verdict["clean"]
     assert "11, 12" in " ".join(verdict["reasons"])
 
 
 def test_port_placeholder_in_env_gets_a_port(launcher: Launcher) -> None:
-    run = launcher([sys.executable, "-c", "import os; print(os.environ['MYPORT'])"],
-                   env={"MYPORT": "{port}"})
+    run = launcher(
+        [sys.executable, "-c", "import os; print(os.environ['MYPORT'])"], env={"MYPORT": "{port}"}
+    )
     assert Path(run.stdout_path).read_text().strip().isdigit()

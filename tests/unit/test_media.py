@@ -20,13 +20,21 @@ OUTPUTS = Path(__file__).parent / "ffmpeg_outputs"
 
 
 def ffmpeg(*args: str) -> None:
-    subprocess.run([media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-y", *args],
-                   check=True)
+    subprocess.run(
+        [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-y", *args], check=True
+    )
 
 
-def make_clip(path: Path, *, seconds: float = 0.5, size: str = "64x48", rate: str = "24",
-              audio: str | None = "aac", vcodec: tuple[str, ...] = ("libx264", "-threads", "1"),
-              pix_fmt: str = "yuv420p") -> Path:
+def make_clip(
+    path: Path,
+    *,
+    seconds: float = 0.5,
+    size: str = "64x48",
+    rate: str = "24",
+    audio: str | None = "aac",
+    vcodec: tuple[str, ...] = ("libx264", "-threads", "1"),
+    pix_fmt: str = "yuv420p",
+) -> Path:
     args = ["-f", "lavfi", "-i", f"testsrc=size={size}:rate={rate}:duration={seconds}"]
     if audio:
         args += ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}"]
@@ -44,9 +52,23 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def cli_framehash(path: Path, *extra: str) -> list[tuple[int, str]]:
     out = subprocess.run(
-        [media.ffmpeg_exe(), "-hide_banner", "-nostdin", "-v", "error", "-i", str(path),
-         *extra, "-f", "framehash", "-hash", "sha256", "-"],
-        check=True, capture_output=True,
+        [
+            media.ffmpeg_exe(),
+            "-hide_banner",
+            "-nostdin",
+            "-v",
+            "error",
+            "-i",
+            str(path),
+            *extra,
+            "-f",
+            "framehash",
+            "-hash",
+            "sha256",
+            "-",
+        ],
+        check=True,
+        capture_output=True,
     ).stdout.decode()
     rows = []
     for line in out.splitlines():
@@ -67,27 +89,48 @@ def test_parse_probe_captured_mp4() -> None:
     assert info.duration == pytest.approx(1.0)
     video, audio = info.streams
     assert (video.type, video.codec, video.pix_fmt, video.width, video.height) == (
-        "video", "h264", "yuv420p", 320, 176)
+        "video",
+        "h264",
+        "yuv420p",
+        320,
+        176,
+    )
     assert video.time_base == "1/12288"
     assert (audio.codec, audio.sample_rate, audio.channel_layout, audio.sample_fmt) == (
-        "aac", 48000, "mono", "fltp")
+        "aac",
+        48000,
+        "mono",
+        "fltp",
+    )
 
 
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
         ("probe_v10_mkv.txt", [("video", "ffv1", "yuv422p10le", None, "1/1000")]),
-        ("probe_w_webm.txt", [("video", "vp9", "gbrp", None, "1/1000"),
-                              ("audio", "opus", None, "fltp", None)]),
-        ("probe_m_mov.txt", [("video", "h264", "yuv444p", None, "1/12288"),
-                             ("audio", "pcm_s16le", None, "s16", None)]),
+        (
+            "probe_w_webm.txt",
+            [("video", "vp9", "gbrp", None, "1/1000"), ("audio", "opus", None, "fltp", None)],
+        ),
+        (
+            "probe_m_mov.txt",
+            [
+                ("video", "h264", "yuv444p", None, "1/12288"),
+                ("audio", "pcm_s16le", None, "s16", None),
+            ],
+        ),
         ("probe_s24_flac.txt", [("audio", "flac", None, "s32", None)]),
         ("probe_s24_wav.txt", [("audio", "pcm_s24le", None, "s32", None)]),
         ("probe_a_m4a.txt", [("audio", "aac", None, "fltp", None)]),
         # Older layout: "(tv, bt709)" inside the pixel format, tbc, "90k tbn", a data stream.
-        ("probe_ffmpeg4_layout.txt", [("video", "h264", "yuv420p", None, "1/90000"),
-                                      ("audio", "aac", None, "fltp", None),
-                                      ("data", "none", None, None, None)]),
+        (
+            "probe_ffmpeg4_layout.txt",
+            [
+                ("video", "h264", "yuv420p", None, "1/90000"),
+                ("audio", "aac", None, "fltp", None),
+                ("data", "none", None, None, None),
+            ],
+        ),
     ],
 )
 def test_parse_probe_captured_outputs(name: str, expected: list[tuple[object, ...]]) -> None:
@@ -103,7 +146,10 @@ def test_parse_probe_without_input_is_none() -> None:
 
 def test_split_top_level_keeps_parenthesised_commas() -> None:
     assert media._split_top_level("h264 (High), yuv420p(tv, bt709), 1920x1080 [SAR 1:1, x]") == [
-        "h264 (High)", "yuv420p(tv, bt709)", "1920x1080 [SAR 1:1, x]"]
+        "h264 (High)",
+        "yuv420p(tv, bt709)",
+        "1920x1080 [SAR 1:1, x]",
+    ]
 
 
 # ------------------------------------------------------------------ detection
@@ -165,7 +211,11 @@ def test_frame_digests_equal_ffmpeg_framehash_cli(clip: Path) -> None:
     assert ours == cli_framehash(clip, "-map", "0:v")
     assert video["frame_count"] == len(ours) == 12
     assert (video["codec"], video["pix_fmt"], video["width"], video["height"]) == (
-        "h264", "yuv420p", 64, 48)
+        "h264",
+        "yuv420p",
+        64,
+        48,
+    )
     assert video["frame_rate"] == "24/1"
     assert video["time_base"] == "1/12288"
     assert video["duration"] == pytest.approx(0.5)
@@ -190,8 +240,9 @@ def test_container_audio_in_its_own_sample_format(clip: Path) -> None:
 
 
 def test_ten_bit_video_and_exact_ntsc_rate(tmp_path: Path) -> None:
-    path = make_clip(tmp_path / "v10.mkv", rate="30000/1001", audio=None, vcodec=("ffv1",),
-                     pix_fmt="yuv422p10le")
+    path = make_clip(
+        tmp_path / "v10.mkv", rate="30000/1001", audio=None, vcodec=("ffv1",), pix_fmt="yuv422p10le"
+    )
     video = media.fingerprint("video", path)["streams"][0]
     assert video["pix_fmt"] == "yuv422p10le"
     assert video["frame_rate"] == "30000/1001"
@@ -207,7 +258,8 @@ def test_native_frames_hash_to_the_fingerprint(clip: Path) -> None:
     frames = list(media.iter_video_frames(clip))
     assert len(frames) == video["frame_count"]
     assert [hashlib.sha256(f.tobytes()).hexdigest() for f in frames] == [
-        f["sha256"] for f in video["frames"]]
+        f["sha256"] for f in video["frames"]
+    ]
     rgb = media.load_video_frames(clip, pix_fmt="rgb24", indices=[0])[0]
     assert rgb.shape == (48, 64, 3)
     assert rgb.dtype == np.uint8
@@ -246,17 +298,24 @@ def test_corrupted_mp4_raises(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ audio files
 
 
-def write_wav(path: Path, data: np.ndarray, rate: int = 8000, subtype: str = "PCM_16",
-              fmt: str = "WAV") -> Path:
+def write_wav(
+    path: Path, data: np.ndarray, rate: int = 8000, subtype: str = "PCM_16", fmt: str = "WAV"
+) -> Path:
     soundfile.write(path, data, rate, subtype=subtype, format=fmt)
     return path
 
 
 @pytest.mark.parametrize(
     ("subtype", "dtype", "fmt"),
-    [("PCM_16", "<i2", "WAV"), ("PCM_24", "<i4", "WAV"), ("PCM_32", "<i4", "WAV"),
-     ("FLOAT", "<f4", "WAV"), ("DOUBLE", "<f8", "WAV"), ("PCM_24", "<i4", "FLAC"),
-     ("PCM_16", "<i2", "RF64")],
+    [
+        ("PCM_16", "<i2", "WAV"),
+        ("PCM_24", "<i4", "WAV"),
+        ("PCM_32", "<i4", "WAV"),
+        ("FLOAT", "<f4", "WAV"),
+        ("DOUBLE", "<f8", "WAV"),
+        ("PCM_24", "<i4", "FLAC"),
+        ("PCM_16", "<i2", "RF64"),
+    ],
 )
 def test_audio_fingerprint_reads_losslessly(
     tmp_path: Path, subtype: str, dtype: str, fmt: str
@@ -269,7 +328,11 @@ def test_audio_fingerprint_reads_losslessly(
     assert fp["dtype"] == dtype
     assert pcm.dtype == np.dtype(dtype)
     assert (fp["sample_rate"], fp["channels"], fp["sample_count"], fp["subtype"]) == (
-        8000, 2, 2500, subtype)
+        8000,
+        2,
+        2500,
+        subtype,
+    )
     assert fp["pcm_sha256"] == hashlib.sha256(pcm.astype(dtype).tobytes()).hexdigest()
     assert len(fp["block_sha256"]) == 1  # 2500 samples at 8000 Hz: one one-second block
     assert fp["block_sha256"][0] == fp["pcm_sha256"]
@@ -288,20 +351,33 @@ def test_same_pcm_same_digest_across_wav_and_flac(tmp_path: Path) -> None:
 
 def test_wave_format_extensible_24_bit(tmp_path: Path) -> None:
     path = tmp_path / "x.wav"
-    ffmpeg("-f", "lavfi", "-i", "sine=duration=0.25:sample_rate=44100", "-ac", "2",
-           "-c:a", "pcm_s24le", str(path))
+    ffmpeg(
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=duration=0.25:sample_rate=44100",
+        "-ac",
+        "2",
+        "-c:a",
+        "pcm_s24le",
+        str(path),
+    )
     assert path.read_bytes()[20:22] == b"\xfe\xff"  # WAVE_FORMAT_EXTENSIBLE
     fp = media.fingerprint("audio", path)
     assert (fp["format"], fp["subtype"], fp["dtype"], fp["channels"]) == (
-        "WAVEX", "PCM_24", "<i4", 2)
+        "WAVEX",
+        "PCM_24",
+        "<i4",
+        2,
+    )
 
 
 def _declare_more(path: Path, extra_frames: int, block_align: int) -> None:
     """Rewrite the data chunk size so that it declares more than the file holds."""
     data = bytearray(path.read_bytes())
     pos = data.index(b"data")
-    size = struct.unpack("<I", data[pos + 4: pos + 8])[0]
-    data[pos + 4: pos + 8] = struct.pack("<I", size + extra_frames * block_align)
+    size = struct.unpack("<I", data[pos + 4 : pos + 8])[0]
+    data[pos + 4 : pos + 8] = struct.pack("<I", size + extra_frames * block_align)
     path.write_bytes(bytes(data))
 
 
@@ -336,8 +412,9 @@ def test_rf64_truncation(tmp_path: Path) -> None:
 
 def test_truncated_flac_is_reported(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
-    path = write_wav(tmp_path / "t.flac", rng.integers(-3000, 3000, (20000, 1)).astype(np.int16),
-                     fmt="FLAC")
+    path = write_wav(
+        tmp_path / "t.flac", rng.integers(-3000, 3000, (20000, 1)).astype(np.int16), fmt="FLAC"
+    )
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ArtifactError, match=r"t\.flac: .*damaged or truncated"):
         media.fingerprint("audio", path)

@@ -19,9 +19,22 @@ from pytest_lossless.evidence.provenance import (
 
 def git(root: Path, *args: str) -> str:
     done = subprocess.run(
-        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com",
-         "-c", "init.defaultBranch=main", *args],
-        capture_output=True, text=True, check=True)
+        [
+            "git",
+            "-C",
+            str(root),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -53,13 +66,18 @@ def test_dirty_tree_diff_and_untracked(repo: Path) -> None:
     state = source_state(repo)
     assert state["dirty"] is True
     assert "+speed = 2" in state["diff"]
-    expected = subprocess.run(["git", "-C", str(repo), "diff", "HEAD", "--binary"],
-                              capture_output=True, check=True).stdout
+    expected = subprocess.run(
+        ["git", "-C", str(repo), "diff", "HEAD", "--binary"], capture_output=True, check=True
+    ).stdout
     assert state["diff_sha256"] == hashlib.sha256(expected).hexdigest()
     assert state["untracked"] == ["notes.txt"]
-    assert source_revision(repo) == {**{k: state[k] for k in (
-        "revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")},
-        "untracked_count": 1}
+    assert source_revision(repo) == {
+        **{
+            k: state[k]
+            for k in ("revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")
+        },
+        "untracked_count": 1,
+    }
 
 
 def test_the_plugins_own_receipts_do_not_make_the_tree_dirty(repo: Path) -> None:
@@ -99,8 +117,9 @@ def test_not_a_repository(tmp_path: Path) -> None:
     assert "not a git repository" in state["git_error"]
 
 
-def test_runspec_knobs_inputs_and_fingerprint(repo: Path, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runspec_knobs_inputs_and_fingerprint(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     weights = tmp_path / "w.bin"
     weights.write_bytes(b"123")
     monkeypatch.setenv("PYTHONHASHSEED", "0")
@@ -108,8 +127,7 @@ def test_runspec_knobs_inputs_and_fingerprint(repo: Path, tmp_path: Path,
     facts = session_facts()
     assert facts["versions"]["pytest-lossless"]
     assert facts["versions"]["ffmpeg"].startswith("ffmpeg version")
-    spec = runspec(repo, knobs=["PYTHONHASHSEED", "NCCL_ALGO"], inputs={"w": weights},
-                   facts=facts)
+    spec = runspec(repo, knobs=["PYTHONHASHSEED", "NCCL_ALGO"], inputs={"w": weights}, facts=facts)
     assert spec["environment"]["knobs"] == {"PYTHONHASHSEED": "0"}
     assert spec["environment"]["knobs_unset"] == ["NCCL_ALGO"]
     assert spec["inputs"]["w"]["sha256"] == hashlib.sha256(b"123").hexdigest()

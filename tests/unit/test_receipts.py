@@ -27,22 +27,46 @@ DIFF = "diff --git a/m.py b/m.py\n-old\n+new \udcff\n"
 
 
 def _run(**overrides: Any) -> dict[str, Any]:
-    main_proc = {"pid": 10, "role": "main", "ppid": 1, "ppid_last": 1, "comm": "python",
-                 "observed": "reaped", "exit_code": 0, "signal": None, "forced": False,
-                 "signals_received": [], "ended_seconds": 1.0}
-    record: dict[str, Any] = {"kind": "command", "name": "command-01", "processes": [main_proc],
-                              "signals": [], "leftovers": [], "timed_out": False,
-                              "exit_code": 0, "signal": None}
+    main_proc = {
+        "pid": 10,
+        "role": "main",
+        "ppid": 1,
+        "ppid_last": 1,
+        "comm": "python",
+        "observed": "reaped",
+        "exit_code": 0,
+        "signal": None,
+        "forced": False,
+        "signals_received": [],
+        "ended_seconds": 1.0,
+    }
+    record: dict[str, Any] = {
+        "kind": "command",
+        "name": "command-01",
+        "processes": [main_proc],
+        "signals": [],
+        "leftovers": [],
+        "timed_out": False,
+        "exit_code": 0,
+        "signal": None,
+    }
     record.update(overrides)
     return record
 
 
 def _runspec(diff: str = DIFF, **source: Any) -> dict[str, Any]:
     raw = diff.encode("utf-8", errors="surrogateescape")
-    base = {"revision": "a" * 40, "dirty": bool(diff), "diff": diff,
-            "diff_sha256": hashlib.sha256(raw).hexdigest(), "diff_bytes": len(raw),
-            "untracked": [], "remote_branches": [], "published": False,
-            "publication": "unpublished"}
+    base = {
+        "revision": "a" * 40,
+        "dirty": bool(diff),
+        "diff": diff,
+        "diff_sha256": hashlib.sha256(raw).hexdigest(),
+        "diff_bytes": len(raw),
+        "untracked": [],
+        "remote_branches": [],
+        "published": False,
+        "publication": "unpublished",
+    }
     base.update(source)
     return {"source": base, "inputs": {}, "versions": {"python": "3"}}
 
@@ -57,9 +81,13 @@ class Allocationish:
 
 def _lossless_block(folder: Path) -> dict[str, Any]:
     """A real lossless verdict block: two identical control runs and an identical candidate."""
-    verdict = compare_control_candidate(lambda: {"out.bin": b"same"}, lambda: {"out.bin": b"same"},
-                                        runs=2, kinds=KindRegistry(),
-                                        workdir=Path(tempfile.mkdtemp(prefix="runs-")))
+    verdict = compare_control_candidate(
+        lambda: {"out.bin": b"same"},
+        lambda: {"out.bin": b"same"},
+        runs=2,
+        kinds=KindRegistry(),
+        workdir=Path(tempfile.mkdtemp(prefix="runs-")),
+    )
     return verdict.to_dict()
 
 
@@ -71,8 +99,15 @@ def _write(folder: Path, *, test_id: str = "tests/test_m.py::test_a[x/y]", **kw:
     for run in kw.get("runs", [_run()]):
         receipt.add_run(run)
     same = {"kind": "bytes", "fingerprint": {"size": 4, "sha256": "ab" * 32}}
-    receipt.add_gate({"artifact": "video", "gate": "bytes", "passed": True, "lossless": True,
-                      "evidence": {"golden": same, "obtained": same}})
+    receipt.add_gate(
+        {
+            "artifact": "video",
+            "gate": "bytes",
+            "passed": True,
+            "lossless": True,
+            "evidence": {"golden": same, "obtained": same},
+        }
+    )
     receipt.add_lossless(_lossless_block(folder))
     receipt.set_outcome("call", "passed")
     allocation.released_at = "2026-01-01T00:00:00.000Z"  # read late: shows the release
@@ -97,7 +132,9 @@ def test_receipt_name_is_safe_and_bounded() -> None:
 def test_write_is_atomic_with_diff_beside_and_derived_blocks(tmp_path: Path) -> None:
     path = _write(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "tests_test_m.py__test_a_x_y.diff", "tests_test_m.py__test_a_x_y.json"]
+        "tests_test_m.py__test_a_x_y.diff",
+        "tests_test_m.py__test_a_x_y.json",
+    ]
     diff = tmp_path / "tests_test_m.py__test_a_x_y.diff"
     assert diff.read_bytes() == DIFF.encode("utf-8", errors="surrogateescape")
     data = load(path)
@@ -121,8 +158,12 @@ def test_clean_tree_writes_no_diff(tmp_path: Path) -> None:
 
 def test_verify_catches_a_clean_claim_over_a_sigkilled_process(tmp_path: Path) -> None:
     killed = _run(exit_code=None, signal="SIGKILL")
-    killed["processes"][0].update(exit_code=None, signal="SIGKILL", forced=True,
-                                  signals_received=[{"signal": "SIGKILL", "forced": True}])
+    killed["processes"][0].update(
+        exit_code=None,
+        signal="SIGKILL",
+        forced=True,
+        signals_received=[{"signal": "SIGKILL", "forced": True}],
+    )
     path = _write(tmp_path, runs=[killed])
     assert verify(tmp_path) == []
     assert load(path)["verdicts"]["lifecycle"]["clean"] is False
@@ -133,8 +174,10 @@ def test_verify_catches_a_clean_claim_over_a_sigkilled_process(tmp_path: Path) -
 
     _edit(path, claim_clean)
     found = verify(tmp_path)
-    assert any("recorded lifecycle clean=True but the raw record gives clean=False" in f
-               and "SIGKILL" in f for f in found)
+    assert any(
+        "recorded lifecycle clean=True but the raw record gives clean=False" in f and "SIGKILL" in f
+        for f in found
+    )
     assert any(f.startswith(f"{path}: verdicts.lifecycle") for f in found)
 
 
@@ -210,15 +253,21 @@ def test_checkers_table_can_be_extended(tmp_path: Path) -> None:
 
     checkers = {**default_checkers(), "gates": gates_must_be_lossless, "speed": always}
     found = verify(tmp_path, checkers=checkers)
-    assert found == [f"{tmp_path / 'tests_test_m.py__test_a_x_y.json'}: speed: cannot be "
-                     "re-derived (ValueError: broken block)"]
+    assert found == [
+        f"{tmp_path / 'tests_test_m.py__test_a_x_y.json'}: speed: cannot be "
+        "re-derived (ValueError: broken block)"
+    ]
 
 
 def test_derive_verdicts_orders_fail_over_inconclusive_over_pass() -> None:
-    assert derive_verdicts({"speed": [{"verdict": "PASS"}, {"verdict": "INCONCLUSIVE"}]})[
-        "overall"] == "INCONCLUSIVE"
-    assert derive_verdicts({"gates": [{"passed": False}], "speed": [{"verdict": "PASS"}]})[
-        "overall"] == "FAIL"
+    assert (
+        derive_verdicts({"speed": [{"verdict": "PASS"}, {"verdict": "INCONCLUSIVE"}]})["overall"]
+        == "INCONCLUSIVE"
+    )
+    assert (
+        derive_verdicts({"gates": [{"passed": False}], "speed": [{"verdict": "PASS"}]})["overall"]
+        == "FAIL"
+    )
     assert derive_verdicts({"lossless": [{"verdict": "garbage"}]})["overall"] == "FAIL"
     assert derive_verdicts({})["overall"] is None
 
@@ -243,12 +292,15 @@ def test_cli_exit_codes_and_lines(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_the_summary_is_generated_and_verify_refuses_an_edited_one(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _write(tmp_path)
     assert main(["summary", str(tmp_path), "--write"]) == 0
     summary = (tmp_path / "SUMMARY.md").read_text()
-    assert "| tests/test_m.py::test_a[x/y] | passed | clean | 1 passed, 0 failed | PASS | - |" \
+    assert (
+        "| tests/test_m.py::test_a[x/y] | passed | clean | 1 passed, 0 failed | PASS | - |"
         in summary
+    )
     assert main(["verify", str(tmp_path)]) == 0
     (tmp_path / "SUMMARY.md").write_text(summary.replace("| PASS |", "| FAIL |"))
     assert main(["verify", str(tmp_path)]) == 1

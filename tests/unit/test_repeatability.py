@@ -30,19 +30,25 @@ def _run(values, extra=b"ok"):
 
 
 def test_pass_fail_inconclusive(tmp_path, kinds):
-    same = compare_control_candidate(_run([1, 2]), _run([1, 2]), runs=2, kinds=kinds,
-                                     workdir=tmp_path / "a")
+    same = compare_control_candidate(
+        _run([1, 2]), _run([1, 2]), runs=2, kinds=kinds, workdir=tmp_path / "a"
+    )
     assert same.verdict == "PASS"
     assert rederive(same.to_dict()) == "PASS"
-    differ = compare_control_candidate(_run([1, 2]), _run([1, 3]), runs=2, kinds=kinds,
-                                       workdir=tmp_path / "b")
+    differ = compare_control_candidate(
+        _run([1, 2]), _run([1, 3]), runs=2, kinds=kinds, workdir=tmp_path / "b"
+    )
     assert differ.verdict == "FAIL"
     assert "t.npy" in differ.message()
     assert rederive(differ.to_dict()) == "FAIL"
     counter = itertools.count()
     flaky = compare_control_candidate(
         lambda: {"t.npy": np.array([next(counter)], dtype=np.int32)},
-        _run([1]), runs=3, kinds=kinds, workdir=tmp_path / "c")
+        _run([1]),
+        runs=3,
+        kinds=kinds,
+        workdir=tmp_path / "c",
+    )
     assert flaky.verdict == "INCONCLUSIVE"
     assert varied(flaky) == ["t.npy"]
     assert "not repeatable" in flaky.message()
@@ -52,8 +58,12 @@ def test_pass_fail_inconclusive(tmp_path, kinds):
 
 def test_missing_artifact_is_a_difference(tmp_path, kinds):
     verdict = compare_control_candidate(
-        _run([1]), lambda: {"t.npy": np.array([1], dtype=np.float32)}, runs=2, kinds=kinds,
-        workdir=tmp_path)
+        _run([1]),
+        lambda: {"t.npy": np.array([1], dtype=np.float32)},
+        runs=2,
+        kinds=kinds,
+        workdir=tmp_path,
+    )
     assert verdict.verdict == "FAIL"
     assert "log.bin" in verdict.message()
 

@@ -26,9 +26,16 @@ def test_no_rows_no_table():
     assert verdict_table([]) == []
 
 
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=80),
-                          st.sampled_from(["PASS", "FAIL", "INCONCLUSIVE", "ERROR"])),
-                min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1, max_size=80),
+            st.sampled_from(["PASS", "FAIL", "INCONCLUSIVE", "ERROR"]),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_every_row_appears_once_and_lines_fit(cells):
     rows = [Row(t.replace("\n", " "), "a", "bytes", v) for t, v in cells]
     lines = verdict_table(rows, width=100)
@@ -38,20 +45,44 @@ def test_every_row_appears_once_and_lines_fit(cells):
     assert max(len(line) for line in lines) <= 100
 
 
-@given(st.integers(min_value=80, max_value=200),
-       st.lists(st.tuples(st.text(min_size=1, max_size=120), st.text(max_size=40),
-                          st.text(max_size=40), st.text(max_size=300)), min_size=1, max_size=8))
+@given(
+    st.integers(min_value=80, max_value=200),
+    st.lists(
+        st.tuples(
+            st.text(min_size=1, max_size=120),
+            st.text(max_size=40),
+            st.text(max_size=40),
+            st.text(max_size=300),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
 def test_no_line_is_wider_than_the_terminal(width, cells):
-    rows = [Row(*(c.replace("\n", " ") for c in (t, check, gate)), "FAIL", detail.replace(
-        "\n", " ")) for t, check, gate, detail in cells]
+    rows = [
+        Row(*(c.replace("\n", " ") for c in (t, check, gate)), "FAIL", detail.replace("\n", " "))
+        for t, check, gate, detail in cells
+    ]
     assert max(len(line) for line in verdict_table(rows, width=width)) <= width
 
 
 def test_the_long_ids_of_a_real_suite_fit_width_100():
-    rows = [Row("tests/gates/test_ref2va.py::test_server_matches_goldens[15s]", "latent.npy",
-                "tolerance(atol=1e-06, rtol=0)", "LOSSY-PASS", "f" * 200),
-            Row("tests/gates/test_ref2va.py::test_fast_candidate_is_lossless_and_faster[5s]",
-                "speed cli-5s", "ratio <= 0.70", "PASS", "0.51 [0.45, 0.58], 8/8 pairs ABBA")]
+    rows = [
+        Row(
+            "tests/gates/test_ref2va.py::test_server_matches_goldens[15s]",
+            "latent.npy",
+            "tolerance(atol=1e-06, rtol=0)",
+            "LOSSY-PASS",
+            "f" * 200,
+        ),
+        Row(
+            "tests/gates/test_ref2va.py::test_fast_candidate_is_lossless_and_faster[5s]",
+            "speed cli-5s",
+            "ratio <= 0.70",
+            "PASS",
+            "0.51 [0.45, 0.58], 8/8 pairs ABBA",
+        ),
+    ]
     lines = verdict_table(rows, width=100)
     assert max(len(line) for line in lines) <= 100
     assert lines[2].startswith("LOSSY-PASS")  # worse than PASS, so first
@@ -64,22 +95,42 @@ def test_the_long_ids_of_a_real_suite_fit_width_100():
 def test_update_lines_group_by_action():
     events = [
         {"test": "t", "folder": "goldens/m/t", "name": "a.wav", "action": "created", "detail": ""},
-        {"test": "t", "folder": "goldens/m/t", "name": "b.npy", "action": "unchanged",
-         "detail": ""},
-        {"test": "t", "folder": "goldens/m/t", "name": "c.mp4", "action": "changed",
-         "detail": "sha256 ab -> cd"},
+        {
+            "test": "t",
+            "folder": "goldens/m/t",
+            "name": "b.npy",
+            "action": "unchanged",
+            "detail": "",
+        },
+        {
+            "test": "t",
+            "folder": "goldens/m/t",
+            "name": "c.mp4",
+            "action": "changed",
+            "detail": "sha256 ab -> cd",
+        },
     ]
     assert update_lines(events) == [
-        "created: 1", "  goldens/m/t/a.wav",
-        "changed: 1", "  goldens/m/t/c.mp4 (sha256 ab -> cd)",
-        "unchanged: 1", "  goldens/m/t/b.npy",
+        "created: 1",
+        "  goldens/m/t/a.wav",
+        "changed: 1",
+        "  goldens/m/t/c.mp4 (sha256 ab -> cd)",
+        "unchanged: 1",
+        "  goldens/m/t/b.npy",
     ]
 
 
 def test_evidence_line_names_a_dirty_unpublished_source():
-    line = evidence_line(3, "lossless-receipts", {
-        "revision": "0123456789abcdef", "dirty": True, "diff_sha256": "feedface" * 8,
-        "publication": "unpublished"})
+    line = evidence_line(
+        3,
+        "lossless-receipts",
+        {
+            "revision": "0123456789abcdef",
+            "dirty": True,
+            "diff_sha256": "feedface" * 8,
+            "publication": "unpublished",
+        },
+    )
     assert line.startswith("3 receipts in lossless-receipts, source 0123456789ab (dirty")
     assert "unpublished" in line
     assert line.endswith("python -m pytest_lossless verify lossless-receipts")

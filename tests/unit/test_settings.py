@@ -44,8 +44,12 @@ def test_cli_beats_env_beats_ini():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("0,1,2", ("0", "1", "2")), ("0-3", ("0", "1", "2", "3")),
-     ("GPU-a, GPU-b", ("GPU-a", "GPU-b")), ("4 5", ("4", "5"))],
+    [
+        ("0,1,2", ("0", "1", "2")),
+        ("0-3", ("0", "1", "2", "3")),
+        ("GPU-a, GPU-b", ("GPU-a", "GPU-b")),
+        ("4 5", ("4", "5")),
+    ],
 )
 def test_device_lists(text, expected):
     assert parse_device_list(text) == expected
@@ -67,14 +71,17 @@ def test_bad_value_names_its_source():
     assert "environment PYTEST_LOSSLESS_LOCK_TIMEOUT" in str(info.value)
 
 
-@pytest.mark.parametrize(("text", "size"), [("1MiB", 1 << 20), ("512KiB", 512 << 10),
-                                            ("100", 100), ("2M", 2 << 20)])
+@pytest.mark.parametrize(
+    ("text", "size"), [("1MiB", 1 << 20), ("512KiB", 512 << 10), ("100", 100), ("2M", 2 << 20)]
+)
 def test_sizes(text, size):
     assert _resolve(ini={"digest_above": text}).digest_above == size
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30", 30.0), ("2.5s", 2.5), ("10m", 600.0),
-                                               ("1h", 3600.0), ("250ms", 0.25)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30.0), ("2.5s", 2.5), ("10m", 600.0), ("1h", 3600.0), ("250ms", 0.25)],
+)
 def test_durations(text, seconds):
     assert _resolve(cli={"lock_timeout": text}).lock_timeout == seconds
 

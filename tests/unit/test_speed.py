@@ -133,8 +133,11 @@ def test_too_few_pairs_are_refused_before_any_arm_runs() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"target": 1.0}, "target"), ({"target": 0.3, "design": "BAAB"}, "design"),
-     ({"target": 0.3, "pairs": 0}, "pairs")],
+    [
+        ({"target": 1.0}, "target"),
+        ({"target": 0.3, "design": "BAAB"}, "design"),
+        ({"target": 0.3, "pairs": 0}, "pairs"),
+    ],
 )
 def test_bad_arguments_name_themselves(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -174,8 +177,10 @@ def test_samples_follow_the_seeded_abba_schedule_in_order() -> None:
 def test_a_random_seed_is_drawn_and_recorded() -> None:
     clock = FakeClock()
     verdict = run_speed_gate(
-        timed_arm(clock, lognormal(1.0, 0.05, 1)), timed_arm(clock, lognormal(0.5, 0.05, 2)),
-        target=0.3, clock=clock,
+        timed_arm(clock, lognormal(1.0, 0.05, 1)),
+        timed_arm(clock, lognormal(0.5, 0.05, 2)),
+        target=0.3,
+        clock=clock,
     )
     assert isinstance(verdict.seed, int)
     assert f"seed {verdict.seed}" in verdict.message()
@@ -215,11 +220,11 @@ def test_mappings_with_measured_seconds_are_accepted() -> None:
 
 @pytest.mark.parametrize("returned", [None, "1.0", True, 0.0, -2.0, math.nan, {"x": 1}])
 def test_an_arm_returning_no_time_is_an_errored_arm(returned: object) -> None:
-    verdict = run_speed_gate(lambda: returned, lambda: 1.0, target=0.3, seed=1,
-                             clock=FakeClock())
+    verdict = run_speed_gate(lambda: returned, lambda: 1.0, target=0.3, seed=1, clock=FakeClock())
     assert verdict.verdict == "INCONCLUSIVE"
-    assert "return the measured seconds" in verdict.samples[0]["error"] or "finite" in (
-        verdict.samples[0]["error"]
+    assert (
+        "return the measured seconds" in verdict.samples[0]["error"]
+        or "finite" in (verdict.samples[0]["error"])
     )
 
 
@@ -281,8 +286,13 @@ def test_bootstrap_cross_check_is_recorded_once_there_are_enough_blocks() -> Non
 
 def test_a_server_record_counts_its_measured_requests() -> None:
     record = {"startup_seconds": 4.0, "warmup_seconds": [0.5], "measured_seconds": [0.25]}
-    verdict = run_speed_gate(lambda: dict(record, measured_seconds=[1.0]), lambda: record,
-                             target=0.3, seed=2, clock=FakeClock())
+    verdict = run_speed_gate(
+        lambda: dict(record, measured_seconds=[1.0]),
+        lambda: record,
+        target=0.3,
+        seed=2,
+        clock=FakeClock(),
+    )
     assert verdict.verdict == "PASS"
     candidate = next(s for s in verdict.samples if s["arm"] == "candidate")
     assert candidate["seconds"] == 0.25
@@ -291,8 +301,10 @@ def test_a_server_record_counts_its_measured_requests() -> None:
     assert candidate["warmup_seconds"] == [0.5]
 
 
-@pytest.mark.parametrize(("key", "value"), [("ci", [0.1, 0.2]), ("blocks", 3), ("looks", []),
-                                            ("message", "PASS, trust me")])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("ci", [0.1, 0.2]), ("blocks", 3), ("looks", []), ("message", "PASS, trust me")],
+)
 def test_an_edited_derived_field_is_a_contradiction(key: str, value: Any) -> None:
     recorded = json.loads(json.dumps(gate(0.5).to_dict()))
     assert contradictions(recorded) == []

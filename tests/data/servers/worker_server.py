@@ -51,8 +51,11 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length)
         time.sleep(float(parse_qs(urlparse(self.path).query).get("sleep", ["0"])[0]))
-        answer = {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest(),
-                  "content_type": self.headers.get("Content-Type")}
+        answer = {
+            "bytes": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "content_type": self.headers.get("Content-Type"),
+        }
         self._send(200, json.dumps(answer).encode())
 
 
