@@ -45,9 +45,11 @@ __all__ = [
 class BuiltinKind:
     """One built-in kind as a plugin: its detection, fingerprint, default gate and comparers.
 
-    A subclass names its kind, its default gate and the gates that apply to it, and implements
-    :meth:`detect`, :meth:`fingerprint` and :meth:`compare_exact`; the hook implementations
-    here answer only for that kind and return None for any other, as a user's kind does.
+    A subclass names its kind, its default gate, the gates that apply to it, its fingerprint
+    function (in :mod:`~pytest_lossless.media`) and exact comparer (in
+    :mod:`~pytest_lossless.gates`), and implements :meth:`detect`. Functions are named, not
+    imported, so that defining the kinds loads no numpy. The hook implementations answer only
+    for the subclass's kind and return None for any other, as a user's kind does.
     """
 
     name: ClassVar[str]
@@ -56,6 +58,10 @@ class BuiltinKind:
     gates: ClassVar[tuple[str, ...]]
     #: For a refused gate: which gate does what it was asked for.
     hints: ClassVar[dict[str, str]] = {}
+    #: ``media.<fingerprinter>(path)`` fingerprints a file of this kind.
+    fingerprinter: ClassVar[str]
+    #: ``gates.<comparer>(gate, expected, obtained, kind)`` is its exact gate.
+    comparer: ClassVar[str] = ""
 
     def detect(self, path: Path, head: bytes) -> bool:
         """Whether the file's content is of this kind (``head``: its first bytes)."""
@@ -63,11 +69,17 @@ class BuiltinKind:
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
         """Metadata and digests of the file; ArtifactError for a damaged one."""
-        raise NotImplementedError
+        from . import media
+
+        result: dict[str, Any] = getattr(media, self.fingerprinter)(path)
+        return result
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         """The kind's own exact gate (``decoded``, ``elementwise``)."""
-        raise NotImplementedError
+        from . import gates
+
+        result: GateResult = getattr(gates, self.comparer)(gate, expected, obtained, self.name)
+        return result
 
     def check_gate(self, gate: Gate, artifact: str = "") -> None:
         """Refuse a gate that means nothing for this kind, naming the ones that do."""
@@ -113,20 +125,13 @@ class VideoKind(BuiltinKind):
         "elementwise": "decoded frames are compared exactly by 'decoded'"
     }
 
+    fingerprinter = "fingerprint_video"
+    comparer = "compare_container"
+
     def detect(self, path: Path, head: bytes) -> bool:
         from . import media
 
         return media.detect_kind(path, head) == "video"
-
-    def fingerprint(self, path: Path) -> dict[str, Any]:
-        from . import media
-
-        return media.fingerprint_video(path)
-
-    def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from . import gates
-
-        return gates.compare_container(gate, expected, obtained, self.name)
 
 
 class AudioKind(BuiltinKind):
@@ -139,21 +144,14 @@ class AudioKind(BuiltinKind):
         "elementwise": "PCM samples are compared bit for bit by 'decoded'"
     }
 
+    fingerprinter = "fingerprint_audio"
+    comparer = "compare_audio_file"
+
     def detect(self, path: Path, head: bytes) -> bool:
         from . import media
 
         # The header test is cheap; a container is probed only when no header says audio.
         return media.is_audio_header(head) or media.detect_kind(path, head) == "audio"
-
-    def fingerprint(self, path: Path) -> dict[str, Any]:
-        from . import media
-
-        return media.fingerprint_audio(path)
-
-    def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from . import gates
-
-        return gates.compare_audio_file(gate, expected, obtained, self.name)
 
 
 class TensorKind(BuiltinKind):
@@ -166,20 +164,13 @@ class TensorKind(BuiltinKind):
         "decoded": "tensors are compared bit for bit by 'elementwise'"
     }
 
+    fingerprinter = "fingerprint_tensor"
+    comparer = "compare_tensor"
+
     def detect(self, path: Path, head: bytes) -> bool:
         from . import media
 
         return media.is_tensor_file(path, head)
-
-    def fingerprint(self, path: Path) -> dict[str, Any]:
-        from . import media
-
-        return media.fingerprint_tensor(path)
-
-    def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from . import gates
-
-        return gates.compare_tensor(gate, expected, obtained, self.name)
 
 
 class BytesKind(BuiltinKind):
@@ -190,13 +181,10 @@ class BytesKind(BuiltinKind):
     default_gate = "bytes"
     gates = ("bytes",)
 
+    fingerprinter = "fingerprint_bytes"
+
     def detect(self, path: Path, head: bytes) -> bool:
         return True
-
-    def fingerprint(self, path: Path) -> dict[str, Any]:
-        from . import media
-
-        return media.fingerprint_bytes(path)
 
     @hookimpl(trylast=True)
     def pytest_lossless_compare(
