@@ -9,9 +9,8 @@ receipt's outcome is the outcome pytest reports, whatever any function is called
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, Literal
 
 import pytest
 
@@ -31,24 +30,32 @@ CALL_PASSED_KEY = pytest.StashKey[bool]()
 _EXPECTABLE = (Verdict.PASS.value, Verdict.FAIL.value, Verdict.INCONCLUSIVE.value)
 
 
-@contextmanager
-def failing_on_errors(
-    prefix: str = "", on_error: Callable[[LosslessError], None] | None = None
-) -> Iterator[None]:
-    """Turn our errors into a test failure with their message only (no traceback).
+class failing_on_errors:
+    """Turn our errors into a test failure with their message only (no traceback, no chain).
 
     ``on_error`` records the error first (a table row, a receipt entry).
     """
-    __tracebackhide__ = True
-    failure = None
-    try:
-        yield
-    except LosslessError as exc:
-        if on_error is not None:
-            on_error(exc)
-        failure = f"{prefix}{type(exc).__name__}: {exc}"
-    if failure is not None:  # raised outside ``except``: one message, no chained echo
-        pytest.fail(failure, pytrace=False)
+
+    def __init__(
+        self, prefix: str = "", on_error: Callable[[LosslessError], None] | None = None
+    ) -> None:
+        self._prefix = prefix
+        self._on_error = on_error
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> Literal[False]:
+        __tracebackhide__ = True
+        if not isinstance(error, LosslessError):
+            return False
+        if self._on_error is not None:
+            self._on_error(error)
+        try:
+            pytest.fail(f"{self._prefix}{type(error).__name__}: {error}", pytrace=False)
+        except pytest.fail.Exception as failure:
+            raise failure from None  # one message: the error is not shown twice
+        return False  # pragma: no cover - pytest.fail always raises
 
 
 def add_row(item: pytest.Item, row: report.Row) -> None:
@@ -146,6 +153,7 @@ def pytest_runtest_makereport(
                 f"{item.nodeid} is marked lossless but compared nothing: a lossless gate must "
                 "call golden.check, lossless.compare or speed_gate (it never passes unchecked)"
             )
+        _fail_unclean_runs(item, rep)
         item.stash[CALL_PASSED_KEY] = rep.passed
         if call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive):
             rep.outcome = "failed"
@@ -153,13 +161,42 @@ def pytest_runtest_makereport(
             rep.lossless_verdict = Verdict.INCONCLUSIVE.value  # type: ignore[attr-defined]
             # junitxml writes the properties of the teardown report, copied from the item.
             item.user_properties.append(("lossless_verdict", Verdict.INCONCLUSIVE.value))
-    if call.when == "teardown":
+    if call.when == "teardown" and item.stash.get(CALL_PASSED_KEY, False):
+        _fail_unclean_runs(item, rep)  # runs that ended at teardown: servers
         # Attached to the last report so pytest-xdist carries them to the controller.
         rep.lossless_rows = [r.to_dict() for r in item.stash.get(ROWS_KEY, [])]  # type: ignore[attr-defined]
         rep.lossless_golden_events = item.stash.get(EVENTS_KEY, [])  # type: ignore[attr-defined]
     # Last, on the outcome as decided above: the receipt records what pytest reports.
     receipts.record_report(item, rep)
     return rep
+
+
+def _fail_unclean_runs(item: pytest.Item, rep: pytest.TestReport) -> None:
+    """A gate whose runs did not all end cleanly is never a pass (under --lossless) and writes
+    no golden (under --update-goldens), whatever ``check=`` said: the run's lifecycle is part of
+    the evidence (a SIGTERM is not "clean"). Checked after the call (commands) and again after
+    teardown (servers stop there)."""
+    resolved = settings(item.config)
+    if not (rep.passed and item.get_closest_marker("lossless")):
+        return
+    if not (resolved.lossless or resolved.update_goldens):
+        return
+    receipt = item.stash.get(receipts.RECEIPT_KEY, None)
+    if receipt is None:
+        return
+    from ..run import lifecycle_verdict
+
+    unclean = [
+        f"{run.get('name')}: {verdict['summary']}"
+        for run in receipt.runs
+        if not (verdict := lifecycle_verdict(run))["clean"]
+    ]
+    if unclean:
+        rep.outcome = "failed"
+        rep.longrepr = (
+            f"{item.nodeid}: a lossless gate whose runs did not all end cleanly is not a pass "
+            "(check=False only keeps a failed run from stopping the test): " + "; ".join(unclean)
+        )
 
 
 def pytest_report_teststatus(

@@ -100,4 +100,17 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
         return
     report.user_properties.append(("lossless_receipt", str(path)))
+    from ..evidence.receipts import derive_verdicts
+
+    raw = {
+        "runs": receipt.runs,
+        "gates": receipt.gates,
+        "lossless": receipt.lossless,
+        "speed": receipt.speed,
+    }
+    overall = derive_verdicts(raw)["overall"]
+    prop = ("lossless_verdict", str(overall))
+    if overall is not None and prop not in report.user_properties:
+        # LOSSY-PASS is its own value in JUnit too (a CI dashboard reads the property).
+        report.user_properties.append(prop)
     report.sections.append(("pytest-lossless receipt", str(path)))

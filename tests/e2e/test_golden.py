@@ -150,6 +150,9 @@ def test_changed_gate_is_refused(pytester, media_project):
     result.stdout.fnmatch_lines(
         ["*GateChanged*gate changed*'elementwise'*'bytes'*--update-goldens*"]
     )
+    # Said once, with no traceback and no "During handling of the above exception" echo.
+    assert "During handling" not in result.stdout.str()
+    assert result.stdout.str().count("the manifest froze gate 'elementwise'") == 1
 
 
 TENSOR_TEST = """
