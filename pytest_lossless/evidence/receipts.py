@@ -56,7 +56,13 @@ def raw_sha256(receipt: Mapping[str, Any]) -> str:
 
 
 def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``verdicts`` block, computed from the raw blocks only."""
+    """The ``verdicts`` block, computed from the raw blocks only.
+
+    The overall verdict is the worst of the test's parts: every golden gate (a lossy gate that
+    passed is LOSSY-PASS), every lossless comparison (LOSSY-PASS when its gates were lossy),
+    every speed gate, and every run's lifecycle (an unclean run is a FAIL, whatever ``check``
+    said). A clean lifecycle alone judges nothing: a receipt of runs only has no overall verdict.
+    """
     runs = [r for r in receipt.get("runs") or [] if isinstance(r, Mapping)]
     lifecycles = [
         {
@@ -66,12 +72,13 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
         for r in runs
     ]
     gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
-    gate_verdicts = ["PASS" if g.get("passed") is True else "FAIL" for g in gates]
+    gate_verdicts = [_gate_verdict(g) for g in gates]
     lossless = [
-        str(v.get("verdict")) for v in receipt.get("lossless") or [] if isinstance(v, Mapping)
+        _lossless_verdict(v) for v in receipt.get("lossless") or [] if isinstance(v, Mapping)
     ]
     speed = [str(v.get("verdict")) for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
-    worst = Verdict.worst(gate_verdicts + lossless + speed)  # an unknown word counts as FAIL
+    unclean = [Verdict.FAIL.value for lc in lifecycles if lc.get("clean") is not True]
+    worst = Verdict.worst(gate_verdicts + lossless + speed + unclean)  # unknown words: FAIL
     overall = None if worst is None else worst.value
     return {
         "lifecycle": {
@@ -79,14 +86,28 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
             "runs": lifecycles,
         },
         "gates": {
-            "passed": gate_verdicts.count("PASS"),
-            "failed": gate_verdicts.count("FAIL"),
+            "passed": sum(1 for v in gate_verdicts if v != Verdict.FAIL),
+            "failed": gate_verdicts.count(Verdict.FAIL.value),
+            "lossy_passed": gate_verdicts.count(Verdict.LOSSY_PASS.value),
             "lossless": all(g.get("lossless") is True for g in gates) if gates else None,
         },
         "lossless": lossless,
         "speed": speed,
         "overall": overall,
     }
+
+
+def _gate_verdict(gate: Mapping[str, Any]) -> str:
+    if gate.get("passed") is not True:
+        return Verdict.FAIL.value
+    return Verdict.PASS.value if gate.get("lossless") is True else Verdict.LOSSY_PASS.value
+
+
+def _lossless_verdict(entry: Mapping[str, Any]) -> str:
+    word = str(entry.get("verdict"))
+    if word == Verdict.PASS and entry.get("lossy") is not False:
+        return Verdict.LOSSY_PASS.value  # a lossy comparison (or one that does not say) is lossy
+    return word
 
 
 class Receipt:
