@@ -18,6 +18,7 @@ from ..core.digests import sha256_file
 from ..errors import ReceiptError
 from ..kinds import KindRegistry
 from ..run import lifecycle_verdict
+from .crosscheck import check_lossless_outputs, check_run_sequence, check_speed_runs
 from .receipts import derive_verdicts, load, load_all, raw_sha256
 from .summary import check_summary
 
@@ -297,6 +298,10 @@ def default_checkers() -> dict[str, Checker]:
         "gates": check_gates,
         "lossless": check_lossless,
         "verdicts": check_verdicts,
+        # Cross-checks between blocks: the same fact recorded twice must agree.
+        "runs/sequence": check_run_sequence,
+        "speed/runs": check_speed_runs,
+        "lossless/outputs": check_lossless_outputs,
     }
 
 

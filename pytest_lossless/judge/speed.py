@@ -106,7 +106,21 @@ def _extras(result: object) -> dict[str, Any]:
     requests = _numbers(_lookup(result, "measured_seconds"))
     if requests is not None:
         found["measured_requests"] = requests
+    run = _run_name(result)
+    if run is not None:
+        found["run"] = run  # the run record this sample timed: verify checks one against other
     return found
+
+
+def _run_name(result: object) -> str | None:
+    """The receipt name of the model run an arm returned (``command-03``), if it was one."""
+    record = getattr(result, "record", None)
+    if not isinstance(record, Mapping):
+        record = result if isinstance(result, Mapping) else None
+    if record is None or record.get("kind") not in ("command", "server"):
+        return None
+    name = record.get("name")
+    return name if isinstance(name, str) else None
 
 
 def _short(text: str, limit: int = _ERROR_TEXT_LIMIT) -> str:

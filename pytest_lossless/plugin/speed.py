@@ -56,6 +56,15 @@ class SpeedGateFixture:
 
         self._count += 1
         name = workload or f"speed#{self._count}"
+        receipt = receipt_for(self._item)
+        seen = len(receipt.runs)
+
+        def note_runs(sample: dict[str, Any]) -> None:
+            # The runs each arm started, so that verify can tell a dropped sample by its runs.
+            nonlocal seen
+            sample["runs"] = [str(run.get("name")) for run in receipt.runs[seen:]]
+            seen = len(receipt.runs)
+
         with failing_on_errors(f"speed gate {name}: "):
             verdict = run_speed_gate(
                 control,
@@ -66,8 +75,9 @@ class SpeedGateFixture:
                 workload=workload,
                 seed=seed if seed is not None else self._settings.speed_seed,
                 confidence=confidence,
+                on_sample=note_runs,
             )
-        receipt_for(self._item).add_speed(verdict.to_dict())
+        receipt.add_speed(verdict.to_dict())
         row = report.speed_row(self._item.nodeid, name, verdict)
         record_verdict(self._item, row, verdict, act=act, expect=wanted)
         return verdict

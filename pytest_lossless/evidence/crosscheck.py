@@ -1,0 +1,217 @@
+"""Cross-checks between the blocks of one receipt: records that say the same thing twice.
+
+Each block alone is re-derived elsewhere (:mod:`.verify`). An edit made consistently inside one
+block (samples dropped and the interval recomputed, the control's fingerprints copied into the
+candidate) still contradicts another block that recorded the same facts: the run records the
+launcher wrote. These checkers name each such contradiction with the field that disagrees.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+#: How far a sample's start may lie from its run's start (the two clocks are read apart).
+_START_SLACK_SECONDS = 0.5
+_RUN_NAME = re.compile(r"^(command|server)-(\d+)$")
+
+
+def _maps(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _epoch(value: object) -> float | None:
+    """A run's ``started_at`` (ISO-8601, UTC) or a sample's (epoch seconds) as epoch seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def check_run_sequence(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+    """Run names are numbered 01, 02, ... in the order they started: a gap is a removed record."""
+    numbers = []
+    for run in _maps(receipt.get("runs")):
+        match = _RUN_NAME.match(str(run.get("name")))
+        if match:
+            numbers.append((int(match.group(2)), str(run.get("name"))))
+    if not numbers:
+        return []
+    found = []
+    seen = [n for n, _ in numbers]
+    if seen != sorted(seen):
+        found.append(f"runs: recorded out of order ({', '.join(name for _, name in numbers)})")
+    missing = sorted(set(range(1, max(seen) + 1)) - set(seen))
+    if missing:
+        shown = ", ".join(f"{n:02d}" for n in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        found.append(
+            f"runs: the launcher numbers every run it starts, but run number(s) {shown} of "
+            f"{max(seen)} are not recorded: run records were removed"
+        )
+    duplicates = sorted({n for n in seen if seen.count(n) > 1})
+    if duplicates:
+        found.append(f"runs: run number(s) {duplicates} are recorded more than once")
+    return found
+
+
+def _sample_order(label: str, samples: Sequence[Mapping[str, Any]], design: str) -> list[str]:
+    """Indices 0..n-1 in order, blocks 0.. contiguous and whole, only the last arm an error."""
+    found: list[str] = []
+    per_block = len(design) if design in ("ABBA", "AB") else None
+    indices = [s.get("index") for s in samples]
+    if indices != list(range(len(samples))):
+        found.append(
+            f"{label}: sample indices are {_short(indices)}, not 0..{len(samples) - 1} in order: "
+            "samples were removed or reordered"
+        )
+    blocks: dict[int, list[int]] = {}
+    for sample in samples:
+        block, position = sample.get("block"), sample.get("position")
+        if isinstance(block, int) and isinstance(position, int):
+            blocks.setdefault(block, []).append(position)
+    if sorted(blocks) != list(range(len(blocks))):
+        found.append(
+            f"{label}: blocks {_short(sorted(blocks))} are not contiguous from 0: blocks were "
+            "removed"
+        )
+    errored = [i for i, s in enumerate(samples) if s.get("error") is not None]
+    if errored and errored != [len(samples) - 1]:
+        found.append(f"{label}: an arm error is recorded before the last sample ({errored})")
+    if per_block is not None:
+        last = max(blocks) if blocks else None
+        for block, positions in sorted(blocks.items()):
+            whole = positions == list(range(per_block))
+            cut_short = block == last and errored and positions == list(range(len(positions)))
+            if not whole and not cut_short:
+                found.append(
+                    f"{label}: block {block} holds positions {positions}; a {design} block holds "
+                    f"{list(range(per_block))}"
+                )
+    return found
+
+
+def check_speed_runs(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+    """Speed samples against the run records: each sample's run exists, is timed once, took the
+    recorded time, and every run started while the gate ran is one of its samples."""
+    runs = {str(r.get("name")): r for r in _maps(receipt.get("runs"))}
+    found: list[str] = []
+    claimed: dict[str, str] = {}
+    for number, entry in enumerate(_maps(receipt.get("speed"))):
+        label = f"speed[{number}]" + (f" {entry['workload']!r}" if entry.get("workload") else "")
+        samples = _maps(entry.get("samples"))
+        found += _sample_order(label, samples, str(entry.get("design")))
+        linked = [s for s in samples if isinstance(s.get("run"), str)]
+        for sample in linked:
+            name = str(sample["run"])
+            run = runs.get(name)
+            where = f"{label} sample #{sample.get('index')}"
+            if run is None:
+                found.append(f"{where}: timed run {name}, which is not recorded in runs")
+                continue
+            if name in claimed:
+                found.append(f"{where}: run {name} is already the time of {claimed[name]}")
+            claimed[name] = where
+            found += _sample_against_run(where, sample, run)
+        # Which runs each arm started is recorded by the plugin (``runs``): with it, a run that
+        # started while the gate ran but belongs to no sample was dropped with its sample.
+        if samples and all(isinstance(s.get("runs"), list) for s in samples):
+            started = {str(name) for s in samples for name in s["runs"]}
+            found += _unsampled_runs(label, samples, runs, started)
+    return found
+
+
+def _sample_against_run(where: str, sample: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    seconds = sample.get("seconds")
+    if run.get("kind") == "server":
+        requests = run.get("measured_seconds")
+        expected = sum(requests) if isinstance(requests, list) and requests else None
+    else:
+        expected = run.get("wall_seconds")
+    found = []
+    if (
+        isinstance(seconds, (int, float))
+        and isinstance(expected, (int, float))
+        and not math.isclose(float(seconds), float(expected), rel_tol=1e-9, abs_tol=1e-9)
+    ):
+        found.append(f"{where}: {seconds} s, but its run {run.get('name')} records {expected} s")
+    start, began = _epoch(sample.get("started_at")), _epoch(run.get("started_at"))
+    if start is not None and began is not None and began + _START_SLACK_SECONDS < start:
+        found.append(f"{where}: its run {run.get('name')} started before the sample did")
+    return found
+
+
+def _unsampled_runs(
+    label: str,
+    samples: Sequence[Mapping[str, Any]],
+    runs: Mapping[str, Mapping[str, Any]],
+    sampled: set[str],
+) -> list[str]:
+    """Runs that started inside the gate's time span but that no sample refers to: dropped."""
+    starts = [t for s in samples if (t := _epoch(s.get("started_at"))) is not None]
+    ends = [
+        t + float(s["arm_seconds"])
+        for s in samples
+        if (t := _epoch(s.get("started_at"))) is not None
+        and isinstance(s.get("arm_seconds"), (int, float))
+    ]
+    if not starts or not ends:
+        return []
+    first, last = min(starts) - _START_SLACK_SECONDS, max(ends) + _START_SLACK_SECONDS
+    dropped = sorted(
+        name
+        for name, run in runs.items()
+        if name not in sampled
+        and (began := _epoch(run.get("started_at"))) is not None
+        and first <= began <= last
+    )
+    if not dropped:
+        return []
+    return [
+        f"{label}: run(s) {', '.join(dropped)} started while the gate ran, but no sample "
+        f"refers to them ({len(samples)} samples): samples were removed"
+    ]
+
+
+def check_lossless_outputs(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+    """Each lossless run's fingerprints against the output digests its run record carries."""
+    outputs: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for run in _maps(receipt.get("runs")):
+        entries = run.get("outputs")
+        if isinstance(entries, Mapping):
+            for entry in entries.values():
+                if isinstance(entry, Mapping) and entry.get("path"):
+                    outputs[str(entry["path"])] = (str(run.get("name")), entry)
+    found: list[str] = []
+    for number, entry in enumerate(_maps(receipt.get("lossless"))):
+        for compared in _maps(entry.get("runs")):
+            artifacts = compared.get("artifacts")
+            if not isinstance(artifacts, Mapping):
+                continue
+            for name, artifact in artifacts.items():
+                if not isinstance(artifact, Mapping):
+                    continue
+                source = outputs.get(str(artifact.get("path")))
+                fingerprint = artifact.get("fingerprint")
+                if source is None or not isinstance(fingerprint, Mapping):
+                    continue
+                run_name, output = source
+                digest = fingerprint.get("sha256")
+                if digest is not None and output.get("sha256") not in (None, digest):
+                    found.append(
+                        f"lossless[{number}] {compared.get('name')} {name}: fingerprint of "
+                        f"sha256 {str(digest)[:16]}... but run {run_name} recorded that output "
+                        f"with sha256 {str(output.get('sha256'))[:16]}..."
+                    )
+    return found
+
+
+def _short(values: Sequence[object]) -> str:
+    text = ", ".join(str(v) for v in values[:12])
+    return f"[{text}{', ...' if len(values) > 12 else ''}]"
