@@ -161,8 +161,9 @@ def pytest_runtest_makereport(
             rep.lossless_verdict = Verdict.INCONCLUSIVE.value  # type: ignore[attr-defined]
             # junitxml writes the properties of the teardown report, copied from the item.
             item.user_properties.append(("lossless_verdict", Verdict.INCONCLUSIVE.value))
-    if call.when == "teardown" and item.stash.get(CALL_PASSED_KEY, False):
-        _fail_unclean_runs(item, rep)  # runs that ended at teardown: servers
+    if call.when == "teardown":
+        if item.stash.get(CALL_PASSED_KEY, False):
+            _fail_unclean_runs(item, rep)  # runs that ended at teardown: servers
         # Attached to the last report so pytest-xdist carries them to the controller.
         rep.lossless_rows = [r.to_dict() for r in item.stash.get(ROWS_KEY, [])]  # type: ignore[attr-defined]
         rep.lossless_golden_events = item.stash.get(EVENTS_KEY, [])  # type: ignore[attr-defined]
