@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from ..gates import Gate, GateResult
 from ..kinds import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
+from . import proof as dispatch
 
 
 def lossless_table(control_repeatable: bool, candidate_identical: bool) -> Verdict:
@@ -76,6 +77,8 @@ class LosslessVerdict:
     gates: dict[str, str]
     lossy: bool
     label: str = ""
+    #: Dispatch proof: ``{"rule": ..., "runs": [finding, ...]}`` when ``proof=`` was given.
+    proof: dict[str, Any] | None = None
 
     @property
     def control_repeatable(self) -> bool:
@@ -88,6 +91,8 @@ class LosslessVerdict:
     def message(self) -> str:
         head = f"lossless {self.label + ' ' if self.label else ''}verdict: {self.verdict}"
         controls = sum(1 for r in self.runs if r["role"] == "control")
+        if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
+            return f"{head}: {dispatch.reason(self.proof['runs'])}"
         if self.verdict == Verdict.INCONCLUSIVE:
             lines = [
                 f"{head}: the control is not repeatable ({controls} control runs differ "
@@ -112,6 +117,8 @@ class LosslessVerdict:
     def summary(self) -> str:
         """One line for the verdict table."""
         controls = sum(1 for r in self.runs if r["role"] == "control")
+        if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
+            return dispatch.reason(self.proof["runs"])
         if self.verdict == Verdict.INCONCLUSIVE:
             return f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
         if self.verdict == Verdict.FAIL and self.candidate_comparison is not None:
@@ -134,6 +141,7 @@ class LosslessVerdict:
             "candidate_comparison": (
                 None if self.candidate_comparison is None else self.candidate_comparison.to_dict()
             ),
+            "proof": self.proof,
         }
 
 
@@ -159,7 +167,9 @@ def rederive(block: Mapping[str, Any]) -> Verdict:
         and not candidate.get("missing")
         and all(r.get("passed") for r in candidate.get("results", []))
     )
-    return lossless_table(repeatable, identical)
+    proof = block.get("proof")
+    findings = proof.get("runs") if isinstance(proof, Mapping) else None
+    return dispatch.apply(lossless_table(repeatable, identical), findings)
 
 
 def _compare_runs(
@@ -191,12 +201,15 @@ def compare_control_candidate(
     label: str = "",
     clock: Clock = SYSTEM_CLOCK,
     on_run: Callable[[str, float], None] | None = None,
+    proof: dispatch.Proof | None = None,
 ) -> LosslessVerdict:
     """Run the control ``runs`` times, then the candidate once, and apply the verdict table.
 
     With ``candidate=None`` only the control's repeatability is judged (PASS when
-    repeatable); ``--update-goldens`` uses this to refuse a flaky producer.
+    repeatable); ``--update-goldens`` uses this to refuse a flaky producer. With ``proof``, the
+    candidate run must show that its path ran, or a PASS is INCONCLUSIVE.
     """
+    rule = dispatch.check_rule(proof, "lossless.compare(proof)")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ConfigError(
             "lossless.compare(runs=...)",
@@ -208,6 +221,7 @@ def compare_control_candidate(
         arms.append(("candidate", candidate))
     fingerprints: dict[str, dict[str, Artifact]] = {}
     records: list[dict[str, Any]] = []
+    findings: list[dict[str, Any]] = []
     for index, (name, arm) in enumerate(arms):
         started = clock.monotonic()
         result = arm()
@@ -225,6 +239,9 @@ def compare_control_candidate(
                 },
             }
         )
+        if rule is not None and name == "candidate":
+            findings.append(dispatch.examine(rule, result))
+            records[-1]["proof"] = findings[-1]
         if on_run is not None:
             on_run(name, seconds)
     first = fingerprints[arms[0][0]]
@@ -241,14 +258,20 @@ def compare_control_candidate(
         )
     repeatable = all(c.identical for c in control_comparisons)
     identical = candidate_comparison.identical if candidate_comparison is not None else True
+    evidence = None
+    if rule is not None and candidate is not None:
+        evidence = {"rule": dispatch.describe(rule), "runs": findings}
     return LosslessVerdict(
-        verdict=lossless_table(repeatable, identical),
+        verdict=dispatch.apply(
+            lossless_table(repeatable, identical), None if evidence is None else findings
+        ),
         runs=records,
         control_comparisons=control_comparisons,
         candidate_comparison=candidate_comparison,
         gates={name: g.spec for name, g in gates.items()},
         lossy=any(not g.lossless for g in gates.values()),
         label=label,
+        proof=evidence,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.verdict import Verdict
 from ..errors import ConfigError
+from . import proof as dispatch
 from . import stats
 
 DEFAULT_PAIRS = 8
@@ -151,6 +152,8 @@ class SpeedVerdict:
     reason: str = ""
     bootstrap: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
+    #: The dispatch-proof rule each candidate arm was examined with (None: none was given).
+    proof: str | None = None
 
     @property
     def target_ratio(self) -> float:
@@ -212,6 +215,7 @@ class SpeedVerdict:
             "reason": self.reason,
             "bootstrap": dict(self.bootstrap) if self.bootstrap is not None else None,
             "errors": list(self.errors),
+            "proof": self.proof,
             "percentiles": self.percentiles(),
             "samples": [dict(s) for s in self.samples],
             "message": self.message(),
@@ -262,6 +266,7 @@ class SpeedVerdict:
             reason=d.get("reason", ""),
             bootstrap=dict(bootstrap) if bootstrap is not None else None,
             errors=list(d.get("errors", [])),
+            proof=d.get("proof"),
         )
 
 
@@ -306,8 +311,13 @@ def derive(
     min_blocks: int | None = None,
     looks: Sequence[int] | None = None,
     workload: str | None = None,
+    proof: str | None = None,
 ) -> SpeedVerdict:
-    """The verdict from raw samples alone: used by the runner and by :func:`rederive`."""
+    """The verdict from raw samples alone: used by the runner and by :func:`rederive`.
+
+    With a ``proof`` rule, a PASS needs every completed candidate arm proven (its sample's
+    ``proof`` finding); otherwise it is INCONCLUSIVE.
+    """
     theta = stats.boundary(target)
     plan = _plan(pairs, confidence, min_blocks, looks)
     diffs = _block_diffs(samples, design)
@@ -323,6 +333,15 @@ def derive(
     if errors:
         verdict = Verdict.INCONCLUSIVE
         reason = f"{errors[0]}; a speed verdict needs every arm to complete"
+    if proof is not None:
+        findings = [
+            s.get("proof") or {"run": s.get("run"), "found": False, "evidence": "not examined"}
+            for s in samples
+            if s.get("arm") == stats.CANDIDATE and s.get("error") is None
+        ]
+        proven = dispatch.apply(verdict, findings)
+        if proven != verdict:
+            verdict, reason = proven, dispatch.reason(findings)
     bootstrap: dict[str, Any] | None = None
     used = diffs[: decision.blocks]
     if len(used) >= stats.BOOTSTRAP_MIN_BLOCKS:
@@ -355,6 +374,7 @@ def derive(
         reason=reason,
         bootstrap=bootstrap,
         errors=errors,
+        proof=proof,
     )
 
 
@@ -368,6 +388,7 @@ def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
         "confidence": float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
         "min_blocks": plan.get("min_blocks"),
         "looks": [int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
+        "proof": d.get("proof"),
         "workload": d.get("workload"),
     }
 
@@ -465,6 +486,7 @@ def run_speed_gate(
     min_blocks: int | None = None,
     looks: Sequence[int] | None = None,
     on_sample: Callable[[dict[str, Any]], None] | None = None,
+    proof: dispatch.Proof | None = None,
 ) -> SpeedVerdict:
     """Time ``control`` and ``candidate`` arms in paired blocks and judge ``target``.
 
@@ -473,7 +495,10 @@ def run_speed_gate(
     :data:`DEFAULT_PAIRS`); the gate stops early at the first decisive planned look. Arms run
     one at a time; an arm that raises is recorded with its error, no further arm runs, and the
     verdict is INCONCLUSIVE. ``on_sample`` sees every sample as soon as it is recorded.
+    ``proof`` (a pattern searched in each candidate run's output, or a callable given its
+    result) must hold for every candidate arm, or a PASS is INCONCLUSIVE.
     """
+    rule = dispatch.check_rule(proof, "speed_gate(proof)")
     if design not in stats.DESIGNS:
         raise ConfigError("speed_gate(design)", design, f"expected one of {stats.DESIGNS}")
     try:
@@ -501,7 +526,15 @@ def run_speed_gate(
     for block, order in enumerate(schedule.blocks):
         times: dict[str, list[float]] = {stats.CONTROL: [], stats.CANDIDATE: []}
         for position, arm in enumerate(order):
-            sample = _run_arm(arms[arm], arm, len(samples), block, position, clock)
+            sample = _run_arm(
+                arms[arm],
+                arm,
+                len(samples),
+                block,
+                position,
+                clock,
+                rule if arm == stats.CANDIDATE else None,
+            )
             samples.append(sample)
             if on_sample is not None:
                 on_sample(sample)
@@ -524,11 +557,18 @@ def run_speed_gate(
         min_blocks=plan.min_blocks,
         looks=[lk.blocks for lk in plan.looks],
         workload=workload,
+        proof=dispatch.describe(rule),
     )
 
 
 def _run_arm(
-    arm: Arm, name: str, index: int, block: int, position: int, clock: Clock
+    arm: Arm,
+    name: str,
+    index: int,
+    block: int,
+    position: int,
+    clock: Clock,
+    proof: dispatch.Proof | None = None,
 ) -> dict[str, Any]:
     """Run one arm and record it; an ``Exception`` becomes the sample's ``error``."""
     sample: dict[str, Any] = {
@@ -543,6 +583,8 @@ def _run_arm(
         result = arm()
         sample["seconds"] = measured_seconds(result)
         sample.update(_extras(result))
+        if proof is not None:
+            sample["proof"] = dispatch.examine(proof, result)
     except Exception as exc:  # any failure of the user's arm is recorded, never raised
         sample["seconds"] = None
         sample["error"] = _short(f"{type(exc).__name__}: {exc}")

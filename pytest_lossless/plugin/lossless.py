@@ -17,6 +17,7 @@ from .receipts import receipt_for
 
 if TYPE_CHECKING:
     from ..gates import Gate
+    from ..judge.proof import Proof
     from ..judge.repeatability import LosslessVerdict
     from ..kinds import KindRegistry
 
@@ -43,10 +44,13 @@ class LosslessFixture:
         label: str | None = None,
         act: bool = True,
         expect: str | tuple[str, ...] | None = None,
+        proof: Proof | None = None,
     ) -> LosslessVerdict:
         """Run the control ``runs`` times, then the candidate; PASS, FAIL or INCONCLUSIVE.
 
         ``act=False`` only returns the verdict; ``expect="FAIL"`` makes the test assert it.
+        ``proof`` (a pattern searched in the candidate run's stdout and stderr, or a callable
+        given its result) must show that the candidate's path ran, or a PASS is INCONCLUSIVE.
         """
         __tracebackhide__ = True
         wanted = expected_verdicts(expect)
@@ -70,6 +74,7 @@ class LosslessFixture:
                 workdir=self._workdir / safe_name(name, default="compare"),
                 gate=gates,
                 label=name,
+                proof=proof,
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         receipt_for(self._item).add_lossless(verdict.to_dict())

@@ -18,6 +18,7 @@ from .outcomes import expected_verdicts, failing_on_errors, record_verdict
 from .receipts import receipt_for
 
 if TYPE_CHECKING:
+    from ..judge.proof import Proof
     from ..judge.speed import SpeedVerdict
 
 
@@ -42,6 +43,7 @@ class SpeedGateFixture:
         seed: int | None = None,
         confidence: float = 0.95,
         expect: str | tuple[str, ...] | None = None,
+        proof: Proof | None = None,
     ) -> SpeedVerdict:
         """Time control and candidate arms in blocks of A B B A; PASS, FAIL or INCONCLUSIVE.
 
@@ -49,6 +51,8 @@ class SpeedGateFixture:
         ``pairs`` defaults to ``--lossless-speed-pairs``, ``seed`` to ``--lossless-speed-seed``
         (else random, recorded). With ``act=False`` the verdict is only returned; with
         ``expect=("FAIL", "INCONCLUSIVE")`` the test asserts the verdict (an A/A check).
+        ``proof`` must hold for every candidate arm (see ``lossless.compare``), or a PASS is
+        INCONCLUSIVE.
         """
         __tracebackhide__ = True
         wanted = expected_verdicts(expect)
@@ -76,6 +80,7 @@ class SpeedGateFixture:
                 seed=seed if seed is not None else self._settings.speed_seed,
                 confidence=confidence,
                 on_sample=note_runs,
+                proof=proof,
             )
         receipt.add_speed(verdict.to_dict())
         row = report.speed_row(self._item.nodeid, name, verdict)

@@ -35,8 +35,12 @@ def test_fast_is_lossless(model_run, lossless, seconds):
         arm(model_run, "control", seconds),
         arm(model_run, "fast", seconds),
         label=f"fast vs control {seconds}s",
+        proof=FAST_PATH,
     )
 
+
+#: The line the fast path prints when it runs: the candidate's dispatch proof.
+FAST_PATH = r"ref2va: dispatch batched"
 
 # Timing takes the whole pool of (emulated) devices: under pytest-xdist no other gate runs beside
 # it, so the arms are timed one at a time on a quiet allocation.
@@ -51,6 +55,7 @@ def test_fast_is_faster(model_run, speed_gate, seconds):
         arm(model_run, "fast", seconds),
         target=0.30,
         workload=f"{seconds}s",
+        proof=FAST_PATH,
     )
 
 
@@ -72,6 +77,17 @@ def test_racy_control_is_inconclusive(model_run, lossless):
         arm(model_run, "racy", 5),
         arm(model_run, "fast", 5),
         label="racy control 5s",
+        expect="INCONCLUSIVE",
+    )
+
+
+def test_silent_fallback_is_inconclusive(model_run, lossless):
+    # Bit-identical to the control, because it *is* the control's path: only the proof tells.
+    lossless.compare(
+        arm(model_run, "control", 1),
+        arm(model_run, "fallback", 1),
+        label="fallback vs control 1s",
+        proof=FAST_PATH,
         expect="INCONCLUSIVE",
     )
 
