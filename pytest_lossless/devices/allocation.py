@@ -19,6 +19,9 @@ class Allocation:
 
     ``release`` runs the finalizers (LIFO: "end every process group I started"), records
     the idle proof after, and only then releases the locks, even when a finalizer raises.
+    A lock file deleted or replaced while held (its inode is recorded when taken) is named in
+    ``lock_problems`` and, once every lock is let go, raised as an :class:`AllocationError`:
+    the test did not hold its devices alone for all its run.
     """
 
     backend: str
@@ -35,6 +38,7 @@ class Allocation:
     released_at: str | None = None
     lock_dir: str = ""
     finalizer_errors: list[str] = field(default_factory=list)
+    lock_problems: list[str] = field(default_factory=list)
     _locks: list[tuple[str, Flock]] = field(default_factory=list, repr=False)
     _finalizers: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _proof: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
@@ -54,6 +58,10 @@ class Allocation:
         if self.released:
             raise AllocationError(f"allocation of {self.holder} was already released")
         self._finalizers.append(fn)
+
+    def check_locks(self) -> list[str]:
+        """One line per lock file deleted or replaced since it was taken (none: all hold)."""
+        return [problem for _, lock in self._locks if (problem := lock.check()) is not None]
 
     def release(self) -> None:
         """Finalizers (LIFO), idle proof after, then the locks; idempotent."""
@@ -76,6 +84,7 @@ class Allocation:
                 except Exception as exc:  # evidence is best effort; the locks must go
                     self.idle_after = {"observed": False, "error": str(exc)}
         finally:
+            self.lock_problems.extend(self.check_locks())
             for key, lock in reversed(self._locks):
                 if self._lockdir is not None:
                     self._lockdir.clear_record(key)
@@ -84,6 +93,14 @@ class Allocation:
             self.released_at = utc_iso(self._clock.wall())
         if errors:
             raise errors[0]
+        if self.lock_problems:
+            raise AllocationError(
+                f"{self.holder}: {'; '.join(self.lock_problems)}. The test did not hold its "
+                "devices alone for all its run: another job may have used them meanwhile. "
+                f"Something deletes files in the lock folder {self.lock_dir} (a tmp cleaner?): "
+                "keep it from there, or choose another folder with --lossless-lock-dir",
+                lock_dir=self.lock_dir,
+            )
 
     def __enter__(self) -> Allocation:
         return self
@@ -108,4 +125,5 @@ class Allocation:
             "idle_before": self.idle_before,
             "idle_after": self.idle_after,
             "finalizer_errors": list(self.finalizer_errors),
+            "lock_problems": list(self.lock_problems),
         }

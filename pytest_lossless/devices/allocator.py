@@ -16,14 +16,16 @@ from ..errors import AllocationError, AllocationTimeout, ConfigError
 from ..settings import BUSY_POLICIES
 from .allocation import Allocation
 from .base import Backend, Device, ToolError, match_device
-from .locks import Flock, LockDir, holder_record
+from .locks import Flock, LockDir, LockFileError, holder_record
 
 
 @dataclass
 class _Attempt:
-    """Why one all-or-none attempt failed: locks held by others, or foreign processes."""
+    """Why one all-or-none attempt failed: locks held by others, lock files that cannot be
+    used (a planted symlink or FIFO), or foreign processes."""
 
     held: list[Device] = field(default_factory=list)
+    unusable: list[tuple[Device, LockFileError]] = field(default_factory=list)
     busy: list[dict[str, Any]] = field(default_factory=list)
     gated: bool = False
 
@@ -191,6 +193,16 @@ class Allocator:
                     result.waited_seconds = self.clock.monotonic() - start
                     result.escalated = escalated
                     return result
+                if count > len(pool) - len(result.unusable):
+                    # Waiting cannot help: only their owner or root can remove those files.
+                    raise AllocationError(
+                        f"{holder} asks for {count} {backend.name} device(s) of [{labels}], "
+                        f"but {len(result.unusable)} cannot be locked: "
+                        + "; ".join(f"{d.id}: {exc}" for d, exc in result.unusable),
+                        count=count,
+                        pool=labels,
+                        lock_dir=str(self.lock_dir.path),
+                    )
                 if result.busy and self.busy == "fail":
                     raise AllocationError(
                         f"{holder}: {backend.name} device(s) busy with a process that is not "
@@ -258,14 +270,18 @@ class Allocator:
             return _Attempt(gated=True)
         taken: list[tuple[str, Device, Flock]] = []
         failed: list[Device] = []
+        unusable: list[tuple[Device, LockFileError]] = []
         try:
             # Devices seen busy with a foreign process go last, so others are tried first.
             ordered = sorted(pool, key=lambda item: item[1].lock_key in busy_keys)
             for label, device in ordered:
                 lock = self.lock_dir.lock(device.lock_key)
-                if lock.try_acquire() and self.lock_dir.replaced_under(
-                    device.lock_key, lock, self.host
-                ):
+                try:
+                    locked = lock.try_acquire()
+                except LockFileError as exc:
+                    unusable.append((device, exc))
+                    continue
+                if locked and self.lock_dir.replaced_under(device.lock_key, lock, self.host):
                     lock.release()  # a live holder still locks the file this one replaced
                     failed.append(device)
                 elif lock.held:
@@ -280,7 +296,7 @@ class Allocator:
         if len(taken) < count:
             for _, _, lock in reversed(taken):
                 lock.release()
-            return _Attempt(held=failed)
+            return _Attempt(held=failed, unusable=unusable)
         try:
             return self._grant(backend, taken, holder)
         except _Busy as busy:
@@ -304,7 +320,9 @@ class Allocator:
         record = self._record(holder, keys)
         for key, (_, _, lock) in zip(keys, taken, strict=True):
             # The lock file's identity lets a later taker see that this file was replaced.
-            self.lock_dir.write_record(key, {**record, "lock_inode": lock.inode})
+            self.lock_dir.write_record(
+                key, {**record, "lock_inode": lock.inode, "lock_dev": lock.device}
+            )
         allocation = Allocation(
             backend=backend.name,
             ids=tuple(label for label, _, _ in taken),
@@ -366,6 +384,7 @@ class Allocator:
             text = self.lock_dir.describe_holder(device.lock_key, self.host)
             by_holder.setdefault(text, []).append(device.id)
         parts = [f"{','.join(ids)} {text}" for text, ids in by_holder.items()]
+        parts.extend(f"{device.id} cannot be locked: {exc}" for device, exc in attempt.unusable)
         if attempt.busy:
             parts.append(f"busy with {_describe_busy(attempt.busy)}")
         if attempt.gated:

@@ -4,10 +4,16 @@ device's stable identity, with a JSON holder record beside each lock for humans 
 Locks use ``fcntl.flock`` directly rather than :mod:`filelock`: the lock file is opened
 read-only (so lock files created by another user of a shared host still lock), never
 deleted (so every process always locks the same inode), and the descriptor is held for
-exactly the allocation's lifetime; those are the only semantics needed, and they are the
-same across every filelock release. The kernel drops a flock when its holder dies, even
-by SIGKILL, so a killed holder frees its devices at once; the holder record is only a
-description and never decides anything.
+exactly the allocation's lifetime. The kernel drops a flock when its holder dies, even by
+SIGKILL, so a killed holder frees its devices at once.
+
+The folder is shared with every account on the host, so nothing in it is trusted
+(docs/security.md): the folder must be sticky (like ``/tmp``) when others may write it, and
+owned by the user or root; every lock and record file is opened with ``O_NOFOLLOW`` and
+``O_NONBLOCK`` and checked to be a regular file; a mode is only ever set on a file just
+created, through its descriptor. The lock is the truth and a holder record only a
+description: a record is believed only while ``/proc/locks`` shows its process holding the
+lock it names, and one that is not a small, well-formed JSON object is ignored and named.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import random
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,34 @@ from typing import Any
 from ..core.clock import utc_iso
 from ..core.procfs import process_stat
 from ..errors import AllocationError
+
+#: Every open of a lock file or record: never through a symlink, never waiting on a FIFO,
+#: never inherited by the test's children.
+_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: ``flock`` needs only a read-only descriptor: every account reads a lock file, none writes.
+LOCK_MODE = 0o644
+RECORD_MODE = 0o644
+#: The folder the plugin creates: like ``/tmp``, anyone may add a file, only its owner delete it.
+FOLDER_MODE = 0o1777
+#: A holder record is a few hundred bytes; anything past these bounds is not one.
+RECORD_LIMIT = 64 * 1024
+RECORD_DEPTH = 16
+_TEST_LIMIT = 4096
+
+
+class LockFileError(AllocationError):
+    """A lock file that cannot be used as one: a symlink, a FIFO or other non-regular file,
+    or one that cannot be opened (``path``: the file, ``problem``: what is wrong with it)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(
+            f"lock file {path} {problem}: pytest-lossless neither follows nor waits on it. "
+            "Remove it (in a sticky folder only its owner or root can), or choose another "
+            "folder with --lossless-lock-dir",
+            lock_dir=str(path.parent),
+        )
 
 
 def _file_stem(lock_key: str) -> str:
@@ -38,20 +73,80 @@ def _file_stem(lock_key: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", lock_key).lstrip(".") or "_"
 
 
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_problem(path: Path, exc: OSError) -> str:
+    """Why ``open(path, O_NOFOLLOW | O_NONBLOCK)`` failed, in words."""
+    if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: O_NOFOLLOW on a link, on BSDs
+        try:
+            return f"is a symbolic link to {os.readlink(path)}"
+        except OSError:
+            return "is a symbolic link"
+    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):
+        return "is a socket or device, not a regular file"
+    return f"cannot be opened ({exc.strerror})"
+
+
+def _set_mode(fd: int, mode: int) -> None:
+    """``mode`` on a file this process has just created (whatever the umask), by descriptor."""
+    with contextlib.suppress(OSError):
+        os.fchmod(fd, mode)
+
+
+def _open_lock(path: Path) -> int:
+    """A read-only descriptor of the regular file ``path``, made (``O_EXCL``) if missing."""
+    for _ in range(8):
+        try:
+            fd = os.open(path, os.O_RDONLY | _SAFE)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | _SAFE, LOCK_MODE)
+            except FileExistsError:
+                continue  # another job made it (or planted something) first: open that
+            except OSError as exc:
+                raise LockFileError(path, f"cannot be created ({exc.strerror})") from None
+            _set_mode(fd, LOCK_MODE)
+            return fd
+        except OSError as exc:
+            raise LockFileError(path, _open_problem(path, exc)) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise LockFileError(path, f"is {_kind(mode)}, not a regular file")
+        return fd
+    raise LockFileError(path, "keeps appearing and disappearing")
+
+
 class Flock:
-    """One ``flock(2)`` held through one open file description (never inherited)."""
+    """One ``flock(2)`` held through one open file description (never inherited).
+
+    The lock file's device and inode are recorded when it is taken: :meth:`check` says
+    whether the path still names that file (a lock on a deleted file excludes nobody).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
 
     def try_acquire(self, *, shared: bool = False) -> bool:
-        try:
-            # An existing file is opened without O_CREAT: with fs.protected_regular=1, O_CREAT
-            # on another user's file in a world-writable folder fails even when it exists.
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        """Take the lock without waiting: False when someone holds it.
+
+        Raises :class:`LockFileError` when the path is not a regular file that can be opened.
+        """
+        fd = _open_lock(self.path)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
@@ -59,16 +154,15 @@ class Flock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 return False
             raise
-        if not self._still_named(fd):
+        held = os.fstat(fd)
+        if not self._names(held):
             # The file was deleted or replaced between open and flock: a lock on an unlinked
             # file excludes nobody. Try again on the file the path names now.
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             return False
-        with contextlib.suppress(OSError):  # only the creator may widen it; others need not
-            if os.fstat(fd).st_uid == os.getuid():
-                os.fchmod(fd, 0o666)
         self._fd = fd
+        self._identity = (held.st_dev, held.st_ino)
         return True
 
     @property
@@ -77,23 +171,50 @@ class Flock:
 
     @property
     def inode(self) -> int | None:
-        return os.fstat(self._fd).st_ino if self._fd is not None else None
+        """The locked file's inode, recorded when it was taken."""
+        return self._identity[1] if self._identity is not None else None
 
-    def _still_named(self, fd: int) -> bool:
+    @property
+    def device(self) -> int | None:
+        """The locked file's ``st_dev``, recorded when it was taken."""
+        return self._identity[0] if self._identity is not None else None
+
+    def _names(self, held: os.stat_result) -> bool:
         try:
-            named = os.stat(self.path)
+            named = os.lstat(self.path)
         except FileNotFoundError:
             return False
-        held = os.fstat(fd)
         return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+    def check(self) -> str | None:
+        """What happened to the held lock file: None while its path still names it."""
+        if self._identity is None:
+            return None
+        device, inode = self._identity
+        try:
+            named = os.lstat(self.path)
+        except FileNotFoundError:
+            return f"{self.path} was deleted while held (the locked file was inode {inode})"
+        except OSError as exc:
+            return f"{self.path} cannot be checked ({exc.strerror})"
+        if (named.st_dev, named.st_ino) != (device, inode):
+            return (
+                f"{self.path} was replaced while held (inode {inode} was locked; the path now "
+                f"names inode {named.st_ino})"
+            )
+        return None
 
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            self._identity = None
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+
+
+# ------------------------------------------------------------------ holder records
 
 
 def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
@@ -101,22 +222,116 @@ def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
 
     Not :func:`~pytest_lossless.core.digests.write_json_atomic`: its temporary file, and so
     the record, is private to its owner (mode 0600), and other users' jobs on the host read
-    these records to see who holds a device and whether a lock file was replaced.
+    these records to see who holds a device and whether a lock file was replaced. The
+    temporary file is made with ``O_EXCL``; the rename replaces a planted link, never
+    follows it.
     """
+    data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{random.getrandbits(32):08x}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _SAFE, RECORD_MODE)
     try:
-        tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+        try:
+            _set_mode(fd, RECORD_MODE)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
 
 
+def _nesting(text: str) -> int:
+    """How deep the arrays and objects of JSON ``text`` nest (strings skipped), in one pass."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+_JSON_KIND = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
+
+
+def read_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(record, None), (None, None) when there is none, or (None, why it is ignored).
+
+    Bounded: a FIFO is never waited on, no more than :data:`RECORD_LIMIT` bytes are read, and
+    nesting past :data:`RECORD_DEPTH` is refused before it reaches the JSON parser.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _SAFE)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, _open_problem(path, exc)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"is {_kind(info.st_mode)}, not a regular file"
+        if info.st_size > RECORD_LIMIT:
+            return None, f"has {info.st_size} bytes, over the {RECORD_LIMIT} bytes of a record"
+        data = b""
+        while len(data) <= RECORD_LIMIT:
+            chunk = os.read(fd, RECORD_LIMIT + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})"
+    finally:
+        os.close(fd)
+    if len(data) > RECORD_LIMIT:
+        return None, f"has more than the {RECORD_LIMIT} bytes of a record"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "is not UTF-8 text"
+    if text.count("[") + text.count("{") > RECORD_DEPTH and _nesting(text) > RECORD_DEPTH:
+        return None, f"is nested deeper than {RECORD_DEPTH} levels"
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return None, f"is not JSON ({getattr(exc, 'msg', exc)})"
+    if not isinstance(value, dict):
+        return None, f"is {_JSON_KIND.get(type(value), 'a JSON value')}, not a JSON object"
+    return value, None
+
+
+def _shown(value: object, limit: int = 200) -> str:
+    """A value from a record, as a message may show it: control characters escaped, short."""
+    text = value if isinstance(value, str) else repr(value)
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[: limit + 1])
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _process_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot: with the pid, it names one
     process, even after the pid is reused."""
-    stat = process_stat(pid)
-    return stat.starttime if stat is not None else None
+    stat_ = process_stat(pid)
+    return stat_.starttime if stat_ is not None else None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -126,9 +341,33 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError):
         return True
     return True
+
+
+def flock_holders(inode: int, proc_locks: Path = Path("/proc/locks")) -> set[int] | None:
+    """The pids that hold a ``flock`` on a file of inode ``inode``, by ``/proc/locks``; None
+    where it cannot be read (not Linux). Blocked waiters (``->``) hold nothing."""
+    try:
+        fd = os.open(proc_locks, os.O_RDONLY | _SAFE)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as stream:
+            text = stream.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    pids: set[int] = set()
+    for line in text.splitlines():
+        # 1: FLOCK  ADVISORY  WRITE 21224 fe:00:2146386 0 EOF
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        where = parts[5].split(":")
+        if len(where) == 3 and where[2] == str(inode) and parts[4].lstrip("-").isdigit():
+            pids.add(int(parts[4]))
+    return pids
 
 
 def holder_record(test: str, locks: Sequence[str], *, host: str, now: float) -> dict[str, Any]:
@@ -138,11 +377,26 @@ def holder_record(test: str, locks: Sequence[str], *, host: str, now: float) -> 
         "pid": os.getpid(),
         "pid_start": _process_start(os.getpid()),
         "host": host,
-        "test": test,
+        "test": test[:_TEST_LIMIT],
         "since": utc_iso(now),
         "since_epoch": now,
         "locks": list(locks),
     }
+
+
+# ------------------------------------------------------------------ the folder
+
+
+def _unsafe(path: Path, info: os.stat_result, me: int) -> str | None:
+    """Why another account could delete or swap files in the folder ``path``, or None."""
+    if info.st_uid not in (me, 0):
+        you = "not root, who runs this" if me == 0 else f"neither you (uid {me}) nor root"
+        return f"is owned by uid {info.st_uid}, {you}"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        who = "others" if mode & 0o002 else "its group"
+        return f"is writable by {who} without the sticky bit (mode {mode:04o})"
+    return None
 
 
 class LockDir:
@@ -151,20 +405,80 @@ class LockDir:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
 
+    def _refuse(self, problem: str, fix: str) -> AllocationError:
+        return AllocationError(
+            f"the device lock folder {self.path} {problem}: {fix}, or choose another folder "
+            "with --lossless-lock-dir",
+            lock_dir=str(self.path),
+        )
+
     def ensure(self) -> None:
+        """Check the folder (as ssh's StrictModes does) and make it, sticky, if missing.
+
+        Refused: a folder that is a symlink, is owned by another account, or that another
+        account may write without the sticky bit, and one inside such a folder.
+        """
+        path = Path(os.path.abspath(self.path))
+        me = os.geteuid()
+        self._check_parents(path, me)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            info = os.lstat(path)
+        except FileNotFoundError:
+            self._create(path, me)
+            info = os.lstat(path)
         except OSError as exc:
-            raise AllocationError(
-                f"cannot create the device lock folder {self.path}: {exc.strerror}; "
-                "choose another with --lossless-lock-dir",
-                lock_dir=str(self.path),
-            ) from None
-        with contextlib.suppress(OSError):  # shared by every user's jobs on this host
-            if self.path.stat().st_uid == os.getuid():
-                # Not sticky: other users' jobs must be able to replace holder records here.
-                # A lock file deleted while held is caught by the inode in its holder record.
-                self.path.chmod(0o777)
+            raise self._refuse(f"cannot be read ({exc.strerror})", "fix its parent") from None
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(path)
+            raise self._refuse(
+                f"is a symbolic link (to {target}); a lock folder must be a real folder",
+                "remove the link",
+            )
+        if not stat.S_ISDIR(info.st_mode):
+            raise self._refuse(f"is {_kind(info.st_mode)}, not a folder", "remove it")
+        problem = _unsafe(path, info, me)
+        if problem is not None:
+            raise self._refuse(
+                f"{problem}: another account could delete a lock file while it is held",
+                f"run `chmod +t {path}` as its owner (or remove it: pytest-lossless makes it "
+                "again with mode 1777), or set up a group folder as docs/security.md says",
+            )
+
+    def _check_parents(self, path: Path, me: int) -> None:
+        real = Path(os.path.realpath(path.parent))
+        for parent in (real, *real.parents):
+            try:
+                info = os.stat(parent)
+            except FileNotFoundError:
+                continue  # made below, by us
+            except OSError as exc:
+                raise self._refuse(
+                    f"cannot be reached: {parent}: {exc.strerror}", "fix that folder"
+                ) from None
+            problem = _unsafe(parent, info, me)
+            if problem is not None:
+                raise self._refuse(
+                    f"is inside {parent}, which {problem}: another account could swap the "
+                    "lock folder for its own",
+                    "choose a folder whose parents only you or root may change",
+                )
+
+    def _create(self, path: Path, me: int) -> None:
+        try:
+            os.makedirs(path.parent, mode=0o755, exist_ok=True)
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            return  # another job made it first: checked like any existing folder
+        except OSError as exc:
+            raise self._refuse(f"cannot be created ({exc.strerror})", "fix its parent") from None
+        # The mode is set on the folder just made, through a descriptor of it.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _SAFE)
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == me:
+                os.fchmod(fd, FOLDER_MODE)
+        finally:
+            os.close(fd)
 
     def lock(self, lock_key: str) -> Flock:
         return Flock(self.path / f"{_file_stem(lock_key)}.lock")
@@ -180,30 +494,63 @@ class LockDir:
         with contextlib.suppress(OSError):
             self.record_path(lock_key).unlink()
 
-    def replaced_under(self, lock_key: str, lock: Flock, host: str) -> bool:
-        """True when a live holder's record names another lock file than the one just locked:
-        the file was deleted while held (a tmp cleaner, say) and that holder still runs."""
-        try:
-            record = json.loads(self.record_path(lock_key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+    def _holds(self, record: Mapping[str, Any], inode: int, host: str) -> bool:
+        """Whether ``record``'s process, on this host, holds a flock on file ``inode`` now:
+        by ``/proc/locks`` where it can be read, else by its pid and start time."""
+        pid = record.get("pid")
+        if record.get("host") != host or not isinstance(pid, int) or isinstance(pid, bool):
             return False
-        pid, inode = record.get("pid"), record.get("lock_inode")
-        if not (isinstance(pid, int) and isinstance(inode, int) and inode != lock.inode):
+        if pid <= 0 or not _pid_alive(pid):
             return False
-        if record.get("host") != host or not _pid_alive(pid):
-            return False
-        # A pid reused since the record was written is another process: the record is stale.
         started = record.get("pid_start")
-        return started is None or started == _process_start(pid)
+        now = _process_start(pid)
+        if started is not None and now is not None and started != now:
+            return False  # the pid was reused since: another process
+        holders = flock_holders(inode)
+        # Without /proc/locks (not Linux), a live pid of the right start time is believed:
+        # exclusivity first, where the lock cannot be checked.
+        return holders is None or pid in holders
+
+    def replaced_under(self, lock_key: str, lock: Flock, host: str) -> bool:
+        """True when a live holder's record names another lock file than the one just locked,
+        and that holder still locks it: the file was deleted while held (a tmp cleaner, say).
+        A record whose process holds no such lock is forged or stale, and not believed."""
+        record, _ = read_record(self.record_path(lock_key))
+        if record is None:
+            return False
+        inode = record.get("lock_inode")
+        if not isinstance(inode, int) or isinstance(inode, bool) or inode == lock.inode:
+            return False
+        return self._holds(record, inode, host)
 
     def describe_holder(self, lock_key: str, host: str) -> str:
-        """Who holds ``lock_key``, from its record, for a lock we just failed to take."""
+        """Who holds ``lock_key``, for a lock we just failed to take: the record where
+        ``/proc/locks`` confirms it, else the pid that does hold it, and why the record is
+        not believed."""
+        path = self.record_path(lock_key)
         try:
-            record = json.loads(self.record_path(lock_key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return "held (no holder record yet)"
+            inode: int | None = os.lstat(self.lock(lock_key).path).st_ino
+        except OSError:
+            inode = None
+        holders = flock_holders(inode) if inode is not None else None
+        real = f"pid {','.join(map(str, sorted(holders)))}" if holders else None
+        record, problem = read_record(path)
+        if problem is not None:
+            return f"held{f' by {real}' if real else ''} ({path.name} {problem}; ignored)"
+        if record is None:
+            return f"held{f' by {real}' if real else ''} (no holder record yet)"
         pid = record.get("pid")
-        where = f"pid {pid} on {record.get('host', '?')}"
-        if record.get("host") == host and isinstance(pid, int) and not _pid_alive(pid):
+        where = f"pid {_shown(pid)} on {_shown(record.get('host', '?'))}"
+        what = f"{_shown(record.get('test', '?'))}, since {_shown(record.get('since', '?'))}"
+        alive = isinstance(pid, int) and pid > 0 and _pid_alive(pid)
+        if record.get("host") == host and isinstance(pid, int) and not alive:
             return f"held (record of {where} is stale: that process is gone)"
-        return f"held by {where} ({record.get('test', '?')}, since {record.get('since', '?')})"
+        claimed = record.get("lock_inode", inode)
+        if inode is not None and claimed == inode and self._holds(record, inode, host):
+            return f"held by {where} ({what})"
+        if holders is None and record.get("host") != host:
+            return f"held by {where} ({what}), by its record: another host's, not checked"
+        return (
+            f"held{f' by {real}' if real else ''} ({path.name} names {where} ({what}), "
+            "which does not hold this lock; ignored)"
+        )

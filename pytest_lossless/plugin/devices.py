@@ -121,7 +121,8 @@ def devices(request: pytest.FixtureRequest) -> Generator[Allocation, None, None]
     try:
         yield allocation
     finally:
-        allocation.release()
+        with failing_on_errors():  # a lock file replaced under the test is named, not traced
+            allocation.release()
 
 
 @pytest.fixture(autouse=True)

@@ -813,7 +813,11 @@ def test_a_lock_file_deleted_while_held_is_not_taken_twice(tmp_path: Path) -> No
     second = Allocator([CpuBackend()], backend="cpu", pool=("0",), lock_dir=locks, timeout=0.3)
     with pytest.raises(AllocationTimeout, match="t::first"):
         second.acquire(1, "t::second")
-    held.release()
+    # The holder is told at release: its lock file was swapped (the second made a new one).
+    with pytest.raises(AllocationError, match=r"cpu-slot-0\.lock was replaced while held"):
+        held.release()
+    assert held.released
+    assert held.lock_problems
     second.acquire(1, "t::second").release()
 
 
