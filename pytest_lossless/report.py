@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .core.text import printable
 from .core.verdict import Verdict
 
 #: Table statuses that are not verdicts, and the verdict each weighs as when rows are ordered.
@@ -101,8 +102,14 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
         return []
     ordered = sorted(rows, key=lambda r: (_order_key(r.verdict), r.test, r.check))
     headers = ("verdict", "test", "check", "gate", "detail")
-    # Folders are left out of test ids: the module and test name tell a row apart.
-    cells = [(r.verdict, r.test.rsplit("/", 1)[-1], r.check, r.gate, r.detail) for r in ordered]
+    # Folders are left out of test ids: the module and test name tell a row apart. Every cell
+    # is escaped: a manifest key or a media tag must not drive the terminal.
+    cells = [
+        tuple(
+            printable(c) for c in (r.verdict, r.test.rsplit("/", 1)[-1], r.check, r.gate, r.detail)
+        )
+        for r in ordered
+    ]
     widths = [max(len(headers[i]), *(len(c[i]) for c in cells)) for i in range(4)]
     widths[1], widths[2], widths[3] = min(widths[1], 48), min(widths[2], 22), min(widths[3], 22)
     # The four columns must fit: shrink the test id (it keeps its end), then check, gate, verdict.
@@ -136,7 +143,9 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     for row in rows:
         counts[row.verdict] = counts.get(row.verdict, 0) + 1
     lines.append(
-        ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (_order_key(v), v)))
+        printable(
+            ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (_order_key(v), v)))
+        )
     )
     return lines
 
@@ -172,7 +181,7 @@ def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
         state.append("unpublished: no remote branch holds it")
     where = f" ({'; '.join(state)})" if state else ""
     noun = "receipt" if count == 1 else "receipts"
-    return (
+    return printable(
         f"{count} {noun} in {folder}, source {revision}{where}; "
         f"audit with: python -m pytest_lossless verify {folder}"
     )
@@ -191,5 +200,5 @@ def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:
         lines.append(f"{action}: {len(items)}")
         for item in sorted(items, key=lambda e: (e["folder"], e["name"])):
             detail = f" ({item['detail']})" if item.get("detail") else ""
-            lines.append(f"  {item['folder']}/{item['name']}{detail}")
+            lines.append(printable(f"  {item['folder']}/{item['name']}{detail}"))
     return lines

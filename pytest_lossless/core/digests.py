@@ -1,4 +1,5 @@
-"""SHA-256 of files and JSON values, atomic writes, safe file names: defined once, used by all."""
+"""SHA-256 of files and JSON values, atomic writes, safe file names, bounded JSON parsing:
+defined once, used by all."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 CHUNK = 1 << 20
+#: How deep a JSON document the plugin reads (a manifest, a receipt) may nest. Ours nest about
+#: a dozen levels; a hostile one of 100,000 would otherwise end in a RecursionError.
+MAX_JSON_DEPTH = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -59,10 +63,25 @@ def write_atomic(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        os.replace(handle.name, path)  # replaces a link or FIFO at ``path``, never follows it
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (best effort: some file systems refuse)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json_atomic(
@@ -71,3 +90,39 @@ def write_json_atomic(
     """:func:`write_atomic` of ``value`` as JSON with sorted keys and a final newline."""
     text = json.dumps(value, indent=indent, sort_keys=True, default=default)
     write_atomic(path, (text + "\n").encode("utf-8"))
+
+
+def loads_bounded(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` of UTF-8 ``data`` that nests at most ``max_depth`` levels.
+
+    ``ValueError`` (a ``JSONDecodeError``, a ``UnicodeDecodeError``, or one naming the depth
+    limit) for anything else: never a ``RecursionError``, whatever the document holds.
+    """
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than the limit of {max_depth} levels") from None
+    if json_depth(value, stop_above=max_depth) > max_depth:
+        raise ValueError(f"nested deeper than the limit of {max_depth} levels")
+    return value
+
+
+def json_depth(value: Any, *, stop_above: int | None = None) -> int:
+    """How many levels of lists and objects ``value`` nests (a scalar is 0), without recursion;
+    counting stops once it passes ``stop_above``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if stop_above is not None and deepest > stop_above:
+            break
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest

@@ -5,21 +5,28 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..core.digests import write_atomic
+from ..core.paths import inside_root, open_regular, read_regular
+from ..core.text import printable
 from ..errors import ReceiptError
-from .receipts import derive_verdicts, load_all
+from .receipts import MAX_RECEIPT_BYTES, derive_verdicts, load_all
 
 SUMMARY_NAME = "SUMMARY.md"
+LOCK_NAME = ".summary.lock"
+#: How long a session waits for another one writing the summary of the same folder.
+LOCK_TIMEOUT = 30.0
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return printable(str(text).replace("|", "\\|").replace("\n", " "))
 
 
 def summary_lines(
@@ -72,18 +79,57 @@ def summary_lines(
     return lines
 
 
-def write_summary(directory: Path | str) -> Path:
+def write_summary(
+    directory: Path | str,
+    *,
+    root: Path | str | None = None,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> Path:
     """Write ``SUMMARY.md`` beside the receipts, atomically, under a lock on the folder, so
-    that two sessions finishing together leave the summary of every receipt."""
+    that two sessions finishing together leave the summary of every receipt.
+
+    The folder must not lead out of ``root`` through a symbolic link; the lock file is opened
+    without following a link or blocking on a FIFO, and waited on for ``lock_timeout``
+    seconds at most: each refusal is a :class:`ReceiptError` naming the file.
+    """
     folder = Path(directory)
+    if root is not None:
+        inside_root(folder, root, what="receipts folder")
     path = folder / SUMMARY_NAME
-    fd = os.open(folder / ".summary.lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    lock = folder / LOCK_NAME
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = open_regular(lock, os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise ReceiptError(
+            f"{lock}: cannot open the summary's lock: {exc.strerror or exc}; remove it "
+            "(the plugin creates it as a plain file)",
+            path=lock,
+        ) from None
+    try:
+        _lock(fd, lock, lock_timeout)
         write_atomic(path, "\n".join(summary_lines(folder)).encode())
     finally:
         os.close(fd)
     return path
+
+
+def _lock(fd: int, lock: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+        if time.monotonic() >= deadline:
+            raise ReceiptError(
+                f"{lock}: held by another process for more than {timeout:g} s; the summary "
+                "was not written (write it later with: python -m pytest_lossless summary "
+                f"--write {lock.parent})",
+                path=lock,
+            )
+        time.sleep(0.05)
 
 
 def check_summary(
@@ -92,10 +138,14 @@ def check_summary(
 ) -> list[str]:
     """A ``SUMMARY.md`` that differs from the one the receipts generate was edited or is stale."""
     path = Path(directory) / SUMMARY_NAME
-    if not Path(directory).is_dir() or not path.exists():
+    if not Path(directory).is_dir() or not os.path.lexists(path):
         return []
+    try:
+        written = read_regular(path, limit=MAX_RECEIPT_BYTES).decode("utf-8", errors="replace")
+    except OSError as exc:
+        return [f"{path}: cannot be read: {exc.strerror or exc}"]
     generated = "\n".join(summary_lines(directory, loaded))
-    if path.read_text(encoding="utf-8", errors="replace") != generated:
+    if written != generated:
         return [
             f"{path}: does not match the receipts beside it (edited by hand, or stale); "
             f"regenerate it with: python -m pytest_lossless summary --write {directory}"

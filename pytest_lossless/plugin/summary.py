@@ -13,6 +13,7 @@ import pytest
 
 from .. import report
 from ..core.verdict import Verdict
+from ..errors import LosslessError
 from .config import settings
 from .receipts import source_revision
 
@@ -115,8 +116,9 @@ class SummaryPlugin:
             from ..evidence.summary import write_summary
 
             try:
-                written = f"; summary {write_summary(resolved.receipts)}"
-            except OSError as exc:
+                summary = write_summary(resolved.receipts, root=resolved.rootdir)
+                written = f"; summary {summary}"
+            except (OSError, LosslessError) as exc:
                 written = f"; the summary could not be written: {exc}"
             line = report.evidence_line(
                 self.receipts, str(resolved.receipts), source_revision(self.config)

@@ -1,0 +1,163 @@
+"""Paths inside the project stay inside it; files are opened without following or blocking.
+
+A pull request can commit symbolic links: a module folder under ``goldens/`` that points at
+``../../../elsewhere``, a ``lossless-receipts`` that points at a folder outside. Before the
+plugin reads, writes or deletes under the rootdir, :func:`inside_root` walks the path and
+refuses any component that is a link resolving outside it, naming the link and its target.
+:func:`open_regular` opens with ``O_NOFOLLOW | O_NONBLOCK`` and checks the result is a regular
+file, so a FIFO planted where the plugin reads or locks is an error, not a hang.
+
+What is not defended: a path that a setting names outside the rootdir on purpose (an absolute
+``--lossless-receipts``) is the user's choice and is not checked; a race in which another
+process swaps a folder for a link between the check and the write (whoever can do that can
+write the project's files directly).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from ..errors import LosslessError
+from .text import printable
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
+
+
+class PathOutsideRoot(LosslessError):
+    """A component of a path the plugin would use is a symbolic link that leaves the rootdir.
+
+    ``path`` is the path asked for, ``link`` its component that is a link, ``target`` what
+    the link says (as ``readlink`` gives it), ``resolved`` where it leads, ``root`` the folder
+    it leaves, ``what`` the path's role (``golden folder``, ``receipts folder``).
+    """
+
+    def __init__(
+        self, path: Path, *, link: Path, target: str, resolved: Path, root: Path, what: str
+    ) -> None:
+        self.path = path
+        self.link = link
+        self.target = target
+        self.resolved = resolved
+        self.root = root
+        self.what = what
+        super().__init__(
+            printable(
+                f"{what} {path}: {link} is a symbolic link to {target!r} ({resolved}), which "
+                f"leaves {root}. pytest-lossless never reads, writes or deletes through a link "
+                "out of the project (a link committed in a pull request can point anywhere): "
+                "replace the link with a real folder, or name the real place in the setting "
+                "itself"
+            )
+        )
+
+
+def is_under(path: Path | str, root: Path | str) -> bool:
+    """Whether ``path`` is ``root`` or below it, lexically (``..`` resolved, links not)."""
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
+
+
+def inside_root(path: Path | str, root: Path | str, *, what: str) -> Path:
+    """``path`` made absolute, after proving that no existing component of it below ``root`` is
+    a symbolic link that resolves outside ``root``; :class:`PathOutsideRoot` otherwise.
+
+    Links that stay inside ``root`` are allowed. Components that do not exist yet end the walk:
+    the plugin creates them as real folders. A ``path`` that is not below ``root`` at all was
+    named so by a setting and is returned as it is.
+    """
+    base = Path(os.path.abspath(root))
+    target = Path(os.path.abspath(path))
+    if not target.is_relative_to(base):
+        return target
+    real_root = Path(os.path.realpath(base))
+    current = base
+    for part in target.relative_to(base).parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            break
+        except NotADirectoryError:
+            break  # creating below it fails with its own error
+        if not stat.S_ISLNK(mode):
+            continue
+        resolved = Path(os.path.realpath(current))
+        if not resolved.is_relative_to(real_root):
+            raise PathOutsideRoot(
+                target,
+                link=current,
+                target=os.readlink(current),
+                resolved=resolved,
+                root=base,
+                what=what,
+            )
+    return target
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` is, in words (``a FIFO``, ``a directory``)."""
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "a special file"
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """A descriptor of the regular file at ``path``, opened without following a final link and
+    without blocking (a FIFO would block ``open`` until a writer comes). Raises ``OSError``
+    with a plain reason for a link, a FIFO, a socket or a device; the caller closes the fd.
+    """
+    name = str(path)
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(name):
+            raise OSError(exc.errno, "is a symbolic link, which is not followed", name) from None
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing
+            raise OSError(exc.errno, "not a regular file", name) from None
+        raise
+    try:
+        found = os.fstat(fd).st_mode
+        if not stat.S_ISREG(found):
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(found)})", name)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path | str, *, limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (see :func:`open_regular`), at most ``limit``
+    of them: a larger file is an ``OSError`` before anything is read."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise OSError(
+                errno.EFBIG, f"larger than the limit of {_size(limit)} ({size} bytes)", str(path)
+            )
+        chunks, total = [], 0
+        while block := os.read(fd, min(1 << 20, limit + 1 - total)):
+            chunks.append(block)
+            total += len(block)
+            if total > limit:  # it grew while being read
+                raise OSError(errno.EFBIG, f"larger than the limit of {_size(limit)}", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale} {unit}"
+    return f"{count} bytes"

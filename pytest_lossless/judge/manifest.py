@@ -1,0 +1,315 @@
+"""The manifest of a golden folder: names, entries, bounded reading, and integrity.
+
+A manifest may come from a pull request, so nothing in it is trusted: it is read within a size
+and a nesting limit, every field and name is checked before its words reach a message or a
+path, and a golden stored in full must agree with its manifest on its bytes, its SHA-256 and
+its fingerprint (recomputed from the stored file) before anything is compared with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.digests import canonical_sha256, loads_bounded
+from ..core.paths import inside_root, open_regular, read_regular
+from ..core.text import has_control, printable
+from ..errors import ArtifactError, GoldenIntegrityError, ManifestError
+
+if TYPE_CHECKING:
+    from ..kinds import KindRegistry
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+#: The largest ``manifest.json`` read; ours are kilobytes (digest-only goldens keep them small).
+MAX_MANIFEST_BYTES = 64 << 20
+#: The longest artifact name or golden folder name, in bytes of UTF-8 (file systems allow 255,
+#: and the staging sibling of a folder adds about 25).
+MAX_NAME_BYTES = 200
+
+_SAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=,+@]")
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def safe_component(text: str, what: str) -> str:
+    """A folder or file name that cannot escape its parent; refuses what it cannot keep.
+
+    A name longer than :data:`MAX_NAME_BYTES` (a long parametrize id) keeps its start and gains
+    a hash of the whole text, so distinct tests keep distinct folders.
+    """
+    cleaned = _SAFE.sub("_", text.replace("::", "."))
+    if cleaned in ("", ".", "..") or cleaned.startswith("."):
+        raise ArtifactError(_shown(text), f"{what} {_shown(text)!r} cannot be used as a file name")
+    if len(cleaned) > MAX_NAME_BYTES:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        cleaned = f"{cleaned[: MAX_NAME_BYTES - 17]}-{digest}"
+    return cleaned
+
+
+def artifact_name(name: str) -> str:
+    """Validate an artifact name given to ``golden.check``: a plain file name of at most
+    :data:`MAX_NAME_BYTES` bytes, with no control characters (it is printed and it names a
+    file)."""
+    if not isinstance(name, str) or not name:
+        raise ArtifactError(str(name), "an artifact name must be a non-empty string")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise ArtifactError(
+            _shown(name),
+            f"an artifact name is at most {MAX_NAME_BYTES} bytes of UTF-8; this one has {size}",
+        )
+    if has_control(name):
+        raise ArtifactError(repr(name), "an artifact name must not hold control characters")
+    if "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
+        raise ArtifactError(name, "an artifact name must be a plain file name (no folders)")
+    if name == MANIFEST:
+        raise ArtifactError(name, f"{MANIFEST!r} is reserved for the golden's manifest")
+    return name
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text`` as an error message shows it: escaped, and shortened when long."""
+    shown = printable(text)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} characters)"
+
+
+@dataclass
+class ManifestEntry:
+    """One artifact of a golden folder, as frozen by ``--update-goldens``."""
+
+    name: str
+    kind: str
+    gate: str
+    sha256: str
+    size: int
+    stored: str  # "full" or "digest"
+    file: str | None
+    fingerprint: dict[str, Any]
+    fingerprint_sha256: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "gate": self.gate,
+            "sha256": self.sha256,
+            "size": self.size,
+            "stored": self.stored,
+            "file": self.file,
+            "fingerprint": self.fingerprint,
+            "fingerprint_sha256": self.fingerprint_sha256,
+            "provenance": self.provenance,
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any], where: Path) -> ManifestEntry:
+        """An entry read from ``where``; every field is checked, since the manifest may come
+        from a pull request and its words end up in messages and the terminal."""
+        try:
+            if not isinstance(data, Mapping):
+                raise TypeError("it is not an object")
+            file = data.get("file")
+            entry = cls(
+                name=name,
+                kind=_word(data, "kind"),
+                gate=_word(data, "gate"),
+                sha256=_hex64(data, "sha256"),
+                size=_count(data, "size"),
+                stored=_word(data, "stored"),
+                file=None if file is None else artifact_name(_word(data, "file")),
+                fingerprint=_table(data, "fingerprint"),
+                fingerprint_sha256=_hex64(data, "fingerprint_sha256"),
+                provenance=dict(data.get("provenance") or {}),
+            )
+        except (KeyError, TypeError, ValueError, ArtifactError) as exc:
+            problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ManifestError(where, f"entry {name!r} is malformed ({problem})") from None
+        if entry.stored not in ("full", "digest"):
+            raise ManifestError(
+                where, f"entry {name!r}: stored is {entry.stored!r}, not 'full' or 'digest'"
+            )
+        return entry
+
+
+def _word(data: Mapping[str, Any], key: str) -> str:
+    value = data[key]
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{key} must be a non-empty string, not {type(value).__name__}")
+    if has_control(value) or len(value) > MAX_NAME_BYTES:
+        raise ValueError(f"{key} {_shown(value)!r} holds control characters or is too long")
+    return value
+
+
+def _hex64(data: Mapping[str, Any], key: str) -> str:
+    value = data[key]
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        raise ValueError(f"{key} must be 64 hexadecimal digits, not {_shown(str(value))!r}")
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{key} must be a whole number of bytes, not {_shown(repr(value))}")
+    return value
+
+
+def _table(data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data[key]
+    if not isinstance(value, dict):
+        raise TypeError(f"{key} must be an object, not {type(value).__name__}")
+    return value
+
+
+def load_manifest(
+    folder: Path, *, root: Path | None = None
+) -> tuple[dict[str, ManifestEntry], str | None]:
+    """The entries of ``folder/manifest.json`` and the SHA-256 of the bytes they were parsed
+    from (``{}, None`` when the folder has none).
+
+    With ``root``, the manifest's path is proven to stay inside it, and a link that does is
+    followed; without, a link is refused. The file must be a regular file of at most
+    :data:`MAX_MANIFEST_BYTES`, nesting at most ``MAX_JSON_DEPTH`` levels: anything else is a
+    :class:`ManifestError` naming the file and the limit.
+    """
+    path = folder / MANIFEST
+    if root is not None:
+        inside_root(path, root, what="golden manifest")
+    if not os.path.lexists(path):
+        return {}, None
+    try:
+        raw = read_regular(
+            os.path.realpath(path) if root is not None else path, limit=MAX_MANIFEST_BYTES
+        )
+    except OSError as exc:
+        raise ManifestError(path, f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = loads_bounded(raw)
+    except ValueError as exc:
+        raise ManifestError(path, f"cannot be read as JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("artifacts"), dict):
+        raise ManifestError(path, "has no 'artifacts' table; it is not a pytest-lossless manifest")
+    version = data.get("schema")
+    if version != SCHEMA_VERSION:
+        raise ManifestError(
+            path,
+            f"has schema {_shown(repr(version))}; this plugin reads schema {SCHEMA_VERSION}. "
+            "Regenerate with --update-goldens",
+        )
+    entries = {}
+    for name, entry in data["artifacts"].items():
+        try:
+            artifact_name(name)
+        except ArtifactError as exc:
+            raise ManifestError(
+                path, f"the artifact name {_shown(name)!r} is refused: {exc.problem}"
+            ) from None
+        entries[name] = ManifestEntry.from_dict(name, entry, path)
+    return entries, hashlib.sha256(raw).hexdigest()
+
+
+def read_manifest(folder: Path, *, root: Path | None = None) -> dict[str, ManifestEntry]:
+    """The entries of ``folder/manifest.json``; empty when the folder has none
+    (see :func:`load_manifest`)."""
+    return load_manifest(folder, root=root)[0]
+
+
+def manifest_document(entries: Mapping[str, ManifestEntry], test_id: str) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "test": test_id,
+        "artifacts": {name: entries[name].to_dict() for name in sorted(entries)},
+    }
+
+
+def check_integrity(
+    folder: Path,
+    entry: ManifestEntry,
+    *,
+    kinds: KindRegistry | None = None,
+    root: Path | None = None,
+) -> Path | None:
+    """The stored file of ``entry`` after proving it matches the manifest (None: digest-only).
+
+    The manifest cannot vouch for itself: for a golden stored in full, the stored bytes, the
+    entry's SHA-256 and size, the SHA-256 its fingerprint names, and (with ``kinds``) the
+    fingerprint recomputed from the stored file must all agree, or it is a
+    :class:`GoldenIntegrityError`. A digest-only entry has nothing to be checked against:
+    its manifest is the golden, and only review vouches for it (docs/security.md). ``root``:
+    the stored file's path must stay inside it (a link that does is followed).
+    """
+    manifest = folder / MANIFEST
+    if canonical_sha256(entry.fingerprint) != entry.fingerprint_sha256:
+        raise GoldenIntegrityError(
+            manifest,
+            f"the fingerprint of {entry.name!r} was edited (its hash no longer matches)",
+        )
+    if entry.stored == "digest":
+        return None
+    if entry.file is None:
+        raise GoldenIntegrityError(manifest, f"{entry.name!r} is stored but names no file")
+    path = folder / entry.file
+    if root is not None:
+        inside_root(path, root, what="stored golden")
+    actual, size = _stored_digest(path, follow=root is not None)
+    if actual != entry.sha256:
+        raise GoldenIntegrityError(
+            path,
+            f"its SHA-256 is {actual[:16]}... but the manifest says {entry.sha256[:16]}...",
+        )
+    if size != entry.size:
+        raise GoldenIntegrityError(
+            path, f"its size is {size} bytes but the manifest says {entry.size}"
+        )
+    named = entry.fingerprint.get("sha256")
+    if isinstance(named, str) and len(named) == 64 and named != entry.sha256:
+        raise GoldenIntegrityError(
+            manifest,
+            f"the fingerprint of {entry.name!r} names a file of SHA-256 {named[:16]}..., but "
+            f"the stored file's is {entry.sha256[:16]}...: the fingerprint was edited",
+        )
+    if kinds is not None:
+        try:
+            again = kinds.fingerprint(entry.kind, path)
+        except ArtifactError as exc:
+            raise GoldenIntegrityError(
+                path, f"the stored golden cannot be fingerprinted as {entry.kind}: {exc.problem}"
+            ) from None
+        if canonical_sha256(again) != entry.fingerprint_sha256:
+            differ = sorted(
+                str(k)
+                for k in set(again) | set(entry.fingerprint)
+                if again.get(k) != entry.fingerprint.get(k)
+            )
+            raise GoldenIntegrityError(
+                manifest,
+                f"the fingerprint of {entry.name!r} does not match the stored file "
+                f"{entry.file!r}, fingerprinted again ({_shown(', '.join(differ))} differ): "
+                "the manifest was edited, or written by another version of its kind",
+            )
+    return path
+
+
+def _stored_digest(path: Path, *, follow: bool) -> tuple[str, int]:
+    """SHA-256 and size of a stored golden, read as a regular file (no FIFO, no device)."""
+    try:
+        fd = open_regular(os.path.realpath(path) if follow else path)
+    except FileNotFoundError:
+        raise GoldenIntegrityError(path, "the stored golden file is missing") from None
+    except OSError as exc:
+        raise GoldenIntegrityError(
+            path, f"the stored golden cannot be read: {exc.strerror or exc}"
+        ) from None
+    digest, size = hashlib.sha256(), 0
+    try:
+        while block := os.read(fd, 1 << 20):
+            digest.update(block)
+            size += len(block)
+    finally:
+        os.close(fd)
+    return digest.hexdigest(), size
