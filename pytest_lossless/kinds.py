@@ -22,7 +22,11 @@ from .errors import ArtifactError, LosslessError
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .gates import Gate, GateResult
+    from .media import MediaLimits
+    from .settings import Settings
 
 __all__ = [
     "BUILTIN_KIND_NAMES",
@@ -40,6 +44,14 @@ __all__ = [
 
 # media and gates (numpy, libsndfile, ffmpeg) are imported where they are used: pytest loads
 # this module for every run of every repository that installs the plugin.
+
+
+def media_limits(settings: Settings | None) -> MediaLimits:
+    """The limits on decoding work: the session's settings, or (without a session, as under
+    ``verify``) the defaults and the environment, read now."""
+    from .media import MediaLimits
+
+    return MediaLimits.from_settings(settings) if settings else MediaLimits.from_env()
 
 
 class BuiltinKind:
@@ -60,8 +72,16 @@ class BuiltinKind:
     hints: ClassVar[dict[str, str]] = {}
     #: ``media.<fingerprinter>(path)`` fingerprints a file of this kind.
     fingerprinter: ClassVar[str]
-    #: ``gates.<comparer>(gate, expected, obtained, kind)`` is its exact gate.
+    #: ``gates.<comparer>(gate, expected, obtained, kind, limits=...)`` is its exact gate.
     comparer: ClassVar[str] = ""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        #: The session's settings; the limits on decoding work come from them.
+        self.settings = settings
+
+    def limits(self) -> MediaLimits:
+        """The limits every decode of this kind runs under (:mod:`~.media.limits`)."""
+        return media_limits(self.settings)
 
     def detect(self, path: Path, head: bytes) -> bool:
         """Whether the file's content is of this kind (``head``: its first bytes)."""
@@ -71,14 +91,16 @@ class BuiltinKind:
         """Metadata and digests of the file; ArtifactError for a damaged one."""
         from . import media
 
-        result: dict[str, Any] = getattr(media, self.fingerprinter)(path)
+        result: dict[str, Any] = getattr(media, self.fingerprinter)(path, limits=self.limits())
         return result
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         """The kind's own exact gate (``decoded``, ``elementwise``)."""
         from . import gates
 
-        result: GateResult = getattr(gates, self.comparer)(gate, expected, obtained, self.name)
+        result: GateResult = getattr(gates, self.comparer)(
+            gate, expected, obtained, self.name, limits=self.limits()
+        )
         return result
 
     def check_gate(self, gate: Gate, artifact: str = "") -> None:
@@ -111,7 +133,7 @@ class BuiltinKind:
         if gate.name == "bytes":
             return gates.compare_bytes(gate, expected, obtained, kind)
         if gate.name == "tolerance":
-            return gates.compare_tolerance(gate, expected, obtained, kind)
+            return gates.compare_tolerance(gate, expected, obtained, kind, limits=self.limits())
         return self.compare_exact(gate, expected, obtained)
 
 
@@ -131,7 +153,7 @@ class VideoKind(BuiltinKind):
     def detect(self, path: Path, head: bytes) -> bool:
         from . import media
 
-        return media.detect_kind(path, head) == "video"
+        return media.detect_kind(path, head, limits=self.limits()) == "video"
 
 
 class AudioKind(BuiltinKind):
@@ -151,7 +173,10 @@ class AudioKind(BuiltinKind):
         from . import media
 
         # The header test is cheap; a container is probed only when no header says audio.
-        return media.is_audio_header(head) or media.detect_kind(path, head) == "audio"
+        return (
+            media.is_audio_header(head)
+            or media.detect_kind(path, head, limits=self.limits()) == "audio"
+        )
 
 
 class TensorKind(BuiltinKind):
@@ -211,18 +236,19 @@ _BUILTIN_CLASSES: dict[str, type[BuiltinKind]] = {
 }
 
 
-def builtin_kinds() -> list[BuiltinKind]:
-    """A fresh plugin object per built-in kind, in detection order."""
-    return [_BUILTIN_CLASSES[name]() for name in BUILTIN_KIND_NAMES]
+def builtin_kinds(settings: Settings | None = None) -> list[BuiltinKind]:
+    """A fresh plugin object per built-in kind, in detection order, decoding within the limits
+    of ``settings`` (without settings: the defaults and the environment, read at each call)."""
+    return [_BUILTIN_CLASSES[name](settings) for name in BUILTIN_KIND_NAMES]
 
 
-def register_builtin_kinds(manager: pluggy.PluginManager) -> None:
+def register_builtin_kinds(manager: pluggy.PluginManager, settings: Settings | None = None) -> None:
     """Register every built-in kind on ``manager`` (pytest's, or a private one), once.
 
     All are ``trylast``, and pluggy calls ``trylast`` implementations in the order they were
     registered, so they are registered in detection order.
     """
-    for kind in builtin_kinds():
+    for kind in builtin_kinds(settings):
         name = f"lossless-kind-{kind.name}"
         if not manager.has_plugin(name):
             manager.register(kind, name)
@@ -279,10 +305,12 @@ class KindRegistry:
 
     ``hook`` is pytest's ``config.hook`` (with the built-in kinds registered on its plugin
     manager); with ``hook=None`` a private :func:`plugin_manager` is built (``plugin_manager``),
-    so domain code and unit tests work without pytest.
+    so domain code and unit tests work without pytest. ``settings`` gives the limits on decoding
+    work (:func:`media_limits`) of the golden-derived check and of diagnostics.
     """
 
-    def __init__(self, hook: Any = None) -> None:
+    def __init__(self, hook: Any = None, *, settings: Settings | None = None) -> None:
+        self.settings = settings
         self.plugin_manager: pluggy.PluginManager | None = None
         if hook is None:
             self.plugin_manager = plugin_manager()
@@ -325,12 +353,29 @@ class KindRegistry:
         gate = parse_gate(spec) if spec is not None else None
         return gate if gate is not None else Gate("bytes")
 
-    def artifact(self, name: str, path: Path, kind: str | None = None) -> Artifact:
-        """Detect (unless ``kind`` is given) and fingerprint the file at ``path``."""
+    def artifact(
+        self,
+        name: str,
+        path: Path,
+        kind: str | None = None,
+        *,
+        golden: Mapping[str, Any] | None = None,
+    ) -> Artifact:
+        """Detect (unless ``kind`` is given) and fingerprint the file at ``path``.
+
+        With ``golden``, the fingerprint of the golden it is compared with, a video or audio
+        file is first checked from its headers against limits derived from that golden (it may
+        not decode much more than the golden does: :meth:`~.media.MediaLimits.for_golden`), so
+        that an obtained decode bomb is refused before it is decoded.
+        """
         path = Path(path)
         if not path.exists():
             raise ArtifactError(path, f"artifact {name!r} does not exist (was it written?)")
         found = kind or self.detect(path)
+        if golden is not None and found in ("video", "audio"):
+            from . import media
+
+            media.check_declared(found, path, media_limits(self.settings).for_golden(golden))
         return Artifact(name=name, kind=found, fingerprint=self.fingerprint(found, path), path=path)
 
     def compare(
@@ -387,7 +432,13 @@ class KindRegistry:
                     "digests only"
                 )
             try:
-                gates.write_diagnostics(result, expected, obtained, Path(diagnostics_dir))
+                gates.write_diagnostics(
+                    result,
+                    expected,
+                    obtained,
+                    Path(diagnostics_dir),
+                    limits=media_limits(self.settings),
+                )
             except (LosslessError, OSError) as exc:
                 result.notes.append(f"diagnostics could not be written: {exc}")
         return result

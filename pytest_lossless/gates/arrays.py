@@ -11,6 +11,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import media
+from ..core.artifact import Artifact
+
+#: The limits on decoding the expected side and the obtained side of one comparison.
+Sides = tuple[media.MediaLimits, media.MediaLimits]
 
 
 def _unsigned_view(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -58,7 +62,14 @@ def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
 
-def load_arrays(path: Path) -> dict[str, npt.NDArray[Any]]:
+def sides(limits: media.MediaLimits | None, expected: Artifact) -> Sides:
+    """The limits of each side: the golden's are the session's (or the defaults), the obtained
+    file's are tightened from the golden's own fingerprint (it may not decode much more)."""
+    base = limits or media.MediaLimits.from_env()
+    return base, base.for_golden(expected.fingerprint)
+
+
+def load_arrays(path: Path, limits: media.MediaLimits | None = None) -> dict[str, npt.NDArray[Any]]:
     """A tensor file's arrays by member name; a lone ``.npy`` array is member ``""``."""
-    loaded = media.load_tensor(path)
+    loaded = media.load_tensor(path, limits=limits)
     return loaded if isinstance(loaded, dict) else {"": loaded}

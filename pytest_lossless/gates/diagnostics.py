@@ -15,7 +15,7 @@ from .. import media
 from ..core.artifact import Artifact
 from ..core.digests import safe_name
 from ..errors import LosslessError
-from .arrays import bits_differ, index_text, load_arrays, unravel, value_text
+from .arrays import Sides, bits_differ, index_text, load_arrays, sides, unravel, value_text
 from .result import GateResult
 
 #: How many differing positions a diagnostics text file lists.
@@ -47,8 +47,9 @@ def pcm_peak(dtype: np.dtype[Any]) -> float:
     return 1.0
 
 
-def frame_diagnostics(result: GateResult, epath: Path, opath: Path) -> None:
-    """PSNR and max error of the first differing frame, in its own pixel format."""
+def frame_diagnostics(result: GateResult, epath: Path, opath: Path, limits: Sides) -> None:
+    """PSNR and max error of the first differing frame, in its own pixel format (each side
+    decoded within its ``limits``)."""
     loc = result.location
     if "frame" not in loc:
         return
@@ -59,8 +60,9 @@ def frame_diagnostics(result: GateResult, epath: Path, opath: Path) -> None:
                 stream_index=loc.get("stream"),
                 indices=[loc["frame"]],
                 frame_bytes=loc.get("frame_bytes"),
+                limits=side,
             )
-            for p in (epath, opath)
+            for p, side in zip((epath, opath), limits, strict=True)
         ]
     except LosslessError:
         return
@@ -77,12 +79,18 @@ def frame_diagnostics(result: GateResult, epath: Path, opath: Path) -> None:
 
 
 def write_diagnostics(
-    result: GateResult, expected: Artifact, obtained: Artifact, directory: Path
+    result: GateResult,
+    expected: Artifact,
+    obtained: Artifact,
+    directory: Path,
+    *,
+    limits: media.MediaLimits | None = None,
 ) -> list[str]:
     """Write diff pictures / listings of the first mismatch into ``directory``; return paths.
 
     Video: the first differing frame, expected and obtained as PNG, and an amplified difference
-    picture. Audio and tensors: a text listing of the first differing positions.
+    picture. Audio and tensors: a text listing of the first differing positions. Files are
+    decoded within ``limits`` (the obtained one within limits derived from its golden).
     """
     if result.passed or expected.path is None or obtained.path is None:
         return []
@@ -91,22 +99,25 @@ def write_diagnostics(
     base = directory / safe_name(expected.name, default="artifact")
     written: list[str] = []
     loc = result.location
+    pair = sides(limits, expected)
     if "frame" in loc:
-        written += _write_frame_pictures(base, expected.path, obtained.path, loc)
+        written += _write_frame_pictures(base, expected.path, obtained.path, loc, pair)
     elif result.kind in ("tensor", "audio") and ("index" in loc or "sample" in loc):
-        written += _write_listing(base, result, expected.path, obtained.path)
+        written += _write_listing(base, result, expected.path, obtained.path, pair)
     result.diagnostic_files.extend(written)
     return written
 
 
-def _write_frame_pictures(base: Path, epath: Path, opath: Path, loc: dict[str, Any]) -> list[str]:
+def _write_frame_pictures(
+    base: Path, epath: Path, opath: Path, loc: dict[str, Any], limits: Sides
+) -> list[str]:
     n = int(loc["frame"])
     try:
         pictures = [
             media.load_video_frames(
-                p, stream_index=loc.get("stream"), pix_fmt="rgb24", indices=[n]
+                p, stream_index=loc.get("stream"), pix_fmt="rgb24", indices=[n], limits=side
             ).get(n)
-            for p in (epath, opath)
+            for p, side in zip((epath, opath), limits, strict=True)
         ]
     except LosslessError:
         return []
@@ -119,23 +130,24 @@ def _write_frame_pictures(base: Path, epath: Path, opath: Path, loc: dict[str, A
     scaled = np.where(diff > 0, 128 + (diff.astype(np.int32) * 127) // max(peak, 1), 0)
     picture = np.repeat(scaled.astype(np.uint8)[:, :, None], 3, axis=2)
     paths = [
-        media.write_png(base.with_name(f"{base.name}.frame{n}.expected.png"), a),
-        media.write_png(base.with_name(f"{base.name}.frame{n}.obtained.png"), b),
-        media.write_png(base.with_name(f"{base.name}.frame{n}.diff.png"), picture),
+        media.write_png(base.with_name(f"{base.name}.frame{n}.{what}.png"), data, limits=limits[0])
+        for what, data in (("expected", a), ("obtained", b), ("diff", picture))
     ]
     return [str(p) for p in paths]
 
 
-def _write_listing(base: Path, result: GateResult, epath: Path, opath: Path) -> list[str]:
+def _write_listing(
+    base: Path, result: GateResult, epath: Path, opath: Path, limits: Sides
+) -> list[str]:
     if result.kind == "tensor":
-        ea, oa = load_arrays(epath), load_arrays(opath)
+        ea, oa = load_arrays(epath, limits[0]), load_arrays(opath, limits[1])
         name = str(result.location.get("member", ""))
         if name not in ea or name not in oa:
             return []
         a, b = np.asarray(ea[name]), np.asarray(oa[name])
     else:
-        a, _ = media.load_audio(epath)
-        b, _ = media.load_audio(opath)
+        a, _ = media.load_audio(epath, limits=limits[0])
+        b, _ = media.load_audio(opath, limits=limits[1])
         n = min(len(a), len(b))
         a, b = a[:n], b[:n]
     if a.shape != b.shape or a.dtype != b.dtype:

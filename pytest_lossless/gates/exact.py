@@ -17,7 +17,7 @@ import numpy.typing as npt
 from .. import media
 from ..core.artifact import Artifact
 from ..errors import LosslessError
-from .arrays import bits_differ, index_text, load_arrays, unravel, value_text
+from .arrays import Sides, bits_differ, index_text, load_arrays, sides, unravel, value_text
 from .diagnostics import error_stats, frame_diagnostics, pcm_peak
 from .findings import (
     META_LABELS,
@@ -124,8 +124,17 @@ _AUDIO_META = (
 )
 
 
-def compare_container(gate: Gate, expected: Artifact, obtained: Artifact, kind: str) -> GateResult:
-    """``decoded`` for containers: stream metadata, then per-frame and per-audio-frame digests."""
+def compare_container(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    *,
+    limits: media.MediaLimits | None = None,
+) -> GateResult:
+    """``decoded`` for containers: stream metadata, then per-frame and per-audio-frame digests
+    (files decoded to locate a difference are decoded within ``limits``)."""
+    pair = sides(limits, expected)
     efp, ofp = expected.fingerprint, obtained.fingerprint
     unit = "frame" if streams(efp, "video") or streams(ofp, "video") else "sample"
     result = new_result(expected, gate, kind, unit)
@@ -135,7 +144,7 @@ def compare_container(gate: Gate, expected: Artifact, obtained: Artifact, kind: 
             f"{ofp.get('container')}); the decoded gate compares streams, not the container"
         )
     _compare_video_streams(result, efp, ofp)
-    _compare_audio_streams(result, efp, ofp, expected, obtained)
+    _compare_audio_streams(result, efp, ofp, expected, obtained, pair)
     if (
         result.unit == "frame"
         and not result.metadata_diffs
@@ -143,7 +152,7 @@ def compare_container(gate: Gate, expected: Artifact, obtained: Artifact, kind: 
         and expected.path is not None
         and obtained.path is not None
     ):
-        frame_diagnostics(result, expected.path, obtained.path)
+        frame_diagnostics(result, expected.path, obtained.path, pair)
     return settle(result)
 
 
@@ -196,6 +205,7 @@ def _compare_audio_streams(
     ofp: dict[str, Any],
     expected: Artifact,
     obtained: Artifact,
+    limits: Sides,
 ) -> None:
     """Audio streams of a container: metadata, then the first differing sample."""
     eas, oas = streams(efp, "audio"), streams(ofp, "audio")
@@ -214,7 +224,7 @@ def _compare_audio_streams(
         if epk == opk:
             continue
         k = first_difference([p["sha256"] for p in epk], [p["sha256"] for p in opk])
-        text, count, diag = _audio_mismatch(es, os_, epk, opk, k, expected, obtained)
+        text, count, diag = _audio_mismatch(es, os_, epk, opk, k, expected, obtained, limits)
         differing = sum(1 for a, b in zip_longest(epk, opk) if a != b)
         findings.append(
             (f"{prefix}{text or 'decoded audio frame timing differs'}", count, differing)
@@ -248,13 +258,14 @@ def _audio_mismatch(
     k: int | None,
     expected: Artifact,
     obtained: Artifact,
+    limits: Sides,
 ) -> tuple[str, int | None, dict[str, Any]]:
     """First differing sample of a container audio stream: exact with data, else its packet."""
     rate = int(es.get("sample_rate") or 0)
     if expected.path is not None and obtained.path is not None:
         try:
-            a, _ = media.load_container_audio(expected.path, es.get("index"))
-            b, _ = media.load_container_audio(obtained.path, os_.get("index"))
+            a, _ = media.load_container_audio(expected.path, es.get("index"), limits=limits[0])
+            b, _ = media.load_container_audio(obtained.path, os_.get("index"), limits=limits[1])
         except LosslessError:
             pass
         else:
@@ -309,13 +320,21 @@ def _pcm_mismatch(
     return text, count, diag, first
 
 
-def compare_audio_file(gate: Gate, expected: Artifact, obtained: Artifact, kind: str) -> GateResult:
-    """``decoded`` for WAV/FLAC: format metadata, then PCM sample by sample (or per block)."""
+def compare_audio_file(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    *,
+    limits: media.MediaLimits | None = None,
+) -> GateResult:
+    """``decoded`` for WAV/FLAC: format metadata, then PCM sample by sample (or per block).
+    PCM is loaded to locate a difference only within ``limits``; beyond them, per block."""
     efp, ofp = expected.fingerprint, obtained.fingerprint
     result = new_result(expected, gate, kind, "sample")
     if "streams" in efp or "streams" in ofp:
         if "streams" in efp and "streams" in ofp:
-            return compare_container(gate, expected, obtained, kind)
+            return compare_container(gate, expected, obtained, kind, limits=limits)
         result.metadata_diffs.append(
             f"format: expected {efp.get('format')}, obtained {ofp.get('format')} "
             "(one is a WAV/FLAC file, the other a media container)"
@@ -336,9 +355,18 @@ def compare_audio_file(gate: Gate, expected: Artifact, obtained: Artifact, kind:
         return settle(result)
     rate = int(efp.get("sample_rate") or 0)
     comparable = efp.get("dtype") == ofp.get("dtype") and efp.get("channels") == ofp.get("channels")
+    loaded = None
     if expected.path is not None and obtained.path is not None and comparable:
-        a, _ = media.load_audio(expected.path)
-        b, _ = media.load_audio(obtained.path)
+        pair = sides(limits, expected)
+        try:
+            loaded = (
+                media.load_audio(expected.path, limits=pair[0])[0],
+                media.load_audio(obtained.path, limits=pair[1])[0],
+            )
+        except media.DecodeLimitExceeded as exc:
+            result.notes.append(f"PCM not loaded to locate the difference: {exc}")
+    if loaded is not None:
+        a, b = loaded
         text, count, diag, first = _pcm_mismatch(a, b, rate)
         if text:
             result.first_mismatch = text
@@ -382,8 +410,17 @@ def _members(fp: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"": fp}
 
 
-def compare_tensor(gate: Gate, expected: Artifact, obtained: Artifact, kind: str) -> GateResult:
-    """``elementwise``: same dtype (with byte order), shape and bits, element by element."""
+def compare_tensor(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    *,
+    limits: media.MediaLimits | None = None,
+) -> GateResult:
+    """``elementwise``: same dtype (with byte order), shape and bits, element by element
+    (arrays are loaded, within ``limits``, only to locate a difference)."""
+    pair = sides(limits, expected)
     efp, ofp = expected.fingerprint, obtained.fingerprint
     result = new_result(expected, gate, kind, "element")
     emem, omem = _members(efp), _members(ofp)
@@ -419,7 +456,11 @@ def compare_tensor(gate: Gate, expected: Artifact, obtained: Artifact, kind: str
             continue
         if full:
             if not loaded:
-                loaded += [load_arrays(path) for path in (expected.path, obtained.path) if path]
+                loaded += [
+                    load_arrays(path, side)
+                    for path, side in zip((expected.path, obtained.path), pair, strict=True)
+                    if path
+                ]
             a, b = loaded[0][name], loaded[1][name]
             differ = bits_differ(a, b)
             n = int(np.count_nonzero(differ))

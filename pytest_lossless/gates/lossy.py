@@ -14,7 +14,7 @@ import numpy.typing as npt
 from .. import media
 from ..core.artifact import Artifact
 from ..errors import LosslessError
-from .arrays import bits_differ, index_text, load_arrays, unravel, value_text
+from .arrays import Sides, bits_differ, index_text, load_arrays, sides, unravel, value_text
 from .diagnostics import error_stats
 from .findings import META_LABELS, frame_location, new_result, note_meta, pts_time, settle, streams
 from .result import GateResult
@@ -86,9 +86,18 @@ def _tolerance_arrays(
     result.diagnostics["bitwise_differing"] = bitwise
 
 
-def compare_tolerance(gate: Gate, expected: Artifact, obtained: Artifact, kind: str) -> GateResult:
-    """The lossy gate: values within ``atol + rtol * |expected|``; needs full data on both sides."""
+def compare_tolerance(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    *,
+    limits: media.MediaLimits | None = None,
+) -> GateResult:
+    """The lossy gate: values within ``atol + rtol * |expected|``; needs full data on both sides,
+    decoded within ``limits`` (the obtained side within limits derived from its golden)."""
     epath, opath = _need_full(gate, expected, obtained)
+    pair = sides(limits, expected)
     unit = {"tensor": "element", "audio": "sample", "video": "frame"}[kind]
     result = new_result(expected, gate, kind, unit)
     result.notes.append("tolerance is a lossy gate: passing it does not prove the output unchanged")
@@ -103,7 +112,7 @@ def compare_tolerance(gate: Gate, expected: Artifact, obtained: Artifact, kind: 
         )
 
     if kind == "tensor":
-        ea, oa = load_arrays(epath), load_arrays(opath)
+        ea, oa = load_arrays(epath, pair[0]), load_arrays(opath, pair[1])
         if set(ea) != set(oa):
             result.metadata_diffs.append(
                 f"members: missing {sorted(set(ea) - set(oa))}, unexpected "
@@ -116,8 +125,8 @@ def compare_tolerance(gate: Gate, expected: Artifact, obtained: Artifact, kind: 
             describe_element,
         )
     elif kind == "audio" and "streams" not in expected.fingerprint:
-        a, rate = media.load_audio(opath)
-        b, _ = media.load_audio(epath)
+        a, rate = media.load_audio(opath, limits=pair[1])
+        b, _ = media.load_audio(epath, limits=pair[0])
         note_meta(result.metadata_diffs, "sample count", len(b), len(a))
 
         def describe_sample(label: str, flat: int, x: Any, y: Any) -> str:
@@ -131,7 +140,7 @@ def compare_tolerance(gate: Gate, expected: Artifact, obtained: Artifact, kind: 
         if len(a) == len(b):
             _tolerance_arrays(result, gate, iter([("", a, b)]), describe_sample)
     else:
-        _tolerance_container(result, gate, expected, obtained, epath, opath)
+        _tolerance_container(result, gate, expected, obtained, (epath, opath), pair)
     return settle(result)
 
 
@@ -140,9 +149,10 @@ def _tolerance_container(
     gate: Gate,
     expected: Artifact,
     obtained: Artifact,
-    epath: Path,
-    opath: Path,
+    paths: tuple[Path, Path],
+    limits: Sides,
 ) -> None:
+    epath, opath = paths
     efp, ofp = expected.fingerprint, obtained.fingerprint
     evs, ovs = streams(efp, "video"), streams(ofp, "video")
     note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
@@ -155,10 +165,18 @@ def _tolerance_container(
             continue
         dtype = media.sample_dtype(es.get("pix_fmt"))
         eit = media.iter_video_frames(
-            epath, stream_index=es["index"], frame_bytes=es.get("frame_bytes"), dtype=dtype
+            epath,
+            stream_index=es["index"],
+            frame_bytes=es.get("frame_bytes"),
+            dtype=dtype,
+            limits=limits[0],
         )
         oit = media.iter_video_frames(
-            opath, stream_index=os_["index"], frame_bytes=os_.get("frame_bytes"), dtype=dtype
+            opath,
+            stream_index=os_["index"],
+            frame_bytes=os_.get("frame_bytes"),
+            dtype=dtype,
+            limits=limits[1],
         )
         for i, (b, a) in enumerate(zip(eit, oit, strict=False)):
             total += 1
@@ -181,8 +199,8 @@ def _tolerance_container(
     eas, oas = streams(efp, "audio"), streams(ofp, "audio")
     note_meta(result.metadata_diffs, "audio stream count", len(eas), len(oas))
     for es, os_ in zip(eas, oas, strict=False):
-        b, _rate = media.load_container_audio(epath, es.get("index"))
-        a, _ = media.load_container_audio(opath, os_.get("index"))
+        b, _rate = media.load_container_audio(epath, es.get("index"), limits=limits[0])
+        a, _ = media.load_container_audio(opath, os_.get("index"), limits=limits[1])
         if a.shape != b.shape or a.dtype != b.dtype:
             note_meta(result.metadata_diffs, "audio sample count", len(b), len(a))
             continue

@@ -8,9 +8,11 @@ stream's own pixel format with passthrough timing, the same digests as
 ``ffmpeg -i FILE -map 0:v -f framehash -hash sha256 -``. Audio files go through libsndfile
 (soundfile), read losslessly; tensors through numpy with ``allow_pickle=False``.
 
-The modules follow the data: ``probe`` (parsers of ffmpeg's text) and ``ffmpeg`` (the runner and
-every command line), ``detect``, then one module per medium: ``container``, ``video``, ``audio``,
-``tensor``, with the shared digests in ``hashing``.
+The modules follow the data: ``limits`` (how much work one untrusted file may cost), ``probe``
+(parsers of ffmpeg's text) and ``ffmpeg`` (the runner, under the time limit, and every command
+line), ``detect``, then one module per medium: ``container``, ``video``, ``audio``, ``tensor``,
+with the shared digests in ``hashing``. Every reader takes ``limits``
+(:class:`~.limits.MediaLimits`); without them it reads the defaults and the environment.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from ..errors import LosslessError
 from .audio import (
     WavLayout,
+    check_declared_audio_file,
     check_wav_complete,
     fingerprint_audio,
     fingerprint_audio_file,
@@ -29,7 +32,7 @@ from .audio import (
     lossless_dtype,
     parse_wav_layout,
 )
-from .container import fingerprint_container
+from .container import check_declared_container, fingerprint_container
 from .detect import (
     HEAD_BYTES,
     detect_kind,
@@ -40,9 +43,10 @@ from .detect import (
 )
 from .ffmpeg import ffmpeg_exe, probe
 from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest, fingerprint_bytes
+from .limits import DecodeLimitExceeded, FFmpegTimeout, MediaLimits
 from .probe import FramehashStream, ProbeInfo, StreamInfo, parse_framehash, parse_probe
 from .probe import _split_top_level as _split_top_level  # for the parser's unit tests
-from .tensor import fingerprint_tensor, load_tensor
+from .tensor import check_declared_tensor, check_npz_member, fingerprint_tensor, load_tensor
 from .video import (
     fingerprint_video,
     iter_video_frames,
@@ -57,10 +61,18 @@ __all__ = [
     "CHUNK_BYTES",
     "FINGERPRINT_VERSION",
     "HEAD_BYTES",
+    "DecodeLimitExceeded",
+    "FFmpegTimeout",
     "FramehashStream",
+    "MediaLimits",
     "ProbeInfo",
     "StreamInfo",
     "WavLayout",
+    "check_declared",
+    "check_declared_audio_file",
+    "check_declared_container",
+    "check_declared_tensor",
+    "check_npz_member",
     "check_wav_complete",
     "detect_kind",
     "ffmpeg_exe",
@@ -94,18 +106,36 @@ __all__ = [
 BUILTIN_KINDS = ("video", "audio", "tensor", "bytes")
 
 
-def fingerprint(kind: str, path: Path) -> dict[str, Any]:
-    """The fingerprint of a built-in kind."""
+def fingerprint(kind: str, path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+    """The fingerprint of a built-in kind, its work bounded by ``limits`` (see :mod:`.limits`)."""
     path = Path(path)
     read_head(path, 1)  # a missing file is named as such, whatever the kind
     if kind == "video":
-        return fingerprint_video(path)
+        return fingerprint_video(path, limits=limits)
     if kind == "audio":
-        return fingerprint_audio(path)
+        return fingerprint_audio(path, limits=limits)
     if kind == "tensor":
-        return fingerprint_tensor(path)
+        return fingerprint_tensor(path, limits=limits)
     if kind == "bytes":
         return fingerprint_bytes(path)
     raise LosslessError(
         f"no built-in fingerprint for kind {kind!r} (built-ins: {', '.join(BUILTIN_KINDS)})"
     )
+
+
+def check_declared(kind: str, path: Path, limits: MediaLimits) -> None:
+    """Refuse, from its headers alone and before anything is decoded, a file of a built-in kind
+    that declares more than ``limits`` allow: frames too large or too much decoded data (video,
+    audio), ``.npz`` members that expand too far or ``.npy`` data the file does not hold. An
+    obtained file is checked against limits derived from its golden
+    (:meth:`MediaLimits.for_golden`); other kinds are not checked."""
+    path = Path(path)
+    if kind == "video":
+        check_declared_container(path, limits, video=True)
+    elif kind == "audio":
+        if is_audio_header(read_head(path, 12)):
+            check_declared_audio_file(path, limits)
+        else:
+            check_declared_container(path, limits, video=False)
+    elif kind == "tensor":
+        check_declared_tensor(path, limits)

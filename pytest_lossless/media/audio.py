@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +20,8 @@ from .container import fingerprint_container
 from .detect import RIFF_IDS, is_audio_header, read_head
 from .ffmpeg import pcm_args, probe, run_ffmpeg, stderr_tail
 from .hashing import FINGERPRINT_VERSION, file_digest, parallel_digests, sha256_hex
-from .probe import SAMPLE_FORMATS, packed_sample_format
+from .limits import MediaLimits, refuse
+from .probe import SAMPLE_FORMATS, layout_channels, packed_sample_format
 
 
 @dataclass(frozen=True)
@@ -174,14 +174,43 @@ def _audio_fp(
     }
 
 
-def fingerprint_audio_file(path: Path) -> dict[str, Any]:
-    """Fingerprint a WAV/FLAC file: format, PCM digest and one digest per second of samples."""
+def _declared_pcm_bytes(snd: Any, dtype: str) -> int:
+    """The decoded size libsndfile's header declares: frames x channels x sample size."""
+    return max(0, int(snd.frames)) * max(1, int(snd.channels)) * np.dtype(dtype).itemsize
+
+
+def _check_declared_pcm(path: Path, snd: Any, dtype: str, limits: MediaLimits) -> None:
+    declared = _declared_pcm_bytes(snd, dtype)
+    if declared > limits.decode_limit:
+        raise refuse(
+            path,
+            f"its header declares {int(snd.frames)} samples x {int(snd.channels)} channels:",
+            declared,
+            limits.decode_limit,
+            limits.decode_basis,
+        )
+
+
+def check_declared_audio_file(path: Path, limits: MediaLimits) -> None:
+    """Refuse a WAV/FLAC file whose header declares more decoded PCM than ``limits`` allow."""
     path = Path(path)
+    with _open_sound(path) as snd:
+        _check_declared_pcm(path, snd, lossless_dtype(str(snd.subtype)), limits)
+
+
+def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+    """Fingerprint a WAV/FLAC file: format, PCM digest and one digest per second of samples.
+
+    A file whose header declares more decoded samples than ``limits.decode_limit`` is refused
+    before decoding, and the decode is counted as it runs."""
+    path = Path(path)
+    limits = limits or MediaLimits.from_env()
     head = read_head(path, 12)
     layout = check_wav_complete(path) if head[:4] in RIFF_IDS else None
     with _open_sound(path) as snd:
         subtype = str(snd.subtype)
         dtype = lossless_dtype(subtype)
+        _check_declared_pcm(path, snd, dtype, limits)
         block_frames = max(1, int(snd.samplerate))
         raw = _RAW_WAV_SUBTYPES.get(subtype)
         if (
@@ -205,13 +234,13 @@ def fingerprint_audio_file(path: Path) -> dict[str, Any]:
             return _audio_fp(snd, raw, count, pcm, blocks, size, file_sha)
         with ThreadPoolExecutor(max_workers=1) as pool:
             whole_file = pool.submit(file_digest, path)
-            count, pcm, blocks = _decode_pcm_digests(path, snd, dtype, block_frames)
+            count, pcm, blocks = _decode_pcm_digests(path, snd, dtype, block_frames, limits)
             size, file_sha = whole_file.result()
         return _audio_fp(snd, dtype, count, pcm, blocks, size, file_sha)
 
 
 def _decode_pcm_digests(
-    path: Path, snd: Any, dtype: str, block_frames: int
+    path: Path, snd: Any, dtype: str, block_frames: int, limits: MediaLimits
 ) -> tuple[int, str, list[str]]:
     """Decode with libsndfile block by block: sample count, PCM digest, per-block digests."""
     declared = int(snd.frames)
@@ -227,6 +256,15 @@ def _decode_pcm_digests(
             whole.update(data.data)
             blocks.append(sha256_hex(data.data))
             read += len(block)
+            if data.nbytes and read * (data.nbytes // len(block)) > limits.decode_limit:
+                raise refuse(
+                    path,
+                    "it",
+                    read * (data.nbytes // len(block)),
+                    limits.decode_limit,
+                    limits.decode_basis,
+                    decoding=True,
+                )
     except RuntimeError as exc:
         raise ArtifactError(
             path,
@@ -242,30 +280,51 @@ def _decode_pcm_digests(
     return read, whole.hexdigest(), blocks
 
 
-def fingerprint_audio(path: Path) -> dict[str, Any]:
+def fingerprint_audio(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
     """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
     path = Path(path)
     if is_audio_header(read_head(path, 12)):
-        return fingerprint_audio_file(path)
-    return fingerprint_container(path, video=False)
+        return fingerprint_audio_file(path, limits=limits)
+    return fingerprint_container(path, video=False, limits=limits)
 
 
-def load_audio(path: Path) -> tuple[npt.NDArray[Any], int]:
-    """A WAV/FLAC file's samples, ``(frames, channels)``, in its lossless dtype, and its rate."""
+def load_audio(path: Path, *, limits: MediaLimits | None = None) -> tuple[npt.NDArray[Any], int]:
+    """A WAV/FLAC file's samples, ``(frames, channels)``, in its lossless dtype, and its rate.
+
+    They are loaded in memory, so the size the header declares may be at most what
+    ``limits.in_memory`` allows for the file's size (refused before reading otherwise)."""
     path = Path(path)
+    limits = limits or MediaLimits.from_env()
     if read_head(path, 12)[:4] in RIFF_IDS:
         check_wav_complete(path)
     with _open_sound(path) as snd:
-        data = snd.read(dtype=lossless_dtype(str(snd.subtype)), always_2d=True)
+        dtype = lossless_dtype(str(snd.subtype))
+        declared = _declared_pcm_bytes(snd, dtype)
+        stored = path.stat().st_size
+        if declared > limits.in_memory(stored):
+            raise refuse(
+                path,
+                f"its header declares {int(snd.frames)} samples x {int(snd.channels)} channels "
+                "to load in memory:",
+                declared,
+                limits.in_memory(stored),
+                limits.in_memory_text(stored),
+            )
+        data = snd.read(dtype=dtype, always_2d=True)
         return data, int(snd.samplerate)
 
 
 def load_container_audio(
-    path: Path, stream_index: int | None = None
+    path: Path, stream_index: int | None = None, *, limits: MediaLimits | None = None
 ) -> tuple[npt.NDArray[Any], int]:
-    """One audio stream of a container decoded in its own sample format: ``(frames, channels)``."""
+    """One audio stream of a container decoded in its own sample format: ``(frames, channels)``.
+
+    The samples are loaded in memory: what the stream declares, and what ffmpeg produces as it
+    runs, may be at most what ``limits.in_memory`` allows for the file's size."""
     path = Path(path)
-    audio = probe(path).of_type("audio")
+    limits = limits or MediaLimits.from_env()
+    info = probe(path, limits)
+    audio = info.of_type("audio")
     chosen = [s for s in audio if stream_index is None or s.index == stream_index]
     if not chosen:
         which = "" if stream_index is None else f" #{stream_index}"
@@ -274,35 +333,44 @@ def load_container_audio(
     fmt = packed_sample_format(stream)
     if fmt is None:
         raise ArtifactError(path, f"unknown sample format in {stream.line!r}")
-    encoder, _width, dtype = SAMPLE_FORMATS[fmt]
-    proc = run_ffmpeg(pcm_args(path, stream.index, encoder))
+    encoder, width, dtype = SAMPLE_FORMATS[fmt]
+    channels = layout_channels(stream.channel_layout)
+    stored = path.stat().st_size
+    allowed = limits.in_memory(stored)
+    if info.duration:
+        declared = int(info.duration * (stream.sample_rate or 0)) * channels * width
+        if declared > allowed:
+            raise refuse(
+                path,
+                f"audio stream #{stream.index} declares {info.duration:g} s to load in memory:",
+                declared,
+                allowed,
+                limits.in_memory_text(stored),
+            )
+    produced = 0
+
+    def budget(chunk: bytes) -> None:
+        nonlocal produced
+        produced += len(chunk)
+        if produced > allowed:
+            raise refuse(
+                path,
+                f"audio stream #{stream.index} in memory",
+                produced,
+                allowed,
+                limits.in_memory_text(stored),
+                decoding=True,
+            )
+
+    proc = run_ffmpeg(
+        pcm_args(path, limits.frame_pixels, stream.index, encoder),
+        path=path,
+        limits=limits,
+        what="audio decode",
+        on_output=budget,
+    )
     if proc.returncode != 0:
         raise ArtifactError(path, f"ffmpeg failed to decode its audio: {stderr_tail(proc.stderr)}")
     flat = np.frombuffer(proc.stdout, dtype=dtype)
-    channels = _layout_channels(stream.channel_layout)
     frames = flat.reshape(-1, channels) if flat.size % channels == 0 else flat[:, None]
     return frames, int(stream.sample_rate or 0)
-
-
-def _layout_channels(layout: str | None) -> int:
-    """The channel count of an ffmpeg channel layout name (``stereo``, ``5.1``, ``3 channels``)."""
-    named = {
-        "mono": 1,
-        "stereo": 2,
-        "2.1": 3,
-        "3.0": 3,
-        "quad": 4,
-        "4.0": 4,
-        "5.0": 5,
-        "5.1": 6,
-        "5.1(side)": 6,
-        "6.1": 7,
-        "7.1": 8,
-        "7.1(wide)": 8,
-    }
-    if not layout:
-        return 1
-    if layout in named:
-        return named[layout]
-    match = re.match(r"^(\d+) channels", layout)
-    return int(match[1]) if match else 1

@@ -4,6 +4,7 @@ and hashed frame by frame by ffmpeg's framehash muxer, in the stream's own forma
 
 from __future__ import annotations
 
+import math
 import subprocess
 from fractions import Fraction
 from pathlib import Path
@@ -13,15 +14,20 @@ from ..errors import ArtifactError
 from .ffmpeg import (
     audio_framehash_args,
     container_framehash_args,
+    frame_limit_note,
     opened,
+    probe_declared,
     run_ffmpeg,
     stderr_tail,
 )
 from .hashing import FINGERPRINT_VERSION, file_digest
+from .limits import MediaLimits, refuse
 from .probe import (
     SAMPLE_FORMATS,
     FramehashStream,
+    ProbeInfo,
     StreamInfo,
+    layout_channels,
     packed_sample_format,
     parse_framehash,
 )
@@ -94,17 +100,122 @@ def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> dic
     }
 
 
-def fingerprint_container(path: Path, *, video: bool = True) -> dict[str, Any]:
+def _fps(stream: StreamInfo) -> float | None:
+    """The frame rate ffmpeg's description declares (``25``, ``29.97``, ``1k``), if any."""
+    text = stream.fps or ""
+    try:
+        return float(text[:-1]) * 1000 if text.endswith("k") else float(text)
+    except ValueError:
+        return None
+
+
+def declared_decode_bytes(info: ProbeInfo, *, video: bool = True) -> int | None:
+    """The least a container decodes to, from what its headers declare: duration x frame rate x
+    width x height at one byte a pixel, plus duration x sample rate x channels at one byte a
+    sample. None when the duration is not declared (the decode is then counted as it runs)."""
+    if not info.duration or not math.isfinite(info.duration):
+        return None
+    total = 0
+    for stream in info.streams:
+        if stream.type == "video" and video:
+            fps = _fps(stream)
+            if stream.attached_pic or not fps:
+                total += (stream.width or 0) * (stream.height or 0)
+            else:
+                frames = math.ceil(info.duration * fps)
+                total += frames * (stream.width or 0) * (stream.height or 0)
+        elif stream.type == "audio":
+            samples = math.ceil(info.duration * (stream.sample_rate or 0))
+            total += samples * layout_channels(stream.channel_layout)
+    return total
+
+
+def check_declared_container(
+    path: Path, limits: MediaLimits, *, video: bool = True
+) -> ProbeInfo | None:
+    """Refuse a container whose headers declare frames larger than ``limits.frame_pixels`` or
+    more decoded data than ``limits.decode_limit``, before a single frame is decoded (ffmpeg
+    opens it with ``-skip_frame all``). None when ffmpeg cannot open it: the decode says why."""
+    path = Path(path)
+    info = probe_declared(path, limits)
+    if info is None:
+        return None
+    for stream in info.of_type("video") if video else []:
+        pixels = (stream.width or 0) * (stream.height or 0)
+        if pixels > limits.frame_pixels:
+            raise refuse(
+                path,
+                f"video stream #{stream.index} declares {stream.width}x{stream.height} frames of",
+                pixels,
+                limits.frame_pixels,
+                limits.frame_basis,
+                unit="pixels",
+            )
+    declared = declared_decode_bytes(info, video=video)
+    if declared is not None and declared > limits.decode_limit:
+        raise refuse(
+            path,
+            f"its streams declare {info.duration:g} s, which decode to at least",
+            declared,
+            limits.decode_limit,
+            limits.decode_basis,
+        )
+    return info
+
+
+class FramehashBudget:
+    """Counts the decoded bytes ffmpeg's framehash lines report as they come (the size field of
+    each line) and stops the decode once they pass ``limits.decode_limit``: a file that lies
+    about its duration is still bounded."""
+
+    def __init__(self, path: Path, limits: MediaLimits) -> None:
+        self.path = path
+        self.limits = limits
+        self.decoded = 0
+        self._partial = b""
+
+    def __call__(self, chunk: bytes) -> None:
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for line in lines:
+            if line.startswith(b"#"):
+                continue
+            parts = line.split(b",")
+            if len(parts) == 6 and parts[4].strip().isdigit():
+                self.decoded += int(parts[4])
+        if self.decoded > self.limits.decode_limit:
+            raise refuse(
+                self.path,
+                "it",
+                self.decoded,
+                self.limits.decode_limit,
+                self.limits.decode_basis,
+                decoding=True,
+            )
+
+
+def fingerprint_container(
+    path: Path, *, video: bool = True, limits: MediaLimits | None = None
+) -> dict[str, Any]:
     """Fingerprint every video and audio stream of a container through ffmpeg's framehash.
 
     ``-xerror`` and the exit status are checked: a damaged or truncated file raises
-    :class:`ArtifactError` naming it, it is never fingerprinted as a shorter video.
+    :class:`ArtifactError` naming it, it is never fingerprinted as a shorter video. The sizes
+    its headers declare are checked against ``limits`` first, and the decode is counted and
+    timed as it runs (:class:`~.limits.DecodeLimitExceeded`, :class:`~.limits.FFmpegTimeout`).
     """
     path = Path(path)
+    limits = limits or MediaLimits.from_env()
+    check_declared_container(path, limits, video=video)
     # One ffmpeg run decodes and hashes everything; its own stream description (-v info) tells
     # the sample formats. Audio is first hashed as float, the native format of most audio
     # decoders (aac, opus, vorbis, mp3); streams in another format are hashed again, natively.
-    proc = run_ffmpeg(container_framehash_args(path, video=video))
+    proc = run_ffmpeg(
+        container_framehash_args(path, limits.frame_pixels, video=video),
+        path=path,
+        limits=limits,
+        what="framehash decode",
+        on_output=FramehashBudget(path, limits),
+    )
     info = opened(path, proc.stderr)
     audio = info.of_type("audio")
     chosen = (info.of_type("video") if video else []) + audio
@@ -112,14 +223,20 @@ def fingerprint_container(path: Path, *, video: bool = True) -> dict[str, Any]:
         raise ArtifactError(
             path, f"holds no {'video or ' if video else ''}audio stream ffmpeg can decode"
         )
-    _check_decoded(path, proc)
+    _check_decoded(path, proc, limits)
     hashed = parse_framehash(proc.stdout.decode("ascii", "replace"))
     formats = {stream.index: _sample_format(path, stream) for stream in audio}
     native = [stream for stream in audio if formats[stream.index] != "flt"]
     if native:
         encoders = [(s.index, SAMPLE_FORMATS[formats[s.index]][0]) for s in native]
-        again = run_ffmpeg(audio_framehash_args(path, encoders))
-        _check_decoded(path, again)
+        again = run_ffmpeg(
+            audio_framehash_args(path, limits.frame_pixels, encoders),
+            path=path,
+            limits=limits,
+            what="framehash decode of native audio",
+            on_output=FramehashBudget(path, limits),
+        )
+        _check_decoded(path, again, limits)
         rehashed = parse_framehash(again.stdout.decode("ascii", "replace"))
         for pos, stream in enumerate(native):
             hashed[chosen.index(stream)] = rehashed.get(pos, FramehashStream(pos, {}, []))
@@ -160,11 +277,14 @@ def _sample_format(path: Path, stream: StreamInfo) -> str:
     return fmt
 
 
-def _check_decoded(path: Path, proc: subprocess.CompletedProcess[bytes]) -> None:
+def _check_decoded(
+    path: Path, proc: subprocess.CompletedProcess[bytes], limits: MediaLimits
+) -> None:
     if proc.returncode != 0:
         raise ArtifactError(
             path,
             f"ffmpeg failed to decode it (exit status {proc.returncode}): "
             f"{stderr_tail(proc.stderr)}. The file is damaged or truncated; it is not "
-            "fingerprinted as a shorter video. Re-run the producer or restore the file",
+            "fingerprinted as a shorter video. Re-run the producer or restore the file"
+            + (f"; {note}" if (note := frame_limit_note(proc.stderr, limits)) else ""),
         )

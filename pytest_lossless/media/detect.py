@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError
 from .ffmpeg import try_probe
+from .limits import MediaLimits
 
 #: Bytes read at the start of a file for content detection.
 HEAD_BYTES = 4096
@@ -97,8 +98,9 @@ def _maybe_container(path: Path, head: bytes) -> bool:
     return path.suffix.lower() in _WEAK_CONTAINER_SUFFIXES
 
 
-def detect_kind(path: Path, head: bytes | None = None) -> str:
-    """The built-in kind of ``path`` from its content: video, audio, tensor or bytes."""
+def detect_kind(path: Path, head: bytes | None = None, *, limits: MediaLimits | None = None) -> str:
+    """The built-in kind of ``path`` from its content: video, audio, tensor or bytes (a probe
+    runs under ``limits``: the ffmpeg time limit and the frame-size limit)."""
     path = Path(path)
     if head is None:
         head = read_head(path)
@@ -108,7 +110,7 @@ def detect_kind(path: Path, head: bytes | None = None) -> str:
         return "audio"
     strong = has_container_signature(head)
     if strong or _maybe_container(path, head):
-        info = try_probe(path)
+        info = try_probe(path, limits or MediaLimits.from_env())
         if info is None:
             # A damaged mp4/mkv stays video so that fingerprinting reports the damage.
             return "video" if strong else "bytes"

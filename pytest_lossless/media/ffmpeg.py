@@ -1,21 +1,34 @@
-"""The ffmpeg bundled with imageio-ffmpeg: finding it, running it, and the one place that builds
-every ffmpeg command line, so that each decode is written once and always the same way.
+"""The ffmpeg bundled with imageio-ffmpeg: finding it, running it under the time limit, and the one
+place that builds every ffmpeg command line, so that each decode is written once and always the
+same way. Every input is opened with ``-max_pixels`` (the decoder refuses a larger frame before
+allocating it) and every run is killed, with its whole process group, at the ffmpeg time limit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import re
+import signal
 import subprocess
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import cast
 
 from ..errors import ArtifactError, LosslessError
+from .limits import FFmpegTimeout, MediaLimits
 from .probe import ProbeInfo, parse_probe
 
 #: ffmpeg's framehash muxer, format version 2, on stdout: one SHA-256 line per decoded frame.
 _FRAMEHASH_OUTPUT = ("-f", "framehash", "-hash", "sha256", "-format_version", "2", "-")
 #: Raw video frames, each passed through with its own timestamp (none dropped or duplicated).
 _RAW_FRAMES = ("-c:v", "rawvideo", "-fps_mode", "passthrough")
+#: How much of ffmpeg's stderr is kept: its start (the stream description) and its end (the error).
+_STDERR_HEAD = 1 << 20
+_STDERR_TAIL = 64 << 10
 
 
 def ffmpeg_exe() -> str:
@@ -41,56 +54,72 @@ def _command(args: Sequence[str], *, stdin: bool = False) -> list[str]:
     return [ffmpeg_exe(), "-hide_banner", *(() if stdin else ("-nostdin",)), *args]
 
 
-def _decode_input(path: Path, *, log: str = "error", xerror: bool = True) -> list[str]:
-    """Read ``path`` at log level ``log``; with ``xerror`` the first decoding error is fatal."""
+def _decode_input(
+    path: Path, max_pixels: int, *, log: str = "error", xerror: bool = True
+) -> list[str]:
+    """Read ``path`` at log level ``log``; with ``xerror`` the first decoding error is fatal.
+    The decoders refuse any frame of more than ``max_pixels`` pixels."""
     args = ["-v", log]
     if log == "info":
         args.append("-nostats")  # the stream description is wanted on stderr, not the progress
     if xerror:
         args.append("-xerror")
-    return [*args, "-i", str(path)]
+    return [*args, "-max_pixels", str(max_pixels), "-i", str(path)]
 
 
 def _maps(selectors: Iterable[str]) -> list[str]:
     return [arg for selector in selectors for arg in ("-map", selector)]
 
 
-def probe_args(path: Path) -> list[str]:
+def probe_args(path: Path, max_pixels: int) -> list[str]:
     """Open ``path`` and stop: ffmpeg describes the input on stderr and exits (no output)."""
-    return ["-i", str(path)]
+    return ["-max_pixels", str(max_pixels), "-i", str(path)]
 
 
-def container_framehash_args(path: Path, *, video: bool) -> list[str]:
+def declared_args(path: Path) -> list[str]:
+    """Open ``path`` without decoding a single video frame (``-skip_frame all``): the sizes and
+    durations its headers declare, on stderr, before anything is decoded."""
+    return ["-skip_frame", "all", "-i", str(path)]
+
+
+def container_framehash_args(path: Path, max_pixels: int, *, video: bool) -> list[str]:
     """One pass over a container: every audio stream as float PCM and (with ``video``) every
     video stream as raw frames, hashed frame by frame, with the stream description on stderr."""
     maps = ["0:v?", "0:a?"] if video else ["0:a?"]
     codecs = ["-c:a", "pcm_f32le", *(_RAW_FRAMES if video else ())]
-    return [*_decode_input(path, log="info"), *_maps(maps), *codecs, *_FRAMEHASH_OUTPUT]
+    return [
+        *_decode_input(path, max_pixels, log="info"),
+        *_maps(maps),
+        *codecs,
+        *_FRAMEHASH_OUTPUT,
+    ]
 
 
-def audio_framehash_args(path: Path, streams: Sequence[tuple[int, str]]) -> list[str]:
+def audio_framehash_args(
+    path: Path, max_pixels: int, streams: Sequence[tuple[int, str]]
+) -> list[str]:
     """Audio streams, given as ``(stream index, pcm encoder)``, hashed in their own format."""
     codecs = [arg for pos, (_index, enc) in enumerate(streams) for arg in (f"-c:a:{pos}", enc)]
     maps = _maps(f"0:{index}" for index, _enc in streams)
-    return [*_decode_input(path), *maps, *codecs, *_FRAMEHASH_OUTPUT]
+    return [*_decode_input(path, max_pixels), *maps, *codecs, *_FRAMEHASH_OUTPUT]
 
 
-def first_frame_framehash_args(path: Path, selector: str) -> list[str]:
+def first_frame_framehash_args(path: Path, max_pixels: int, selector: str) -> list[str]:
     """The first frame of one video stream, hashed raw: the framehash header gives its
     dimensions, its line the size of one native raw frame."""
     return [
-        *_decode_input(path, xerror=False),
+        *_decode_input(path, max_pixels, xerror=False),
         *_maps([selector]),
         *("-frames:v", "1", "-c:v", "rawvideo"),
         *_FRAMEHASH_OUTPUT,
     ]
 
 
-def rawvideo_args(path: Path, selector: str, *, rgb24: bool = False) -> list[str]:
+def rawvideo_args(path: Path, max_pixels: int, selector: str, *, rgb24: bool = False) -> list[str]:
     """One video stream's raw frames on stdout, natively or (``rgb24``) converted for pictures."""
     convert = ("-pix_fmt", "rgb24") if rgb24 else ()
     return [
-        *_decode_input(path),
+        *_decode_input(path, max_pixels),
         *_maps([selector]),
         *("-fps_mode", "passthrough"),
         *convert,
@@ -98,9 +127,13 @@ def rawvideo_args(path: Path, selector: str, *, rgb24: bool = False) -> list[str
     ]
 
 
-def pcm_args(path: Path, index: int, encoder: str) -> list[str]:
+def pcm_args(path: Path, max_pixels: int, index: int, encoder: str) -> list[str]:
     """One audio stream's samples on stdout through the pcm ``encoder`` (no container)."""
-    return [*_decode_input(path), *_maps([f"0:{index}"]), "-c:a", encoder, "-f", "data", "-"]
+    return [
+        *_decode_input(path, max_pixels),
+        *_maps([f"0:{index}"]),
+        *("-c:a", encoder, "-f", "data", "-"),
+    ]
 
 
 def png_args(target: Path, width: int, height: int) -> list[str]:
@@ -114,17 +147,155 @@ def png_args(target: Path, width: int, height: int) -> list[str]:
 # ------------------------------------------------------------------ running
 
 
+class FFmpegRun:
+    """One ffmpeg process under the time limit, used as a context manager.
+
+    It starts in a process group of its own; when ``limits.ffmpeg_timeout`` passes, or when the
+    block is left before ffmpeg ends (an error, a limit hit, a generator closed early), the whole
+    group is killed, so a wrapper named by ``IMAGEIO_FFMPEG_EXE`` cannot leave a decoder behind.
+    Its stderr is drained by a thread and kept bounded (the start and the end); ``input_bytes``
+    is fed on stdin by another. Read ``stdout``; then :meth:`finish` gives the exit status and
+    stderr, or raises :class:`~.limits.FFmpegTimeout` naming ``path`` and the limit.
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        path: Path,
+        limits: MediaLimits,
+        what: str,
+        input_bytes: bytes | None = None,
+    ) -> None:
+        self.path = path
+        self.limits = limits
+        self.what = what
+        self.expired = threading.Event()
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._dropped = False
+        command = _command(args, stdin=input_bytes is not None)
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE if input_bytes is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise LosslessError(
+                f"cannot run ffmpeg {command[0]!r} ({what} of {path}): {exc.strerror or exc}; "
+                "check IMAGEIO_FFMPEG_EXE or reinstall imageio-ffmpeg"
+            ) from None
+        assert self.proc.stdout is not None
+        self.stdout = cast(io.BufferedReader, self.proc.stdout)
+        self._timer = threading.Timer(limits.ffmpeg_timeout, self._expire)
+        self._timer.daemon = True
+        self._threads = [threading.Thread(target=self._drain_stderr, daemon=True)]
+        if input_bytes is not None:
+            self._threads.append(threading.Thread(target=self._feed, args=(input_bytes,)))
+            self._threads[-1].daemon = True
+        self._timer.start()
+        for thread in self._threads:
+            thread.start()
+
+    def __enter__(self) -> FFmpegRun:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _expire(self) -> None:
+        self.expired.set()
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill ffmpeg's whole process group (nothing when it has already been reaped)."""
+        if self.proc.returncode is None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        stderr = cast(io.BufferedReader, self.proc.stderr)
+        while chunk := stderr.read1(1 << 16):
+            room = _STDERR_HEAD - len(self._head)
+            if room > 0:
+                self._head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self._tail += chunk
+                if len(self._tail) > _STDERR_TAIL:
+                    del self._tail[: len(self._tail) - _STDERR_TAIL]
+                    self._dropped = True
+
+    def _feed(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+        except (BrokenPipeError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def stderr(self) -> bytes:
+        """What ffmpeg wrote on stderr so far: its start and its end, the middle left out."""
+        gap = b"\n[...]\n" if self._dropped else b""
+        return bytes(self._head) + gap + bytes(self._tail)
+
+    def check_expired(self) -> None:
+        """Raise :class:`~.limits.FFmpegTimeout` if the time limit killed ffmpeg."""
+        if self.expired.is_set():
+            raise FFmpegTimeout(self.path, self.limits.ffmpeg_timeout, self.what)
+
+    def finish(self) -> tuple[int, bytes]:
+        """Wait for ffmpeg (stdout read to its end): its exit status and stderr."""
+        code = self.proc.wait()
+        for thread in self._threads:
+            thread.join()
+        self._timer.cancel()
+        self.check_expired()
+        return code, self.stderr()
+
+    def close(self) -> None:
+        """Kill ffmpeg if it still runs, reap it, and close its pipes (idempotent)."""
+        self.kill()
+        self._timer.cancel()
+        self.stdout.close()
+        self.proc.wait()
+        for thread in self._threads:
+            thread.join()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
 def run_ffmpeg(
-    args: Sequence[str], *, input_bytes: bytes | None = None
+    args: Sequence[str],
+    *,
+    path: Path,
+    limits: MediaLimits,
+    what: str,
+    input_bytes: bytes | None = None,
+    on_output: Callable[[bytes], None] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ffmpeg with ``args`` (a list, never a shell string), capturing both streams."""
-    cmd = _command(args, stdin=input_bytes is not None)
-    return subprocess.run(cmd, input=input_bytes, capture_output=True, check=False)
-
-
-def popen_ffmpeg(args: Sequence[str]) -> subprocess.Popen[bytes]:
-    """Start ffmpeg with ``args``, its stdout and stderr as pipes (for output read as it comes)."""
-    return subprocess.Popen(_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """Run ffmpeg with ``args`` (a list, never a shell string) under the time limit, capturing
+    both streams. ``on_output`` sees each piece of stdout as it comes and may raise to stop
+    ffmpeg (a decode budget); ``path`` and ``what`` name the run in errors."""
+    with FFmpegRun(args, path=path, limits=limits, what=what, input_bytes=input_bytes) as run:
+        chunks: list[bytes] = []
+        while chunk := run.stdout.read1(1 << 16):
+            chunks.append(chunk)
+            if on_output is not None:
+                on_output(chunk)
+        code, stderr = run.finish()
+    return subprocess.CompletedProcess(run.proc.args, code, b"".join(chunks), stderr)
 
 
 def stderr_tail(stderr: bytes, lines: int = 4) -> str:
@@ -132,6 +303,16 @@ def stderr_tail(stderr: bytes, lines: int = 4) -> str:
     text = stderr.decode("utf-8", "replace").strip().splitlines()
     tail = [re.sub(r" @ 0x[0-9a-f]+", "", line.strip()) for line in text[-lines:]]
     return " | ".join(tail) or "(no message)"
+
+
+def frame_limit_note(stderr: bytes, limits: MediaLimits) -> str:
+    """A sentence for a failed decode whose frames the ``-max_pixels`` backstop refused."""
+    if b"max pixel count" not in stderr:
+        return ""
+    return (
+        f"a frame is larger than the {limits.frame_pixels} pixels allowed "
+        f"({limits.frame_basis}): the decoder refused it before allocating it"
+    )
 
 
 def opened(path: Path, stderr: bytes) -> ProbeInfo:
@@ -146,11 +327,20 @@ def opened(path: Path, stderr: bytes) -> ProbeInfo:
     return info
 
 
-def probe(path: Path) -> ProbeInfo:
+def probe(path: Path, limits: MediaLimits) -> ProbeInfo:
     """Open ``path`` with ffmpeg and describe its streams; ArtifactError if it cannot be opened."""
-    return opened(path, run_ffmpeg(probe_args(path)).stderr)
+    run = run_ffmpeg(probe_args(path, limits.frame_pixels), path=path, limits=limits, what="probe")
+    return opened(path, run.stderr)
 
 
-def try_probe(path: Path) -> ProbeInfo | None:
+def try_probe(path: Path, limits: MediaLimits) -> ProbeInfo | None:
     """Open ``path`` with ffmpeg and describe its streams; None if it cannot be opened."""
-    return parse_probe(run_ffmpeg(probe_args(path)).stderr.decode("utf-8", "replace"))
+    run = run_ffmpeg(probe_args(path, limits.frame_pixels), path=path, limits=limits, what="probe")
+    return parse_probe(run.stderr.decode("utf-8", "replace"))
+
+
+def probe_declared(path: Path, limits: MediaLimits) -> ProbeInfo | None:
+    """The streams as the file's headers declare them, no video frame decoded; None when ffmpeg
+    cannot open it (the decode that follows reports the damage)."""
+    run = run_ffmpeg(declared_args(path), path=path, limits=limits, what="probe of declared sizes")
+    return parse_probe(run.stderr.decode("utf-8", "replace"))

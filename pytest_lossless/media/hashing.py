@@ -45,8 +45,11 @@ def file_digest(path: Path) -> tuple[int, str]:
         raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None
 
 
-def fingerprint_bytes(path: Path) -> dict[str, Any]:
-    """Size, SHA-256, and one SHA-256 per MiB (so a digest-only golden can localise a change)."""
+def fingerprint_bytes(path: Path, *, limits: object = None) -> dict[str, Any]:
+    """Size, SHA-256, and one SHA-256 per MiB (so a digest-only golden can localise a change).
+
+    ``limits`` is accepted like every fingerprint's and unused: bytes are read as they are
+    (work in proportion to the file), never decoded."""
     whole = hashlib.sha256()
     chunks: list[str] = []
     size = 0

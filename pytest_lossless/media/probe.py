@@ -62,6 +62,30 @@ def packed_sample_format(stream: StreamInfo) -> str | None:
     return fmt if fmt in SAMPLE_FORMATS else None
 
 
+def layout_channels(layout: str | None) -> int:
+    """The channel count of an ffmpeg channel layout name (``stereo``, ``5.1``, ``3 channels``)."""
+    named = {
+        "mono": 1,
+        "stereo": 2,
+        "2.1": 3,
+        "3.0": 3,
+        "quad": 4,
+        "4.0": 4,
+        "5.0": 5,
+        "5.1": 6,
+        "5.1(side)": 6,
+        "6.1": 7,
+        "7.1": 8,
+        "7.1(wide)": 8,
+    }
+    if not layout:
+        return 1
+    if layout in named:
+        return named[layout]
+    match = re.match(r"^(\d+) channels", layout)
+    return int(match[1]) if match else 1
+
+
 _INPUT_RE = re.compile(r"^Input #0, (?P<fmt>.+?), from '")
 _DURATION_RE = re.compile(r"^\s*Duration: (?:(?P<h>\d+):(?P<m>\d+):(?P<s>\d+(?:\.\d+)?)|N/A)")
 _STREAM_RE = re.compile(

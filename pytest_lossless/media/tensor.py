@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import mmap
 import os
 import zipfile
@@ -18,6 +19,11 @@ import numpy.typing as npt
 from ..errors import ArtifactError, TruncatedArtifact
 from .detect import NPY_MAGIC, read_head
 from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest, parallel_digests, sha256_hex
+from .limits import MediaLimits, refuse
+
+#: The compression methods numpy writes into an ``.npz``; no other is read (bzip2 and lzma
+#: decompress a whole read at once, so their output cannot be bounded as it comes).
+_NPZ_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 
 
 def _read_npy_header(
@@ -41,16 +47,78 @@ def _read_npy_header(
     return tuple(int(n) for n in shape), bool(fortran), dtype
 
 
+def _element_count(shape: tuple[int, ...]) -> int:
+    """The elements of ``shape``, in Python integers (a declared shape cannot overflow)."""
+    return math.prod(shape) if shape else 1
+
+
+def check_npz_member(path: Path, info: zipfile.ZipInfo, limits: MediaLimits) -> None:
+    """Refuse an ``.npz`` member before reading it: one that is not stored or deflated, or whose
+    zip header declares more than ``limits.in_memory`` allows for its compressed size."""
+    name = info.filename
+    if info.compress_type not in _NPZ_METHODS:
+        raise ArtifactError(
+            path,
+            f"member {name!r} is compressed with method {info.compress_type}; numpy writes .npz "
+            "members stored or deflated, and no other method is read (they cannot be "
+            "decompressed within a bound). Save it with np.savez or np.savez_compressed",
+        )
+    allowed = limits.in_memory(info.compress_size)
+    if info.file_size > allowed:
+        raise refuse(
+            path,
+            f"member {name!r} declares in its zip header",
+            info.file_size,
+            allowed,
+            limits.in_memory_text(info.compress_size),
+        )
+
+
+def _check_npy_member(
+    path: Path,
+    info: zipfile.ZipInfo,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    header: int,
+    limits: MediaLimits,
+) -> None:
+    """Refuse a member whose ``.npy`` header (``header`` bytes long) declares more data than
+    ``limits`` allow for its compressed size, or more than the member holds (truncated)."""
+    name = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
+    count = _element_count(shape)
+    data = count * dtype.itemsize
+    allowed = limits.in_memory(info.compress_size)
+    if data > allowed:
+        raise refuse(
+            path,
+            f"member {name!r} declares shape {shape} of {dtype}, that is",
+            data,
+            allowed,
+            limits.in_memory_text(info.compress_size),
+        )
+    if header + data > info.file_size:
+        present = max(0, info.file_size - header) // max(1, dtype.itemsize)
+        _truncated_tensor(path, f"member {name!r}: ", count, present)
+
+
 def _descr(dtype: np.dtype[Any]) -> Any:
     """The dtype with its byte order, JSON-normalised (structured dtypes become lists)."""
     descr = np.lib.format.dtype_to_descr(dtype)
     return json.loads(json.dumps(descr))
 
 
-def _tensor_fp_from_stream(path: Path, fh: IO[bytes], label: str) -> dict[str, Any]:
-    """The array fingerprint of one ``.npy`` read as a stream (a file or an ``.npz`` member)."""
+def _tensor_fp_from_stream(
+    path: Path,
+    fh: IO[bytes],
+    label: str,
+    member: tuple[zipfile.ZipInfo, MediaLimits] | None = None,
+) -> dict[str, Any]:
+    """The array fingerprint of one ``.npy`` read as a stream (a file or an ``.npz`` member,
+    whose declared size is checked against the limits before its data is read)."""
     shape, fortran, dtype = _read_npy_header(path, fh, label)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if member is not None:
+        _check_npy_member(path, member[0], shape, dtype, fh.tell(), member[1])
+    count = _element_count(shape)
     itemsize = dtype.itemsize
     expected = count * itemsize
     chunk_elements = max(1, CHUNK_BYTES // max(1, itemsize))
@@ -105,7 +173,7 @@ def _npy_c_order_fp(path: Path) -> dict[str, Any] | None:
     with open(path, "rb") as fh:
         shape, fortran, dtype = _read_npy_header(path, fh, "")
         offset = fh.tell()
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = _element_count(shape)
         expected = count * dtype.itemsize
         if (fortran and len(shape) > 1) or expected == 0:
             return None
@@ -137,9 +205,13 @@ def _npy_c_order_fp(path: Path) -> dict[str, Any] | None:
     }
 
 
-def fingerprint_tensor(path: Path) -> dict[str, Any]:
-    """Fingerprint a ``.npy`` (dtype, shape, raw C-order bytes) or every member of a ``.npz``."""
+def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+    """Fingerprint a ``.npy`` (dtype, shape, raw C-order bytes) or every member of a ``.npz``.
+
+    A ``.npy`` must hold the data its header declares (or it is truncated). Each ``.npz``
+    member's declared size is checked before it is read (:func:`check_npz_member`)."""
     path = Path(path)
+    limits = limits or MediaLimits.from_env()
     head = read_head(path, 8)
     if head.startswith(NPY_MAGIC):
         fast = _npy_c_order_fp(path)
@@ -159,22 +231,63 @@ def fingerprint_tensor(path: Path) -> dict[str, Any]:
                         path, f"member {info.filename!r} is not a .npy array: not an .npz file"
                     )
                 name = info.filename[: -len(".npy")]
+                check_npz_member(path, info, limits)
                 with zf.open(info) as member:
-                    members[name] = _tensor_fp_from_stream(path, member, f"member {name!r}: ")
+                    members[name] = _tensor_fp_from_stream(
+                        path, member, f"member {name!r}: ", (info, limits)
+                    )
     except zipfile.BadZipFile as exc:
         raise ArtifactError(path, f"damaged .npz archive: {exc}") from None
     return {**base, "format": "npz", "members": members}
 
 
-def load_tensor(path: Path) -> npt.NDArray[Any] | dict[str, npt.NDArray[Any]]:
-    """The array of a ``.npy`` (memory-mapped) or the arrays of a ``.npz``; never unpickles."""
+def _check_npz(path: Path, limits: MediaLimits) -> None:
+    """Every member of an ``.npz`` checked from its headers alone, before numpy loads any."""
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            check_npz_member(path, info, limits)
+            with zf.open(info) as member:
+                shape, _fortran, dtype = _read_npy_header(
+                    path, member, f"member {info.filename!r}: "
+                )
+                _check_npy_member(path, info, shape, dtype, member.tell(), limits)
+
+
+def check_declared_tensor(path: Path, limits: MediaLimits) -> None:
+    """Refuse, from its headers alone, a tensor file that declares more than it holds (``.npy``)
+    or more than ``limits`` allow (``.npz`` members)."""
     path = Path(path)
+    if read_head(path, 8).startswith(NPY_MAGIC):
+        with open(path, "rb") as fh:
+            shape, _fortran, dtype = _read_npy_header(path, fh, "")
+            offset = fh.tell()
+            size = os.fstat(fh.fileno()).st_size
+        count = _element_count(shape)
+        if offset + count * dtype.itemsize > size:
+            _truncated_tensor(path, "", count, max(0, size - offset) // max(1, dtype.itemsize))
+        return
+    try:
+        _check_npz(path, limits)
+    except zipfile.BadZipFile as exc:
+        raise ArtifactError(path, f"damaged .npz archive: {exc}") from None
+
+
+def load_tensor(
+    path: Path, *, limits: MediaLimits | None = None
+) -> npt.NDArray[Any] | dict[str, npt.NDArray[Any]]:
+    """The array of a ``.npy`` (memory-mapped) or the arrays of a ``.npz``; never unpickles.
+
+    A ``.npy`` must hold what its header declares; an ``.npz`` is loaded in memory, so each
+    member's declared size is checked against ``limits`` first (:func:`check_npz_member`)."""
+    path = Path(path)
+    limits = limits or MediaLimits.from_env()
     head = read_head(path, 8)
     try:
+        check_declared_tensor(path, limits)
         if head.startswith(NPY_MAGIC):
             with open(path, "rb") as fh:
                 shape, _fortran, dtype = _read_npy_header(path, fh, "")
-            if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize == 0:
+            if _element_count(shape) * dtype.itemsize == 0:
                 return np.load(path, allow_pickle=False)  # type: ignore[no-any-return]
             return np.load(path, mmap_mode="r", allow_pickle=False)  # type: ignore[no-any-return]
         arrays: dict[str, npt.NDArray[Any]] = {}

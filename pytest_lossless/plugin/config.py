@@ -56,9 +56,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     from ..kinds import register_builtin_kinds  # light: media and gates load on first use
 
-    settings(config)  # a bad value is a usage error now, not an error in every test
-    # The built-in kinds answer our own hooks like any plugin, last (trylast).
-    register_builtin_kinds(config.pluginmanager)
+    resolved = settings(config)  # a bad value is a usage error now, not an error in every test
+    # The built-in kinds answer our own hooks like any plugin, last (trylast), and decode within
+    # the session's limits (--lossless-ffmpeg-timeout, --lossless-decode-limit).
+    register_builtin_kinds(config.pluginmanager, resolved)
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
 
@@ -90,7 +91,8 @@ def kinds(config: pytest.Config) -> KindRegistry:
 
     registry = config.stash.get(KINDS_KEY, None)
     if registry is None:
-        registry = config.stash[KINDS_KEY] = KindRegistry(config.hook)
+        registry = KindRegistry(config.hook, settings=settings(config))
+        config.stash[KINDS_KEY] = registry
     return registry
 
 
