@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .core.redact import parse_patterns
 from .errors import ConfigError
 
 BACKENDS = ("auto", "npu", "cuda", "cpu")
@@ -67,6 +68,13 @@ def _parse_seconds(text: str) -> float:
     return number * scale[match.group(2)]
 
 
+def _parse_positive_seconds(text: str) -> float:
+    value = _parse_seconds(text)
+    if value <= 0:
+        raise ValueError("must be more than 0 seconds")
+    return value
+
+
 def _parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]i?[bB]?|[bB])?\s*", text)
     if not match:
@@ -75,6 +83,13 @@ def _parse_size(text: str) -> int:
     unit = (match.group(2) or "b").lower().rstrip("b").rstrip("i")
     scale = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
     return int(number * scale)
+
+
+def _parse_positive_size(text: str) -> int:
+    value = _parse_size(text)
+    if value < 1:
+        raise ValueError("must be at least 1 byte")
+    return value
 
 
 def _parse_positive_int(minimum: int) -> Callable[[str], int]:
@@ -275,6 +290,26 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="SECONDS",
     ),
     OptionSpec(
+        "ffmpeg_timeout",
+        "--lossless-ffmpeg-timeout",
+        "lossless_ffmpeg_timeout",
+        "PYTEST_LOSSLESS_FFMPEG_TIMEOUT",
+        "600",
+        _parse_positive_seconds,
+        "seconds one ffmpeg call may run before it is killed (default: 600)",
+        metavar="SECONDS",
+    ),
+    OptionSpec(
+        "decode_limit",
+        "--lossless-decode-limit",
+        "lossless_decode_limit",
+        "PYTEST_LOSSLESS_DECODE_LIMIT",
+        "64GiB",
+        _parse_positive_size,
+        "decoded data one artifact may declare or produce (default: 64GiB)",
+        metavar="SIZE",
+    ),
+    OptionSpec(
         "determinism_env",
         "--lossless-determinism-env",
         "lossless_determinism_env",
@@ -283,6 +318,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _parse_names,
         "more environment variables to record as determinism knobs",
         metavar="NAMES",
+    ),
+    OptionSpec(
+        "redact",
+        "--lossless-redact",
+        "lossless_redact",
+        "PYTEST_LOSSLESS_REDACT",
+        "",
+        parse_patterns,
+        "more names whose values are secret (globs such as *_DSN): their values in argv, "
+        "environment overrides and the stored diff are replaced by a hash",
+        metavar="PATTERNS",
     ),
 )
 
@@ -305,7 +351,10 @@ class Settings:
     speed_pairs: int
     speed_seed: int | None
     run_timeout: float
+    ffmpeg_timeout: float
+    decode_limit: int
     determinism_env: tuple[str, ...]
+    redact: tuple[str, ...]
     rootdir: Path
     sources: Mapping[str, str]
 

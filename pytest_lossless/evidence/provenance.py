@@ -5,6 +5,10 @@ itself, untracked files, and whether any remote branch holds the revision: a bas
 revision nobody can fetch is a known audit failure), plugin, Python and key package
 versions, ffmpeg, platform, the determinism knobs of the environment, and the SHA-256 of
 declared input files.
+
+What is stored is redacted (:func:`redact_runspec`): secret values in pytest's argv, in the
+knobs and in the diff become markers; ``diff_sha256`` stays the hash of the diff as git gave
+it, and ``diff_stored_sha256`` is the hash of the redacted text stored beside the receipt.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.digests import canonical_sha256
+from ..core.redact import Redactor
 from ..run import hash_inputs
 
 #: Distributions whose versions every receipt records.
@@ -248,4 +253,50 @@ def runspec(
     }
 
 
-__all__ = ["PACKAGES", "environment", "runspec", "session_facts", "source_revision", "source_state"]
+def redact_source(source: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """A ``source`` block whose ``diff`` is redacted, saying so: ``diff_redacted``,
+    ``diff_redactions`` (values hidden) and ``diff_stored_sha256`` (of the text now held, the
+    ``.diff`` a receipt stores). ``diff_sha256`` and ``diff_bytes`` keep describing ``git diff
+    HEAD --binary`` itself, the source identity manifests record too. Done once: a block that
+    already says ``diff_redacted`` is returned as it is."""
+    block = dict(source)
+    if "diff_redacted" in block or "diff" not in block:
+        return block
+    text, count, _ = redactor.diff(str(block.get("diff") or ""))
+    block["diff"] = text
+    block["diff_redacted"] = count > 0
+    block["diff_redactions"] = count
+    block["diff_stored_sha256"] = hashlib.sha256(
+        text.encode("utf-8", errors="surrogateescape")
+    ).hexdigest()
+    return block
+
+
+def redact_runspec(spec: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """The RunSpec as a receipt stores it: secrets in pytest's argv, the knobs' values (a knob
+    named like a secret) and the diff hidden by ``redactor``. The environment fingerprint was
+    computed from the values as they were, so it still tells conditions apart."""
+    block = dict(spec)
+    invocation = block.get("invocation")
+    if isinstance(invocation, Mapping) and isinstance(invocation.get("argv"), list):
+        argv, _ = redactor.argv([str(a) for a in invocation["argv"]])
+        block["invocation"] = {**invocation, "argv": argv}
+    environment = block.get("environment")
+    if isinstance(environment, Mapping) and isinstance(environment.get("knobs"), Mapping):
+        knobs, _ = redactor.env(environment["knobs"])
+        block["environment"] = {**environment, "knobs": knobs}
+    if isinstance(block.get("source"), Mapping):
+        block["source"] = redact_source(block["source"], redactor)
+    return block
+
+
+__all__ = [
+    "PACKAGES",
+    "environment",
+    "redact_runspec",
+    "redact_source",
+    "runspec",
+    "session_facts",
+    "source_revision",
+    "source_state",
+]

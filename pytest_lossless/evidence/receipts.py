@@ -13,15 +13,20 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.clock import utc_iso
-from ..core.digests import canonical_sha256, safe_name, write_atomic
+from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
+from ..core.paths import inside_root, read_regular
+from ..core.redact import Redactor
 from ..core.verdict import Verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
+from .provenance import redact_runspec
 
 SCHEMA = "pytest-lossless.receipt"
 SCHEMA_VERSION = 1
 #: The raw blocks, covered by ``integrity.raw_sha256``; everything else is derived.
 RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "speed", "outcome")
+#: The largest receipt read back: a long video's frame digests, twice, fit many times over.
+MAX_RECEIPT_BYTES = 256 << 20
 
 
 class _HasToDict(Protocol):
@@ -117,8 +122,10 @@ class Receipt:
     computed, in :meth:`to_dict`.
     """
 
-    def __init__(self, test_id: str) -> None:
+    def __init__(self, test_id: str, *, redactor: Redactor | None = None) -> None:
         self.test_id = test_id
+        #: The session's redaction rules (``lossless_redact``), applied to the RunSpec.
+        self.redactor = redactor if redactor is not None else Redactor()
         self.created_at = utc_iso()
         self.runspec: dict[str, Any] | None = None
         self._allocation: _HasToDict | Mapping[str, Any] | None = None
@@ -138,7 +145,8 @@ class Receipt:
         return None if self._allocation is None else _plain(self._allocation)
 
     def set_runspec(self, runspec: Mapping[str, Any]) -> None:
-        self.runspec = dict(runspec)
+        """The RunSpec, redacted as it is stored: no secret of argv, knobs or the diff."""
+        self.runspec = redact_runspec(runspec, self.redactor)
 
     def set_allocation(self, allocation: _HasToDict | Mapping[str, Any] | None) -> None:
         self._allocation = allocation
@@ -197,9 +205,18 @@ class Receipt:
         data["integrity"] = {"raw_sha256": raw_sha256(data), "covers": list(RAW_BLOCKS)}
         return data
 
-    def write(self, directory: Path | str) -> Path:
-        """Write ``<dir>/<name>.json`` atomically, and ``<name>.diff`` when the tree is dirty."""
+    def write(self, directory: Path | str, *, root: Path | str | None = None) -> Path:
+        """Write ``<dir>/<name>.json`` atomically, and ``<name>.diff`` when the tree is dirty.
+
+        The folder must not lead out of ``root`` (default: the rootdir its RunSpec records)
+        through a symbolic link: a committed ``lossless-receipts`` link is refused with
+        :class:`~..core.paths.PathOutsideRoot` and nothing is written. A link or FIFO at the
+        receipt's own path is replaced, never followed.
+        """
         folder = Path(directory)
+        boundary = root if root is not None else self._rootdir()
+        if boundary is not None:
+            inside_root(folder, boundary, what="receipts folder")
         folder.mkdir(parents=True, exist_ok=True)
         diff = str(((self.runspec or {}).get("source") or {}).get("diff") or "")
         if diff:
@@ -210,6 +227,11 @@ class Receipt:
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
         write_atomic(path, (text + "\n").encode())
         return path
+
+    def _rootdir(self) -> str | None:
+        invocation = (self.runspec or {}).get("invocation")
+        rootdir = invocation.get("rootdir") if isinstance(invocation, Mapping) else None
+        return str(rootdir) if rootdir else None
 
 
 def _json_default(value: object) -> Any:
@@ -233,7 +255,8 @@ def load(path: Path | str) -> dict[str, Any]:
     """A receipt as written; :class:`ReceiptError` naming the file when it cannot be used."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # Not followed through a link, never blocked on a FIFO, bounded in size and depth.
+        data = loads_bounded(read_regular(path, limit=MAX_RECEIPT_BYTES))
     except OSError as exc:
         raise ReceiptError(
             f"{path}: cannot read the receipt: {exc.strerror or exc}", path=str(path)

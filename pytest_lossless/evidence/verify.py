@@ -7,7 +7,9 @@ that plugins add are re-derived through the same plugins pytest loads (:class:`C
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 from ..core.artifact import Artifact
 from ..core.digests import sha256_file
+from ..core.redact import MARKER_RE
 from ..errors import ReceiptError
 from ..kinds import KindRegistry
 from ..run import lifecycle_verdict
@@ -30,6 +33,8 @@ class Context:
     path: Path
     kinds: KindRegistry = field(default_factory=KindRegistry)
 
+
+MARKER_BYTES = re.compile(MARKER_RE.pattern.encode())
 
 #: A re-derivation: (the block's value, the whole receipt, its context) -> contradictions.
 Checker = Callable[[Any, Mapping[str, Any], Context], list[str]]
@@ -57,7 +62,7 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
     found: list[str] = []
     source = block.get("source") or {}
     if source.get("revision"):
-        diff_file, recorded = source.get("diff_file"), source.get("diff_sha256")
+        diff_file = source.get("diff_file")
         diff_dirty = bool(source.get("diff_bytes"))
         if diff_file:
             diff_path = context.path.parent / str(diff_file)
@@ -65,11 +70,8 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
                 found.append(
                     f"runspec: the diff {diff_path} recorded beside the receipt is missing"
                 )
-            elif sha256_file(diff_path) != recorded:
-                found.append(
-                    f"runspec: {diff_path} does not match diff_sha256 {recorded}: the "
-                    "stored diff was changed"
-                )
+            else:
+                found += _check_stored_diff(diff_path, source)
         elif diff_dirty:
             found.append("runspec: the diff is non-empty but no diff file is recorded")
         expected_dirty = diff_dirty or bool(source.get("untracked"))
@@ -89,6 +91,51 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
             )
     found += _check_hashes("runspec input", block.get("inputs"))
     return found
+
+
+def _check_stored_diff(path: Path, source: Mapping[str, Any]) -> list[str]:
+    """The stored ``.diff`` against its hash: ``diff_sha256`` when it is git's diff as it was,
+    ``diff_stored_sha256`` when secrets were redacted from it (then it must hold the markers
+    it says it has, and differ from git's diff)."""
+    digest, markers = _read_diff(path)
+    if "diff_redacted" not in source:  # a receipt written before diffs were redacted
+        key = "diff_sha256"
+    elif source.get("diff_redacted") is True:
+        key = "diff_stored_sha256"
+        count = source.get("diff_redactions")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            return [f"runspec: diff_redacted is true but diff_redactions is {count!r}"]
+        if source.get("diff_stored_sha256") == source.get("diff_sha256"):
+            return ["runspec: the diff is said to be redacted but is stored as git gave it"]
+        if markers < count:
+            return [
+                f"runspec: {path} holds {markers} redaction markers but the receipt records "
+                f"{count} redactions: the stored diff is not the redacted one"
+            ]
+    else:
+        key = "diff_sha256"
+        if source.get("diff_redactions") != 0 or source.get("diff_stored_sha256") != source.get(
+            "diff_sha256"
+        ):
+            return [
+                "runspec: diff_redacted is false but diff_redactions or diff_stored_sha256 "
+                "say the stored diff differs from git's"
+            ]
+    recorded = source.get(key)
+    if digest != recorded:
+        return [f"runspec: {path} does not match {key} {recorded}: the stored diff was changed"]
+    return []
+
+
+def _read_diff(path: Path) -> tuple[str, int]:
+    """SHA-256 of a stored diff and how many redaction markers it holds, read line by line."""
+    digest = hashlib.sha256()
+    markers = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            digest.update(line)
+            markers += len(MARKER_BYTES.findall(line))
+    return digest.hexdigest(), markers
 
 
 def _check_hashes(what: str, entries: Any) -> list[str]:
@@ -238,7 +285,43 @@ def check_gates(block: Any, receipt: Mapping[str, Any], context: Context) -> lis
                 f"gates[{index}] {entry.get('artifact')}: recorded passed="
                 f"{entry.get('passed')} but its fingerprints give passed={again}"
             )
+        if entry.get("passed") is True:
+            found += [
+                f"gates[{index}] {entry.get('artifact')}: {p}"
+                for p in _check_stored_golden(kinds, str(entry.get("artifact")), evidence)
+            ]
     return found
+
+
+def _check_stored_golden(kinds: KindRegistry, name: str, evidence: Mapping[str, Any]) -> list[str]:
+    """A PASS is only as good as the golden it was judged by: where that golden is still on
+    this machine, unchanged since (same manifest bytes), the stored file must agree with the
+    manifest (bytes, SHA-256, recomputed fingerprint) and the manifest with the receipt. A
+    golden that is gone or was updated since cannot be re-checked and is skipped."""
+    from ..errors import GoldenError
+    from ..judge.manifest import check_integrity, load_manifest
+
+    golden = evidence.get("golden")
+    if not isinstance(golden, Mapping) or golden.get("stored") != "full":
+        return []
+    folder = Path(str(golden.get("folder") or ""))
+    if not golden.get("folder") or not folder.is_dir():
+        return []
+    try:
+        entries, manifest_sha256 = load_manifest(folder)
+    except GoldenError:
+        return []  # changed since, into something unreadable: not the golden it was judged by
+    entry = entries.get(name)
+    if entry is None or manifest_sha256 != golden.get("manifest_sha256"):
+        return []
+    if entry.fingerprint != golden.get("fingerprint") or entry.sha256 != golden.get("sha256"):
+        return [f"the golden recorded differs from the manifest in {folder} it names"]
+    try:
+        check_integrity(folder, entry, kinds=kinds)
+    except GoldenError as exc:
+        problem = getattr(exc, "problem", str(exc))
+        return [f"judged PASS against a stored golden that contradicts its manifest: {problem}"]
+    return []
 
 
 def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:

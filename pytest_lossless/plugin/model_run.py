@@ -1,7 +1,8 @@
 """The ``model_run`` fixture: commands and servers launched under the test's allocation.
 
-Every process is recorded (exit or signal, forced kills, peak memory) into the test's receipt;
-whatever is still running is ended at teardown, before the device locks go.
+Every process is recorded (exit or signal, forced kills, peak memory) into the test's receipt,
+secrets redacted (``lossless_redact`` adds names); whatever is still running is ended at
+teardown, before the device locks go.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launcher, None, None]:
     """Launch commands (``model_run(argv, outputs=..., timeout=...)``) and servers
     (``model_run.server(argv, ready=...)``) under the test's allocation."""
+    from ..core.redact import Redactor
     from ..run import Launcher
 
     item = request.node
@@ -34,6 +36,9 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
     if "devices" in request.fixturenames or holds_devices(item):
         allocation = request.getfixturevalue("devices")
     receipt = receipt_for(item)
+    # One set of rules (built in, plus lossless_redact) for the runs and the receipt's RunSpec.
+    redactor = Redactor.with_patterns(resolved.redact)
+    receipt.redactor = redactor
     if allocation is not None:
         receipt.set_allocation(allocation)
     launcher = Launcher(
@@ -42,6 +47,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         run_timeout=resolved.run_timeout,
         knobs=resolved.determinism_knobs,
         on_record=receipt.add_run,
+        redactor=redactor,
     )
     try:
         yield launcher

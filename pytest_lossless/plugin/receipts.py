@@ -31,11 +31,14 @@ REVISION_KEY = pytest.StashKey[dict[str, Any]]()
 
 def receipt_for(item: pytest.Item) -> Receipt:
     """The test's receipt, created on first use."""
+    from ..core.redact import Redactor
     from ..evidence.receipts import Receipt
 
     receipt = item.stash.get(RECEIPT_KEY, None)
     if receipt is None:
-        receipt = item.stash[RECEIPT_KEY] = Receipt(item.nodeid)
+        # The session's redaction rules from the start: a receipt without model_run has a diff.
+        redactor = Redactor.with_patterns(settings(item.config).redact)
+        receipt = item.stash[RECEIPT_KEY] = Receipt(item.nodeid, redactor=redactor)
     return receipt
 
 

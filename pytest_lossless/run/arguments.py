@@ -8,15 +8,29 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
+from ..core.redact import Redactor
 from ..errors import ConfigError
 
 
-def check_argv(argv: object, what: str) -> list[str]:
-    """``argv`` as a list of strings; a shell string or an empty list is a ConfigError."""
+def _shown(argv: object, redactor: Redactor) -> object:
+    """``argv`` as an error may quote it: secrets hidden, whatever its type."""
+    if isinstance(argv, bytes):
+        argv = argv.decode(errors="replace")
+    if isinstance(argv, str):
+        return redactor.text(argv)[0]
+    if isinstance(argv, Sequence):
+        return redactor.argv([a if isinstance(a, str) else repr(a) for a in argv])[0]
+    return argv
+
+
+def check_argv(argv: object, what: str, redactor: Redactor | None = None) -> list[str]:
+    """``argv`` as a list of strings; a shell string or an empty list is a ConfigError (which
+    quotes ``argv`` with its secrets hidden by ``redactor``)."""
+    rules = redactor if redactor is not None else Redactor()
     if isinstance(argv, (str, bytes)):
         raise ConfigError(
             what,
-            argv,
+            _shown(argv, rules),
             "pass a list of arguments such as ['python', 'run.py'], "
             "never a shell string (no shell is used)",
         )
@@ -25,7 +39,9 @@ def check_argv(argv: object, what: str) -> list[str]:
     out: list[str] = []
     for arg in argv:
         if not isinstance(arg, (str, os.PathLike)):
-            raise ConfigError(what, argv, f"argument {arg!r} is not a string or path")
+            raise ConfigError(
+                what, _shown(argv, rules), f"argument {arg!r} is not a string or path"
+            )
         out.append(os.fspath(arg))
     return out
 

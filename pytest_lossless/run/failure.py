@@ -1,12 +1,13 @@
 """The message a failed run's :class:`~pytest_lossless.errors.RunError` carries: what went
 wrong, the tail of its stderr (or stdout, when stderr is empty), where the logs are, and the
-lifecycle summary, so a CI log at night shows the cause without opening a file.
+lifecycle summary, so a CI log at night shows the cause without opening a file. Secrets in it
+are hidden by the launcher's ``clean`` (see :mod:`pytest_lossless.core.redact`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,13 @@ def format_status(proc: Mapping[str, Any]) -> str:
     return f"exited with code {proc.get('exit_code')}"
 
 
-def failure_message(record: Mapping[str, Any], what: str) -> str:
-    """``model_run: <name> <what>``, then argv, a log tail, the other log's path, the lifecycle."""
+def failure_message(
+    record: Mapping[str, Any], what: str, clean: Callable[[str], str] | None = None
+) -> str:
+    """``model_run: <name> <what>``, then argv, a log tail, the other log's path, the lifecycle.
+
+    ``clean`` hides secrets in the message (the launcher's: a log tail may echo a token).
+    """
     stderr_path = Path(record["stderr_path"])
     text = tail(stderr_path)
     shown, other = ("stderr", "stdout") if text.strip() else ("stdout", "stderr")
@@ -47,9 +53,10 @@ def failure_message(record: Mapping[str, Any], what: str) -> str:
     if shown == "stdout":  # an empty stderr: the stdout tail is the best clue
         text = tail(shown_path)
     quoted = "\n".join(f"    | {line}" for line in text.splitlines()) or "    (empty)"
-    return (
+    message = (
         f"model_run: {record['name']} {what}\n  argv: {record['argv']}\n"
         f"  {shown} tail ({shown_path}):\n{quoted}\n"
         f"  {other}: {record[f'{other}_path']}\n  lifecycle: "
         f"{lifecycle_verdict(record)['summary']}"
     )
+    return message if clean is None else clean(message)

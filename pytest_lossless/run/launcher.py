@@ -1,6 +1,11 @@
 """The launcher of one test's commands and servers: checks what the test asked for, starts
 each in its own process group under the allocation's environment, enforces timeouts, checks
 declared outputs, and hands every finished raw record (with its lifecycle verdict) on.
+
+Secrets never enter a record or a message: values of secret-looking argv options and
+environment variables are replaced by markers as the record is made (the child gets the real
+ones), and every value so found is also scrubbed from the record's free text and from failure
+messages (a log tail that echoes a token), by the rules of :mod:`pytest_lossless.core.redact`.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, Protocol
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
+from ..core.redact import Redactor, scrub, scrub_all
 from ..errors import ArtifactError, ConfigError, RunError
 from .arguments import check_argv, check_seconds, fill_placeholders
 from .failure import failure_message, format_status
@@ -129,6 +135,7 @@ class Launcher:
         grace: float = DEFAULT_GRACE,
         sample_interval: float = SAMPLE_INTERVAL,
         adopt_orphans: bool = True,
+        redactor: Redactor | None = None,
     ) -> None:
         self.allocation = allocation
         self.out_dir = Path(out_dir)
@@ -139,6 +146,9 @@ class Launcher:
         self.grace = float(grace)
         self.sample_interval = float(sample_interval)
         self.adopt_orphans = adopt_orphans
+        self.redactor = redactor if redactor is not None else Redactor()
+        #: Every secret value seen in this launcher's argv and environments, scrubbed from text.
+        self._secrets: set[str] = set()
         self.records: list[dict[str, Any]] = []
         self._servers: list[Server] = []
         self._groups: list[ProcessGroup] = []
@@ -147,6 +157,23 @@ class Launcher:
         self._closed = False
         if allocation is not None:
             allocation.add_finalizer(self.close)
+
+    # -- secrets
+    def clean_text(self, text: str) -> str:
+        """``text`` (a message, a URL) with secret assignments and every secret seen hidden."""
+        shown, found = self.redactor.text(text)
+        self._secrets.update(found)
+        return scrub(shown, self._secrets)
+
+    def _shown_env(self, env: Mapping[str, str | None]) -> dict[str, str | None]:
+        shown, found = self.redactor.env(env)
+        self._secrets.update(found)
+        return shown
+
+    def _shown_argv(self, argv: list[str]) -> list[str]:
+        shown, found = self.redactor.argv(argv)
+        self._secrets.update(found)
+        return shown
 
     # -- shared by commands and servers
     def _prepare(
@@ -161,7 +188,7 @@ class Launcher:
         if self._closed:
             raise RunError("model_run: this launcher is closed (the test is tearing down)")
         what = "model_run.server argv" if kind == "server" else "model_run argv"
-        args = check_argv(argv, what)
+        args = check_argv(argv, what, self.redactor)
         self._count += 1
         name = f"{kind}-{self._count:02d}"
         run_dir = self.out_dir / name
@@ -187,21 +214,23 @@ class Launcher:
             else:
                 child_env[key] = fill_placeholders(str(value), values)
         run_cwd = Path(fill_placeholders(os.fspath(cwd), values)) if cwd is not None else None
+        # What the record shows: secrets hidden, names kept; the child still gets child_env.
+        shown_env = {
+            "allocation": self._shown_env(alloc_env),
+            "overrides": self._shown_env(
+                {k: (None if v is None else child_env.get(k)) for k, v in overrides.items()}
+            ),
+            "knobs": self._shown_env({k: child_env[k] for k in self.knobs if k in child_env}),
+        }
+        shown_args = [scrub(a, self._secrets) for a in self._shown_argv(args)]
         record: dict[str, Any] = {
             "kind": kind,
             "name": name,
-            "argv": args,
+            "argv": shown_args,
             "cwd": str(run_cwd) if run_cwd is not None else os.getcwd(),
             "out_dir": str(out),
             "port": port,
-            "env": {
-                "allocation": alloc_env,
-                "overrides": {
-                    k: (None if v is None else child_env.get(k)) for k, v in overrides.items()
-                },
-                "knobs": {k: child_env[k] for k in self.knobs if k in child_env},
-                "knobs_unset": [k for k in self.knobs if k not in child_env],
-            },
+            "env": {**shown_env, "knobs_unset": [k for k in self.knobs if k not in child_env]},
             "inputs": hash_inputs(inputs or {}),
             "orphans_adopted": False,
             "stdout_path": str(run_dir / "stdout.log"),
@@ -239,15 +268,17 @@ class Launcher:
                     "processes": [],
                     "signals": [],
                     "leftovers": [],
-                    "error": f"could not start {args[0]!r}: {exc.strerror or exc}",
+                    "error": f"could not start {record['argv'][0]!r}: {exc.strerror or exc}",
                 }
             )
             self._emit(record)
             raise RunError(
-                f"model_run: could not start {args!r}: {exc.strerror or exc}. "
-                "Check that the program exists and is executable (argv[0] is "
-                f"looked up on PATH; cwd={cwd})",
-                argv=args,
+                self.clean_text(
+                    f"model_run: could not start {record['argv']!r}: {exc.strerror or exc}. "
+                    "Check that the program exists and is executable (argv[0] is "
+                    f"looked up on PATH; cwd={cwd})"
+                ),
+                argv=record["argv"],
             ) from None
         self._groups.append(group)
         record["started_at"] = group.started_at
@@ -255,14 +286,23 @@ class Launcher:
         return group
 
     def _emit(self, record: dict[str, Any]) -> None:
+        for key in ("ready_url", "error"):
+            if isinstance(record.get(key), str):
+                record[key] = self.clean_text(record[key])
+        # Last: every secret value found so far, wherever the record repeats it (kept in place,
+        # the same dict, which the test's RunResult or Server holds).
+        for key, value in list(record.items()):
+            record[key] = scrub_all(value, self._secrets)
         record["lifecycle"] = lifecycle_verdict(record)
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
 
-    @staticmethod
-    def _close_record(record: dict[str, Any], group: ProcessGroup) -> None:
-        record["processes"] = group.processes()
+    def _close_record(self, record: dict[str, Any], group: ProcessGroup) -> None:
+        processes = group.processes()
+        for process in processes:  # descendants' argv come from /proc, as they ran
+            process["argv"] = self._shown_argv(list(process.get("argv") or []))
+        record["processes"] = processes
         record["signals"] = list(group.signals)
         record["leftovers"] = list(group.leftovers)
         record["ended_at"] = utc_iso(group.clock.wall())
@@ -326,18 +366,25 @@ class Launcher:
                     failure_message(
                         record,
                         f"timed out after {limit:g} s; sent SIGTERM to its process group{then}",
+                        self.clean_text,
                     ),
                     record=record,
                 )
             if main["signal"] or main["exit_code"] != 0:
-                raise RunError(failure_message(record, format_status(main)), record=record)
+                raise RunError(
+                    failure_message(record, format_status(main), self.clean_text), record=record
+                )
             if problems:
-                raise RunError(failure_message(record, "; ".join(problems)), record=record)
+                raise RunError(
+                    failure_message(record, "; ".join(problems), self.clean_text), record=record
+                )
             lifecycle = lifecycle_verdict(record)
             if not lifecycle["clean"]:
                 raise RunError(
                     failure_message(
-                        record, f"exited 0, but its lifecycle was not clean: {lifecycle['summary']}"
+                        record,
+                        f"exited 0, but its lifecycle was not clean: {lifecycle['summary']}",
+                        self.clean_text,
                     ),
                     record=record,
                 )

@@ -37,6 +37,8 @@ class ServerHost(Protocol):
     @property
     def run_timeout(self) -> float: ...
 
+    def clean_text(self, text: str) -> str: ...
+
 
 @dataclass
 class Response:
@@ -132,7 +134,9 @@ class Server:
     def _fail_startup(self, what: str) -> None:
         self.record["error"] = f"startup failed: the server {what}"
         self._finish(grace=self._host.grace, reason="startup failed")
-        raise RunError(failure_message(self.record, what), record=self.record)
+        raise RunError(
+            failure_message(self.record, what, self._host.clean_text), record=self.record
+        )
 
     def request(
         self,
@@ -162,7 +166,7 @@ class Server:
         entry: dict[str, Any] = {
             "index": index,
             "method": method,
-            "path": path,
+            "path": self._host.clean_text(path),  # a token in a query string stays out
             "warmup": warmup,
             "bytes_sent": body_len,
             "started_seconds": round(self._group.now(), 6),
@@ -208,7 +212,9 @@ class Server:
             )
             raise RunError(
                 failure_message(
-                    self.record, f"request {method} {path} failed: {entry['error']} ({state})"
+                    self.record,
+                    f"request {method} {entry['path']} failed: {entry['error']} ({state})",
+                    self._host.clean_text,
                 ),
                 record=self.record,
             ) from None

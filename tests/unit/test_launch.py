@@ -481,7 +481,10 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
     for proc in forced:
         assert f"pid {proc['pid']} (p) was forced" in summary
     for proc in bad_exit:
-        assert f"exited with code {proc['exit_code']}" in summary
+        # A descendant's failure that a clean parent reaped is the parent's business, so only
+        # a main process's exit code must be named whatever else is wrong.
+        if proc["role"] == "main":
+            assert f"exited with code {proc['exit_code']}" in summary
     if verdict["clean"]:
         for p in procs:
             assert (
