@@ -1,4 +1,4 @@
-"""The golden store: layout, manifest, integrity, atomic update, digest-only mode.
+"""The golden store: layout, comparison, atomic update, digest-only mode.
 
 Layout: ``<goldens>/<test module>/<test name>/`` holds the stored artifacts and a
 ``manifest.json``. Each manifest entry freezes the artifact's kind, its gate, the
@@ -7,158 +7,61 @@ above a size threshold are kept as digests only, so repositories stay small.
 
 A test folder is only ever replaced whole (staged in a hidden sibling, then renamed
 into place), so a crash or a parallel worker never leaves a half-written golden.
+
+Goldens arrive in pull requests, so nothing here trusts them: every path is proven to stay
+inside the rootdir before it is read, written or deleted (:func:`~..core.paths.inside_root`);
+a manifest is read within a size and a nesting limit; and a golden stored in full is checked
+against its own manifest (bytes, SHA-256 and a recomputed fingerprint) before any comparison,
+so that a manifest cannot vouch for itself (:mod:`.manifest`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.digests import canonical_sha256, sha256_file
-from ..errors import (
-    ArtifactError,
-    GateChanged,
-    GoldenIntegrityError,
-    GoldenMissing,
-    ManifestError,
-)
-from ..gates import Gate, GateResult
+from ..core.paths import inside_root, is_under
+from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
+from ..gates import Gate, GateResult, parse_gate
 from ..kinds import Artifact, KindRegistry
+from .manifest import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    MAX_NAME_BYTES,
+    SCHEMA_VERSION,
+    ManifestEntry,
+    artifact_name,
+    check_integrity,
+    load_manifest,
+    manifest_document,
+    read_manifest,
+    safe_component,
+)
 
-SCHEMA_VERSION = 1
-MANIFEST = "manifest.json"
-
-_SAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=,+@]")
-
-
-def safe_component(text: str, what: str) -> str:
-    """A folder or file name that cannot escape its parent; refuses what it cannot keep."""
-    cleaned = _SAFE.sub("_", text.replace("::", "."))
-    if cleaned in ("", ".", "..") or cleaned.startswith("."):
-        raise ArtifactError(text, f"{what} {text!r} cannot be used as a file name")
-    return cleaned
-
-
-def artifact_name(name: str) -> str:
-    """Validate an artifact name given to ``golden.check``: a plain file name."""
-    if not isinstance(name, str) or not name:
-        raise ArtifactError(str(name), "an artifact name must be a non-empty string")
-    if any(ord(c) < 32 or c == "\x7f" for c in name):
-        raise ArtifactError(repr(name), "an artifact name must not hold control characters")
-    if "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
-        raise ArtifactError(name, "an artifact name must be a plain file name (no folders)")
-    if name == MANIFEST:
-        raise ArtifactError(name, f"{MANIFEST!r} is reserved for the golden's manifest")
-    return name
-
-
-@dataclass
-class ManifestEntry:
-    """One artifact of a golden folder, as frozen by ``--update-goldens``."""
-
-    name: str
-    kind: str
-    gate: str
-    sha256: str
-    size: int
-    stored: str  # "full" or "digest"
-    file: str | None
-    fingerprint: dict[str, Any]
-    fingerprint_sha256: str
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "gate": self.gate,
-            "sha256": self.sha256,
-            "size": self.size,
-            "stored": self.stored,
-            "file": self.file,
-            "fingerprint": self.fingerprint,
-            "fingerprint_sha256": self.fingerprint_sha256,
-            "provenance": self.provenance,
-        }
-
-    @classmethod
-    def from_dict(cls, name: str, data: Mapping[str, Any], where: Path) -> ManifestEntry:
-        try:
-            return cls(
-                name=name,
-                kind=str(data["kind"]),
-                gate=str(data["gate"]),
-                sha256=str(data["sha256"]),
-                size=int(data["size"]),
-                stored=str(data["stored"]),
-                file=None if data.get("file") is None else artifact_name(str(data["file"])),
-                fingerprint=dict(data["fingerprint"]),
-                fingerprint_sha256=str(data["fingerprint_sha256"]),
-                provenance=dict(data.get("provenance") or {}),
-            )
-        except (KeyError, TypeError, ValueError, ArtifactError) as exc:
-            raise ManifestError(where, f"entry {name!r} is malformed ({exc})") from None
-
-
-def read_manifest(folder: Path) -> dict[str, ManifestEntry]:
-    """The entries of ``folder/manifest.json``; empty when the folder has none."""
-    path = folder / MANIFEST
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(path, f"cannot be read as JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("artifacts"), dict):
-        raise ManifestError(path, "has no 'artifacts' table; it is not a pytest-lossless manifest")
-    version = data.get("schema")
-    if version != SCHEMA_VERSION:
-        raise ManifestError(
-            path,
-            f"has schema {version!r}; this plugin reads schema {SCHEMA_VERSION}. "
-            "Regenerate with --update-goldens",
-        )
-    return {
-        name: ManifestEntry.from_dict(name, entry, path)
-        for name, entry in data["artifacts"].items()
-    }
-
-
-def manifest_document(entries: Mapping[str, ManifestEntry], test_id: str) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA_VERSION,
-        "test": test_id,
-        "artifacts": {name: entries[name].to_dict() for name in sorted(entries)},
-    }
-
-
-def check_integrity(folder: Path, entry: ManifestEntry) -> Path | None:
-    """The stored file of ``entry`` after proving it matches the manifest (None: digest-only)."""
-    if canonical_sha256(entry.fingerprint) != entry.fingerprint_sha256:
-        raise GoldenIntegrityError(
-            folder / MANIFEST,
-            f"the fingerprint of {entry.name!r} was edited (its hash no longer matches)",
-        )
-    if entry.stored == "digest":
-        return None
-    if entry.file is None:
-        raise GoldenIntegrityError(folder / MANIFEST, f"{entry.name!r} is stored but names no file")
-    path = folder / entry.file
-    if not path.is_file():
-        raise GoldenIntegrityError(path, "the stored golden file is missing")
-    actual = sha256_file(path)
-    if actual != entry.sha256:
-        raise GoldenIntegrityError(
-            path,
-            f"its SHA-256 is {actual[:16]}... but the manifest says {entry.sha256[:16]}...",
-        )
-    return path
+__all__ = [
+    "MANIFEST",
+    "MAX_MANIFEST_BYTES",
+    "MAX_NAME_BYTES",
+    "SCHEMA_VERSION",
+    "Golden",
+    "GoldenFolder",
+    "ManifestEntry",
+    "StagedArtifact",
+    "UpdateEvent",
+    "artifact_name",
+    "check_integrity",
+    "load_manifest",
+    "manifest_document",
+    "read_manifest",
+    "safe_component",
+]
 
 
 @dataclass
@@ -199,11 +102,15 @@ class GoldenFolder:
         kinds: KindRegistry,
         *,
         digest_above: int,
+        rootdir: Path | None = None,
     ) -> None:
         self.root = root
         self.path = (
             root / safe_component(module, "test module") / safe_component(test_name, "test name")
         )
+        #: Nothing is read, written or deleted through a link that leaves this folder: the
+        #: rootdir when the goldens are inside it, else the goldens folder a setting named.
+        self.boundary = rootdir if rootdir is not None and is_under(root, rootdir) else root
         self.test_id = test_id
         self.kinds = kinds
         self.digest_above = digest_above
@@ -217,14 +124,13 @@ class GoldenFolder:
 
     def manifest(self) -> dict[str, ManifestEntry]:
         if self._manifest is None:
-            self._manifest = read_manifest(self.path)
+            self._manifest, self._manifest_sha256 = load_manifest(self.path, root=self.boundary)
         return self._manifest
 
     def manifest_sha256(self) -> str:
-        """SHA-256 of ``manifest.json`` as read for this test (hashed once, not per check)."""
-        if self._manifest_sha256 is None:
-            self._manifest_sha256 = sha256_file(self.path / MANIFEST)
-        return self._manifest_sha256
+        """SHA-256 of ``manifest.json`` as read for this test: of the very bytes parsed."""
+        self.manifest()
+        return self._manifest_sha256 or ""
 
     def compare(
         self,
@@ -239,12 +145,24 @@ class GoldenFolder:
         entry = self.manifest().get(name)
         if entry is None:
             raise GoldenMissing(self.path, name)
-        stored = check_integrity(self.path, entry)
+        stored = check_integrity(
+            self.path,
+            entry,
+            kinds=self.kinds,
+            root=self.boundary,
+        )
         kind = self.kinds.detect(obtained_path)
-        requested = gate if gate is not None else self.kinds.default_gate(kind)
-        if requested.spec != entry.gate:
-            raise GateChanged(self.path, name, entry.gate, requested.spec)
-        obtained = self.kinds.artifact(name, obtained_path, kind)
+        if gate is None:
+            # The test named no gate: the one frozen with the golden applies, whatever the
+            # obtained file turned out to be (never a "gate changed" for an empty output).
+            requested = parse_gate(entry.gate) or self.kinds.default_gate(entry.kind)
+        else:
+            requested = gate
+            if requested.spec != entry.gate:
+                raise GateChanged(self.path, name, entry.gate, requested.spec)
+        if kind != entry.kind and requested.name != "bytes":
+            raise ArtifactError(obtained_path, _not_the_kind(obtained_path, entry.kind, kind))
+        obtained = self.kinds.artifact(name, obtained_path, kind, golden=entry.fingerprint)
         expected = Artifact(name=name, kind=entry.kind, fingerprint=entry.fingerprint, path=stored)
         self.evidence[name] = {
             "golden": {
@@ -280,15 +198,24 @@ class GoldenFolder:
         provenance: Mapping[str, Any],
         *,
         artifact: Artifact | None = None,
+        allow_empty: bool = False,
     ) -> ManifestEntry:
         """Fingerprint an artifact for the next :meth:`commit`; nothing is written yet.
 
         ``artifact``, when the caller already fingerprinted ``path`` (a producer's run),
-        is used as it is: the file is not decoded a second time.
+        is used as it is: the file is not decoded a second time. A golden folder that leads
+        out of the rootdir is refused here already, before any work is done for it.
         """
         name = artifact_name(name)
+        inside_root(self.path, self.boundary, what="golden folder")
         if name in self._staged:
             raise ArtifactError(name, "checked twice in one test; give each artifact its own name")
+        if not allow_empty and path.is_file() and path.stat().st_size == 0:
+            raise ArtifactError(
+                path,
+                f"empty file (0 bytes): refusing to store it as the golden {name!r}. If an empty "
+                "output is what the test expects, pass allow_empty=True",
+            )
         if artifact is None:
             artifact = self.kinds.artifact(name, path)
         kind, fingerprint = artifact.kind, artifact.fingerprint
@@ -322,8 +249,9 @@ class GoldenFolder:
         Unchanged artifacts keep their old manifest entry (and provenance), so a
         regeneration that changes nothing leaves nothing to review in the diff.
         """
+        inside_root(self.path, self.boundary, what="golden folder")
         try:
-            old = read_manifest(self.path)
+            old = read_manifest(self.path, root=self.boundary)
         except ManifestError:
             old = {}
         events: list[UpdateEvent] = []
@@ -358,6 +286,8 @@ class GoldenFolder:
         return UpdateEvent(self.test_id, str(self.path), name, action, detail)
 
     def _write(self, entries: Mapping[str, ManifestEntry]) -> None:
+        # Checked again right before writing: the parent is created, the folder replaced.
+        inside_root(self.path, self.boundary, what="golden folder")
         parent = self.path.parent
         parent.mkdir(parents=True, exist_ok=True)
         token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -371,6 +301,8 @@ class GoldenFolder:
                 source = staged.source if staged else self.path / entry.file
                 if source is None:
                     continue
+                if staged is None:
+                    inside_root(source, self.boundary, what="stored golden")
                 shutil.copyfile(source, staging / entry.file)
             document = manifest_document(entries, self.test_id)
             (staging / MANIFEST).write_text(
@@ -378,10 +310,13 @@ class GoldenFolder:
             )
             _fsync_dir(staging)
             retired = parent / f".{self.path.name}.old-{token}"
-            if self.path.exists():
-                os.replace(self.path, retired)
+            if os.path.lexists(self.path):
+                os.replace(self.path, retired)  # renames a link itself, never its target
             os.replace(staging, self.path)
-            shutil.rmtree(retired, ignore_errors=True)
+            if retired.is_symlink():
+                retired.unlink()
+            else:
+                shutil.rmtree(retired, ignore_errors=True)  # rmtree never follows links
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -462,7 +397,9 @@ class Golden:
         self.results: list[GateResult] = []
         self.staged: list[ManifestEntry] = []
 
-    def check(self, name: str, artifact: Any, gate: Gate | str | None = None) -> GateResult | None:
+    def check(
+        self, name: str, artifact: Any, gate: Gate | str | None = None, *, allow_empty: bool = False
+    ) -> GateResult | None:
         from ..gates import parse_gate
         from ..media.artifacts import is_producer, materialize, produce
 
@@ -470,11 +407,15 @@ class Golden:
         chosen = parse_gate(gate)
         folder = self.workdir / "obtained"
         if self.update and is_producer(artifact):
-            self._stage_producer(lambda: {name: artifact()}, chosen, f"golden {name!r}")
+            self._stage_producer(
+                lambda: {name: artifact()}, chosen, f"golden {name!r}", allow_empty=allow_empty
+            )
             return None
         path = materialize(produce(artifact), name, folder)
         if self.update:
-            self.staged.append(self.folder.stage(name, path, chosen, self.provenance))
+            self.staged.append(
+                self.folder.stage(name, path, chosen, self.provenance, allow_empty=allow_empty)
+            )
             return None
         result = self.folder.compare(
             name, path, chosen, diagnostics_dir=self.workdir / "diagnostics"
@@ -490,7 +431,7 @@ class Golden:
         return result
 
     def stage_run(
-        self, artifacts: Any, gate: Gate | str | None = None
+        self, artifacts: Any, gate: Gate | str | None = None, *, allow_empty: bool = False
     ) -> list[ManifestEntry] | None:
         """Under --update-goldens, stage every artifact of a producer's run, once it has run
         at least twice with identical results; returns None in compare mode (nothing done)."""
@@ -501,15 +442,19 @@ class Golden:
             return None
         chosen = parse_gate(gate)
         if is_producer(artifacts):
-            return self._stage_producer(artifacts, chosen, "goldens")
+            return self._stage_producer(artifacts, chosen, "goldens", allow_empty=allow_empty)
         staged = []
         for name, value in named_artifacts(artifacts, "golden.check_all").items():
             path = materialize(value, artifact_name(name), self.workdir / "obtained")
-            staged.append(self.folder.stage(name, path, chosen, self.provenance))
+            staged.append(
+                self.folder.stage(name, path, chosen, self.provenance, allow_empty=allow_empty)
+            )
         self.staged += staged
         return staged
 
-    def _stage_producer(self, producer: Any, gate: Gate | None, what: str) -> list[ManifestEntry]:
+    def _stage_producer(
+        self, producer: Any, gate: Gate | None, what: str, *, allow_empty: bool = False
+    ) -> list[ManifestEntry]:
         """Run a producer at least twice; stage its first run only if every run agreed."""
         from ..core.verdict import Verdict
         from ..errors import NondeterministicProducer
@@ -538,7 +483,12 @@ class Golden:
             )
             staged.append(
                 self.folder.stage(
-                    name, Path(run["path"]), gate, self.provenance, artifact=fingerprinted
+                    name,
+                    Path(run["path"]),
+                    gate,
+                    self.provenance,
+                    artifact=fingerprinted,
+                    allow_empty=allow_empty,
                 )
             )
         self.staged += staged
@@ -555,3 +505,19 @@ class Golden:
         if not self.update or not self.staged:
             return []
         return self.folder.commit()
+
+
+def _not_the_kind(path: Path, expected: str, found: str) -> str:
+    """What an obtained file is, when it is not of its golden's kind: said plainly."""
+    size = path.stat().st_size if path.is_file() else None
+    if size == 0:
+        return f"empty file (0 bytes), but the golden is a {expected}: the run wrote nothing"
+    what = {
+        "video": "no stream ffmpeg can decode",
+        "audio": "no audio stream or header a decoder can read",
+        "tensor": "no .npy/.npz header",
+    }.get(expected, f"its content reads as {found}")
+    return (
+        f"not a {expected}: {what} ({size} bytes, read as {found}); the golden is a {expected}, "
+        "so the run wrote something else (check its logs)"
+    )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import report
+from ..core.text import printable
 from ..errors import LosslessError
 from .config import kinds, settings
 from .devices import holds_devices
@@ -41,11 +42,22 @@ class GoldenFixture:
     def folder(self) -> Path:
         return self._golden.folder.path
 
-    def check(self, name: str, artifact: Any, gate: Gate | str | None = None) -> GateResult | None:
-        """Compare ``artifact`` with the golden ``name`` (or stage it under --update-goldens)."""
+    def check(
+        self,
+        name: str,
+        artifact: Any,
+        gate: Gate | str | None = None,
+        *,
+        allow_empty: bool = False,
+    ) -> GateResult | None:
+        """Compare ``artifact`` with the golden ``name`` (or stage it under --update-goldens).
+
+        An empty file is never stored as a golden unless ``allow_empty=True`` says that an empty
+        output is what the test expects.
+        """
         __tracebackhide__ = True
         with failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)):
-            result = self._golden.check(name, artifact, gate)
+            result = self._golden.check(name, artifact, gate, allow_empty=allow_empty)
         if result is None:
             self._add_staged([self._golden.staged[-1]])
             return None
@@ -53,16 +65,18 @@ class GoldenFixture:
         evidence = self._golden.folder.evidence.get(name, {})
         receipt_for(self._item).add_gate({**result.to_dict(), "evidence": evidence})
         if not result.passed:
-            pytest.fail(result.message(), pytrace=False)
+            pytest.fail(printable(result.message(), newlines=True), pytrace=False)
         return result
 
-    def check_all(self, artifacts: Any, gate: Gate | str | None = None) -> list[GateResult]:
+    def check_all(
+        self, artifacts: Any, gate: Gate | str | None = None, *, allow_empty: bool = False
+    ) -> list[GateResult]:
         """Check every artifact of one run: a mapping ``{name: artifact}``, a model_run result,
         or a producer returning one. Under --update-goldens a producer runs at least twice and
         nothing is written when its runs disagree."""
         __tracebackhide__ = True
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
-            staged = self._golden.stage_run(artifacts, gate)
+            staged = self._golden.stage_run(artifacts, gate, allow_empty=allow_empty)
         if staged is not None:
             self._add_staged(staged)
             return []
@@ -70,7 +84,7 @@ class GoldenFixture:
 
         results = []
         for name, value in named_artifacts(produce(artifacts), "golden.check_all").items():
-            result = self.check(name, value, gate)
+            result = self.check(name, value, gate, allow_empty=allow_empty)
             if result is not None:
                 results.append(result)
         return results
@@ -119,6 +133,7 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
         item.nodeid,
         kinds(request.config),
         digest_above=resolved.digest_above,
+        rootdir=resolved.rootdir,
     )
     golden = Golden(
         folder,
@@ -130,9 +145,13 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
     yield GoldenFixture(item, golden)
     passed = item.stash.get(CALL_PASSED_KEY, False)
     if resolved.update_goldens and passed:
-        _commit(item, golden, resolved.rootdir)
-    elif not resolved.update_goldens and passed and (unchecked := golden.unchecked()):
-        _fail_unchecked(item, unchecked, folder.path / "manifest.json")
+        with failing_on_errors():  # a folder refused at commit: its message, no traceback
+            _commit(item, golden, resolved.rootdir)
+    elif not resolved.update_goldens and passed:
+        with failing_on_errors():
+            unchecked = golden.unchecked()
+        if unchecked:
+            _fail_unchecked(item, unchecked, folder.path / "manifest.json")
     elif resolved.update_goldens and golden.staged:
         item.stash.setdefault(EVENTS_KEY, []).extend(
             {

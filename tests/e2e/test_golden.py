@@ -418,3 +418,37 @@ def test_csv(golden):
     result.stdout.fnmatch_lines(
         ["*artifact 't.csv' (csv), gate decoded*", "*first differing row: row 2*"]
     )
+
+
+def test_an_empty_or_garbage_output_is_named_never_a_gate_change(pytester, media_project):
+    """D4: the test named no gate, so an empty clip is "empty file", not "gate changed", and
+    following any advice cannot store it as the golden."""
+    assert pytester.runpytest("--update-goldens").ret == 0
+    before = _manifest(media_project)
+    (media_project / "clip.mp4").write_bytes(b"")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*clip.mp4: empty file (0 bytes), but the golden is a video*"])
+    assert "gate changed" not in result.stdout.str()
+    (media_project / "clip.mp4").write_bytes(b"\x00garbage" * 100)
+    result = pytester.runpytest("--lossless")
+    result.stdout.fnmatch_lines(["*clip.mp4: not a video: no stream ffmpeg can decode*"])
+    (media_project / "clip.mp4").write_bytes(b"")
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*empty file (0 bytes): refusing to store it as the golden*"])
+    assert _manifest(media_project) == before
+
+
+def test_an_expected_empty_output_can_be_a_golden(pytester):
+    pytester.makepyfile(
+        test_empty="""
+import pytest
+
+@pytest.mark.lossless
+def test_empty(golden):
+    golden.check("log.txt", b"", allow_empty=True)
+"""
+    )
+    assert pytester.runpytest("--update-goldens").ret == 0
+    assert pytester.runpytest("--lossless").ret == 0
