@@ -5,9 +5,9 @@
 # expected ones. Usage: benchmarks/gate_suite_under_load.sh RUNS PARALLEL [pytest args...]
 set -u
 runs=${1:-10}; parallel=${2:-5}; shift 2 || true
-out=${OUT:-/tmp/gate-load}; mkdir -p "$out"
+out=/tmp/gate-load; mkdir -p "$out"
 one() {
-    local i=$1 a=$(( ($1 % parallel) * 2 )); local b=$(( a + 1 ))
+    local i=$1 a=$(( ($1 % parallel) * 2 )); shift; local b=$(( a + 1 ))
     taskset -c "$a" python3 -c 'while True: pass' & local hog=$!
     local dir; dir=$(mktemp -d)
     taskset -c "$a,$b" python3 -m pytest -m npu --lossless -p no:cacheprovider -q \
