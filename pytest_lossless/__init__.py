@@ -12,7 +12,10 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Media": "core.expect",
+    "Verdict": "core.verdict",
     "tolerance": "gates",
+    "ulp": "gates",
     "Gate": "gates",
     "GateResult": "gates",
     "parse_gate": "gates",

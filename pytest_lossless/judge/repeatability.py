@@ -23,11 +23,13 @@ from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.digests import safe_name
+from ..core.expect import Media
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate, GateResult
 from ..kinds import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
+from . import coverage
 from . import proof as dispatch
 
 
@@ -79,6 +81,9 @@ class LosslessVerdict:
     label: str = ""
     #: Dispatch proof: ``{"rule": ..., "runs": [finding, ...]}`` when ``proof=`` was given.
     proof: dict[str, Any] | None = None
+    #: Request coverage misses, one per run and artifact (``{"run", **GateResult}``): each one
+    #: makes the verdict FAIL, whatever the comparisons say.
+    coverage: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def control_repeatable(self) -> bool:
@@ -90,6 +95,14 @@ class LosslessVerdict:
 
     def message(self) -> str:
         head = f"lossless {self.label + ' ' if self.label else ''}verdict: {self.verdict}"
+        if self.coverage:
+            lines = [f"{head}: an output does not hold what the run was asked for:"]
+            lines += [
+                f"  {miss['run']} {miss['artifact']}: {d}"
+                for miss in self.coverage
+                for d in miss.get("metadata_diffs", [])
+            ]
+            return "\n".join(lines)
         controls = sum(1 for r in self.runs if r["role"] == "control")
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
             return f"{head}: {dispatch.reason(self.proof['runs'])}"
@@ -117,6 +130,10 @@ class LosslessVerdict:
     def summary(self) -> str:
         """One line for the verdict table."""
         controls = sum(1 for r in self.runs if r["role"] == "control")
+        if self.coverage:
+            first = self.coverage[0]
+            detail = (first.get("metadata_diffs") or ["not covered"])[0]
+            return f"{len(self.coverage)} output(s) miss the request; {first['run']} {detail}"
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
             return dispatch.reason(self.proof["runs"])
         if self.verdict == Verdict.INCONCLUSIVE:
@@ -142,6 +159,7 @@ class LosslessVerdict:
                 None if self.candidate_comparison is None else self.candidate_comparison.to_dict()
             ),
             "proof": self.proof,
+            "coverage": list(self.coverage),
         }
 
 
@@ -169,6 +187,8 @@ def rederive(block: Mapping[str, Any]) -> Verdict:
     )
     proof = block.get("proof")
     findings = proof.get("runs") if isinstance(proof, Mapping) else None
+    if block.get("coverage"):
+        return Verdict.FAIL  # an output that misses the request fails, whatever it equals
     return dispatch.apply(lossless_table(repeatable, identical), findings)
 
 
@@ -202,12 +222,15 @@ def compare_control_candidate(
     clock: Clock = SYSTEM_CLOCK,
     on_run: Callable[[str, float], None] | None = None,
     proof: dispatch.Proof | None = None,
+    expect: Media | Mapping[str, Media] | None = None,
 ) -> LosslessVerdict:
     """Run the control ``runs`` times, then the candidate once, and apply the verdict table.
 
     With ``candidate=None`` only the control's repeatability is judged (PASS when
     repeatable); ``--update-goldens`` uses this to refuse a flaky producer. With ``proof``, the
-    candidate run must show that its path ran, or a PASS is INCONCLUSIVE.
+    candidate run must show that its path ran, or a PASS is INCONCLUSIVE. With ``expect``
+    (``Media``, or a mapping of artifact name to ``Media``), every run's outputs must hold what
+    was asked for, or the verdict is FAIL.
     """
     rule = dispatch.check_rule(proof, "lossless.compare(proof)")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
@@ -222,12 +245,18 @@ def compare_control_candidate(
     fingerprints: dict[str, dict[str, Artifact]] = {}
     records: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
+    misses: list[dict[str, Any]] = []
     for index, (name, arm) in enumerate(arms):
         started = clock.monotonic()
         result = arm()
         seconds = clock.monotonic() - started
         paths = materialize_all(result, name, workdir / f"run{index}-{safe_name(name)}")
         fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
+        for artifact_name, artifact in fingerprints[name].items():
+            wanted = coverage.expectation_for(expect, artifact_name)
+            missed = coverage.result(wanted, artifact) if wanted is not None else None
+            if missed is not None:
+                misses.append({"run": name, **missed.to_dict()})
         records.append(
             {
                 "role": "candidate" if name == "candidate" else "control",
@@ -261,10 +290,11 @@ def compare_control_candidate(
     evidence = None
     if rule is not None and candidate is not None:
         evidence = {"rule": dispatch.describe(rule), "runs": findings}
+    verdict = dispatch.apply(
+        lossless_table(repeatable, identical), None if evidence is None else findings
+    )
     return LosslessVerdict(
-        verdict=dispatch.apply(
-            lossless_table(repeatable, identical), None if evidence is None else findings
-        ),
+        verdict=Verdict.FAIL if misses else verdict,
         runs=records,
         control_comparisons=control_comparisons,
         candidate_comparison=candidate_comparison,
@@ -272,6 +302,7 @@ def compare_control_candidate(
         lossy=any(not g.lossless for g in gates.values()),
         label=label,
         proof=evidence,
+        coverage=misses,
     )
 
 

@@ -12,10 +12,16 @@ from .. import report
 from ..core.digests import safe_name
 from ..settings import Settings
 from .config import kinds, settings
-from .outcomes import expected_verdicts, failing_on_errors, record_verdict
+from .outcomes import (
+    expected_verdicts,
+    failing_on_errors,
+    is_media_expectation,
+    record_verdict,
+)
 from .receipts import receipt_for
 
 if TYPE_CHECKING:
+    from ..core.expect import Media
     from ..gates import Gate
     from ..judge.proof import Proof
     from ..judge.repeatability import LosslessVerdict
@@ -43,17 +49,20 @@ class LosslessFixture:
         gate: Gate | str | Mapping[str, Gate | str] | None = None,
         label: str | None = None,
         act: bool = True,
-        expect: str | tuple[str, ...] | None = None,
+        expect: str | tuple[str, ...] | Media | Mapping[str, Media] | None = None,
         proof: Proof | None = None,
     ) -> LosslessVerdict:
         """Run the control ``runs`` times, then the candidate; PASS, FAIL or INCONCLUSIVE.
 
-        ``act=False`` only returns the verdict; ``expect="FAIL"`` makes the test assert it.
+        ``act=False`` only returns the verdict; ``expect="FAIL"`` makes the test assert it;
+        ``expect=Media(...)`` (or ``{name: Media}``) states what every run was asked for, and
+        an output that misses it makes the verdict FAIL.
         ``proof`` (a pattern searched in the candidate run's stdout and stderr, or a callable
         given its result) must show that the candidate's path ran, or a PASS is INCONCLUSIVE.
         """
         __tracebackhide__ = True
-        wanted = expected_verdicts(expect)
+        media = expect if is_media_expectation(expect) else None
+        wanted = None if media is not None else expected_verdicts(expect)  # type: ignore[arg-type]
         from ..gates import parse_gate
         from ..judge.repeatability import compare_control_candidate
 
@@ -75,6 +84,7 @@ class LosslessFixture:
                 gate=gates,
                 label=name,
                 proof=proof,
+                expect=media,  # type: ignore[arg-type]
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         receipt_for(self._item).add_lossless(verdict.to_dict())

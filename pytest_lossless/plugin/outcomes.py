@@ -62,6 +62,19 @@ def add_row(item: pytest.Item, row: report.Row) -> None:
     item.stash.setdefault(ROWS_KEY, []).append(row)
 
 
+def is_media_expectation(expect: object) -> bool:
+    """``expect=`` names media (``Media``, or ``{name: Media}``), not verdict words."""
+    from ..core.expect import Media
+
+    if isinstance(expect, Media):
+        return True
+    return (
+        isinstance(expect, Mapping)
+        and bool(expect)
+        and all(isinstance(v, Media) for v in expect.values())
+    )
+
+
 def expected_verdicts(expect: str | tuple[str, ...] | None) -> tuple[str, ...] | None:
     """``expect=`` of a fixture call, checked: which verdicts the test asserts."""
     if expect is None:

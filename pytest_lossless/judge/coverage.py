@@ -1,0 +1,116 @@
+"""Request coverage: an artifact holds what the run was asked for (frames, samples, seconds).
+
+A miss is its own FAIL, naming requested against obtained, before any comparison: a truncated
+output is never compared, judged identical to a truncated golden, or written as a golden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from ..core.artifact import Artifact
+from ..core.expect import Media
+from ..gates import GateResult
+
+#: The gate name a coverage result carries in tables and receipts.
+COVERAGE = "coverage"
+
+
+def _streams(fingerprint: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    streams = fingerprint.get("streams")
+    if isinstance(streams, list):
+        return [s for s in streams if isinstance(s, Mapping) and s.get("type") == kind]
+    return []
+
+
+def _rate(text: object) -> Fraction | None:
+    try:
+        value = Fraction(str(text))
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value if value > 0 else None
+
+
+def misses(expect: Media, artifact: Artifact) -> list[str]:
+    """What ``artifact`` lacks of ``expect`` (empty: covered). Video: frame count; audio:
+    sample count, rate and channels; a clip with both: their durations within one frame."""
+    found: list[str] = []
+    fp = artifact.fingerprint
+    videos = _streams(fp, "video")
+    audios = _streams(fp, "audio")
+    if artifact.kind == "audio" and not audios:
+        audios = [fp]  # a WAV/FLAC fingerprint is itself the audio stream
+    fps: Fraction | None = None
+    for stream in videos[:1]:
+        fps = _rate(stream.get("frame_rate"))
+        wanted = expect.frames(fps)
+        got = stream.get("frame_count")
+        if wanted is not None and got != wanted:
+            seconds = f"{float(int(got) / fps):.3f} s" if fps and isinstance(got, int) else "?"
+            found.append(
+                f"frames: requested {wanted} ({expect.seconds} s at {expect.fps or fps} fps), "
+                f"obtained {got} ({seconds})"
+            )
+    for stream in audios[:1]:
+        rate = stream.get("sample_rate")
+        if expect.sample_rate is not None and rate != expect.sample_rate:
+            found.append(f"sample rate: requested {expect.sample_rate} Hz, obtained {rate} Hz")
+        if expect.channels is not None and stream.get("channels") != expect.channels:
+            found.append(
+                f"channels: requested {expect.channels}, obtained {stream.get('channels')}"
+            )
+        wanted = expect.samples(rate if isinstance(rate, int) else None)
+        got = stream.get("sample_count")
+        if wanted is not None and got != wanted:
+            seconds = f"{int(got) / int(rate):.4f} s" if isinstance(got, int) and rate else "?"
+            rule = f"{float(expect.audio_seconds()):g} s"
+            if expect.audio_quantum is not None:
+                rule += f", {expect.seconds} s rounded up to whole {expect.audio_quantum} s quanta"
+            found.append(
+                f"audio samples: requested {wanted} ({rule} at "
+                f"{expect.sample_rate or rate} Hz), obtained {got} ({seconds})"
+            )
+    if videos and audios and fps:
+        video_s = _seconds(videos[0].get("frame_count"), fps)
+        rate = audios[0].get("sample_rate")
+        audio_s = _seconds(audios[0].get("sample_count"), Fraction(int(rate)) if rate else None)
+        if video_s is not None and audio_s is not None and abs(video_s - audio_s) > 1 / fps:
+            found.append(
+                f"video {float(video_s):.3f} s and audio {float(audio_s):.4f} s differ by more "
+                "than one frame"
+            )
+    if not videos and not audios:
+        found.append(f"a {artifact.kind} artifact has no video or audio stream to check")
+    return found
+
+
+def _seconds(count: object, rate: Fraction | None) -> Fraction | None:
+    if not isinstance(count, int) or rate is None:
+        return None
+    return count / rate
+
+
+def result(expect: Media, artifact: Artifact) -> GateResult | None:
+    """A failed coverage result naming every miss, or None when ``artifact`` is covered."""
+    found = misses(expect, artifact)
+    if not found:
+        return None
+    return GateResult(
+        artifact=artifact.name,
+        kind=artifact.kind,
+        gate=COVERAGE,
+        lossless=True,
+        passed=False,
+        metadata_diffs=[f"request coverage: {m}" for m in found],
+        unit="frame" if artifact.kind == "video" else "sample",
+        notes=[f"requested {expect.to_dict()}"],
+    )
+
+
+def expectation_for(expect: Media | Mapping[str, Media] | None, name: str) -> Media | None:
+    """The ``Media`` that applies to artifact ``name`` (a mapping names them one by one)."""
+    if expect is None or isinstance(expect, Media):
+        return expect
+    return expect.get(name)

@@ -1,0 +1,57 @@
+"""End to end: an output truncated in every run is identical to itself, and still FAILs against
+the request it was made for."""
+
+from __future__ import annotations
+
+import json
+
+import numpy  # noqa: F401  (imported before in-process pytester runs: numpy cannot load twice)
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PROJECT = """
+import sys
+import pytest
+from pytest_lossless import Media
+
+WAV = (
+    "import sys, numpy as np, soundfile as sf; n = round(float(sys.argv[2]) * 48000); "
+    "sf.write(sys.argv[1] + '/audio.wav', np.zeros((n, 2), np.int16), 48000, subtype='PCM_16')"
+)
+
+def run(model_run, seconds):
+    return lambda: model_run([sys.executable, "-c", WAV, "{out}", seconds],
+                             outputs={"audio.wav": "{out}/audio.wav"})
+
+@pytest.mark.lossless
+def test_truncated_in_every_run(model_run, lossless):
+    lossless.compare(run(model_run, "4.975"), run(model_run, "4.975"),
+                     expect=Media(5, sample_rate=48000))
+
+@pytest.mark.lossless
+def test_whole(model_run, lossless):
+    lossless.compare(run(model_run, "5"), run(model_run, "5"),
+                     expect={"audio.wav": Media(5, sample_rate=48000, channels=2)})
+"""
+
+
+def test_a_track_truncated_in_every_run_fails_with_the_numbers(pytester):
+    pytester.makepyfile(test_cov=PROJECT)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*an output does not hold what the run was asked for*",
+            "*control#1 audio.wav: request coverage: audio samples: requested 240000 (5 s at "
+            "48000 Hz), obtained 238800 (4.9750 s)*",
+        ]
+    )
+    folder = pytester.path / "lossless-receipts"
+    receipt = json.loads(next(folder.rglob("*test_truncated*.json")).read_text())
+    assert receipt["lossless"][0]["verdict"] == "FAIL"
+    assert {m["run"] for m in receipt["lossless"][0]["coverage"]} == {
+        "control#1",
+        "control#2",
+        "candidate",
+    }

@@ -1,0 +1,80 @@
+"""Request coverage: Media's rules, and a miss named with requested and obtained numbers."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_lossless import Media
+from pytest_lossless.core.artifact import Artifact
+from pytest_lossless.errors import ConfigError
+from pytest_lossless.judge import coverage
+
+
+def _wav(samples: int, rate: int = 48000, channels: int = 2) -> Artifact:
+    fp = {"sample_count": samples, "sample_rate": rate, "channels": channels}
+    return Artifact("audio.wav", "audio", fp)
+
+
+def _clip(frames: int, samples: int | None = None, fps: str = "24/1") -> Artifact:
+    streams = [{"type": "video", "frame_count": frames, "frame_rate": fps}]
+    if samples is not None:
+        streams.append({"type": "audio", "sample_count": samples, "sample_rate": 48000,
+                        "channels": 2})  # fmt: skip
+    return Artifact("clip.mp4", "video", {"streams": streams})
+
+
+def test_the_rules() -> None:
+    assert Media(5, fps=24).frames() == 120
+    assert Media(5).frames(Fraction(24000, 1001)) == 120  # round(119.88)
+    assert Media(5, sample_rate=48000).samples() == 240000
+    # A 40 Hz latent rate: 4.99 s is rounded up to 5.0 s of whole 25 ms quanta.
+    assert Media(4.99, sample_rate=48000, audio_quantum=Fraction(1, 40)).samples() == 240000
+    assert Media(4.975, sample_rate=48000).samples() == 238800
+
+
+def test_a_truncated_audio_track_is_named_with_both_counts() -> None:
+    missed = coverage.misses(Media(5, sample_rate=48000), _wav(238800))
+    assert missed == [
+        "audio samples: requested 240000 (5 s at 48000 Hz), obtained 238800 (4.9750 s)"
+    ]
+    assert coverage.misses(Media(5, sample_rate=48000), _wav(240000)) == []
+
+
+def test_rate_channels_frames_and_av_sync() -> None:
+    assert "sample rate: requested 48000 Hz, obtained 44100 Hz" in coverage.misses(
+        Media(5, sample_rate=48000), _wav(220500, rate=44100)
+    )
+    assert "channels: requested 1, obtained 2" in coverage.misses(
+        Media(5, channels=1), _wav(240000)
+    )
+    assert coverage.misses(Media(5, fps=24), _clip(119)) == [
+        "frames: requested 120 (5 s at 24 fps), obtained 119 (4.958 s)"
+    ]
+    out_of_sync = coverage.misses(Media(5), _clip(120, samples=200000))
+    assert "video 5.000 s and audio 4.1667 s differ by more than one frame" in out_of_sync
+    assert coverage.misses(Media(5, fps=24, sample_rate=48000), _clip(120, 240000)) == []
+
+
+def test_a_result_is_a_failed_gate_named_coverage() -> None:
+    result = coverage.result(Media(5, sample_rate=48000), _wav(238800))
+    assert result is not None
+    assert (result.gate, result.passed) == ("coverage", False)
+    assert "request coverage: audio samples: requested 240000" in result.message()
+
+
+@pytest.mark.parametrize("bad", [{"seconds": 0}, {"seconds": 5, "fps": -1},
+                                 {"seconds": 5, "sample_rate": 44.1}])  # fmt: skip
+def test_bad_expectations_are_refused(bad: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        Media(**bad)  # type: ignore[arg-type]
+
+
+@given(st.integers(1, 600), st.sampled_from([16000, 44100, 48000]), st.integers(-3, 3))
+def test_one_sample_short_or_long_is_always_caught(seconds: int, rate: int, delta: int) -> None:
+    expect = Media(seconds, sample_rate=rate)
+    missed = coverage.misses(expect, _wav(seconds * rate + delta, rate=rate))
+    assert bool(missed) is (delta != 0)
