@@ -134,6 +134,8 @@ class BuiltinKind:
             return gates.compare_bytes(gate, expected, obtained, kind)
         if gate.name == "tolerance":
             return gates.compare_tolerance(gate, expected, obtained, kind, limits=self.limits())
+        if gate.name == "ulp":
+            return gates.compare_ulp(gate, expected, obtained, kind, limits=self.limits())
         return self.compare_exact(gate, expected, obtained)
 
 
@@ -184,7 +186,7 @@ class TensorKind(BuiltinKind):
 
     name = "tensor"
     default_gate = "elementwise"
-    gates = ("bytes", "elementwise", "tolerance")
+    gates = ("bytes", "elementwise", "tolerance", "ulp")
     hints: ClassVar[dict[str, str]] = {
         "decoded": "tensors are compared bit for bit by 'elementwise'"
     }

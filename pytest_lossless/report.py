@@ -15,7 +15,7 @@ from .core.text import printable
 from .core.verdict import Verdict
 
 #: Table statuses that are not verdicts, and the verdict each weighs as when rows are ordered.
-_STATUS_WEIGHT = {"ERROR": Verdict.FAIL, "UNCHECKED": Verdict.FAIL}
+_STATUS_WEIGHT = {"ERROR": Verdict.FAIL, "UNCHECKED": Verdict.FAIL, "CONFLICT": Verdict.FAIL}
 #: The narrowest the test and detail columns get before a line may exceed the width.
 _MIN_TEST, _MIN_DETAIL = 16, 24
 
@@ -52,6 +52,7 @@ class Row:
 
 def gate_row(test: str, result: Any) -> Row:
     """The row of one golden comparison (a ``GateResult``)."""
+    figure = None if result.lossless else _lossy_figure(result)
     if result.passed:
         verdict = Verdict.PASS if result.lossless else Verdict.LOSSY_PASS
         same = "identical" if result.lossless else "within tolerance"
@@ -60,6 +61,8 @@ def gate_row(test: str, result: Any) -> Row:
             if result.total is not None
             else (result.notes[0] if result.notes else "")
         )
+        if figure:  # a lossy pass says how far it is from identical: the reviewer's question
+            detail = f"{result.total} {result.unit}s: {figure}" if result.total else figure
     else:
         verdict = Verdict.FAIL
         detail = "; ".join(result.metadata_diffs) or (
@@ -68,7 +71,21 @@ def gate_row(test: str, result: Any) -> Row:
             if result.first_mismatch
             else "differs"
         )
+        if figure and not result.metadata_diffs:
+            detail += f"; {figure}"
     return Row(test, result.artifact, result.gate, verdict.value, detail)
+
+
+def _lossy_figure(result: Any) -> str | None:
+    """The key figure of a lossy result (``max 1 ulp at [3, 7], p99 0 ulp, 0 beyond 1``)."""
+    from .errors import LosslessError
+    from .gates.spec import lossy_figure, parse_gate
+
+    try:
+        gate = parse_gate(str(result.gate))
+    except LosslessError:
+        return None
+    return lossy_figure(gate, result.diagnostics) if gate is not None else None
 
 
 def speed_row(test: str, name: str, verdict: Any) -> Row:
@@ -187,18 +204,35 @@ def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
     )
 
 
+#: The order of the golden-updates groups: what needs a look first. ``restored``, ``cleaned``
+#: and ``kept`` are recoveries of what a killed update left (one line per golden folder).
+_UPDATE_ACTIONS = (
+    "conflict",
+    "restored",
+    "cleaned",
+    "kept",
+    "created",
+    "changed",
+    "removed",
+    "unchanged",
+    "refused",
+)
+
+
 def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:
-    """What ``--update-goldens`` did, grouped by action, one artifact per line."""
+    """What ``--update-goldens`` did, grouped by action, one artifact (or, for a recovery, one
+    golden folder) per line."""
     groups: dict[str, list[Mapping[str, str]]] = {}
     for event in events:
         groups.setdefault(event["action"], []).append(event)
     lines: list[str] = []
-    for action in ("created", "changed", "removed", "unchanged", "refused"):
+    for action in (*_UPDATE_ACTIONS, *sorted(set(groups) - set(_UPDATE_ACTIONS))):
         items = groups.get(action, [])
         if not items:
             continue
-        lines.append(f"{action}: {len(items)}")
+        lines.append(printable(f"{action}: {len(items)}"))
         for item in sorted(items, key=lambda e: (e["folder"], e["name"])):
+            where = f"{item['folder']}/{item['name']}" if item.get("name") else item["folder"]
             detail = f" ({item['detail']})" if item.get("detail") else ""
-            lines.append(printable(f"  {item['folder']}/{item['name']}{detail}"))
+            lines.append(printable(f"  {where}{detail}"))
     return lines

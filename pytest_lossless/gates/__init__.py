@@ -3,8 +3,11 @@
 ``bytes`` compares the file's SHA-256; ``decoded`` compares stream metadata, then one digest per
 decoded frame and the PCM samples; ``elementwise`` compares tensors bit for bit (NaN payloads and
 the sign of zero count: arrays are compared as unsigned integer views, never with ``==``).
-``tolerance(atol=, rtol=)`` is explicitly lossy: it needs the full data on both sides and its
-result is never reported as lossless. PSNR and max error are labelled diagnostics, never gates.
+``tolerance(atol=, rtol=)`` and ``ulp(n)`` (floats within n units in the last place, per dtype,
+bfloat16 included) are explicitly lossy: they need the full data on both sides, their results
+are never reported as lossless, and they carry the spread of the differences (max and where,
+99th percentile, count beyond the bound). PSNR and max error are labelled diagnostics, never
+gates.
 
 The gate and its result (:mod:`.spec`, :mod:`.result`) load with the standard library only; the
 comparers and diagnostics (numpy, media) load on first use, so that naming a gate stays cheap.
@@ -19,8 +22,10 @@ from .result import GateResult as GateResult
 from .spec import GATE_NAMES as GATE_NAMES
 from .spec import Gate as Gate
 from .spec import check_gate_applies as check_gate_applies
+from .spec import lossy_figure as lossy_figure
 from .spec import parse_gate as parse_gate
 from .spec import tolerance as tolerance
+from .spec import ulp as ulp
 
 if TYPE_CHECKING:
     from .diagnostics import write_diagnostics as write_diagnostics
@@ -29,16 +34,18 @@ if TYPE_CHECKING:
     from .exact import compare_container as compare_container
     from .exact import compare_tensor as compare_tensor
     from .lossy import compare_tolerance as compare_tolerance
+    from .ulps import compare_ulp as compare_ulp
 
 #: The names that need numpy and media, by the submodule that defines them. (The lossy comparer
 #: lives in ``lossy``: a submodule named ``tolerance`` would replace the gate :func:`tolerance`
-#: on this package once imported.)
+#: on this package once imported; for the same reason the ``ulp`` comparer lives in ``ulps``.)
 _LAZY = {
     "compare_bytes": "exact",
     "compare_container": "exact",
     "compare_audio_file": "exact",
     "compare_tensor": "exact",
     "compare_tolerance": "lossy",
+    "compare_ulp": "ulps",
     "write_diagnostics": "diagnostics",
 }
 
@@ -52,8 +59,11 @@ __all__ = [
     "compare_container",
     "compare_tensor",
     "compare_tolerance",
+    "compare_ulp",
+    "lossy_figure",
     "parse_gate",
     "tolerance",
+    "ulp",
     "write_diagnostics",
 ]
 

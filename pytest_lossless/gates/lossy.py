@@ -1,10 +1,16 @@
 """The explicitly lossy gate, ``tolerance(atol=, rtol=)``: ``|obtained - expected| <= atol + rtol *
 |expected|`` position by position; it needs the full data on both sides and never reports lossless.
+
+Every lossy result carries the statistics a reviewer asks for (:class:`Spread`): the largest
+difference and where it is, the 99th percentile, and how many positions are beyond the bound.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +21,120 @@ from .. import media
 from ..core.artifact import Artifact
 from ..errors import LosslessError
 from .arrays import Sides, bits_differ, index_text, load_arrays, sides, unravel, value_text
-from .diagnostics import error_stats
 from .findings import META_LABELS, frame_location, new_result, note_meta, pts_time, settle, streams
 from .result import GateResult
 from .spec import Gate, number_text
 
+#: Integer differences below this are counted in a histogram, not kept (video frames).
+_HISTOGRAM_BINS = 1 << 16
 
-def _need_full(gate: Gate, expected: Artifact, obtained: Artifact) -> tuple[Path, Path]:
+
+def location_text(index: tuple[int, ...], label: str = "") -> str:
+    """``[3, 7]`` (any number of axes), after ``member 'x' `` for an ``.npz`` member."""
+    return f"{label}[{', '.join(str(i) for i in index)}]"
+
+
+def rank_99(count: int) -> int:
+    """The 0-based rank of the 99th percentile among ``count`` sorted values: the smallest value
+    that at least 99% of the positions do not exceed (numpy's ``inverted_cdf``)."""
+    return max(0, (99 * count + 99) // 100 - 1)
+
+
+@dataclass
+class Spread:
+    """How far apart two sides are over all positions: the largest distance and where it is,
+    the 99th percentile, and how many positions are beyond the gate's bound.
+
+    Distances are float64 (|diff|, ``inf`` for NaN against a number) or uint64 (ULPs, with a
+    sentinel for no finite distance); integer distances below 2**16 may be counted in a
+    histogram instead of kept (:meth:`add` with ``histogram=True``, for video frames).
+    """
+
+    #: Whether the 99th percentile is wanted (else no distance is kept, only the largest).
+    percentile: bool = True
+    count: int = 0
+    beyond: int = 0
+    largest: Any = None
+    largest_at: str = ""
+    parts: list[npt.NDArray[Any]] = field(default_factory=list)
+    histogram: npt.NDArray[np.int64] | None = None
+
+    def add(
+        self,
+        distance: npt.NDArray[Any],
+        beyond: int,
+        where: Callable[[int], str],
+        *,
+        histogram: bool = False,
+    ) -> None:
+        """Take one block of distances; ``where(flat)`` names its flat position ``flat``."""
+        flat = distance.reshape(-1)
+        if not flat.size:
+            return
+        self.count += int(flat.size)
+        self.beyond += int(beyond)
+        i = int(np.argmax(flat))
+        value = flat[i].item()
+        if self.largest is None or value > self.largest:
+            self.largest, self.largest_at = value, where(i)
+        if not self.percentile:
+            return
+        if histogram and distance.dtype.kind in "iu" and value < _HISTOGRAM_BINS:
+            counts = np.bincount(flat, minlength=_HISTOGRAM_BINS)
+            self.histogram = counts if self.histogram is None else self.histogram + counts
+        else:
+            self.parts.append(flat)
+
+    def p99(self) -> Any:
+        """The 99th percentile of every distance taken (None when none was)."""
+        if not self.count:
+            return None
+        rank = rank_99(self.count)
+        if self.histogram is not None and not self.parts:
+            return int(np.searchsorted(np.cumsum(self.histogram), rank + 1))
+        blocks = list(self.parts)
+        if self.histogram is not None:  # both: the histogram's values join the kept ones
+            blocks.append(np.repeat(np.arange(_HISTOGRAM_BINS), self.histogram))
+        values = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        return np.partition(values, rank)[rank].item()
+
+    def figures(self, prefix: str, *, infinite: Any = None) -> dict[str, Any]:
+        """``max_<prefix>``, ``max_<prefix>_at`` and (when wanted) ``p99_<prefix>``, as
+        diagnostics; a distance equal to ``infinite`` is written ``inf``."""
+
+        def shown(value: Any) -> Any:
+            return math.inf if infinite is not None and value == infinite else value
+
+        found: dict[str, Any] = {
+            f"max_{prefix}": shown(self.largest) if self.count else 0,
+            f"max_{prefix}_at": self.largest_at,
+        }
+        if self.percentile:
+            found[f"p99_{prefix}"] = shown(self.p99()) if self.count else 0
+        return found
+
+
+def abs_diff(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """``|a - b|`` per position, as float64: 0 where both are the same number or both NaN,
+    ``inf`` for NaN against a number or infinities that differ. Integers are subtracted
+    exactly (64-bit ones through unsigned wrap-around: the true difference fits)."""
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        wide = np.uint64 if a.dtype == b.dtype == np.uint64 else np.int64
+        x, y = np.asarray(a).astype(wide), np.asarray(b).astype(wide)
+        hi, lo = np.maximum(x, y), np.minimum(x, y)
+        steps = hi.view(np.uint64) - lo.view(np.uint64)
+        return np.asarray(steps, dtype=np.float64)
+    kind = np.complex128 if "c" in (a.dtype.kind, b.dtype.kind) else np.float64
+    with np.errstate(invalid="ignore", over="ignore"):  # signalling NaNs warn when widened
+        x = np.asarray(a, dtype=kind)
+        y = np.asarray(b, dtype=kind)
+        diff = np.asarray(np.abs(x - y), dtype=np.float64)
+        same = (x == y) | (np.isnan(x) & np.isnan(y))
+    diff = np.where(same, 0.0, diff)
+    return np.where(np.isnan(diff), np.inf, diff)
+
+
+def need_full(gate: Gate, expected: Artifact, obtained: Artifact) -> tuple[Path, Path]:
     for side, art in (("expected", expected), ("obtained", obtained)):
         if art.path is None:
             raise LosslessError(
@@ -63,10 +176,12 @@ def _tolerance_arrays(
     gate: Gate,
     pairs: Iterator[tuple[str, npt.NDArray[Any], npt.NDArray[Any]]],
     describe: Callable[[str, int, npt.NDArray[Any], npt.NDArray[Any]], str],
+    where: Callable[[str, npt.NDArray[Any], int], str],
 ) -> None:
-    """Count the positions out of tolerance over (label, obtained, expected) pairs."""
+    """Count the positions out of tolerance over (label, obtained, expected) pairs, with the
+    spread of ``|diff|`` (``where(label, array, flat)`` names a position)."""
     count = total = bitwise = 0
-    max_err = 0.0
+    spread = Spread()
     for label, a, b in pairs:
         if a.shape != b.shape:
             result.metadata_diffs.append(f"{label}shape: expected {b.shape}, obtained {a.shape}")
@@ -77,13 +192,27 @@ def _tolerance_arrays(
         count += int(bad.size)
         if a.dtype == b.dtype:
             bitwise += int(np.count_nonzero(bits_differ(a, b)))
-        max_err = max(max_err, _max_abs_error(a, b))
+        spread.add(abs_diff(a, b), int(bad.size), partial(where, label, a))
         if bad.size and result.first_mismatch is None:
             result.first_mismatch = describe(label, int(bad[0]), a, b)
     result.mismatch_count = count
     result.total = total
-    result.diagnostics["max_abs_error"] = max_err
+    result.diagnostics.update(spread.figures("abs_diff"))
+    result.diagnostics["count_beyond"] = spread.beyond
     result.diagnostics["bitwise_differing"] = bitwise
+
+
+def _tensor_where(label: str, array: npt.NDArray[Any], flat: int) -> str:
+    return location_text(unravel(flat, array.shape), label)
+
+
+def _sample_where(label: str, array: npt.NDArray[Any], flat: int) -> str:
+    i, ch = divmod(flat, array.shape[1])
+    return f"{label}sample {i} (channel {ch})"
+
+
+def _frame_where(stream: Any, frame: int, flat: int) -> str:
+    return f"stream {stream} frame {frame} sample {flat}"
 
 
 def compare_tolerance(
@@ -96,7 +225,7 @@ def compare_tolerance(
 ) -> GateResult:
     """The lossy gate: values within ``atol + rtol * |expected|``; needs full data on both sides,
     decoded within ``limits`` (the obtained side within limits derived from its golden)."""
-    epath, opath = _need_full(gate, expected, obtained)
+    epath, opath = need_full(gate, expected, obtained)
     pair = sides(limits, expected)
     unit = {"tensor": "element", "audio": "sample", "video": "frame"}[kind]
     result = new_result(expected, gate, kind, unit)
@@ -123,6 +252,7 @@ def compare_tolerance(
             gate,
             ((f"member {n!r} " if n else "", oa[n], ea[n]) for n in sorted(set(ea) & set(oa))),
             describe_element,
+            _tensor_where,
         )
     elif kind == "audio" and "streams" not in expected.fingerprint:
         a, rate = media.load_audio(opath, limits=pair[1])
@@ -138,7 +268,7 @@ def compare_tolerance(
             )
 
         if len(a) == len(b):
-            _tolerance_arrays(result, gate, iter([("", a, b)]), describe_sample)
+            _tolerance_arrays(result, gate, iter([("", a, b)]), describe_sample, _sample_where)
     else:
         _tolerance_container(result, gate, expected, obtained, (epath, opath), pair)
     return settle(result)
@@ -157,7 +287,7 @@ def _tolerance_container(
     evs, ovs = streams(efp, "video"), streams(ofp, "video")
     note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
     count = total = 0
-    max_err = 0.0
+    spread = Spread()
     for es, os_ in zip(evs, ovs, strict=False):
         for key in ("frame_count", "width", "height", "pix_fmt"):
             note_meta(result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key))
@@ -181,9 +311,16 @@ def _tolerance_container(
         for i, (b, a) in enumerate(zip(eit, oit, strict=False)):
             total += 1
             ok = _within(a, b, gate.atol, gate.rtol)
-            err = _max_abs_error(a, b)
-            max_err = max(max_err, err)
-            if not ok.all():
+            diff = _frame_diff(a, b)
+            outside = int(np.count_nonzero(~ok))
+            err = diff.max().item() if diff.size else 0
+            spread.add(
+                diff,
+                outside,
+                partial(_frame_where, es["index"], i),
+                histogram=True,
+            )
+            if outside:
                 count += 1
                 if result.first_mismatch is None:
                     pts = es["frames"][i]["pts"] if i < len(es.get("frames", [])) else None
@@ -191,7 +328,7 @@ def _tolerance_container(
                         f" ({pts_time(pts, es.get('pts_time_base'))})" if pts is not None else ""
                     )
                     result.first_mismatch = (
-                        f"{i}{where}: {int(np.count_nonzero(~ok))} samples outside "
+                        f"{i}{where}: {outside} samples outside "
                         f"atol={number_text(gate.atol)}, rtol={number_text(gate.rtol)} "
                         f"(max abs error {err:g})"
                     )
@@ -205,6 +342,12 @@ def _tolerance_container(
             note_meta(result.metadata_diffs, "audio sample count", len(b), len(a))
             continue
         ok = _within(a, b, gate.atol, gate.rtol)
+        stream = f"audio stream {es.get('index')} "
+        spread.add(
+            abs_diff(a, b),
+            int(np.count_nonzero(~ok)),
+            partial(_sample_where, stream, a),
+        )
         if not ok.all():
             count += 1
             flat = int(np.flatnonzero(~ok.reshape(-1))[0])
@@ -215,12 +358,15 @@ def _tolerance_container(
                     f"obtained {value_text(a, (i, ch))}"
                 )
             result.notes.append(f"{int(np.count_nonzero(~ok))} audio samples out of tolerance")
-        max_err = max(max_err, _max_abs_error(a, b))
     result.mismatch_count = count
     result.total = total
-    result.diagnostics["max_abs_error"] = max_err
+    result.diagnostics.update(spread.figures("abs_diff"))
+    result.diagnostics["count_beyond"] = spread.beyond
 
 
-def _max_abs_error(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> float:
-    """The largest finite absolute difference, 0 where none is finite: a diagnostic."""
-    return float(error_stats(a, b, 1.0).get("max_abs_error", 0.0))
+def _frame_diff(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``|a - b|`` of one frame's samples: exact integers for integer pixel formats (counted in
+    a histogram), float64 otherwise."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and max(a.itemsize, b.itemsize) <= 2:
+        return np.abs(a.astype(np.int32) - b.astype(np.int32))
+    return abs_diff(a, b)
