@@ -22,6 +22,8 @@ BACKENDS = ("auto", "npu", "cuda", "cpu")
 #: No host has more devices than this; a larger range is a typo, not a pool.
 MAX_DEVICES = 4096
 BUSY_POLICIES = ("wait", "fail")
+#: What a session does with a process an earlier allocation left running on a device it wants.
+ORPHAN_POLICIES = ("wait", "kill")
 
 #: Environment variables that change numerics; recorded in every receipt when present.
 DETERMINISM_KNOBS = (
@@ -240,6 +242,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         choices=BUSY_POLICIES,
     ),
     OptionSpec(
+        "orphans",
+        "--lossless-orphans",
+        "lossless_orphans",
+        "PYTEST_LOSSLESS_ORPHANS",
+        "wait",
+        _parse_choice(ORPHAN_POLICIES),
+        "a process an earlier allocation left running on a wanted device (its pytest was "
+        "killed, say): wait for it (within the lock timeout), or kill it (SIGTERM to its "
+        "process group, then SIGKILL)",
+        choices=ORPHAN_POLICIES,
+    ),
+    OptionSpec(
         "control_runs",
         "--lossless-control-runs",
         "lossless_control_runs",
@@ -346,6 +360,7 @@ class Settings:
     lock_dir: Path
     lock_timeout: float
     busy: str
+    orphans: str
     control_runs: int
     digest_above: int
     speed_pairs: int

@@ -1,9 +1,14 @@
 """An allocation: a test's locked devices, the environment its children get, and the idle
-proof before and after; releasing it runs the test's finalizers before the locks go."""
+proof before and after; releasing it runs the test's finalizers before the locks go.
+
+Its runs inherit the lock descriptors (:attr:`Allocation.lock_fds`) and are listed in the
+allocation's runs record (:meth:`Allocation.note_processes`), so that no later allocation of
+a device is granted while any of them still runs, whatever happened to this process.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +16,7 @@ from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..errors import AllocationError
 from .base import Device
 from .locks import Flock, LockDir
+from .runs import RunsLedger
 
 
 @dataclass
@@ -22,6 +28,11 @@ class Allocation:
     A lock file deleted or replaced while held (its inode is recorded when taken) is named in
     ``lock_problems`` and, once every lock is let go, raised as an :class:`AllocationError`:
     the test did not hold its devices alone for all its run.
+
+    ``orphans`` lists what an earlier allocation of these devices had left running when this
+    one was asked for, and what was done (waited for, or ended); ``left_running`` what this
+    one's runs left behind at release (it stays in the runs record, which keeps the devices
+    from being granted while it lives).
     """
 
     backend: str
@@ -39,7 +50,11 @@ class Allocation:
     lock_dir: str = ""
     finalizer_errors: list[str] = field(default_factory=list)
     lock_problems: list[str] = field(default_factory=list)
+    orphan_policy: str = "wait"
+    orphans: list[dict[str, Any]] = field(default_factory=list)
+    left_running: list[dict[str, Any]] = field(default_factory=list)
     _locks: list[tuple[str, Flock]] = field(default_factory=list, repr=False)
+    _ledger: RunsLedger | None = field(default=None, repr=False)
     _finalizers: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _proof: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
     _lockdir: LockDir | None = field(default=None, repr=False)
@@ -52,6 +67,18 @@ class Allocation:
     @property
     def released(self) -> bool:
         return self.released_at is not None
+
+    @property
+    def lock_fds(self) -> tuple[int, ...]:
+        """The descriptors holding the device locks: every run inherits them, so each flock
+        stays held while any run process keeps its copy, even after this process is gone."""
+        return tuple(fd for _, lock in self._locks if (fd := lock.fileno) is not None)
+
+    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None:
+        """The live processes of ``run`` now (``pid``, ``start``, ``pgid``, ``sid``, ``comm``,
+        ``argv``), into the runs record; a run that ended reports none."""
+        if self._ledger is not None and not self.released:
+            self._ledger.note(run, processes)
 
     def add_finalizer(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` at release, before the locks go (last added runs first)."""
@@ -84,6 +111,13 @@ class Allocation:
                 except Exception as exc:  # evidence is best effort; the locks must go
                     self.idle_after = {"observed": False, "error": str(exc)}
         finally:
+            if self._ledger is not None:
+                # Whatever still runs stays listed, so no later allocation is granted while
+                # it lives; an empty record is removed.
+                try:
+                    self.left_running = self._ledger.close()
+                except Exception as exc:  # the locks must go
+                    self.finalizer_errors.append(f"runs record: {type(exc).__name__}: {exc}")
             self.lock_problems.extend(self.check_locks())
             for key, lock in reversed(self._locks):
                 if self._lockdir is not None:
@@ -126,4 +160,9 @@ class Allocation:
             "idle_after": self.idle_after,
             "finalizer_errors": list(self.finalizer_errors),
             "lock_problems": list(self.lock_problems),
+            "orphan_policy": self.orphan_policy,
+            "orphans": [dict(o) for o in self.orphans],
+            "left_running": [dict(p) for p in self.left_running],
+            "runs_records": [str(p) for p in self._ledger.paths] if self._ledger else [],
+            "runs_record_problems": list(self._ledger.problems) if self._ledger else [],
         }

@@ -1,5 +1,9 @@
 """The allocator: all-or-none grants of N devices from a fixed pool, with a waiting line
-shown to the user, a timeout that names each holder, and a gate that lets a long waiter in."""
+shown to the user, a timeout that names each holder, and a gate that lets a long waiter in.
+
+No device is granted while a process an earlier allocation of it started still runs (an
+orphan, :mod:`.orphans`): the allocator names it and waits, or ends it (``orphans="kill"``).
+"""
 
 from __future__ import annotations
 
@@ -13,20 +17,27 @@ from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..errors import AllocationError, AllocationTimeout, ConfigError
-from ..settings import BUSY_POLICIES
+from ..settings import BUSY_POLICIES, ORPHAN_POLICIES
 from .allocation import Allocation
 from .base import Backend, Device, ToolError, match_device
 from .locks import Flock, LockDir, LockFileError, holder_record
+from .orphans import ORPHAN_GRACE, Orphan, OrphanWatch, describe_orphans, find_orphans, is_alive
+from .runs import RunsLedger, clear_stale, read_runs, runs_problem
 
 
 @dataclass
 class _Attempt:
     """Why one all-or-none attempt failed: locks held by others, lock files that cannot be
-    used (a planted symlink or FIFO), or foreign processes."""
+    used (a planted symlink or FIFO), orphans of an earlier allocation, or foreign processes.
+    ``free``: how many devices were free of all of these."""
 
     held: list[Device] = field(default_factory=list)
     unusable: list[tuple[Device, LockFileError]] = field(default_factory=list)
     busy: list[dict[str, Any]] = field(default_factory=list)
+    orphaned: list[tuple[Device, list[Orphan]]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    free: int = 0
+    new_orphans: bool = False
     gated: bool = False
 
 
@@ -41,6 +52,11 @@ class Allocator:
     starving behind a stream of small ones, a waiter that has waited ``escalate_after``
     seconds takes the backend's gate lock exclusively: new attempts (which take the
     gate shared) then pause until it is served, while current holders finish normally.
+
+    A device that is locked but still runs an orphan (a process that an earlier allocation
+    of it started, listed in its runs record) is not free: ``orphans="wait"`` waits for it,
+    naming it, ``orphans="kill"`` ends it (SIGTERM to its process group, ``orphan_grace``
+    seconds, SIGKILL) when the device is needed, and the allocation records both.
     """
 
     def __init__(
@@ -52,6 +68,8 @@ class Allocator:
         lock_dir: Path,
         timeout: float,
         busy: str = "wait",
+        orphans: str = "wait",
+        orphan_grace: float = ORPHAN_GRACE,
         clock: Clock = SYSTEM_CLOCK,
         on_wait: Callable[[str], None] | None = None,
         escalate_after: float | None = 2.0,
@@ -66,12 +84,18 @@ class Allocator:
             )
         if busy not in BUSY_POLICIES:
             raise ConfigError("--lossless-busy", busy, f"expected one of {BUSY_POLICIES}")
+        if orphans not in ORPHAN_POLICIES:
+            raise ConfigError(
+                "--lossless-orphans", orphans, f"expected one of {', '.join(ORPHAN_POLICIES)}"
+            )
         self.backends = list(backends)
         self.backend_name = backend
         self.pool = tuple(pool) if pool is not None else None
         self.lock_dir = LockDir(lock_dir)
         self.timeout = timeout
         self.busy = busy
+        self.orphans = orphans
+        self.orphan_grace = orphan_grace
         self.clock = clock
         self.on_wait = on_wait
         self.escalate_after = escalate_after
@@ -183,16 +207,22 @@ class Allocator:
         escalated = False
         announced = False
         busy_keys: set[str] = set()
+        watch = OrphanWatch(self.orphans, grace=self.orphan_grace, clock=self.clock)
         delay = 0.01
         try:
             while True:
                 result = self._attempt(
-                    backend, pool, count, holder, busy_keys, gate=None if escalated else gate
+                    backend, pool, count, holder, busy_keys, watch, gate=None if escalated else gate
                 )
                 if isinstance(result, Allocation):
                     result.waited_seconds = self.clock.monotonic() - start
                     result.escalated = escalated
+                    result.orphans = watch.entries()
                     return result
+                if result.new_orphans:
+                    announced = False  # a new orphan gets its own wait line
+                if self.orphans == "kill" and self._end_orphans(result, count, holder, watch):
+                    continue  # try again at once: the devices may be free now
                 if count > len(pool) - len(result.unusable):
                     # Waiting cannot help: only their owner or root can remove those files.
                     raise AllocationError(
@@ -214,7 +244,7 @@ class Allocator:
                     d.lock_key
                     for label, d in pool
                     if any(p.get("device") == d.id for p in result.busy)
-                }
+                } | {d.lock_key for d, _ in result.orphaned}
                 now = self.clock.monotonic()
                 if not announced and self.on_wait is not None:
                     announced = True
@@ -225,10 +255,15 @@ class Allocator:
                     )
                 if now >= deadline:
                     blockers = self._blockers(result)  # read the holder records once
+                    ending = (
+                        "end what still runs there (or run with --lossless-orphans=kill), "
+                        if result.orphaned and self.orphans == "wait"
+                        else ""
+                    )
                     raise AllocationTimeout(
                         f"{holder} timed out after {now - start:.1f} s waiting for {count} "
                         f"{backend.name} device(s) of [{labels}]: {blockers}. "
-                        "Raise --lossless-lock-timeout, or free the devices (locks in "
+                        f"Raise --lossless-lock-timeout, {ending}or free the devices (locks in "
                         f"{self.lock_dir.path})",
                         holders=blockers,
                     )
@@ -256,6 +291,27 @@ class Allocator:
     def _record(self, holder: str, keys: Sequence[str]) -> dict[str, Any]:
         return holder_record(holder, keys, host=self.host, now=self.clock.wall())
 
+    def _end_orphans(self, result: _Attempt, count: int, holder: str, watch: OrphanWatch) -> bool:
+        """Under ``orphans="kill"``: end the orphans of as many orphaned devices as the ask
+        lacks (each orphan once); False when there were none to end."""
+        short = count - result.free
+        wanted = result.orphaned[: max(0, short)]
+        targets: dict[tuple[int, int], Orphan] = {}
+        for _, found in wanted:
+            targets.update((o.identity, o) for o in watch.endable(found))
+        if not targets:
+            return False
+        ids = ",".join(d.id for d, _ in wanted)
+        if self.on_wait is not None:
+            self.on_wait(
+                f"pytest-lossless: {holder} ends what an earlier allocation left running on "
+                f"{self.chosen.name} device(s) {ids} (--lossless-orphans=kill: SIGTERM to "
+                f"each process group, SIGKILL after {self.orphan_grace:g} s): "
+                + describe_orphans(list(targets.values()))
+            )
+        watch.end(list(targets.values()))
+        return True
+
     def _attempt(
         self,
         backend: Backend,
@@ -263,6 +319,7 @@ class Allocator:
         count: int,
         holder: str,
         busy_keys: set[str],
+        watch: OrphanWatch,
         *,
         gate: Flock | None,
     ) -> Allocation | _Attempt:
@@ -271,8 +328,12 @@ class Allocator:
         taken: list[tuple[str, Device, Flock]] = []
         failed: list[Device] = []
         unusable: list[tuple[Device, LockFileError]] = []
+        orphaned: list[tuple[Device, list[Orphan]]] = []
         try:
-            # Devices seen busy with a foreign process go last, so others are tried first.
+            # Every runs record of the pool, read at once: a free lock is not a free device
+            # while a process of an earlier allocation still runs on it.
+            records, problems = read_runs(self.lock_dir, [d.lock_key for _, d in pool])
+            # Devices seen busy (a foreign process, an orphan) go last: others first.
             ordered = sorted(pool, key=lambda item: item[1].lock_key in busy_keys)
             for label, device in ordered:
                 lock = self.lock_dir.lock(device.lock_key)
@@ -281,22 +342,51 @@ class Allocator:
                 except LockFileError as exc:
                     unusable.append((device, exc))
                     continue
+                runs = records[device.lock_key]
                 if locked and self.lock_dir.replaced_under(device.lock_key, lock, self.host):
                     lock.release()  # a live holder still locks the file this one replaced
                     failed.append(device)
                 elif lock.held:
+                    found = find_orphans(
+                        runs, self.host, include_live_holders=True, scan=watch.scan
+                    )
+                    planted = runs_problem(self.lock_dir, device.lock_key)
+                    if found or planted is not None:
+                        lock.release()
+                        if found:
+                            orphaned.append((device, found))
+                        elif planted is not None:
+                            unusable.append((device, LockFileError(*planted)))
+                        continue
+                    clear_stale(runs)  # its lock is ours and nothing of it runs: stale
                     taken.append((label, device, lock))
                     if len(taken) == count:
                         break
                 else:
-                    failed.append(device)
+                    # Held: by a live allocation, or (its holder gone) by its runs, which
+                    # inherited the lock; those are named, and ended under orphans="kill".
+                    found = find_orphans(
+                        runs, self.host, include_live_holders=False, scan=watch.scan
+                    )
+                    if found:
+                        orphaned.append((device, found))
+                    else:
+                        failed.append(device)
         finally:
             if gate is not None:
                 gate.release()
+        new = watch.saw([(d.id, found) for d, found in orphaned])
         if len(taken) < count:
             for _, _, lock in reversed(taken):
                 lock.release()
-            return _Attempt(held=failed, unusable=unusable)
+            return _Attempt(
+                held=failed,
+                unusable=unusable,
+                orphaned=orphaned,
+                problems=problems,
+                free=len(taken),
+                new_orphans=bool(new),
+            )
         try:
             return self._grant(backend, taken, holder)
         except _Busy as busy:
@@ -318,6 +408,20 @@ class Allocator:
             raise _Busy(before["foreign_processes"])
         keys = [d.lock_key for d in devices]
         record = self._record(holder, keys)
+        # The runs record first: a device whose runs cannot be recorded is not granted.
+        ledger = RunsLedger(
+            self.lock_dir,
+            keys,
+            {
+                "host": self.host,
+                "holder": {"pid": record["pid"], "pid_start": record["pid_start"]},
+                "test": record["test"],
+                "since": record["since"],
+                "locks": keys,
+            },
+            alive=is_alive,
+        )
+        ledger.open()
         for key, (_, _, lock) in zip(keys, taken, strict=True):
             # The lock file's identity lets a later taker see that this file was replaced.
             self.lock_dir.write_record(
@@ -333,7 +437,9 @@ class Allocator:
             acquired_at=record["since"],
             idle_before=before,
             lock_dir=str(self.lock_dir.path),
+            orphan_policy=self.orphans,
             _locks=[(k, lk) for k, (_, _, lk) in zip(keys, taken, strict=True)],
+            _ledger=ledger,
             _lockdir=self.lock_dir,
             _clock=self.clock,
         )
@@ -383,8 +489,12 @@ class Allocator:
         for device in attempt.held:
             text = self.lock_dir.describe_holder(device.lock_key, self.host)
             by_holder.setdefault(text, []).append(device.id)
+        for device, found in attempt.orphaned:
+            by_holder.setdefault(f"not free: {describe_orphans(found)}", []).append(device.id)
         parts = [f"{','.join(ids)} {text}" for text, ids in by_holder.items()]
         parts.extend(f"{device.id} cannot be locked: {exc}" for device, exc in attempt.unusable)
+        if attempt.problems:
+            parts.append("runs records ignored: " + "; ".join(attempt.problems[:4]))
         if attempt.busy:
             parts.append(f"busy with {_describe_busy(attempt.busy)}")
         if attempt.gated:

@@ -4,8 +4,10 @@ device's stable identity, with a JSON holder record beside each lock for humans 
 Locks use ``fcntl.flock`` directly rather than :mod:`filelock`: the lock file is opened
 read-only (so lock files created by another user of a shared host still lock), never
 deleted (so every process always locks the same inode), and the descriptor is held for
-exactly the allocation's lifetime. The kernel drops a flock when its holder dies, even by
-SIGKILL, so a killed holder frees its devices at once.
+exactly the allocation's lifetime. The kernel drops a flock when the last descriptor of it is
+closed: the holder's, and those of the runs it started (which inherit it), so a SIGKILLed
+holder frees its devices at once unless something it started still runs; what such a process
+may have closed, the allocation's runs record still names (:mod:`.runs`, :mod:`.orphans`).
 
 The folder is shared with every account on the host, so nothing in it is trusted
 (docs/security.md): the folder must be sticky (like ``/tmp``) when others may write it, and
@@ -35,7 +37,7 @@ from ..core.procfs import process_stat
 from ..errors import AllocationError
 
 #: Every open of a lock file or record: never through a symlink, never waiting on a FIFO,
-#: never inherited by the test's children.
+#: close-on-exec (a held lock's descriptor reaches a run only when the launcher passes it).
 _SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: ``flock`` needs only a read-only descriptor: every account reads a lock file, none writes.
 LOCK_MODE = 0o644
@@ -130,7 +132,11 @@ def _open_lock(path: Path) -> int:
 
 
 class Flock:
-    """One ``flock(2)`` held through one open file description (never inherited).
+    """One ``flock(2)`` held through one open file description.
+
+    The descriptor is close-on-exec; the launcher hands it to each run it starts
+    (:attr:`fileno`), so the flock stays held while any process of the run keeps it, even
+    after this process died. :meth:`release` unlocks the description for all of them.
 
     The lock file's device and inode are recorded when it is taken: :meth:`check` says
     whether the path still names that file (a lock on a deleted file excludes nobody).
@@ -168,6 +174,11 @@ class Flock:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    @property
+    def fileno(self) -> int | None:
+        """The descriptor through which the lock is held, or None."""
+        return self._fd
 
     @property
     def inode(self) -> int | None:
@@ -281,43 +292,53 @@ def read_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     Bounded: a FIFO is never waited on, no more than :data:`RECORD_LIMIT` bytes are read, and
     nesting past :data:`RECORD_DEPTH` is refused before it reaches the JSON parser.
     """
+    value, problem, _ = read_owned_record(path)
+    return value, problem
+
+
+def read_owned_record(
+    path: Path, limit: int = RECORD_LIMIT
+) -> tuple[dict[str, Any] | None, str | None, int | None]:
+    """:func:`read_record`, up to ``limit`` bytes, with the uid that owns the file read (by
+    its descriptor, so the owner is the one of the bytes read)."""
     try:
         fd = os.open(path, os.O_RDONLY | _SAFE)
     except FileNotFoundError:
-        return None, None
+        return None, None, None
     except OSError as exc:
-        return None, _open_problem(path, exc)
+        return None, _open_problem(path, exc), None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return None, f"is {_kind(info.st_mode)}, not a regular file"
-        if info.st_size > RECORD_LIMIT:
-            return None, f"has {info.st_size} bytes, over the {RECORD_LIMIT} bytes of a record"
+            return None, f"is {_kind(info.st_mode)}, not a regular file", info.st_uid
+        if info.st_size > limit:
+            return None, f"has {info.st_size} bytes, over the {limit} bytes of a record", None
         data = b""
-        while len(data) <= RECORD_LIMIT:
-            chunk = os.read(fd, RECORD_LIMIT + 1 - len(data))
+        while len(data) <= limit:
+            chunk = os.read(fd, limit + 1 - len(data))
             if not chunk:
                 break
             data += chunk
     except OSError as exc:
-        return None, f"cannot be read ({exc.strerror})"
+        return None, f"cannot be read ({exc.strerror})", None
     finally:
         os.close(fd)
-    if len(data) > RECORD_LIMIT:
-        return None, f"has more than the {RECORD_LIMIT} bytes of a record"
+    if len(data) > limit:
+        return None, f"has more than the {limit} bytes of a record", info.st_uid
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return None, "is not UTF-8 text"
+        return None, "is not UTF-8 text", info.st_uid
     if text.count("[") + text.count("{") > RECORD_DEPTH and _nesting(text) > RECORD_DEPTH:
-        return None, f"is nested deeper than {RECORD_DEPTH} levels"
+        return None, f"is nested deeper than {RECORD_DEPTH} levels", info.st_uid
     try:
         value = json.loads(text)
     except ValueError as exc:
-        return None, f"is not JSON ({getattr(exc, 'msg', exc)})"
+        return None, f"is not JSON ({getattr(exc, 'msg', exc)})", info.st_uid
     if not isinstance(value, dict):
-        return None, f"is {_JSON_KIND.get(type(value), 'a JSON value')}, not a JSON object"
-    return value, None
+        kind = _JSON_KIND.get(type(value), "a JSON value")
+        return None, f"is {kind}, not a JSON object", info.st_uid
+    return value, None, info.st_uid
 
 
 def _shown(value: object, limit: int = 200) -> str:

@@ -2,7 +2,9 @@
 
 The session's :class:`~pytest_lossless.devices.Allocator` lives under a ``StashKey`` (one per
 process: each xdist worker has its own; the locks are host-wide). The allocation is held for the
-whole test and released at teardown, after the processes the test started have ended.
+whole test and released at teardown, after the processes the test started have ended. A device
+on which an earlier allocation's process still runs (its pytest was killed) is waited for, or
+ended with ``--lossless-orphans=kill``; the wait line names it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def allocator(config: pytest.Config) -> Allocator:
                 lock_dir=resolved.lock_dir,
                 timeout=resolved.lock_timeout,
                 busy=resolved.busy,
+                orphans=resolved.orphans,
                 on_wait=lambda line: _announce(config, line),
             )
         except ConfigError as exc:

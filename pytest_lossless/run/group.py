@@ -3,6 +3,12 @@ every descendant it has, observed until the last one is gone.
 
 The raw material of a lifecycle record (who ran, how each ended, which signals we sent and
 why, peak memory) is gathered here; :mod:`.lifecycle` judges it. Linux only (``/proc``).
+
+Descendants are found by ancestry, never by what a process carries: members of the run's
+session or group, children of known members (parent links in ``/proc``), and orphans
+re-parented to this process (a child subreaper) that cannot be a child of its own; which
+run such an orphan came from is decided by :class:`Adoptions`. The environment token is only
+a hint among runs: a daemon may clear its environment.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +31,8 @@ SAMPLE_INTERVAL = 0.05
 #: Every this many samples, processes known not to be ours are read again (pid reuse).
 FULL_SCAN_EVERY = 40
 
-#: Set in every child's environment to a token of its run, so that processes which leave the
-#: run's session and process group (daemons) can still be told apart as its own.
+#: Set in every child's environment to a token of its run: among several runs, it tells which
+#: one an orphan that kept its environment came from (ancestry decides the rest).
 RUN_TOKEN = "PYTEST_LOSSLESS_RUN"
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -90,6 +96,7 @@ class ObservedProcess:
     peak_rss_kib: int | None = None
     memory_source: str | None = None
     signals_received: list[dict[str, Any]] = field(default_factory=list)
+    session: int = 0
 
     def note_memory(self, kib: int | None, source: str) -> None:
         if kib is not None and (self.peak_rss_kib is None or kib > self.peak_rss_kib):
@@ -120,13 +127,92 @@ class ObservedProcess:
         }
 
 
+class Adoptions:
+    """Which run an orphan re-parented to this process (the child subreaper) belongs to.
+
+    Shared by the process groups of one launcher. A process whose parent is this one is a
+    re-parented orphan, never a child of ours, when its session is neither ours nor its
+    own: a child we start is in our session or leads its own (``setsid``). Such an orphan
+    belongs to the run whose token it carries; else to the run whose group, or a known
+    member of which, leads its session or group (a double fork's dead middle); else to the
+    run that started last before it. A session leader re-parented to us is adopted only
+    by its token: it could be a child of ours (ffmpeg, in its own session).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: list[ProcessGroup] = []
+        self._owner: dict[tuple[int, int], ProcessGroup] = {}
+        self._me = os.getpid()
+        self._session = os.getsid(0)
+
+    def join(self, group: ProcessGroup) -> None:
+        with self._lock:
+            self._groups.append(group)
+
+    def leave(self, group: ProcessGroup) -> None:
+        with self._lock:
+            self._groups = [g for g in self._groups if g is not group]
+            self._owner = {k: g for k, g in self._owner.items() if g is not group}
+
+    def claims(self, group: ProcessGroup, stats: Mapping[int, ProcStat]) -> set[int]:
+        """The orphans re-parented to us in ``stats`` that belong to ``group``."""
+        mine: set[int] = set()
+        with self._lock:
+            groups = list(self._groups)
+            mains = {g.pid for g in groups}
+            for pid, st in stats.items():
+                if st.ppid != self._me or pid in mains:
+                    continue
+                key = (pid, st.starttime)
+                owner = self._owner.get(key)
+                if owner is None:
+                    owner = self._decide(pid, st, groups)
+                    if owner is None:
+                        continue
+                    self._owner[key] = owner
+                if owner is group:
+                    mine.add(pid)
+        return mine
+
+    def _decide(
+        self, pid: int, st: ProcStat, groups: Sequence[ProcessGroup]
+    ) -> ProcessGroup | None:
+        token = _read_token(pid)
+        if token is not None:
+            for candidate in groups:
+                if candidate.token == token:
+                    return candidate
+        if st.session in (self._session, pid):
+            return None  # possibly a child of ours: only its token would say otherwise
+        for candidate in groups:
+            if candidate.knows(st.session) or candidate.knows(st.pgrp):
+                return candidate
+        earlier = [g for g in groups if g.main.starttime <= st.starttime]
+        return max(earlier, key=lambda g: g.main.starttime) if earlier else None
+
+
+def _read_token(pid: int) -> bytes | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((item for item in environ if item.startswith(RUN_TOKEN.encode() + b"=")), None)
+
+
 class ProcessGroup:
     """One started process in its own session and group, and every descendant seen.
 
     The direct child is reaped by a waiter thread with ``os.wait4`` (exit status and
     ``ru_maxrss``); descendants are found by sampling ``/proc`` (same session or group,
     or a parent already known), their memory read from ``VmHWM``; a zombie's exit status
-    is read from ``/proc/<pid>/stat``; orphans re-parented to us are reaped by us.
+    is read from ``/proc/<pid>/stat``; orphans re-parented to us are adopted by ancestry
+    (:class:`Adoptions`) and reaped by us.
+
+    ``pass_fds`` (the allocation's lock descriptors) are inherited by the run, so its locks
+    stay held while any of its processes keeps them; ``on_members`` is told the live
+    members (pid, start time, group, session, command) each time they change, so the
+    allocation's runs record lists them even if this process is killed.
     """
 
     def __init__(
@@ -139,9 +225,18 @@ class ProcessGroup:
         stderr_path: Path,
         clock: Clock,
         interval: float,
+        pass_fds: Sequence[int] = (),
+        adoptions: Adoptions | None = None,
+        on_members: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.clock = clock
         self._interval = interval
+        self._adoptions = adoptions if adoptions is not None else Adoptions()
+        self._on_members = on_members
+        self._reported: frozenset[tuple[int, int]] | None = None
+        self._report_lock = threading.Lock()
+        #: Every pid ever a member: an orphan whose session or group one of them leads is ours.
+        self._seen: set[int] = set()
         self._lock = threading.Lock()
         self._main_done = threading.Event()
         self._stop_sampling = threading.Event()
@@ -151,7 +246,7 @@ class ProcessGroup:
         self.leftovers: list[dict[str, Any]] = []
         self._me = os.getpid()
         token = env.get(RUN_TOKEN)
-        self._token = f"{RUN_TOKEN}={token}".encode() if token else b""
+        self.token = f"{RUN_TOKEN}={token}".encode() if token else None
         self._strangers: set[int] = set()
         self._samples = 0
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
@@ -166,9 +261,11 @@ class ProcessGroup:
                 stderr=err,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=tuple(pass_fds),
             )
         self.pid = self.popen.pid
         self.pgid = self.pid
+        self._seen.add(self.pid)
         stat = process_stat(self.pid)
         self.main = ObservedProcess(
             self.pid,
@@ -179,8 +276,11 @@ class ProcessGroup:
             stat.comm if stat else Path(argv[0]).name[:15],
             list(argv)[:16],
             0.0,
+            session=self.pid,
         )
         self.procs[self.pid] = self.main
+        self._adoptions.join(self)
+        self._report()  # the main process is listed before anything can kill us
         self._waiter = threading.Thread(
             target=self._wait_main, name=f"lossless-wait-{self.pid}", daemon=True
         )
@@ -257,16 +357,9 @@ class ProcessGroup:
                 for pid in known
                 if pid in stats and self.procs[pid].starttime in (0, stats[pid].starttime)
             }
-            # Orphans handed to us (the subreaper) are ours only if they carry this run's
-            # token: a double-forked daemon in a new session is still accounted for.
-            members |= {
-                pid
-                for pid, st in stats.items()
-                if st.ppid == self._me
-                and pid != self.pid
-                and pid not in members
-                and self._carries_token(pid)
-            }
+            # Orphans handed to us (the subreaper), by ancestry: a double-forked daemon in a
+            # new session, with its environment cleared and its descriptors closed, is ours.
+            members |= self._adoptions.claims(self, stats) - members
             todo = list(members | ({self.pid} if not self._main_done.is_set() else set()))
             while todo:
                 for child in children.get(todo.pop(), []):
@@ -295,11 +388,13 @@ class ProcessGroup:
                         st.comm,
                         read_cmdline(pid),
                         now,
+                        session=st.session,
                     )
                     self.procs[pid] = proc
+                    self._seen.add(pid)
                 if proc.ended is not None:
                     continue
-                proc.comm, proc.pgrp = st.comm, st.pgrp
+                proc.comm, proc.pgrp, proc.session = st.comm, st.pgrp, st.session
                 if st.ppid != 0:
                     proc.ppid_last = st.ppid
                 if st.state == "Z":
@@ -313,16 +408,45 @@ class ProcessGroup:
                 proc = self.procs[pid]
                 if pid not in members and proc.ended is None and pid != self.pid:
                     self._vanish(proc, now)
-            self._strangers.update(pid for pid in stats if pid not in members)
+            # Our direct children are re-read every sample: one may become an orphan of ours.
+            self._strangers.update(
+                pid for pid, st in stats.items() if pid not in members and st.ppid != self._me
+            )
+        self._report()
 
-    def _carries_token(self, pid: int) -> bool:
-        if not self._token:
-            return False
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            return False
-        return self._token in environ.split(b"\0")
+    def knows(self, pid: int) -> bool:
+        """Whether ``pid`` is (or was) a process of this run."""
+        return pid == self.pgid or pid in self._seen
+
+    def _report(self) -> None:
+        """Tell ``on_members`` the live members when they changed since the last report."""
+        if self._on_members is None:
+            return
+        with self._report_lock:
+            with self._lock:
+                live = [p for p in self.procs.values() if p.ended is None]
+                identity = frozenset((p.pid, p.starttime) for p in live)
+                if identity == self._reported:
+                    return
+                members = [
+                    {
+                        "pid": p.pid,
+                        "start": p.starttime,
+                        "pgid": p.pgrp,
+                        "sid": p.session,
+                        "ppid": p.ppid_last or p.ppid,
+                        "comm": p.comm,
+                        "argv": list(p.argv),
+                        "role": p.role,
+                    }
+                    for p in live
+                    if p.starttime
+                ]
+            self._reported = identity
+            try:
+                self._on_members(members)
+            except Exception:  # the record is protection, not the run: never stop sampling
+                self._reported = None
 
     def _note_zombie(self, proc: ObservedProcess, st: ProcStat, now: float) -> None:
         if proc is self.main:
@@ -464,6 +588,8 @@ class ProcessGroup:
         self._stop_sampling.set()
         self._sampler.join(timeout=5.0)
         self._waiter.join(timeout=1.0)
+        self._adoptions.leave(self)
+        self._report()  # what is left (leftovers) stays listed; an empty run is cleared
 
     def processes(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -24,7 +24,7 @@ from ..core.redact import Redactor, scrub, scrub_all
 from ..errors import ArtifactError, ConfigError, RunError
 from .arguments import check_argv, check_seconds, fill_placeholders
 from .failure import failure_message, format_status
-from .group import RUN_TOKEN, SAMPLE_INTERVAL, ProcessGroup, child_subreaper
+from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup, child_subreaper
 from .lifecycle import lifecycle_verdict
 from .server import Server
 
@@ -33,12 +33,19 @@ DEFAULT_GRACE = 5.0
 
 
 class AllocationLike(Protocol):
-    """What the launcher needs from a device allocation (see ``devices.Allocation``)."""
+    """What the launcher needs from a device allocation (see ``devices.Allocation``): the
+    environment, a finalizer, the lock descriptors every run inherits, and where each run's
+    live processes are reported (its runs record, which outlives this process)."""
 
     @property
     def env(self) -> Mapping[str, str]: ...
 
+    @property
+    def lock_fds(self) -> tuple[int, ...]: ...
+
     def add_finalizer(self, fn: Callable[[], None]) -> None: ...
+
+    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None: ...
 
 
 def free_port() -> int:
@@ -154,6 +161,8 @@ class Launcher:
         self._groups: list[ProcessGroup] = []
         self._count = 0
         self._subreaper_was: bool | None = None
+        #: Which run each orphan re-parented to us came from, decided once for all runs.
+        self._adoptions = Adoptions()
         self._closed = False
         if allocation is not None:
             allocation.add_finalizer(self.close)
@@ -251,6 +260,8 @@ class Launcher:
         cwd: Path | None,
         run_dir: Path,
     ) -> ProcessGroup:
+        allocation = self.allocation
+        name = str(record["name"])
         try:
             group = ProcessGroup(
                 args,
@@ -260,6 +271,15 @@ class Launcher:
                 stderr_path=run_dir / "stderr.log",
                 clock=self.clock,
                 interval=self.sample_interval,
+                # The run inherits the device locks and is listed in the runs record: no
+                # later allocation gets these devices while any process of it lives.
+                pass_fds=allocation.lock_fds if allocation is not None else (),
+                adoptions=self._adoptions,
+                on_members=(
+                    (lambda members: self._note_members(allocation, name, members))
+                    if allocation is not None
+                    else None
+                ),
             )
         except OSError as exc:
             record.update(
@@ -284,6 +304,17 @@ class Launcher:
         record["started_at"] = group.started_at
         record["pid"] = group.pid
         return group
+
+    def _note_members(
+        self, allocation: AllocationLike, run: str, members: list[dict[str, Any]]
+    ) -> None:
+        """A run's live processes, into the allocation's runs record, secrets hidden (the
+        record is readable by every account on the host)."""
+        secrets = frozenset(self._secrets)  # a copy: the sampler thread calls this
+        for member in members:
+            shown, _ = self.redactor.argv(list(member["argv"]))
+            member["argv"] = [scrub(a, secrets) for a in shown][:8]
+        allocation.note_processes(run, members)
 
     def _emit(self, record: dict[str, Any]) -> None:
         for key in ("ready_url", "error"):

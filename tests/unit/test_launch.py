@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,20 @@ SERVER = [sys.executable, str(SERVERS / "worker_server.py"), "{port}"]
 
 
 class FakeAllocation:
-    """Stands in for devices.Allocation: visibility env and the finalizer list."""
+    """Stands in for devices.Allocation: visibility env, the finalizer list, no lock
+    descriptors, and the processes each run reported (the runs record)."""
 
     def __init__(self) -> None:
         self.env = {"CUDA_VISIBLE_DEVICES": "2"}
         self.finalizers: list[Callable[[], None]] = []
+        self.lock_fds: tuple[int, ...] = ()
+        self.noted: dict[str, list[Mapping[str, Any]]] = {}
 
     def add_finalizer(self, fn: Callable[[], None]) -> None:
         self.finalizers.append(fn)
+
+    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None:
+        self.noted[run] = list(processes)
 
 
 @pytest.fixture
