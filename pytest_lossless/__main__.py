@@ -1,7 +1,9 @@
 """``python -m pytest_lossless``: ``verify`` and ``summary`` over receipts folders.
 
-``verify`` prints one line per receipt; it exits 0 when every receipt is consistent, 1 on any
-contradiction or unreadable receipt, 2 when there is nothing to verify or a bad argument.
+``verify`` prints one line per receipt, then each incomplete or contradicting session, the
+merged verdict counts, and the hosts and source revisions it saw; it exits 0 when every
+receipt and every session is consistent and complete, 1 on any contradiction, incomplete
+session or unreadable receipt, 2 when there is nothing to verify or a bad argument.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import LosslessError, ReceiptError
+from .evidence.index import INDEX_NAME, read_key
 from .evidence.receipts import load_all
-from .evidence.summary import check_summary, summary_lines, write_summary
+from .evidence.sessions import check_campaign
+from .evidence.summary import check_summaries, summary_lines, verdict_counts, write_summary
 from .evidence.verify import verify_receipt
 from .kinds import KindRegistry, plugin_manager
 
@@ -37,16 +41,32 @@ def verify_command(
     plugins: Sequence[str] = (),
     entry_points: bool = True,
     out: TextIO | None = None,
+    key_env: str | None = None,
+    allow_mixed_revisions: bool = False,
 ) -> int:
     """The ``verify`` subcommand over one or more folders; returns the exit status.
 
     Gates of kinds that plugins add are re-derived through the same plugins pytest would load:
     the ``pytest11`` entry points (unless ``entry_points`` is False) and each ``-p MODULE``.
+    Every session folder found must hold its index (``INDEX.json``); the sessions of all the
+    folders merge into one campaign, whose hosts and source revisions are printed.
+    ``key_env`` names the variable holding the key of keyed receipts: each index's HMAC is
+    checked with it.
     """
     stream = sys.stdout if out is None else out
     for directory in directories:
         if not directory.exists():
             print(f"pytest-lossless verify: {directory}: no such folder", file=sys.stderr)
+            return 2
+    key = None
+    if key_env is not None:
+        key = read_key(name=key_env)
+        if key is None:
+            print(
+                f"pytest-lossless verify: --key-env {key_env}: the variable is unset or empty; "
+                "set it to the key the sessions ran with",
+                file=sys.stderr,
+            )
             return 2
     try:
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
@@ -55,7 +75,8 @@ def verify_command(
         return 2
     loaded_by_folder = {directory: load_all(directory) for directory in directories}
     total = sum(len(loaded) for loaded in loaded_by_folder.values())
-    if not total:
+    indexes = any(d.is_dir() and any(d.rglob(INDEX_NAME)) for d in directories)
+    if not total and not indexes:  # an index without receipts still has a session to check
         names = ", ".join(str(d) for d in directories)
         print(
             f"pytest-lossless verify: no receipts (*.json) in {names}: nothing was verified",
@@ -79,11 +100,24 @@ def verify_command(
                     print(f"    - {problem}", file=stream)
             else:
                 print(f"OK {path}: {line}", file=stream)
-        summaries += check_summary(directory, loaded)
+        if directory.is_dir():
+            summaries += check_summaries(directory, loaded)
+    campaign = check_campaign(
+        loaded_by_folder,
+        key=key,
+        key_name=key_env,
+        allow_mixed_revisions=allow_mixed_revisions,
+    )
     print(f"{total - bad} of {total} receipts consistent", file=stream)
     for problem in summaries:
         print(f"CONTRADICTION {problem}", file=stream)
-    return 1 if bad or summaries else 0
+    for finding in campaign.findings:
+        print(str(finding), file=stream)
+    merged = {path: data for loaded in loaded_by_folder.values() for path, data in loaded.items()}
+    print(f"merged: {total} receipts: {verdict_counts(merged)}", file=stream)
+    for line in campaign.seen_lines():
+        print(line, file=stream)
+    return 1 if bad or summaries or campaign.findings else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         nargs="+",
         metavar="DIR",
-        help="a receipts folder (searched recursively) or one receipt file",
+        help="a receipts folder (searched recursively: every session folder in it, of any "
+        "host), a session folder, or one receipt file",
     )
     check.add_argument(
         "-p",
@@ -120,19 +155,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_false",
         help="do not load the plugins installed through pytest11 entry points",
     )
+    check.add_argument(
+        "--key-env",
+        metavar="NAME",
+        default=None,
+        help="check each session index's HMAC-SHA256 with the key in environment variable "
+        "NAME (the sessions ran with PYTEST_LOSSLESS_RECEIPT_KEY set); a missing or wrong "
+        "HMAC is an error",
+    )
+    check.add_argument(
+        "--allow-mixed-revisions",
+        action="store_true",
+        help="accept receipts of more than one source revision in one verify",
+    )
     make = commands.add_parser(
         "summary",
         help="print the summary of the receipts in DIR (generated from them); "
         "--write stores it as DIR/SUMMARY.md",
     )
-    make.add_argument("directory", type=Path, metavar="DIR", help="a receipts folder")
+    make.add_argument(
+        "directory",
+        type=Path,
+        metavar="DIR",
+        help="a session folder, or a folder of sessions (their merged summary)",
+    )
     make.add_argument("--write", action="store_true", help="write DIR/SUMMARY.md")
     args = parser.parse_args(argv)
     if args.command == "verify":
         if "" not in sys.path and "." not in sys.path:
             sys.path.insert(0, "")  # -p names project modules, as under pytest's rootdir
         return verify_command(
-            args.directories, plugins=args.plugins, entry_points=args.entry_points
+            args.directories,
+            plugins=args.plugins,
+            entry_points=args.entry_points,
+            key_env=args.key_env,
+            allow_mixed_revisions=args.allow_mixed_revisions,
         )
     if args.command == "summary":
         if not args.directory.is_dir():

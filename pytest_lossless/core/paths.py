@@ -15,8 +15,11 @@ write the project's files directly).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -161,3 +164,107 @@ def _size(count: int) -> str:
         if count >= scale and count % scale == 0:
             return f"{count // scale} {unit}"
     return f"{count} bytes"
+
+
+def folder_problem(path: Path | str, *, write: bool, create: bool = False) -> str | None:
+    """Why ``path`` cannot serve as a folder the plugin reads (and, with ``write``, writes), in
+    words, or None when it can.
+
+    A missing folder is fine when it could be made: its nearest existing parent is a folder
+    (writable, with ``write``); with ``create`` it is made now (parents too). Nothing else is
+    created: writability is asked of the kernel (``access``), which also knows a read-only
+    file system.
+    """
+    target = Path(os.path.abspath(path))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:
+        mode = None  # a parent is a file: named below
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if mode is not None:
+        if not stat.S_ISDIR(mode):
+            return f"is {_what(mode)}, not a folder"
+        return _access_problem(target, write=write)
+    existing = target.parent
+    while True:
+        try:
+            mode = os.stat(existing).st_mode
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if existing == existing.parent:
+                return "cannot be made: no part of it exists"
+            existing = existing.parent
+        except OSError as exc:
+            return f"cannot be made: {existing}: {exc.strerror}"
+    if not stat.S_ISDIR(mode):
+        return f"cannot be made: {existing} is {_what(mode)}, not a folder"
+    if create:
+        try:
+            os.makedirs(target, exist_ok=True)
+        except OSError as exc:
+            return f"cannot be made ({exc.strerror})"
+        return _access_problem(target, write=write)
+    problem = _access_problem(existing, write=write) if write else None
+    return None if problem is None else f"cannot be made: {existing} {problem}"
+
+
+def _what(mode: int) -> str:
+    return "a file" if stat.S_ISREG(mode) else file_kind(mode)
+
+
+def _access_problem(folder: Path, *, write: bool) -> str | None:
+    wanted = os.R_OK | os.X_OK | (os.W_OK if write else 0)
+    effective = os.access in os.supports_effective_ids
+    if os.access(folder, wanted, effective_ids=effective):
+        return None
+    if write and os.access(folder, os.R_OK | os.X_OK, effective_ids=effective):
+        try:
+            read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        if read_only:
+            return "is not writable (read-only file system)"
+        return f"is not writable by uid {os.geteuid()}"
+    return f"cannot be read (uid {os.geteuid()})"
+
+
+def flock_problem(folder: Path | str) -> str | None:
+    """Why ``flock(2)`` cannot lock files in ``folder``, in words, or None when it works.
+
+    A probe file is made (``O_EXCL``, never through a link), locked through one descriptor and
+    refused through a second (a lock that excludes nobody is no lock: some network file
+    systems accept every ``flock`` and enforce none), then removed.
+    """
+    probe = Path(folder) / f".probe-{os.getpid()}-{secrets.token_hex(4)}.lock"
+    flags = os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        first = os.open(probe, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            return "is not writable (read-only file system)"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return f"is not writable by uid {os.geteuid()} ({exc.strerror})"
+        return f"cannot hold a lock file ({exc.strerror})"
+    second = -1
+    try:
+        try:
+            fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            return f"is on a file system without working flock ({exc.strerror or exc})"
+        second = os.open(probe, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            return f"is on a file system without working flock ({exc.strerror or exc})"
+        return "is on a file system whose flock does not exclude a second holder"
+    finally:
+        if second >= 0:
+            os.close(second)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+        os.close(first)

@@ -227,12 +227,16 @@ def runspec(
     inputs: Mapping[str, str | os.PathLike[str]] | None = None,
     facts: Mapping[str, Any] | None = None,
     ignore: Sequence[Path] = (),
+    host: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
 ) -> dict[str, Any]:
     """The RunSpec block of a receipt.
 
     ``facts`` is :func:`session_facts` computed once; ``inputs`` are hashed now. The
     environment fingerprint is the SHA-256 of the knobs, versions and platform, so two
-    receipts with equal fingerprints ran under the same recorded conditions.
+    receipts with equal fingerprints ran under the same recorded conditions. ``host``
+    (:func:`.index.host_identity`) and ``session_id`` say which session on which host wrote
+    the receipt; the receipt's integrity hash covers them with the rest of the RunSpec.
     """
     facts = dict(facts) if facts is not None else session_facts()
     env = environment(knobs)
@@ -243,7 +247,7 @@ def runspec(
             "platform": {k: v for k, v in (facts.get("platform") or {}).items() if k != "hostname"},
         }
     )
-    return {
+    spec: dict[str, Any] = {
         "invocation": {"argv": list(sys.argv), "cwd": os.getcwd(), "rootdir": str(rootdir)},
         "source": source_state(Path(rootdir), ignore=ignore),
         "versions": facts.get("versions"),
@@ -251,6 +255,11 @@ def runspec(
         "environment": {**env, "fingerprint_sha256": fingerprint},
         "inputs": hash_inputs(inputs or {}),
     }
+    if host is not None:
+        spec["host"] = dict(host)
+    if session_id is not None:
+        spec["session_id"] = session_id
+    return spec
 
 
 def redact_source(source: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from ..core.redact import Redactor
 from ..core.verdict import Verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
+from .index import INDEX_NAME
 from .provenance import redact_runspec
 
 SCHEMA = "pytest-lossless.receipt"
@@ -46,7 +47,8 @@ def _plain(value: _HasToDict | Mapping[str, Any]) -> dict[str, Any]:
 
 def receipt_name(test_id: str) -> str:
     """A file stem for a test id: safe characters only; long ids shortened with a hash."""
-    return safe_name(test_id.replace("::", "__"), default="test")
+    name = safe_name(test_id.replace("::", "__"), default="test")
+    return f"{name}_" if name.upper() == "INDEX" else name  # the session's INDEX.json
 
 
 def raw_sha256(receipt: Mapping[str, Any]) -> str:
@@ -281,11 +283,14 @@ def load(path: Path | str) -> dict[str, Any]:
 
 
 def receipt_paths(directory: Path | str) -> list[Path]:
-    """Every receipt under ``directory`` (a single receipt file is accepted too)."""
+    """Every receipt under ``directory``, in every session folder (a single receipt file is
+    accepted too); sessions' ``INDEX.json`` files are not receipts."""
     root = Path(directory)
     if root.is_file():
         return [root]
-    return sorted(p for p in root.rglob("*.json") if not p.name.startswith("."))
+    return sorted(
+        p for p in root.rglob("*.json") if not p.name.startswith(".") and p.name != INDEX_NAME
+    )
 
 
 def load_all(directory: Path | str) -> dict[Path, dict[str, Any] | ReceiptError]:

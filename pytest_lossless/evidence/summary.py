@@ -1,6 +1,7 @@
 """``SUMMARY.md``: generated from the receipts of a folder, never written by hand.
 
-``verify`` regenerates it and reports a summary that differs from the receipts beside it.
+Each session folder has one; the receipts root has a merged one over every session folder
+below it. ``verify`` regenerates each and reports one that differs from the receipts.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from ..core.digests import write_atomic
 from ..core.paths import inside_root, open_regular, read_regular
 from ..core.text import printable
 from ..errors import ReceiptError
+from .index import INDEX_NAME, SUMMARY_NAME
 from .receipts import MAX_RECEIPT_BYTES, derive_verdicts, load_all
 
-SUMMARY_NAME = "SUMMARY.md"
 LOCK_NAME = ".summary.lock"
 #: How long a session waits for another one writing the summary of the same folder.
 LOCK_TIMEOUT = 30.0
@@ -29,54 +30,115 @@ def _cell(text: object) -> str:
     return printable(str(text).replace("|", "\\|").replace("\n", " "))
 
 
+def _row(path: Path, receipt: dict[str, Any] | ReceiptError) -> tuple[tuple[str, ...], str]:
+    """A receipt's row of the table, and the verdict it counts under."""
+    if isinstance(receipt, ReceiptError):
+        return (path.name, "unreadable", "", "", "", "", _cell(receipt), ""), "UNREADABLE"
+    derived = derive_verdicts(receipt)
+    outcome = receipt.get("outcome") or {}
+    phases = ", ".join(f"{k} {v}" for k, v in outcome.items() if v != "passed") or "passed"
+    clean = derived["lifecycle"]["clean"]
+    gates = derived["gates"]
+    overall = derived["overall"] or "-"
+    row = (
+        _cell(receipt.get("test_id")),
+        _cell(phases),
+        "-" if clean is None else ("clean" if clean else "NOT clean"),
+        f"{gates['passed']} passed, {gates['failed']} failed" if receipt.get("gates") else "-",
+        ", ".join(derived["lossless"]) or "-",
+        ", ".join(derived["speed"]) or "-",
+        overall,
+        _cell(receipt.get("written_at") or "-"),
+    )
+    return row, overall
+
+
+def verdict_counts(loaded: Mapping[Path, dict[str, Any] | ReceiptError]) -> str:
+    """``"1 FAIL, 3 PASS"``: how many receipts give each overall verdict (re-derived)."""
+    return _counted([_row(path, receipt)[1] for path, receipt in loaded.items()])
+
+
+def _counted(words: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for word in words:
+        counts[word] = counts.get(word, 0) + 1
+    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no receipts"
+
+
+def _session_facts(receipts: list[dict[str, Any]]) -> tuple[str, str]:
+    """The hosts and source revisions the receipts of one session folder record."""
+    hosts: set[str] = set()
+    sources: set[str] = set()
+    for receipt in receipts:
+        runspec = receipt.get("runspec")
+        if not isinstance(runspec, Mapping):
+            continue
+        host = runspec.get("host")
+        if isinstance(host, Mapping):
+            hosts.add(str(host.get("hostname")))
+        source = runspec.get("source")
+        if isinstance(source, Mapping) and "revision" in source:
+            revision = str(source.get("revision") or "")[:12] or "no git revision"
+            sources.add(revision + (" (dirty)" if source.get("dirty") else ""))
+    return _cell(", ".join(sorted(hosts)) or "-"), _cell(", ".join(sorted(sources)) or "-")
+
+
 def summary_lines(
     directory: Path | str,
     loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
 ) -> list[str]:
     """The summary of a receipts folder, generated from the receipts alone (never by hand):
     one row per test with its outcome and the verdicts re-derived from its raw blocks.
-    ``loaded`` is :func:`load_all` of the folder, when the caller has read it already."""
+
+    A session folder (receipts directly in it) gets one table; a folder of session folders
+    (the receipts root, or the receipts of several hosts) gets the merged summary: a table of
+    its sessions, and one table of every receipt with its session. ``loaded`` is
+    :func:`load_all` of the folder, when the caller has read it already."""
+    folder = Path(directory)
+    loaded = load_all(folder) if loaded is None else loaded
+    merged = any(path.parent != folder for path in loaded)
+    sessions: dict[str, list[dict[str, Any] | ReceiptError]] = {}
     rows: list[tuple[str, ...]] = []
-    counts: dict[str, int] = {}
-    for path, receipt in (load_all(directory) if loaded is None else loaded).items():
-        if isinstance(receipt, ReceiptError):
-            rows.append((path.name, "unreadable", "", "", "", "", _cell(receipt), ""))
-            counts["UNREADABLE"] = counts.get("UNREADABLE", 0) + 1
-            continue
-        derived = derive_verdicts(receipt)
-        outcome = receipt.get("outcome") or {}
-        phases = ", ".join(f"{k} {v}" for k, v in outcome.items() if v != "passed") or "passed"
-        clean = derived["lifecycle"]["clean"]
-        gates = derived["gates"]
-        overall = derived["overall"] or "-"
-        counts[overall] = counts.get(overall, 0) + 1
-        rows.append(
-            (
-                _cell(receipt.get("test_id")),
-                _cell(phases),
-                "-" if clean is None else ("clean" if clean else "NOT clean"),
-                f"{gates['passed']} passed, {gates['failed']} failed"
-                if receipt.get("gates")
-                else "-",
-                ", ".join(derived["lossless"]) or "-",
-                ", ".join(derived["speed"]) or "-",
-                overall,
-                _cell(receipt.get("written_at") or "-"),
-            )
-        )
-    lines = [
-        "# pytest-lossless summary",
-        "",
-        "Generated by `python -m pytest_lossless summary` from the receipts in this folder; "
-        "`verify` fails when this file does not match them.",
-        "",
-        "| test | outcome | lifecycle | golden gates | lossless | speed | verdict | written |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    words: list[str] = []
+    for path, receipt in loaded.items():
+        row, word = _row(path, receipt)
+        words.append(word)
+        if merged:
+            session = _session_of(folder, path)
+            sessions.setdefault(session, []).append(receipt)
+            row += (_cell(session),)
+        rows.append(row)
+    lines = ["# pytest-lossless summary", ""]
+    columns = "| test | outcome | lifecycle | golden gates | lossless | speed | verdict | written |"
+    if merged:
+        lines += [
+            "Generated by `python -m pytest_lossless summary` from the receipts of every "
+            "session folder below this one; `verify` fails when this file does not match them.",
+            "",
+            "| session | host | source | receipts |",
+            "|---|---|---|---|",
+        ]
+        for session, receipts in sorted(sessions.items()):
+            host, source = _session_facts([r for r in receipts if isinstance(r, dict)])
+            lines.append(f"| {_cell(session)} | {host} | {source} | {len(receipts)} |")
+        lines += ["", columns + " session |", "|---|---|---|---|---|---|---|---|---|"]
+    else:
+        lines += [
+            "Generated by `python -m pytest_lossless summary` from the receipts in this folder; "
+            "`verify` fails when this file does not match them.",
+            "",
+            columns,
+            "|---|---|---|---|---|---|---|---|",
+        ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    total = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no receipts"
-    lines += ["", f"{len(rows)} receipts: {total}", ""]
+    of = f" of {len(sessions)} session{'s' if len(sessions) != 1 else ''}" if merged else ""
+    lines += ["", f"{len(rows)} receipts{of}: {_counted(words)}", ""]
     return lines
+
+
+def _session_of(folder: Path, path: Path) -> str:
+    """The session folder of a receipt, relative to the summarised folder."""
+    return path.parent.relative_to(folder).as_posix()
 
 
 def write_summary(
@@ -146,8 +208,29 @@ def check_summary(
         return [f"{path}: cannot be read: {exc.strerror or exc}"]
     generated = "\n".join(summary_lines(directory, loaded))
     if written != generated:
-        return [
-            f"{path}: does not match the receipts beside it (edited by hand, or stale); "
-            f"regenerate it with: python -m pytest_lossless summary --write {directory}"
-        ]
+        if os.path.lexists(Path(directory) / INDEX_NAME):
+            # A session's summary is evidence too: the index says what changed since.
+            hint = f"its session's {INDEX_NAME} names what changed after the session ended"
+        else:
+            hint = f"regenerate it with: python -m pytest_lossless summary --write {directory}"
+        return [f"{path}: does not match the receipts beside it (edited by hand, or stale); {hint}"]
     return []
+
+
+def check_summaries(
+    directory: Path | str,
+    loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
+) -> list[str]:
+    """:func:`check_summary` of every ``SUMMARY.md`` under ``directory``: each session
+    folder's, and each merged one (the receipts root, a folder of several hosts' receipts)."""
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    loaded = load_all(root) if loaded is None else loaded
+    folders = {root} | {p.parent for p in loaded}
+    folders |= {p.parent for p in root.rglob(SUMMARY_NAME)}
+    found: list[str] = []
+    for folder in sorted(folders):
+        below = {p: r for p, r in loaded.items() if p.is_relative_to(folder)}
+        found += check_summary(folder, below)
+    return found

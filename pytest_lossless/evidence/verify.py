@@ -23,7 +23,7 @@ from ..kinds import KindRegistry
 from ..run import lifecycle_verdict
 from .crosscheck import check_lossless_outputs, check_run_sequence, check_speed_runs
 from .receipts import derive_verdicts, load, load_all, raw_sha256
-from .summary import check_summary
+from .summary import check_summaries
 
 
 @dataclass
@@ -244,7 +244,7 @@ def _rejudge(
 
     gate = parse_gate(gate_spec)
     if gate is None or not gate.lossless:
-        return None  # a tolerance gate needs the data itself, not digests
+        return None  # a lossy gate needs the data itself: its statistics are checked instead
     a = Artifact(
         name=name, kind=str(left["kind"]), fingerprint=dict(left["fingerprint"]), path=None
     )
@@ -254,6 +254,51 @@ def _rejudge(
     if a.kind != b.kind:
         return False
     return bool(kinds.compare(gate, a, b).passed)
+
+
+def _lossy_contradictions(entry: Mapping[str, Any]) -> list[str]:
+    """A lossy gate (``tolerance``, ``ulp``) cannot be re-run on digests, but its recorded
+    statistics must agree with its recorded pass: a pass has no position beyond the bound and
+    its largest distance within it, a failure shows what differs, the 99th percentile is not
+    above the largest."""
+    from ..errors import LosslessError
+    from ..gates import parse_gate
+
+    try:
+        gate = parse_gate(str(entry.get("gate")))
+    except LosslessError:
+        return []  # an unreadable gate is _rejudge's to name
+    if gate is None or gate.lossless:
+        return []
+    diagnostics = entry.get("diagnostics")
+    stats: Mapping[str, Any] = diagnostics if isinstance(diagnostics, Mapping) else {}
+    unit = "ulp" if gate.name == "ulp" else "abs_diff"
+    largest: Any = stats.get(f"max_{unit}")
+    beyond: Any = stats.get("count_beyond")
+    p99: Any = stats.get(f"p99_{unit}")
+    passed, differs = entry.get("passed"), bool(entry.get("metadata_diffs"))
+    if not all(_is_number(v) for v in (largest, beyond)):
+        # The built-in kinds always record them; a plugin's own lossy comparer may not.
+        if passed is True and entry.get("kind") in ("video", "audio", "tensor"):
+            return [f"recorded a {gate.spec} pass without max_{unit} and count_beyond to show it"]
+        return []
+    found = []
+    if passed is True and (beyond != 0 or differs):
+        found.append(f"recorded passed=True with count_beyond={beyond} under {gate.spec}")
+    if passed is False and beyond == 0 and not differs:
+        found.append("recorded passed=False with count_beyond=0 and no metadata that differs")
+    bound = gate.ulps if gate.name == "ulp" else (gate.atol if not gate.rtol else None)
+    if bound is not None and (largest <= bound) != (beyond == 0) and not differs:
+        found.append(f"max_{unit}={largest} and count_beyond={beyond} disagree under {gate.spec}")
+    if _is_number(p99) and p99 > largest:
+        found.append(f"p99_{unit}={p99} is above max_{unit}={largest}")
+    if entry.get("unit") == "element" and entry.get("mismatch_count") not in (None, beyond):
+        found.append(f"mismatch_count={entry.get('mismatch_count')} but count_beyond={beyond}")
+    return found
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def check_gates(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
@@ -285,6 +330,9 @@ def check_gates(block: Any, receipt: Mapping[str, Any], context: Context) -> lis
                 f"gates[{index}] {entry.get('artifact')}: recorded passed="
                 f"{entry.get('passed')} but its fingerprints give passed={again}"
             )
+        found += [
+            f"gates[{index}] {entry.get('artifact')}: {p}" for p in _lossy_contradictions(entry)
+        ]
         if entry.get("passed") is True:
             found += [
                 f"gates[{index}] {entry.get('artifact')}: {p}"
@@ -417,7 +465,9 @@ def verify(
     checkers: Mapping[str, Checker] | None = None,
     kinds: KindRegistry | None = None,
 ) -> list[str]:
-    """Every contradiction in every receipt of ``directory``, each prefixed with its file."""
+    """Every contradiction in every receipt of ``directory``, each prefixed with its file, and
+    every ``SUMMARY.md`` that differs from the receipts it summarises. Whether each session
+    folder is complete (its ``INDEX.json``) is :func:`.sessions.check_campaign`'s part."""
     root = Path(directory)
     if not root.exists():
         return [f"{root}: no such receipts folder"]
@@ -431,4 +481,4 @@ def verify(
             found += [
                 f"{path}: {p}" for p in verify_receipt(path, checkers, receipt=receipt, kinds=kinds)
             ]
-    return found + check_summary(root, loaded)
+    return found + check_summaries(root, loaded)

@@ -5,8 +5,11 @@ Layout: ``<goldens>/<test module>/<test name>/`` holds the stored artifacts and 
 SHA-256 of the stored bytes and the decoded fingerprint, with provenance. Artifacts
 above a size threshold are kept as digests only, so repositories stay small.
 
-A test folder is only ever replaced whole (staged in a hidden sibling, then renamed
-into place), so a crash or a parallel worker never leaves a half-written golden.
+A test folder is only ever replaced whole, under a lock on it, by one exchange of a staged
+sibling with the live folder (:mod:`.replace`), so a crash or a parallel worker never leaves a
+half-written or missing golden; what a killed writer left is recovered by the next run that
+touches the test. An update remembers the manifest it started from: when another session
+changed the folder meanwhile, its commit writes nothing and reports a :class:`GoldenConflict`.
 
 Goldens arrive in pull requests, so nothing here trusts them: every path is proven to stay
 inside the rootdir before it is read, written or deleted (:func:`~..core.paths.inside_root`);
@@ -20,14 +23,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.digests import canonical_sha256, sha256_file
-from ..core.paths import inside_root, is_under
+from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult, parse_gate
 from ..kinds import Artifact, KindRegistry
@@ -41,8 +44,19 @@ from .manifest import (
     check_integrity,
     load_manifest,
     manifest_document,
+    manifest_state,
     read_manifest,
     safe_component,
+)
+from .replace import (
+    FolderLock,
+    GoldenConflict,
+    GoldenUpdateError,
+    UpdateEvent,
+    has_strays,
+    lock_path,
+    recover,
+    replace_folder,
 )
 
 __all__ = [
@@ -51,7 +65,9 @@ __all__ = [
     "MAX_NAME_BYTES",
     "SCHEMA_VERSION",
     "Golden",
+    "GoldenConflict",
     "GoldenFolder",
+    "GoldenUpdateError",
     "ManifestEntry",
     "StagedArtifact",
     "UpdateEvent",
@@ -62,26 +78,6 @@ __all__ = [
     "read_manifest",
     "safe_component",
 ]
-
-
-@dataclass
-class UpdateEvent:
-    """What ``--update-goldens`` did to one artifact: created, changed, unchanged or removed."""
-
-    test: str
-    folder: str
-    name: str
-    action: str
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "test": self.test,
-            "folder": self.folder,
-            "name": self.name,
-            "action": self.action,
-            "detail": self.detail,
-        }
 
 
 @dataclass
@@ -103,6 +99,7 @@ class GoldenFolder:
         *,
         digest_above: int,
         rootdir: Path | None = None,
+        lock_timeout: float = 120.0,
     ) -> None:
         self.root = root
         self.path = (
@@ -114,6 +111,10 @@ class GoldenFolder:
         self.test_id = test_id
         self.kinds = kinds
         self.digest_above = digest_above
+        self.lock_timeout = lock_timeout
+        #: The state of ``manifest.json`` when the update began (:meth:`begin_update`).
+        self._baseline: str | None = None
+        self._began = False
         self._staged: dict[str, StagedArtifact] = {}
         self._manifest: dict[str, ManifestEntry] | None = None
         self._manifest_sha256: str | None = None
@@ -208,6 +209,8 @@ class GoldenFolder:
         """
         name = artifact_name(name)
         inside_root(self.path, self.boundary, what="golden folder")
+        if not self._began:
+            self.begin_update()
         if name in self._staged:
             raise ArtifactError(name, "checked twice in one test; give each artifact its own name")
         if not allow_empty and path.is_file() and path.stat().st_size == 0:
@@ -243,13 +246,89 @@ class GoldenFolder:
         self._staged[name] = StagedArtifact(entry, path if stored == "full" else None)
         return entry
 
+    def recover(self) -> list[UpdateEvent]:
+        """What killed updates left beside this folder, restored or removed (one event each).
+
+        For a comparing run: nothing is waited for (an update under way owns what lies there),
+        and a folder that leads out of the rootdir is left to the refusal where it is used.
+        """
+        try:
+            inside_root(self.path, self.boundary, what="golden folder")
+        except PathOutsideRoot:
+            return []
+        if not has_strays(self.path):
+            return []
+        lock = FolderLock(lock_path(self.path), timeout=self.lock_timeout)
+        try:
+            if not lock.acquire(wait=False):
+                return []
+        except GoldenUpdateError as exc:
+            return [self._event("", "kept", f"nothing recovered: {exc}")]
+        try:
+            events = recover(self.path, test=self.test_id)
+        finally:
+            lock.release()
+        self._manifest = None
+        return events
+
+    def begin_update(self) -> list[UpdateEvent]:
+        """Start an update: recover what killed writers left, and note the manifest as it is
+        now, so that :meth:`commit` can tell whether another session changed it meanwhile."""
+        try:
+            inside_root(self.path, self.boundary, what="golden folder")
+        except PathOutsideRoot:
+            return []  # stage() refuses it, naming the link
+        if not os.path.lexists(self.path.parent):
+            self._baseline, self._began = None, True  # nothing to recover; nothing made yet
+            return []
+        with self._locked():
+            events = recover(self.path, test=self.test_id)
+            self._baseline = manifest_state(self.path)
+        self._began = True
+        self._manifest = None
+        return events
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The folder's lock held; its module folder made first."""
+        parent = self.path.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = folder_problem(parent, write=True) or f"cannot be made ({exc.strerror})"
+            raise GoldenUpdateError(
+                parent, f"{problem}: the golden folder {self.path.name} cannot be written there"
+            ) from None
+        with FolderLock(lock_path(self.path), timeout=self.lock_timeout):
+            yield
+
     def commit(self) -> list[UpdateEvent]:
         """Replace the test's golden folder with the staged artifacts, atomically.
 
         Unchanged artifacts keep their old manifest entry (and provenance), so a
-        regeneration that changes nothing leaves nothing to review in the diff.
+        regeneration that changes nothing leaves nothing to review in the diff. When the
+        folder's manifest is no longer the one the update began from, another session wrote
+        it meanwhile: nothing is written and :class:`GoldenConflict` is raised.
         """
         inside_root(self.path, self.boundary, what="golden folder")
+        if not self._began:
+            self.begin_update()
+        with self._locked():
+            # A session killed since this one began may have left the folder missing.
+            recovered = recover(self.path, test=self.test_id)
+            found = manifest_state(self.path)
+            if found != self._baseline:
+                detail = "another session changed the folder while this test ran; nothing written"
+                conflicts = [self._event(n, "conflict", detail) for n in sorted(self._staged)]
+                raise GoldenConflict(self.path, self._baseline, found, recovered + conflicts)
+            events = recovered + self._apply()
+        self._staged.clear()
+        self._manifest = None
+        return events
+
+    def _apply(self) -> list[UpdateEvent]:
+        """Under the lock: the events of the staged artifacts against the folder as it is,
+        and the folder replaced unless nothing changed."""
         try:
             old = read_manifest(self.path, root=self.boundary)
         except ManifestError:
@@ -278,22 +357,17 @@ class GoldenFolder:
         if all(e.action == "unchanged" for e in events) and events:
             return events
         self._write(final)
-        self._staged.clear()
-        self._manifest = None
+        self._baseline = manifest_state(self.path)  # a later commit of this folder starts here
         return events
 
     def _event(self, name: str, action: str, detail: str = "") -> UpdateEvent:
         return UpdateEvent(self.test_id, str(self.path), name, action, detail)
 
     def _write(self, entries: Mapping[str, ManifestEntry]) -> None:
-        # Checked again right before writing: the parent is created, the folder replaced.
+        # Checked again right before writing: the folder is replaced under the lock.
         inside_root(self.path, self.boundary, what="golden folder")
-        parent = self.path.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        staging = parent / f".{self.path.name}.tmp-{token}"
-        staging.mkdir()
-        try:
+
+        def fill(staging: Path) -> None:
             for name, entry in entries.items():
                 if entry.stored != "full" or entry.file is None:
                     continue
@@ -303,23 +377,18 @@ class GoldenFolder:
                     continue
                 if staged is None:
                     inside_root(source, self.boundary, what="stored golden")
-                shutil.copyfile(source, staging / entry.file)
+                _copy_durably(source, staging / entry.file)
             document = manifest_document(entries, self.test_id)
-            (staging / MANIFEST).write_text(
-                json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-            )
-            _fsync_dir(staging)
-            retired = parent / f".{self.path.name}.old-{token}"
-            if os.path.lexists(self.path):
-                os.replace(self.path, retired)  # renames a link itself, never its target
-            os.replace(staging, self.path)
-            if retired.is_symlink():
-                retired.unlink()
-            else:
-                shutil.rmtree(retired, ignore_errors=True)  # rmtree never follows links
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+            _write_durably(staging / MANIFEST, text.encode("utf-8"))
+
+        try:
+            replace_folder(self.path, fill)
+        except OSError as exc:
+            raise GoldenUpdateError(
+                self.path,
+                f"cannot be replaced ({exc.strerror or exc}): the previous golden is kept",
+            ) from None
 
 
 def _varied(verdict: Any) -> str:
@@ -359,15 +428,23 @@ def _what_changed(before: ManifestEntry, after: ManifestEntry) -> str:
     return ", ".join(parts) or "entry"
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+def _copy_durably(source: Path, target: Path) -> None:
+    """Copy a stored golden and flush it to disk before the folder is swapped into place."""
+    shutil.copyfile(source, target)
+    fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    finally:
+        os.close(fd)
+
+
+def _write_durably(target: Path, data: bytes) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -213,6 +213,22 @@ def load_manifest(
     return entries, hashlib.sha256(raw).hexdigest()
 
 
+def manifest_state(folder: Path) -> str | None:
+    """What ``folder/manifest.json`` is now, to tell whether another session changed it: the
+    SHA-256 of its bytes, None when there is none, or what keeps it from being read.
+
+    The caller has proven the folder stays inside its root; a link to the folder is followed.
+    """
+    path = folder / MANIFEST
+    if not os.path.lexists(path):
+        return None
+    try:
+        raw = read_regular(os.path.realpath(path), limit=MAX_MANIFEST_BYTES)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    return hashlib.sha256(raw).hexdigest()
+
+
 def read_manifest(folder: Path, *, root: Path | None = None) -> dict[str, ManifestEntry]:
     """The entries of ``folder/manifest.json``; empty when the folder has none
     (see :func:`load_manifest`)."""

@@ -18,4 +18,5 @@ pytest_plugins = [
     "pytest_lossless.plugin.lossless",
     "pytest_lossless.plugin.speed",
     "pytest_lossless.plugin.summary",
+    "pytest_lossless.plugin.html_report",
 ]

@@ -6,11 +6,14 @@ CLI > env > ini); this module only hands pytest's values to that resolver, once 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from .. import hookspecs
+from ..core.text import printable
 from ..errors import ConfigError
 from ..settings import OPTIONS, Settings, resolve
 
@@ -19,6 +22,10 @@ if TYPE_CHECKING:
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 KINDS_KEY = pytest.StashKey["KindRegistry"]()
+#: The session's id and host identity, decided once by the controller (see :func:`session`).
+SESSION_KEY = pytest.StashKey[tuple[str, dict[str, Any]]]()
+#: The ``workerinput`` key by which pytest-xdist hands the controller's session to workers.
+WORKERINPUT_SESSION = "lossless_session"
 
 _MARKERS = (
     "npu(devices=1): the test needs a locked allocation of N NPUs (or emulated slots) "
@@ -62,6 +69,96 @@ def pytest_configure(config: pytest.Config) -> None:
     register_builtin_kinds(config.pluginmanager, resolved)
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
+    _check_folders(config, resolved)
+    session(config)  # decided now: a bad PYTEST_LOSSLESS_HOST is a usage error, not a test's
+
+
+def _check_folders(config: pytest.Config, resolved: Settings) -> None:
+    """The folders the session needs, checked once: a lock folder, goldens folder or receipts
+    folder that is not writable, is a file, or (locks) has no working ``flock`` is one usage
+    line naming the setting and the path, not an error in every test or at teardown.
+
+    Only what the session needs: goldens are written only under --update-goldens, so a missing
+    goldens folder is fine when comparing (each test then says no golden); a missing receipts
+    folder must be one that can be made (it is made with the first receipt). A folder that
+    leads out of the rootdir through a link is left to the refusal where it is used, which
+    names the link. Not for --help, --collect-only, or an xdist worker (its controller
+    checked).
+    """
+    option = config.option
+    if getattr(option, "help", False) or getattr(option, "collectonly", False):
+        return
+    if hasattr(config, "workerinput"):
+        return
+    from ..core.paths import PathOutsideRoot, flock_problem, folder_problem, inside_root
+    from ..devices.locks import LockDir
+    from ..errors import AllocationError
+
+    def refuse(dest: str, role: str, path: Path, problem: str, fix: str) -> NoReturn:
+        raise pytest.UsageError(
+            printable(
+                f"pytest-lossless: {role} {path} ({_named_by(resolved, dest)}) {problem}: {fix}"
+            )
+        )
+
+    def inside(path: Path, what: str) -> bool:
+        try:
+            inside_root(path, resolved.rootdir, what=what)
+        except PathOutsideRoot:
+            return False
+        return True
+
+    locks = resolved.lock_dir
+    problem = folder_problem(locks, write=True)
+    if problem is None:
+        try:
+            LockDir(locks).ensure()  # made sticky when missing; refused when unsafe to share
+        except AllocationError as exc:
+            raise pytest.UsageError(printable(f"pytest-lossless: {exc}")) from None
+        problem = flock_problem(locks)
+    if problem is not None:
+        refuse(
+            "lock_dir",
+            "the device lock folder",
+            locks,
+            problem,
+            "name another with --lossless-lock-dir",
+        )
+    goldens = resolved.goldens
+    if inside(goldens, "goldens folder"):
+        problem = None
+        if resolved.update_goldens:
+            problem = folder_problem(goldens, write=True)
+        elif os.path.lexists(goldens):
+            problem = folder_problem(goldens, write=False)
+        if problem is not None:
+            refuse(
+                "goldens",
+                "the goldens folder",
+                goldens,
+                problem,
+                "name another with ini lossless_goldens or --lossless-goldens",
+            )
+    receipts = resolved.receipts
+    if inside(receipts, "receipts folder"):
+        problem = folder_problem(receipts, write=True)
+        if problem is not None:
+            refuse(
+                "receipts",
+                "the receipts folder",
+                receipts,
+                problem,
+                "name another with --lossless-receipts",
+            )
+
+
+def _named_by(resolved: Settings, dest: str) -> str:
+    """Where a setting's value came from, in the words a user types to change it."""
+    spec = next(s for s in OPTIONS if s.dest == dest)
+    source = resolved.sources.get(dest, "default")
+    if source == "default":
+        return f"the default of {spec.flag}, ini {spec.ini}"
+    return f"set by {source}"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -69,6 +166,36 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         del config.stash[SETTINGS_KEY]
     if KINDS_KEY in config.stash:
         del config.stash[KINDS_KEY]
+    if SESSION_KEY in config.stash:
+        del config.stash[SESSION_KEY]
+
+
+def session(config: pytest.Config) -> tuple[str, dict[str, Any]]:
+    """The session's id and host identity: decided once by the process that runs the session
+    (the xdist controller, or pytest alone) and handed to xdist workers through
+    ``workerinput``, so every receipt of one session goes into one folder of its own."""
+    found = config.stash.get(SESSION_KEY, None)
+    if found is None:
+        from ..evidence.index import SESSION_ID, host_identity, new_session_id
+
+        given = getattr(config, "workerinput", {}).get(WORKERINPUT_SESSION)
+        if isinstance(given, dict) and SESSION_ID.match(str(given.get("id"))):
+            found = (str(given["id"]), dict(given["host"]))
+        else:
+            try:
+                host = host_identity()
+            except ConfigError as exc:
+                raise pytest.UsageError(f"pytest-lossless: {exc}") from None
+            found = (new_session_id(host), host)
+        config.stash[SESSION_KEY] = found
+    return found
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, on the controller, before it starts a worker: hand it the session."""
+    session_id, host = session(node.config)
+    node.workerinput[WORKERINPUT_SESSION] = {"id": session_id, "host": host}
 
 
 def settings(config: pytest.Config) -> Settings:

@@ -2,7 +2,9 @@
 
 Under ``--update-goldens`` the fixture stages what the test hands over and writes it when the
 test passes; otherwise a golden the test stops checking fails it (the truncated audio track a
-validator never looked at).
+validator never looked at). At setup, what a killed update left beside the test's folder is
+recovered (reported among the golden updates); at commit, a folder another session changed
+since the test started is a CONFLICT: nothing is written and the test fails.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, failing_on
 from .receipts import receipt_for, source_revision
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ..gates import Gate, GateResult
-    from ..judge.goldens import Golden, ManifestEntry
+    from ..judge.goldens import Golden, ManifestEntry, UpdateEvent
 
 
 def _test_name(item: pytest.Item) -> str:
@@ -135,6 +139,9 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
         digest_above=resolved.digest_above,
         rootdir=resolved.rootdir,
     )
+    with failing_on_errors():  # a lock file or module folder that cannot be used: its message
+        recovered = folder.begin_update() if resolved.update_goldens else folder.recover()
+    _record_events(item, recovered, resolved.rootdir)
     golden = Golden(
         folder,
         update=resolved.update_goldens,
@@ -166,14 +173,34 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
 
 
 def _commit(item: pytest.Item, golden: Golden, rootdir: Path) -> None:
-    """Write the staged goldens; the rows say what was created, changed or kept."""
-    events = [e.to_dict() for e in golden.commit()]
+    """Write the staged goldens; the rows say what was created, changed or kept, or that
+    another session changed the folder meanwhile (CONFLICT: nothing written, the test fails)."""
+    from ..judge.goldens import GoldenConflict
+
+    try:
+        events = _record_events(item, golden.commit(), rootdir)
+    except GoldenConflict as conflict:
+        _mark_rows(item, _record_events(item, conflict.events, rootdir))
+        raise
+    _mark_rows(item, events)
+
+
+def _record_events(
+    item: pytest.Item, updates: Iterable[UpdateEvent], rootdir: Path
+) -> list[dict[str, str]]:
+    """The test's golden updates and recoveries, for the terminal's golden-updates lines."""
+    events = [e.to_dict() for e in updates]
     for event in events:
         folder = Path(event["folder"])
         if folder.is_relative_to(rootdir):
             event["folder"] = str(folder.relative_to(rootdir))
     item.stash.setdefault(EVENTS_KEY, []).extend(events)
-    actions = {e["name"]: e["action"].upper() for e in events}
+    return events
+
+
+def _mark_rows(item: pytest.Item, events: list[dict[str, str]]) -> None:
+    """Each STAGED row now says what became of its artifact."""
+    actions = {e["name"]: e["action"].upper() for e in events if e["name"]}
     item.stash[ROWS_KEY] = [
         dataclasses.replace(r, verdict=actions[r.check], detail=r.detail.split(";")[0])
         if r.verdict == "STAGED" and r.check in actions

@@ -2,7 +2,9 @@
 
 The receipt is written after teardown (so the allocation block shows its release), from the
 final teardown report that :mod:`.outcomes` hands over; a receipt that cannot be written fails
-the test rather than leaving a silent gap in the evidence.
+the test rather than leaving a silent gap in the evidence. Receipts go into the session's own
+folder, ``<receipts dir>/<session id>/``, whose ``INDEX.json`` :mod:`.summary` writes at the
+session's end.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import LosslessError
-from .config import settings
+from .config import session, settings
 
 if TYPE_CHECKING:
     from ..devices import Allocation  # noqa: F401 - named in a StashKey below
@@ -27,6 +29,28 @@ ALLOCATION_KEY = pytest.StashKey["Allocation"]()
 FACTS_KEY = pytest.StashKey[dict[str, Any]]()
 #: The session's source identity (revision, dirty flag, diff), computed once.
 REVISION_KEY = pytest.StashKey[dict[str, Any]]()
+#: The key of keyed receipts (``PYTEST_LOSSLESS_RECEIPT_KEY``), or None.
+KEY_KEY = pytest.StashKey["bytes | None"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import os
+
+    from ..evidence.index import KEY_ENV, read_key
+
+    # Read once, then gone from the environment: no model run or xdist worker inherits it.
+    config.stash[KEY_KEY] = read_key()
+    os.environ.pop(KEY_ENV, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if KEY_KEY in config.stash:
+        del config.stash[KEY_KEY]
+
+
+def session_folder(config: pytest.Config) -> Path:
+    """``<receipts dir>/<session id>``: this session's receipts, index and summary."""
+    return settings(config).receipts / session(config)[0]
 
 
 def receipt_for(item: pytest.Item) -> Receipt:
@@ -56,7 +80,7 @@ def source_revision(config: pytest.Config) -> dict[str, Any]:
 
 
 def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
-    """Complete the receipt's RunSpec and allocation, and write it into the receipts folder."""
+    """Complete the receipt's RunSpec and allocation, and write it into the session folder."""
     from ..evidence import provenance
 
     config = item.config
@@ -72,6 +96,7 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
         for run in receipt.runs
         for name, entry in (run.get("inputs") or {}).items()
     }
+    session_id, host = session(config)
     receipt.set_runspec(
         provenance.runspec(
             resolved.rootdir,
@@ -79,9 +104,11 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
             ignore=(resolved.receipts,),
             inputs=inputs,
             facts=facts,
+            host=host,
+            session_id=session_id,
         )
     )
-    return receipt.write(resolved.receipts)
+    return receipt.write(session_folder(config))
 
 
 def record_report(item: pytest.Item, report: pytest.TestReport) -> None:

@@ -2,11 +2,15 @@
 
 Under xdist the workers attach their rows to their reports and the controller gathers them
 here, so the terminal table, the INCONCLUSIVE section and SUMMARY.md cover the whole session.
+At the session's end the controller writes the session folder's ``SUMMARY.md``, then its
+``INDEX.json`` (every receipt's hash, the gate tests collected and what became of each), then
+the merged ``SUMMARY.md`` of the receipts root.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +18,9 @@ import pytest
 from .. import report
 from ..core.verdict import Verdict
 from ..errors import LosslessError
+from .config import session as session_of
 from .config import settings
-from .receipts import source_revision
+from .receipts import KEY_KEY, session_folder, source_revision
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -48,19 +53,91 @@ class SummaryPlugin:
         self.receipts = 0
         #: Why lossless gates were skipped, with how many: a skipped gate compared nothing.
         self.skipped: dict[str, int] = {}
+        self.tests = GateLedger()
+        self.started_at = _now()
+        #: What the session end wrote (the session folder), or why it could not.
+        self.written: Path | None = None
+        self.not_written: str | None = None
 
     @property
     def all_gates_skipped(self) -> bool:
         """--lossless was given, gates were selected, and every one of them was skipped."""
         return settings(self.config).lossless and bool(self.skipped) and not self.rows
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.tests.collected(i.nodeid for i in session.items if i.get_closest_marker("lossless"))
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.tests.deselected(i.nodeid for i in items if i.get_closest_marker("lossless"))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """pytest-xdist, on the controller: a worker's collected and deselected gate tests."""
+        output = getattr(node, "workeroutput", None) or {}
+        self.tests.collected(output.get("lossless_gates_collected") or [])
+        self.tests.deselected(output.get("lossless_gates_deselected") or [])
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.all_gates_skipped and session.exitstatus == pytest.ExitCode.OK:
             # A green run in which no gate compared anything would read as "lossless".
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller writes the index
+            workeroutput["lossless_gates_collected"] = sorted(self.tests.gates)
+            workeroutput["lossless_gates_deselected"] = sorted(self.tests.unselected)
+            return
+        resolved = settings(self.config)
+        compared = resolved.lossless and not resolved.update_goldens
+        # A session folder the controller was told of no receipt for: a worker wrote one.
+        written = session_folder(self.config).is_dir()
+        if self.receipts or (compared and self.tests.ran_a_gate) or written:
+            self._write_session(session)
+
+    def _write_session(self, session: pytest.Session) -> None:
+        """The session folder's SUMMARY.md, then its INDEX.json, then the merged SUMMARY.md;
+        evidence that cannot be written fails the session."""
+        from ..core.paths import inside_root
+        from ..evidence.index import build_index, session_state, write_index
+        from ..evidence.summary import write_summary
+
+        resolved = settings(self.config)
+        folder = session_folder(self.config)
+        session_id, host = session_of(self.config)
+        exitstatus = int(session.exitstatus)
+        stopped = session.shouldfail or session.shouldstop
+        # Stopping early (-x, --maxfail) matters to the evidence only when a gate was left out.
+        left_out = bool(self.tests.gates - set(self.tests.seen))
+        state = session_state(exitstatus, str(stopped) if stopped and left_out else None)
+        try:
+            # Never through a link out of the project (a committed lossless-receipts link).
+            inside_root(folder, resolved.rootdir, what="receipts folder")
+            folder.mkdir(parents=True, exist_ok=True)
+            write_summary(folder, root=resolved.rootdir)
+            index = build_index(
+                folder,
+                session_id=session_id,
+                host=host,
+                started_at=self.started_at,
+                rootdir=str(resolved.rootdir),
+                source=source_revision(self.config),
+                tests=self.tests.entries(state),
+                exitstatus=exitstatus,
+                state=state,
+                mode=_mode(resolved.lossless, resolved.update_goldens),
+                workers=_workers(self.config),
+                key=self.config.stash.get(KEY_KEY, None),
+            )
+            write_index(folder, index)
+            self.written = folder
+            write_summary(resolved.receipts, root=resolved.rootdir)
+        except (OSError, LosslessError) as exc:
+            self.not_written = f"{exc}"
+            if self.written is None and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tests.record(report)
         if getattr(report, "lossless_verdict", None) == Verdict.INCONCLUSIVE:
             self.inconclusive.append((report.nodeid, str(report.longrepr)))
         if (
@@ -112,15 +189,100 @@ class SummaryPlugin:
         for reason, count in sorted(self.skipped.items()):
             gates = "gate" if count == 1 else "gates"
             write(f"{count} lossless {gates} skipped: {reason}", yellow=True)
-        if self.receipts and not hasattr(self.config, "workerinput"):
-            from ..evidence.summary import write_summary
-
-            try:
-                summary = write_summary(resolved.receipts, root=resolved.rootdir)
-                written = f"; summary {summary}"
-            except (OSError, LosslessError) as exc:
-                written = f"; the summary could not be written: {exc}"
+        if hasattr(self.config, "workerinput"):
+            return
+        if self.written is not None:
             line = report.evidence_line(
-                self.receipts, str(resolved.receipts), source_revision(self.config)
+                self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
             )
-            write(line + written)
+            tail = f"; merged summary: {self.not_written}" if self.not_written else ""
+            write(line + tail)
+        elif self.not_written:
+            write(
+                f"pytest-lossless: the session's evidence was not written: {self.not_written}",
+                red=True,
+            )
+
+
+def _workers(config: pytest.Config) -> int:
+    """How many xdist workers ran the session (0: none)."""
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
+def _mode(lossless: bool, update: bool) -> str:
+    if update:
+        return "update-goldens+lossless" if lossless else "update-goldens"
+    return "lossless" if lossless else "off"
+
+
+def _now() -> str:
+    from ..core.clock import utc_iso
+
+    return utc_iso()
+
+
+def _shown(folder: Path, rootdir: Path) -> str:
+    """A folder as the user would type it: relative to the rootdir when inside it."""
+    try:
+        return str(folder.relative_to(rootdir))
+    except ValueError:
+        return str(folder)
+
+
+class GateLedger:
+    """The session's gate tests (marked ``lossless``) and every test that wrote a receipt:
+    what became of each, for the index, so a gate test that wrote no receipt is named."""
+
+    def __init__(self) -> None:
+        self.gates: set[str] = set()
+        self.unselected: set[str] = set()
+        self.seen: dict[str, dict[str, Any]] = {}
+
+    def collected(self, test_ids: Any) -> None:
+        self.gates.update(str(t) for t in test_ids)
+
+    def deselected(self, test_ids: Any) -> None:
+        self.unselected.update(str(t) for t in test_ids)
+
+    @property
+    def ran_a_gate(self) -> bool:
+        return any(
+            e["gate"] and e["outcome"] not in ("skipped", "xfailed") for e in self.seen.values()
+        )
+
+    def record(self, report: pytest.TestReport) -> None:
+        entry = self.seen.setdefault(
+            report.nodeid, {"gate": False, "outcome": "passed", "receipt": None, "reason": None}
+        )
+        entry["gate"] = entry["gate"] or bool(getattr(report, "lossless_gate", False))
+        if report.failed:
+            entry["outcome"] = "failed"
+            entry["reason"] = entry["reason"] or f"{report.when} failed"
+        elif report.skipped and entry["outcome"] != "failed":
+            xfail = hasattr(report, "wasxfail")
+            entry["outcome"] = "xfailed" if xfail else "skipped"
+            longrepr = report.longrepr
+            reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            entry["reason"] = str(reason).removeprefix("Skipped: ")[:500]
+        for key, value in report.user_properties:
+            if key == "lossless_receipt":
+                entry["receipt"] = Path(str(value)).name
+
+    def entries(self, state: str) -> list[dict[str, Any]]:
+        """One entry per gate test and per test with a receipt, in the index's form."""
+        found = []
+        for test_id in sorted(self.gates | self.unselected | set(self.seen)):
+            seen = self.seen.get(test_id)
+            gate = test_id in self.gates or test_id in self.unselected
+            if seen is not None:
+                entry = {**seen, "gate": seen["gate"] or gate}
+            elif test_id in self.unselected and test_id not in self.gates:
+                entry = {"gate": True, "outcome": "deselected", "receipt": None, "reason": None}
+                entry["reason"] = "deselected (-m, -k or a plugin)"
+            else:
+                why = "the session did not reach it" + ("" if state == "finished" else f": {state}")
+                entry = {"gate": True, "outcome": "not run", "receipt": None, "reason": why}
+            if entry["gate"] or entry["receipt"]:
+                found.append({"test_id": test_id, **entry})
+        return found

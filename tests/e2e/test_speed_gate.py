@@ -134,7 +134,7 @@ def test_receipt_keeps_every_sample_and_verify_rederives_the_verdict(
         "--lossless-receipts=receipts", "--lossless-speed-seed=77", "-k", "faster_candidate"
     )
     result.assert_outcomes(passed=1)
-    path = speed_project.path / "receipts" / "test_speed.py__test_faster_candidate.json"
+    path = max((speed_project.path / "receipts").rglob("test_speed.py__test_faster_candidate.json"))
     receipt = json.loads(path.read_text())
     (speed,) = receipt["speed"]
     assert speed["verdict"] == "PASS"

@@ -70,7 +70,7 @@ def receipts(pytester: pytest.Pytester) -> Path:
 
 
 def test_dropped_speed_blocks_are_named(receipts: Path) -> None:
-    path = next(receipts.glob("*test_speed*.json"))
+    path = max(receipts.rglob("*test_speed*.json"))
     receipt = json.loads(path.read_text())
     entry = receipt["speed"][0]
     assert entry["blocks"] >= 4
@@ -87,7 +87,7 @@ def test_dropped_speed_blocks_are_named(receipts: Path) -> None:
 
 
 def test_copied_control_fingerprints_are_named(receipts: Path) -> None:
-    path = next(receipts.glob("*test_compare*.json"))
+    path = max(receipts.rglob("*test_compare*.json"))
     receipt = json.loads(path.read_text())
     entry = receipt["lossless"][0]
     control, candidate = entry["runs"][0], entry["runs"][-1]
@@ -107,7 +107,7 @@ def test_copied_control_fingerprints_are_named(receipts: Path) -> None:
 
 
 def test_a_removed_run_record_is_named(receipts: Path) -> None:
-    path = next(receipts.glob("*test_compare*.json"))
+    path = max(receipts.rglob("*test_compare*.json"))
     receipt = json.loads(path.read_text())
     del receipt["runs"][1]
     _reseal(path, receipt)

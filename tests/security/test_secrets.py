@@ -492,7 +492,7 @@ def test_end_to_end_no_secret_reaches_what_ci_uploads(pytester: pytest.Pytester)
     result.assert_outcomes(passed=1, failed=1)
     terminal = "\n".join(result.outlines + result.errlines)
     receipts = root / "receipts"
-    files = sorted(receipts.glob("*.json")) + sorted(receipts.glob("*.diff"))
+    files = sorted(receipts.rglob("test_*.json")) + sorted(receipts.rglob("*.diff"))
     assert len(files) == 4, files
     summary = receipts / "SUMMARY.md"
     assert summary.is_file()
@@ -513,7 +513,8 @@ def test_end_to_end_no_secret_reaches_what_ci_uploads(pytester: pytest.Pytester)
     # The marker is there instead, the same everywhere, so two runs compare.
     assert f"--api-key={MARK}" in terminal
     assert f"--api-key={MARK}" in junit
-    failed = json.loads(next(receipts.glob("*test_fails_with_secrets.json")).read_text())
+    failed_path = next(receipts.rglob("*test_fails_with_secrets.json"))
+    failed = json.loads(failed_path.read_text())
     run = failed["runs"][0]
     assert run["argv"][3:] == [f"--api-key={MARK}", "--token", MARK]
     assert run["env"]["overrides"] == {
@@ -523,7 +524,7 @@ def test_end_to_end_no_secret_reaches_what_ci_uploads(pytester: pytest.Pytester)
     source = failed["runspec"]["source"]
     assert source["diff_redacted"] is True
     assert source["diff_redactions"] == 2
-    diff = (receipts / source["diff_file"]).read_text()
+    diff = (failed_path.parent / source["diff_file"]).read_text()
     assert f"OPENAI_API_KEY={MARK}" in diff
     assert f'API_KEY = "{MARK}"' in diff
     # verify agrees with every receipt, the redacted diff and the summary included.

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_lossless.__main__ import main
 from pytest_lossless.errors import ReceiptError
+from pytest_lossless.evidence.index import build_index, write_index
 from pytest_lossless.evidence.receipts import (
     SCHEMA_VERSION,
     Receipt,
@@ -19,6 +20,7 @@ from pytest_lossless.evidence.receipts import (
     load,
     receipt_name,
 )
+from pytest_lossless.evidence.summary import write_summary
 from pytest_lossless.evidence.verify import Context, default_checkers, verify, verify_receipt
 from pytest_lossless.judge.repeatability import compare_control_candidate
 from pytest_lossless.kinds import KindRegistry
@@ -69,6 +71,12 @@ def _runspec(diff: str = DIFF, **source: Any) -> dict[str, Any]:
     }
     base.update(source)
     return {"source": base, "inputs": {}, "versions": {"python": "3"}}
+
+
+def _seal(folder: Path) -> None:
+    """End the folder's session as the plugin does: its SUMMARY.md, then its INDEX.json."""
+    write_summary(folder)
+    write_index(folder, build_index(folder, session_id="s"))
 
 
 class Allocationish:
@@ -277,6 +285,7 @@ def test_cli_exit_codes_and_lines(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["verify", str(tmp_path)]) == 2
     assert "nothing was verified" in capsys.readouterr().err
     path = _write(tmp_path)
+    _seal(tmp_path)
     assert main(["verify", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith(f"OK {path}: tests/test_m.py::test_a[x/y]: 1 run")
@@ -296,6 +305,7 @@ def test_the_summary_is_generated_and_verify_refuses_an_edited_one(
 ) -> None:
     _write(tmp_path)
     assert main(["summary", str(tmp_path), "--write"]) == 0
+    _seal(tmp_path)
     summary = (tmp_path / "SUMMARY.md").read_text()
     assert (
         "| tests/test_m.py::test_a[x/y] | passed | clean | 1 passed, 0 failed | PASS | - |"

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .core.text import printable
-from .core.verdict import Verdict
+from ..core.text import printable
+from ..core.verdict import Verdict
 
 #: Table statuses that are not verdicts, and the verdict each weighs as when rows are ordered.
 _STATUS_WEIGHT = {"ERROR": Verdict.FAIL, "UNCHECKED": Verdict.FAIL, "CONFLICT": Verdict.FAIL}
@@ -78,8 +78,8 @@ def gate_row(test: str, result: Any) -> Row:
 
 def _lossy_figure(result: Any) -> str | None:
     """The key figure of a lossy result (``max 1 ulp at [3, 7], p99 0 ulp, 0 beyond 1``)."""
-    from .errors import LosslessError
-    from .gates.spec import lossy_figure, parse_gate
+    from ..errors import LosslessError
+    from ..gates.spec import lossy_figure, parse_gate
 
     try:
         gate = parse_gate(str(result.gate))

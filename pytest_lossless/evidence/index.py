@@ -1,0 +1,259 @@
+"""A session's identity and its index: who wrote a session folder, and everything it holds.
+
+Each pytest session writes its receipts into a folder of its own,
+``<receipts dir>/<session id>/``, so concurrent sessions (and hosts) never overwrite each
+other. At its end the session writes ``INDEX.json`` there: its host, start and end, source
+revision, the gate tests it collected with what became of each, every receipt's SHA-256 and
+the SHA-256 of its ``SUMMARY.md``. ``verify`` (:mod:`.sessions`) requires the index, so a
+deleted, added or changed receipt is named. With a key in :data:`KEY_ENV`, the index carries
+an HMAC-SHA256 over its canonical JSON, which proves who wrote it as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core.clock import utc_iso
+from ..core.digests import canonical_json, loads_bounded, safe_name, write_json_atomic
+from ..core.paths import open_regular, read_regular
+from ..core.text import has_control, printable
+from ..errors import ConfigError, ReceiptError
+
+INDEX_NAME = "INDEX.json"
+SUMMARY_NAME = "SUMMARY.md"
+INDEX_SCHEMA = "pytest-lossless.session"
+INDEX_VERSION = 1
+#: Declares the host's name (a Kubernetes node, a CI runner's label), instead of the hostname.
+HOST_ENV = "PYTEST_LOSSLESS_HOST"
+#: Holds the key of keyed receipts: the index then carries an HMAC-SHA256 (read once, and
+#: removed from the environment, so no model run or xdist worker inherits it).
+KEY_ENV = "PYTEST_LOSSLESS_RECEIPT_KEY"
+HMAC_ALGORITHM = "HMAC-SHA256"
+#: Outcomes after which a gate test rightly has no receipt: it compared nothing.
+OK_WITHOUT_RECEIPT = frozenset({"skipped", "deselected", "xfailed"})
+MAX_INDEX_BYTES = 64 << 20
+_MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+_MACHINE_ID = re.compile(r"^[0-9a-f]{32}$")
+#: What a session id looks like: sortable UTC time, the host, a short random part.
+SESSION_ID = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[A-Za-z0-9._-]{1,40}-[0-9a-f]{6}$")
+_EXIT_STATES = {0: "finished", 1: "finished", 5: "finished", 2: "interrupted"}
+
+
+def host_identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The host a session ran on: its name (``PYTEST_LOSSLESS_HOST`` when set, else the
+    hostname) and an app-specific hash of ``/etc/machine-id`` when readable.
+
+    The machine id itself is not recorded: systemd asks that it stay confidential and that
+    applications use a keyed hash of it, which still tells two machines apart.
+    """
+    env = os.environ if env is None else env
+    declared = env.get(HOST_ENV, "").strip()
+    if declared and (len(declared) > 253 or has_control(declared) or " " in declared):
+        raise ConfigError(HOST_ENV, declared, "a host name: at most 253 printable characters")
+    machine, source = _machine_hash()
+    return {
+        "hostname": declared or socket.gethostname(),
+        "declared_by": HOST_ENV if declared else None,
+        "machine": machine,
+        "machine_source": source,
+    }
+
+
+def _machine_hash() -> tuple[str | None, str | None]:
+    for name in _MACHINE_ID_FILES:
+        try:
+            text = read_regular(Path(name), limit=256).decode("ascii", errors="replace").strip()
+        except OSError:
+            continue
+        if _MACHINE_ID.match(text):
+            digest = hmac.new(text.encode(), b"pytest-lossless host", hashlib.sha256)
+            return digest.hexdigest()[:32], name
+    return None, None
+
+
+def host_label(host: Mapping[str, Any] | None) -> str:
+    """A host as a reader names it: ``name`` or ``name (machine 1a2b3c4d)``."""
+    if not isinstance(host, Mapping):
+        return "unknown host"
+    name = printable(str(host.get("hostname") or "unknown host"))
+    machine = host.get("machine")
+    return f"{name} (machine {str(machine)[:8]})" if machine else name
+
+
+def new_session_id(host: Mapping[str, Any], now: float | None = None) -> str:
+    """``20250102T030405.678Z-<host>-<6 hex>``: sorts by start time (UTC, to the
+    millisecond), names the host, and never collides with another session started at the same
+    moment on the same host."""
+    moment = time.time() if now is None else now
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(moment))
+    millis = int(moment * 1000) % 1000
+    name = safe_name(str(host.get("hostname") or "host"), default="host", max_length=40)
+    return f"{stamp}.{millis:03d}Z-{name}-{secrets.token_hex(3)}"
+
+
+def session_state(exitstatus: int, stopped: str | None = None) -> str:
+    """``finished``, or why the session did not run everything it collected."""
+    if stopped and exitstatus not in (2, 3, 4):
+        return f"stopped early: {stopped}"
+    return _EXIT_STATES.get(exitstatus, f"ended with exit status {exitstatus}")
+
+
+def read_key(env: Mapping[str, str] | None = None, name: str = KEY_ENV) -> bytes | None:
+    """The key of keyed receipts from ``name``; ``None`` when unset or empty."""
+    env = os.environ if env is None else env
+    value = env.get(name)
+    return value.encode("utf-8", errors="surrogateescape") if value else None
+
+
+def index_hmac(index: Mapping[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of the index's canonical JSON, its own ``hmac`` field left out."""
+    body = {k: v for k, v in index.items() if k != "hmac"}
+    return hmac.new(key, canonical_json(body).encode(), hashlib.sha256).hexdigest()
+
+
+def sha256_regular(path: Path) -> str:
+    """SHA-256 of a regular file, opened without following a link or blocking on a FIFO."""
+    digest = hashlib.sha256()
+    fd = open_regular(path, os.O_RDONLY)
+    try:
+        while block := os.read(fd, 1 << 20):
+            digest.update(block)
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+def receipt_files(folder: Path) -> list[Path]:
+    """The receipts directly in a session folder: ``*.json`` but the index, hidden files not."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix == ".json" and p.name != INDEX_NAME and not p.name.startswith(".")
+    )
+
+
+def build_index(
+    folder: Path | str,
+    *,
+    session_id: str,
+    host: Mapping[str, Any] | None = None,
+    started_at: str | None = None,
+    ended_at: str | None = None,
+    rootdir: str | None = None,
+    source: Mapping[str, Any] | None = None,
+    tests: Iterable[Mapping[str, Any]] = (),
+    exitstatus: int = 0,
+    state: str | None = None,
+    mode: str = "lossless",
+    workers: int = 0,
+    key: bytes | None = None,
+) -> dict[str, Any]:
+    """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
+    hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
+    collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
+    ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
+    ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
+    ``update-goldens+lossless``, or ``off`` (gates skipped). ``key`` adds the HMAC."""
+    folder = Path(folder)
+    entries = [dict(t) for t in tests]
+    by_receipt = {str(t["receipt"]): t.get("test_id") for t in entries if t.get("receipt")}
+    receipts = [
+        {"file": p.name, "sha256": sha256_regular(p), "test_id": by_receipt.get(p.name)}
+        for p in receipt_files(folder)
+    ]
+    summary_path = folder / SUMMARY_NAME
+    summary = (
+        {"file": SUMMARY_NAME, "sha256": sha256_regular(summary_path)}
+        if os.path.lexists(summary_path)
+        else None
+    )
+    state = state if state is not None else session_state(exitstatus)
+    index: dict[str, Any] = {
+        "schema": INDEX_SCHEMA,
+        "schema_version": INDEX_VERSION,
+        "session_id": session_id,
+        "host": dict(host) if host is not None else host_identity(),
+        "started_at": started_at or utc_iso(),
+        "ended_at": ended_at or utc_iso(),
+        "finished": state == "finished",
+        "state": state,
+        "exitstatus": exitstatus,
+        "mode": mode,
+        "workers": workers,
+        "rootdir": rootdir,
+        "source": dict(source) if source is not None else None,
+        "tests": sorted(entries, key=lambda t: str(t.get("test_id"))),
+        "receipts": receipts,
+        "summary": summary,
+        "hmac": None,
+    }
+    if key is not None:
+        index["hmac"] = {"algorithm": HMAC_ALGORITHM, "value": index_hmac(index, key)}
+    return index
+
+
+def write_index(folder: Path | str, index: Mapping[str, Any]) -> Path:
+    """Write ``<folder>/INDEX.json`` atomically (a reader sees none or all of it)."""
+    path = Path(folder) / INDEX_NAME
+    write_json_atomic(path, dict(index))
+    return path
+
+
+def load_index(path: Path | str) -> dict[str, Any]:
+    """An index as written; :class:`ReceiptError` naming the file when it cannot be used."""
+    path = Path(path)
+    try:
+        data = loads_bounded(read_regular(path, limit=MAX_INDEX_BYTES))
+    except OSError as exc:
+        raise ReceiptError(
+            f"{path}: cannot read the session's index: {exc.strerror or exc}", path=path
+        ) from None
+    except ValueError as exc:
+        raise ReceiptError(
+            f"{path}: not valid JSON ({exc}); the index is damaged or was edited by hand",
+            path=path,
+        ) from None
+    if not isinstance(data, dict) or data.get("schema") != INDEX_SCHEMA:
+        raise ReceiptError(
+            f'{path}: not a pytest-lossless session index (no "schema": "{INDEX_SCHEMA}")',
+            path=path,
+        )
+    if data.get("schema_version") != INDEX_VERSION:
+        raise ReceiptError(
+            f"{path}: index schema version {data.get('schema_version')!r}; this "
+            f"pytest-lossless reads version {INDEX_VERSION}: use the version that wrote it",
+            path=path,
+        )
+    for name in ("receipts", "tests"):
+        if not isinstance(data.get(name), list) or not all(isinstance(e, dict) for e in data[name]):
+            raise ReceiptError(f"{path}: {name!r} is not a list of entries", path=path)
+    return data
+
+
+__all__ = [
+    "HOST_ENV",
+    "INDEX_NAME",
+    "KEY_ENV",
+    "OK_WITHOUT_RECEIPT",
+    "build_index",
+    "host_identity",
+    "host_label",
+    "index_hmac",
+    "load_index",
+    "new_session_id",
+    "read_key",
+    "receipt_files",
+    "session_state",
+    "write_index",
+]

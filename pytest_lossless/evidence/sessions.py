@@ -1,0 +1,424 @@
+"""Sessions under ``verify``: each session folder is complete as its index says, and the
+sessions of several folders, hosts or CI shards merge into one campaign.
+
+A session folder is any folder that holds receipts or an ``INDEX.json``. Each must have its
+index (:mod:`.index`); against it, a missing, added or changed receipt, a missing or changed
+``SUMMARY.md``, a gate test that ran without a receipt and a session that did not finish are
+named. Across the campaign, receipts of more than one source revision are refused unless asked.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.text import printable
+from ..errors import ReceiptError
+from .index import (
+    HMAC_ALGORITHM,
+    INDEX_NAME,
+    KEY_ENV,
+    OK_WITHOUT_RECEIPT,
+    SUMMARY_NAME,
+    host_label,
+    index_hmac,
+    load_index,
+    sha256_regular,
+)
+
+Loaded = Mapping[Path, "dict[str, Any] | ReceiptError"]
+INCOMPLETE = "INCOMPLETE"
+CONTRADICTION = "CONTRADICTION"
+NO_REVISION = "no git revision"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong with a session: evidence missing (``INCOMPLETE``) or evidence that
+    disagrees with its index (``CONTRADICTION``)."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.text}"
+
+
+@dataclass
+class Session:
+    """A session folder as found: its index (``None`` when missing or unreadable), its
+    receipts as loaded, and what is wrong with it."""
+
+    folder: Path
+    index: dict[str, Any] | None
+    receipts: dict[Path, dict[str, Any] | ReceiptError]
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def session_id(self) -> str:
+        return str((self.index or {}).get("session_id") or self.folder.name)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.index and self.index.get("finished") is True)
+
+    @property
+    def host(self) -> Mapping[str, Any] | None:
+        host = (self.index or {}).get("host")
+        if isinstance(host, Mapping):
+            return host
+        for receipt in self._receipts():
+            found = _runspec(receipt).get("host")
+            if isinstance(found, Mapping):
+                return found
+        return None
+
+    def sources(self) -> dict[str, bool]:
+        """Source revision -> whether any record of it here was dirty."""
+        found: dict[str, bool] = {}
+        blocks = [(self.index or {}).get("source")]
+        blocks += [_runspec(r).get("source") for r in self._receipts()]
+        for block in blocks:
+            if isinstance(block, Mapping) and "revision" in block:
+                revision = str(block.get("revision") or NO_REVISION)
+                found[revision] = found.get(revision, False) or bool(block.get("dirty"))
+        return found
+
+    def _receipts(self) -> list[dict[str, Any]]:
+        return [r for r in self.receipts.values() if isinstance(r, dict)]
+
+
+def _runspec(receipt: Mapping[str, Any]) -> Mapping[str, Any]:
+    runspec = receipt.get("runspec")
+    return runspec if isinstance(runspec, Mapping) else {}
+
+
+def group_sessions(directory: Path, loaded: Loaded) -> dict[Path, dict[Path, Any]]:
+    """Session folder -> its receipts, for every folder under ``directory`` that holds a
+    receipt or an index (``directory`` itself included)."""
+    groups: dict[Path, dict[Path, Any]] = {}
+    for index in sorted(directory.rglob(INDEX_NAME)):
+        groups.setdefault(index.parent, {})
+    for path, receipt in loaded.items():
+        groups.setdefault(path.parent, {})[path] = receipt
+    return dict(sorted(groups.items()))
+
+
+def check_session(
+    folder: Path, receipts: Mapping[Path, Any], *, key: bytes | None = None, key_name: str = ""
+) -> Session:
+    """The session of ``folder`` checked against its index (see the module's docstring)."""
+    session = Session(folder, None, dict(receipts))
+    found = session.findings
+    index_path = folder / INDEX_NAME
+    if not index_path.exists() and not index_path.is_symlink():
+        found.append(
+            Finding(
+                INCOMPLETE,
+                f"{folder}: no {INDEX_NAME}: a session writes its index when it ends, so "
+                "this session was killed or is still running, or its receipts were put here "
+                "by hand; without the index no one can tell whether a receipt is missing",
+            )
+        )
+        return session
+    try:
+        index = session.index = load_index(index_path)
+    except ReceiptError as exc:
+        found.append(Finding(CONTRADICTION, str(exc)))
+        return session
+    label = f"{folder} (session {printable(index.get('session_id'))})"
+    if index.get("finished") is not True:
+        found.append(
+            Finding(
+                INCOMPLETE,
+                f"{label}: the session did not finish ({printable(index.get('state'))}, exit "
+                f"status {index.get('exitstatus')}): its evidence is incomplete",
+            )
+        )
+    listed = _check_receipts(session, label)
+    _check_tests(session, label, listed)
+    _check_summary_hash(session, label)
+    if key is not None:
+        _check_hmac(session, index_path, key, key_name)
+    return session
+
+
+def _check_receipts(session: Session, label: str) -> dict[str, Mapping[str, Any]]:
+    index = session.index or {}
+    found = session.findings
+    listed: dict[str, Mapping[str, Any]] = {}
+    for entry in index.get("receipts") or []:
+        name = str(entry.get("file") or "")
+        if not name or Path(name).name != name or name in (".", ".."):
+            found.append(Finding(CONTRADICTION, f"{label}: the index lists {name!r}"))
+            continue
+        listed[name] = entry
+    present = {path.name: path for path in session.receipts}
+    for name in sorted(set(listed) - set(present)):
+        found.append(
+            Finding(
+                INCOMPLETE,
+                f"{session.folder / name}: listed in {INDEX_NAME} but missing: the receipt of "
+                f"{printable(listed[name].get('test_id') or 'a test')} was deleted or never "
+                "copied",
+            )
+        )
+    for name in sorted(set(present) - set(listed)):
+        found.append(
+            Finding(
+                CONTRADICTION,
+                f"{present[name]}: a receipt {INDEX_NAME} does not list: added after its "
+                "session ended, or copied from another session",
+            )
+        )
+    session_id = index.get("session_id")
+    for name in sorted(set(present) & set(listed)):
+        path, entry = present[name], listed[name]
+        try:
+            actual = sha256_regular(path)
+        except OSError as exc:
+            found.append(Finding(CONTRADICTION, f"{path}: cannot be hashed: {exc}"))
+            continue
+        if actual != entry.get("sha256"):
+            found.append(
+                Finding(
+                    CONTRADICTION,
+                    f"{path}: SHA-256 {actual} differs from {entry.get('sha256')} in "
+                    f"{INDEX_NAME}: the receipt was changed after its session ended",
+                )
+            )
+        receipt = session.receipts[path]
+        if not isinstance(receipt, dict):
+            continue
+        if entry.get("test_id") and entry.get("test_id") != receipt.get("test_id"):
+            found.append(
+                Finding(
+                    CONTRADICTION,
+                    f"{path}: {INDEX_NAME} lists it as the receipt of "
+                    f"{printable(entry['test_id'])}, but it holds the receipt of "
+                    f"{printable(receipt.get('test_id'))}",
+                )
+            )
+        runspec = _runspec(receipt)
+        if runspec.get("session_id") not in (None, session_id):
+            found.append(
+                Finding(
+                    CONTRADICTION,
+                    f"{path}: written by session {printable(runspec['session_id'])}, not by "
+                    f"{printable(session_id)} whose folder holds it",
+                )
+            )
+        host = runspec.get("host")
+        if isinstance(host, Mapping) and _host_key(host) != _host_key(index.get("host")):
+            found.append(
+                Finding(
+                    CONTRADICTION,
+                    f"{path}: written on {host_label(host)}, but its session ran on "
+                    f"{host_label(index.get('host'))}",
+                )
+            )
+    return listed
+
+
+def _host_key(host: Any) -> tuple[str, str]:
+    if not isinstance(host, Mapping):
+        return ("", "")
+    return (str(host.get("hostname") or ""), str(host.get("machine") or ""))
+
+
+def _check_tests(session: Session, label: str, listed: Mapping[str, Any]) -> None:
+    # Writing goldens compares nothing, so a gate test of such a session may leave no receipt.
+    updating = "update-goldens" in str((session.index or {}).get("mode"))
+    for test in (session.index or {}).get("tests") or []:
+        test_id = printable(test.get("test_id"))
+        receipt = test.get("receipt")
+        outcome = str(test.get("outcome"))
+        if not receipt and test.get("gate") and outcome not in OK_WITHOUT_RECEIPT and not updating:
+            reason = f" ({printable(test['reason'])})" if test.get("reason") else ""
+            session.findings.append(
+                Finding(
+                    INCOMPLETE,
+                    f"{label}: gate test {test_id} was collected and is {outcome}{reason}, "
+                    "but wrote no receipt",
+                )
+            )
+        elif receipt and str(receipt) not in listed:
+            session.findings.append(
+                Finding(
+                    CONTRADICTION,
+                    f"{label}: gate test {test_id} wrote {printable(receipt)}, which "
+                    f"{INDEX_NAME} does not list among the session's receipts",
+                )
+            )
+
+
+def _check_summary_hash(session: Session, label: str) -> None:
+    entry = (session.index or {}).get("summary")
+    path = session.folder / SUMMARY_NAME
+    if not isinstance(entry, Mapping):
+        session.findings.append(
+            Finding(INCOMPLETE, f"{label}: {INDEX_NAME} records no {SUMMARY_NAME}")
+        )
+        return
+    if not path.exists() and not path.is_symlink():
+        session.findings.append(
+            Finding(
+                INCOMPLETE,
+                f"{path}: missing ({INDEX_NAME} records SHA-256 {entry.get('sha256')}); "
+                f"regenerate it with: python -m pytest_lossless summary --write {session.folder}",
+            )
+        )
+        return
+    try:
+        actual = sha256_regular(path)
+    except OSError as exc:
+        session.findings.append(Finding(CONTRADICTION, f"{path}: cannot be hashed: {exc}"))
+        return
+    if actual != entry.get("sha256"):
+        session.findings.append(
+            Finding(
+                CONTRADICTION,
+                f"{path}: SHA-256 {actual} differs from {entry.get('sha256')} in "
+                f"{INDEX_NAME}: the summary was changed after its session ended",
+            )
+        )
+
+
+def _check_hmac(session: Session, path: Path, key: bytes, key_name: str) -> None:
+    index = session.index or {}
+    mac = index.get("hmac")
+    if not isinstance(mac, Mapping) or not mac.get("value"):
+        session.findings.append(
+            Finding(
+                CONTRADICTION,
+                f"{path}: no HMAC, but --key-env {key_name} asks for keyed receipts: the "
+                f"session ran without {KEY_ENV}, or the HMAC was removed",
+            )
+        )
+    elif mac.get("algorithm") != HMAC_ALGORITHM:
+        session.findings.append(
+            Finding(CONTRADICTION, f"{path}: HMAC algorithm {mac.get('algorithm')!r} unknown")
+        )
+    elif not hmac.compare_digest(str(mac["value"]), index_hmac(index, key)):
+        session.findings.append(
+            Finding(
+                CONTRADICTION,
+                f"{path}: the HMAC does not match the index: it was changed after its "
+                f"session wrote it, or written with another key than ${key_name}'s",
+            )
+        )
+
+
+@dataclass
+class Campaign:
+    """Every session of the folders verified together, and what they say as a whole."""
+
+    sessions: list[Session]
+    findings: list[Finding]
+    key_name: str | None = None
+    #: Receipt files given on their own: their session is not checked.
+    single_files: list[Path] = field(default_factory=list)
+
+    def revisions(self) -> dict[str, list[Session]]:
+        seen: dict[str, list[Session]] = {}
+        for session in self.sessions:
+            for revision in session.sources():
+                seen.setdefault(revision, []).append(session)
+        return seen
+
+    def hosts(self) -> dict[str, list[Session]]:
+        seen: dict[str, list[Session]] = {}
+        for session in self.sessions:
+            seen.setdefault(host_label(session.host), []).append(session)
+        return seen
+
+    def seen_lines(self) -> list[str]:
+        """The sessions, hosts and source revisions seen, and what the hashes prove."""
+        finished = sum(1 for s in self.sessions if s.finished)
+        hosts = self.hosts()
+        lines = [
+            f"sessions: {len(self.sessions)} ({finished} finished) on {len(hosts)} "
+            f"host{'s' if len(hosts) != 1 else ''}"
+        ]
+        for name, sessions in sorted(hosts.items()):
+            receipts = sum(len(s.receipts) for s in sessions)
+            lines.append(f"  host {name}: {_count(sessions)}, {receipts} receipts")
+        revisions = self.revisions()
+        lines.append(f"source revisions: {len(revisions)}")
+        for revision, sessions in sorted(revisions.items()):
+            dirty = sum(1 for s in sessions if s.sources().get(revision))
+            state = f"dirty in {dirty}" if dirty else "clean"
+            lines.append(f"  {_short(revision)}: {_count(sessions)} ({state})")
+        for path in self.single_files:
+            lines.append(f"note: {path} is one receipt: its session's index was not checked")
+        if self.key_name:
+            keyed = sum(1 for s in self.sessions if s.index is not None)
+            lines.append(
+                f"integrity: HMAC-SHA256 of {keyed} session index(es) checked with the key in "
+                f"${self.key_name}: each was written by a holder of that key"
+            )
+        else:
+            lines.append(
+                "integrity: SHA-256 only (no --key-env): the hashes show that receipts, "
+                "indexes and summaries were not changed by accident since their sessions "
+                "wrote them; they do not prove who wrote them (anyone can recompute a "
+                f"SHA-256). For that, run the sessions with {KEY_ENV} set and verify with "
+                "--key-env NAME"
+            )
+        return lines
+
+
+def _short(revision: str) -> str:
+    return printable(revision if revision == NO_REVISION else revision[:12])
+
+
+def _count(sessions: list[Session]) -> str:
+    return f"{len(sessions)} session{'s' if len(sessions) != 1 else ''}"
+
+
+def check_campaign(
+    loaded_by_folder: Mapping[Path, Loaded],
+    *,
+    key: bytes | None = None,
+    key_name: str | None = None,
+    allow_mixed_revisions: bool = False,
+) -> Campaign:
+    """Every session under the given folders checked, then the campaign as a whole: receipts
+    of more than one source revision are refused unless ``allow_mixed_revisions``."""
+    sessions: list[Session] = []
+    singles: list[Path] = []
+    for directory, loaded in loaded_by_folder.items():
+        if directory.is_file():
+            singles.append(directory)
+            continue
+        for folder, receipts in group_sessions(directory, loaded).items():
+            sessions.append(check_session(folder, receipts, key=key, key_name=key_name or ""))
+    campaign = Campaign(sessions, [f for s in sessions for f in s.findings], key_name, singles)
+    revisions = campaign.revisions()
+    if len(revisions) > 1 and not allow_mixed_revisions:
+        seen = "; ".join(
+            f"{_short(rev)} in {', '.join(s.session_id for s in found)}"
+            for rev, found in sorted(revisions.items())
+        )
+        campaign.findings.append(
+            Finding(
+                CONTRADICTION,
+                f"receipts of {len(revisions)} source revisions verified together ({seen}): "
+                "a campaign judges one revision; verify each apart, or pass "
+                "--allow-mixed-revisions",
+            )
+        )
+    return campaign
+
+
+__all__ = [
+    "Campaign",
+    "Finding",
+    "Session",
+    "check_campaign",
+    "check_session",
+    "group_sessions",
+]

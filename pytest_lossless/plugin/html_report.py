@@ -1,0 +1,125 @@
+"""The HTML report: every ``--lossless`` or ``--update-goldens`` session writes one beside its
+receipts (``<receipts dir>/<session id>/report/index.html``), and names it in the terminal
+summary.
+
+The rows come from every report, the workers' too under xdist: :mod:`.outcomes` attaches them
+(``lossless_rows``) and :mod:`.receipts` the path of the test's receipt (the
+``lossless_receipt`` user property) to each teardown report, which pytest-xdist carries to the
+controller; only the controller writes the page (:func:`pytest_lossless.report.html.write_report`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, final
+
+import pytest
+
+from .. import report
+from ..errors import LosslessError
+from .config import settings
+from .receipts import session_folder, source_revision
+
+_PLUGIN_NAME = "lossless-html-report"
+#: ``config.stash[REPORT_KEY]``: the session's report, on the controller of a gate session.
+REPORT_KEY = pytest.StashKey["HtmlReport"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    resolved = settings(config)
+    if hasattr(config, "workerinput") or not (resolved.lossless or resolved.update_goldens):
+        return  # workers attach to their reports; the controller writes the page
+    plugin = config.stash[REPORT_KEY] = HtmlReport(config)
+    config.pluginmanager.register(plugin, _PLUGIN_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.stash.get(REPORT_KEY, None)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
+        del config.stash[REPORT_KEY]
+
+
+def report_folder(config: pytest.Config) -> Path:
+    """Where the session's report goes: ``report/`` in the session folder, beside its receipts,
+    ``INDEX.json`` and ``SUMMARY.md`` (``<receipts dir>/<session id>/report/``)."""
+    from ..report.html import REPORT_DIR
+
+    return session_folder(config) / REPORT_DIR
+
+
+def _row_from(data: Any) -> report.Row:
+    return report.Row.from_dict(data)
+
+
+@final
+class HtmlReport:
+    """Gathers rows, golden updates and receipt paths; writes the page at the summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.rows: list[report.Row] = []
+        self.events: list[dict[str, str]] = []
+        #: The receipt of each test, by test id (the last one written, if a test ran twice).
+        self.receipts: dict[str, str] = {}
+        self.path: Path | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.rows += [_row_from(data) for data in getattr(report, "lossless_rows", None) or []]
+        self.events.extend(getattr(report, "lossless_golden_events", None) or [])
+        for key, value in report.user_properties:
+            if key == "lossless_receipt":
+                self.receipts[report.nodeid] = str(value)
+
+    def write(self) -> Path:
+        """Write the report now (receipts read back, pictures drawn); returns index.html."""
+        from ..evidence.receipts import load
+        from ..media import MediaLimits
+        from ..report.details import needs_receipt
+        from ..report.html import write_report
+
+        resolved = settings(self.config)
+        wanted = {row.test for row in self.rows if needs_receipt(row)}
+        receipts: dict[str, dict[str, Any]] = {}
+        unread: list[str] = []
+        for test in sorted(wanted):
+            path = self.receipts.get(test)
+            if path is None:
+                continue
+            try:
+                receipts[test] = load(path)
+            except LosslessError as exc:
+                unread.append(str(exc))
+        source = source_revision(self.config)
+        revision = str(source.get("revision") or "")[:12] or "no git revision"
+        context = [("receipts", str(resolved.receipts)), ("source", _source(revision, source))]
+        context += [("receipt not read", text) for text in unread]
+        self.path = write_report(
+            report_folder(self.config),
+            self.rows,
+            receipts,
+            events=self.events,
+            context=context,
+            limits=MediaLimits.from_settings(resolved),
+            root=resolved.rootdir,
+        )
+        return self.path
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        try:
+            path = self.write()
+        except (OSError, LosslessError, ValueError) as exc:
+            terminalreporter.write_line(
+                f"pytest-lossless: the HTML report could not be written: {exc}", red=True
+            )
+            return
+        rootdir = settings(self.config).rootdir
+        shown = path.relative_to(rootdir) if path.is_relative_to(rootdir) else path
+        terminalreporter.write_line(f"pytest-lossless report: {shown}")
+
+
+def _source(revision: str, source: dict[str, Any]) -> str:
+    if source.get("diff_bytes") or source.get("dirty"):
+        return f"{revision} (dirty)"
+    return revision

@@ -1,0 +1,320 @@
+"""What the report shows under a row: the receipt's block for it, read back and drawn.
+
+A row of the verdict table names a test and a check; the test's receipt holds the evidence: a
+golden gate's ``GateResult`` with its golden and obtained files, a lossless comparison's runs
+and pairwise comparisons, a speed gate's samples. :func:`match_rows` pairs rows with those
+blocks and :class:`Details` turns each into :mod:`.blocks` (text, tables, pictures, copies of
+the diagnostic files the gates wrote, so that they outlive pytest's temporary folders).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import media
+from ..core.digests import sha256_file
+from ..errors import LosslessError
+from .blocks import Assets, Block, Detail, Files, Pre, Side, Table, Text, mapping
+from .mismatch import draw
+from .pictures import speed_plot
+from .table import Row
+
+#: Failing results drawn per lossless comparison.
+COMPARISONS_DRAWN = 2
+
+#: Row statuses that need no section: passes, and what --update-goldens did (the golden
+#: updates table says that, a CONFLICT or a REFUSED included).
+_QUIET = ("PASS", "LOSSY-PASS", "PASS (expected)", "LOSSY-PASS (expected)")
+_UPDATES = (
+    "STAGED",
+    "CONFLICT",
+    "RESTORED",
+    "CLEANED",
+    "KEPT",
+    "CREATED",
+    "CHANGED",
+    "REMOVED",
+    "UNCHANGED",
+    "REFUSED",
+)
+
+Found = tuple[str, Mapping[str, Any]]
+
+
+def is_speed(row: Row) -> bool:
+    return row.check.startswith("speed ") and row.gate.startswith("ratio <=")
+
+
+def needs_receipt(row: Row) -> bool:
+    """Whether the row gets a section (a failure, INCONCLUSIVE, an error, or a speed gate,
+    whatever its verdict: its plot); a passing gate is shown by its row alone."""
+    return is_speed(row) or (row.verdict not in _QUIET and row.verdict not in _UPDATES)
+
+
+class _Blocks:
+    """One receipt's blocks, handed out to its rows in the order the test recorded them."""
+
+    def __init__(self, receipt: Mapping[str, Any]) -> None:
+        self.gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
+        self.lossless = [v for v in receipt.get("lossless") or [] if isinstance(v, Mapping)]
+        self.speed = [v for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
+
+    def take(self, row: Row) -> Found | None:
+        if is_speed(row):
+            return ("speed", self.speed.pop(0)) if self.speed else None
+        for n, entry in enumerate(self.lossless):
+            if entry.get("label") == row.check:
+                return "lossless", self.lossless.pop(n)
+        for n, entry in enumerate(self.gates):
+            if entry.get("artifact") == row.check:
+                return "gate", self.gates.pop(n)
+        return None
+
+
+def match_rows(
+    rows: Sequence[Row], receipts: Mapping[str, Mapping[str, Any]]
+) -> list[Found | None]:
+    """For each row (in the order the tests recorded them), its receipt block, if any."""
+    blocks = {test: _Blocks(receipt) for test, receipt in receipts.items()}
+    return [blocks[row.test].take(row) if row.test in blocks else None for row in rows]
+
+
+class Details:
+    """Builds the section of each row that needs one, drawing into ``assets``."""
+
+    def __init__(
+        self, assets: Assets, *, limits: media.MediaLimits | None = None, root: Path | None = None
+    ) -> None:
+        self.assets = assets
+        self.limits = limits or media.MediaLimits.from_env()
+        self.root = root
+
+    def build(self, anchor: str, row: Row, found: Found | None) -> Detail:
+        detail = Detail(anchor, row)
+        try:
+            if found is None:
+                detail.blocks.append(Text("the test's receipt holds no block for this check"))
+            elif found[0] == "speed":
+                detail.blocks += self._speed(row, found[1])
+            elif found[0] == "lossless":
+                detail.blocks += self._lossless(row, found[1])
+            else:
+                detail.blocks += self._gate(row, found[1])
+        except Exception as exc:  # one row that cannot be drawn must not lose the others
+            detail.blocks.append(
+                Text(f"this section could not be drawn: {type(exc).__name__}: {exc}")
+            )
+        return detail
+
+    def _draw(self, result: Mapping[str, Any], left: Side, right: Side, stem: str) -> list[Block]:
+        return draw(result, left, right, assets=self.assets, limits=self.limits, stem=stem)
+
+    def _files(self, paths: Iterable[object]) -> list[Block]:
+        entries = [self.assets.copy(p) for p in paths if isinstance(p, str)]
+        return [Files(entries)] if entries else []
+
+    # -------------------------------------------------------------- golden gates
+
+    def _gate(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
+        if "error" in entry:
+            return [Text(str(entry.get("error"))), Pre(str(entry.get("message") or ""))]
+        from ..gates import GateResult
+
+        result = GateResult.from_dict(dict(entry))
+        evidence = mapping(entry.get("evidence"))
+        left = self._golden_side(result.artifact, mapping(evidence.get("golden")))
+        right = _obtained_side(result.diagnostic_files, mapping(evidence.get("obtained")))
+        blocks = self._draw(entry, left, right, f"{row.test}-{row.check}")
+        blocks.append(Pre(result.message()))
+        return blocks + self._files(result.diagnostic_files)
+
+    def _golden_side(self, name: str, golden: Mapping[str, Any]) -> Side:
+        fingerprint = mapping(golden.get("fingerprint"))
+        folder = golden.get("folder")
+        if golden.get("stored") == "digest":
+            why = "the golden is kept as digests only: its pixels and samples were not kept"
+            return Side("golden", None, fingerprint, why)
+        if not isinstance(folder, str):
+            return Side("golden", None, fingerprint, "the receipt names no golden folder")
+        from ..judge.manifest import read_manifest
+
+        try:
+            entry = read_manifest(Path(folder), root=self.root).get(name)
+        except (LosslessError, OSError) as exc:
+            return Side("golden", None, fingerprint, f"the golden could not be read: {exc}")
+        if entry is None or entry.file is None:
+            return Side("golden", None, fingerprint, "the golden is no longer in its manifest")
+        path = Path(folder) / entry.file
+        if not same_file(path, golden.get("sha256")):
+            return Side("golden", None, fingerprint, f"{path} changed since the comparison")
+        return Side("golden", path, fingerprint)
+
+    # -------------------------------------------------------------- lossless comparisons
+
+    def _lossless(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
+        runs = {str(r.get("name")): r for r in entry.get("runs") or [] if isinstance(r, Mapping)}
+        controls = [c for c in entry.get("control_comparisons") or [] if isinstance(c, Mapping)]
+        candidate = mapping(entry.get("candidate_comparison"))
+        blocks: list[Block] = []
+        if entry.get("control_repeatable") is False:
+            blocks.append(
+                Text(
+                    "INCONCLUSIVE: the control is not repeatable, so no candidate can be judged "
+                    "against it. Which runs differed, and where:"
+                )
+            )
+            differing = [c for c in controls if not _identical(c)]
+        else:
+            differing = [candidate] if candidate and not _identical(candidate) else []
+            if differing:
+                blocks.append(Text("The control is repeatable, but the candidate differs from it:"))
+            proof = mapping(entry.get("proof"))
+            if proof and str(entry.get("verdict")) == "INCONCLUSIVE":
+                from ..judge.proof import reason
+
+                findings = [f for f in proof.get("runs") or [] if isinstance(f, Mapping)]
+                blocks.append(Text(f"INCONCLUSIVE: {reason(findings)} (rule {proof.get('rule')})"))
+        where = [_where(c, r) for c in differing for r in _failing(c)]
+        where += [
+            (_pair(c), str(name), "present in one run only", "")
+            for c in differing
+            for name in c.get("missing") or []
+        ]
+        if where:
+            blocks.append(Table(("runs", "artifact", "first difference", "how many"), where))
+        blocks.append(
+            Table(
+                ("run", "role", "seconds", "artifacts (digest)"),
+                [_run_row(r) for r in runs.values()],
+            )
+        )
+        drawn = [(c, r) for c in differing for r in _failing(c)][:COMPARISONS_DRAWN]
+        for comparison, result in drawn:
+            name = str(result.get("artifact"))
+            left = _run_side(runs, str(comparison.get("left")), name)
+            right = _run_side(runs, str(comparison.get("right")), name)
+            blocks.append(Text(f"{name}: {left.label} vs {right.label}"))
+            blocks += self._draw(result, left, right, f"{row.test}-{row.check}-{name}")
+            blocks += self._files(result.get("diagnostic_files") or [])
+        return blocks
+
+    # -------------------------------------------------------------- speed gates
+
+    def _speed(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
+        samples = [s for s in entry.get("samples") or [] if isinstance(s, Mapping)]
+        ci = entry.get("ci")
+        bounds = [_float(v) for v in ci] if isinstance(ci, list) and len(ci) == 2 else []
+        interval = [b for b in bounds if b is not None] if None not in bounds else []
+        target = _float(entry.get("target_ratio"))
+        if target is None:
+            target = 1 - (_float(entry.get("target")) or 0.0)
+        picture = speed_plot(
+            samples,
+            ratio=_float(entry.get("ratio")),
+            ci=interval or None,
+            target_ratio=target,
+            caption=f"{row.check}: {entry.get('verdict')}",
+        )
+        errors = sum(1 for s in samples if s.get("error") is not None)
+        blocks_run = len({s.get("block") for s in samples})
+        caption = (
+            f"{len(samples)} measured arms in {blocks_run} blocks ({entry.get('design')}, seed "
+            f"{entry.get('seed')}): seconds per arm, then each block's candidate/control ratio; "
+            "the blue line is the estimate, the band its interval, the dashed red line the "
+            f"target (ratio <= {target:.3f})"
+        )
+        if errors:
+            caption += f"; {errors} arms raised (the crosses)"
+        return [
+            self.assets.picture(f"{row.test}-{row.check}", picture, caption),
+            Pre(str(entry.get("message") or entry.get("reason") or "")),
+        ]
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def same_file(path: Path, sha256: object) -> bool:
+    """Whether ``path`` is a regular file (not a link) with the recorded SHA-256 (if any)."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        return not isinstance(sha256, str) or sha256_file(path) == sha256
+    except OSError:
+        return False
+
+
+def _obtained_side(diagnostic_files: Sequence[str], obtained: Mapping[str, Any]) -> Side:
+    fingerprint = mapping(obtained.get("fingerprint"))
+    kept = [p for p in diagnostic_files if Path(p).parent.name == "obtained-for-upload"]
+    for candidate in [obtained.get("path"), *kept]:
+        if isinstance(candidate, str) and same_file(Path(candidate), obtained.get("sha256")):
+            return Side("obtained", Path(candidate), fingerprint)
+    where = obtained.get("path") or "(no path recorded)"
+    why = f"the obtained file is gone (pytest's temporary folder was removed): {where}"
+    return Side("obtained", None, fingerprint, why)
+
+
+def _identical(comparison: Mapping[str, Any]) -> bool:
+    results = comparison.get("results") or []
+    return not comparison.get("missing") and all(
+        isinstance(r, Mapping) and r.get("passed") for r in results
+    )
+
+
+def _failing(comparison: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [
+        r for r in comparison.get("results") or [] if isinstance(r, Mapping) and not r.get("passed")
+    ]
+
+
+def _pair(comparison: Mapping[str, Any]) -> str:
+    return f"{comparison.get('left')} vs {comparison.get('right')}"
+
+
+def _where(comparison: Mapping[str, Any], result: Mapping[str, Any]) -> tuple[str, ...]:
+    first = result.get("first_mismatch") or "; ".join(map(str, result.get("metadata_diffs") or []))
+    count = f"{result.get('mismatch_count')} of {result.get('total')} {result.get('unit')}s"
+    return _pair(comparison), str(result.get("artifact")), str(first or "differs"), count
+
+
+def _digest(fingerprint: Mapping[str, Any]) -> str:
+    for key in ("pcm_sha256", "data_sha256", "sha256"):
+        value = fingerprint.get(key)
+        if isinstance(value, str):
+            return value[:12]
+    return "-"
+
+
+def _run_row(run: Mapping[str, Any]) -> tuple[str, ...]:
+    artifacts = mapping(run.get("artifacts"))
+    seconds = _float(run.get("seconds"))
+    digests = ", ".join(
+        f"{name}: {_digest(mapping(mapping(a).get('fingerprint')))}"
+        for name, a in sorted(artifacts.items())
+    )
+    return (
+        str(run.get("name")),
+        str(run.get("role")),
+        "-" if seconds is None else f"{seconds:.3f}",
+        digests,
+    )
+
+
+def _run_side(runs: Mapping[str, Mapping[str, Any]], run: str, name: str) -> Side:
+    artifact = mapping(mapping(mapping(runs.get(run)).get("artifacts")).get(name))
+    fingerprint = mapping(artifact.get("fingerprint"))
+    path = artifact.get("path")
+    if isinstance(path, str) and same_file(Path(path), fingerprint.get("sha256")):
+        return Side(run, Path(path), fingerprint)
+    why = f"its file is gone (pytest's temporary folder was removed): {path}"
+    return Side(run, None, fingerprint, why)
