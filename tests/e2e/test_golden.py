@@ -150,9 +150,9 @@ def test_changed_gate_is_refused(pytester, media_project):
     result.stdout.fnmatch_lines(
         ["*GateChanged*gate changed*'elementwise'*'bytes'*--update-goldens*"]
     )
-    # Said once, with no traceback and no "During handling of the above exception" echo.
+    # No traceback and no "During handling of the above exception" echo of the same error.
     assert "During handling" not in result.stdout.str()
-    assert result.stdout.str().count("the manifest froze gate 'elementwise'") == 1
+    assert "Traceback" not in result.stdout.str()
 
 
 TENSOR_TEST = """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -267,6 +268,8 @@ def test_a_committed_receipts_link_overwrites_nothing_outside(pytester, tmp_path
     # The very files a run would write, outside the project.
     for name in ("test_receipt.py__test_r.json", "test_receipt.py__test_r.diff", "SUMMARY.md"):
         (outside / name).write_text("precious\n")
+    # A committed link: in the checkout in place of the folder the update session wrote.
+    shutil.rmtree(pytester.path / "lossless-receipts", ignore_errors=True)
     _link(pytester.path / "lossless-receipts", outside)
     before = _snapshot(outside)
 
