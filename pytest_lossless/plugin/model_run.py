@@ -15,6 +15,7 @@ import pytest
 
 from .config import settings
 from .devices import holds_devices
+from .outcomes import failing_on_errors
 from .receipts import receipt_for
 
 if TYPE_CHECKING:
@@ -52,4 +53,6 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
     try:
         yield launcher
     finally:
-        launcher.close()
+        # A server that crashed or needed SIGKILL at teardown fails the test, as a command does.
+        with failing_on_errors():
+            launcher.close()

@@ -458,11 +458,14 @@ class Launcher:
         workers_expected: int | None = None,
         port: int | None = None,
         inputs: Mapping[str, str | os.PathLike[str]] | None = None,
+        check: bool = True,
     ) -> Server:
         """Start a server and wait until ``ready`` (a URL or a path, with ``{port}``) answers.
 
         Fails fast, with the stderr tail, when the server dies during startup or the
-        readiness URL does not answer within ``startup_timeout``.
+        readiness URL does not answer within ``startup_timeout``. Like a command, a server
+        obeys ``check``: one that does not end cleanly (a crash, a forced kill, a leftover) makes
+        its ``stop()``, or the teardown that stops it, raise :class:`RunError` with its lifecycle.
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         port = free_port() if port is None else port
@@ -495,7 +498,7 @@ class Launcher:
             }
         )
         group = self._spawn(record, args, child_env, cwd_path, run_dir)
-        server = Server(self, group, record, port, run_dir, self._server_stopped)
+        server = Server(self, group, record, port, run_dir, self._server_stopped, check=check)
         self._servers.append(server)
         server._wait_ready(url, limit, workers_expected)
         return server

@@ -19,6 +19,7 @@ from ..errors import RunError
 from .arguments import check_seconds
 from .failure import failure_message
 from .group import ProcessGroup
+from .lifecycle import lifecycle_verdict
 from .request_body import CHUNK, encode_body
 
 #: Response bodies larger than this are streamed to a file in the run's folder.
@@ -75,8 +76,12 @@ class Server:
         port: int,
         run_dir: Path,
         on_stopped: Callable[[Server, ProcessGroup], None],
+        *,
+        check: bool = True,
     ) -> None:
         self._host = host
+        #: Whether an unclean stop raises (as ``model_run(check=True)`` does for a command).
+        self.check = check
         self._on_stopped = on_stopped
         self._group = group
         self.record = record
@@ -248,9 +253,20 @@ class Server:
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         if self._stopped:
             return self.record
-        return self._finish(
+        record = self._finish(
             grace=self._host.grace if grace is None else float(grace), reason=reason
         )
+        lifecycle = lifecycle_verdict(record)
+        if self.check and not lifecycle["clean"]:
+            raise RunError(
+                failure_message(
+                    record,
+                    f"did not end cleanly ({reason}): {lifecycle['summary']}",
+                    self._host.clean_text,
+                ),
+                record=record,
+            )
+        return record
 
     def _finish(self, *, grace: float, reason: str) -> dict[str, Any]:
         self._stopped = True

@@ -51,9 +51,13 @@ def test_workers_and_timings(model_run):
 
 def test_ignores_sigterm(model_run):
     server = model_run.server([*SERVER, "--workers", "2", "--ignore-term"], ready="/health",
-                              workers_expected=2)
+                              workers_expected=2, check=False)
     record = server.stop(grace=0.3)
     assert not record["lifecycle"]["clean"]
+
+def test_needs_sigkill_at_teardown(model_run):
+    model_run.grace = 0.3
+    model_run.server([*SERVER, "--ignore-term"], ready="/health")
 
 def test_dies_at_startup(model_run):
     model_run.server([*SERVER, "--die-at-startup"], ready="/health", startup_timeout=60)
@@ -128,7 +132,14 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
         "--lossless-lock-dir",
         str(pytester.path / "locks"),
     )
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1, errors=1)
+    # A server that needs SIGKILL at teardown fails the test like a command, with its lifecycle.
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_needs_sigkill_at_teardown*",
+            "*server-01 did not end cleanly (teardown): not clean*SIGKILL*",
+        ]
+    )
     # A server dying during startup fails fast with its stderr.
     result.stdout.fnmatch_lines(
         [
@@ -173,7 +184,9 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
     verify = [sys.executable, "-m", "pytest_lossless", "verify", str(receipts)]
     done = subprocess.run(verify, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("\nOK ") + done.stdout.startswith("OK ") == 4
+    assert (
+        done.stdout.count("\nOK ") + done.stdout.startswith("OK ") == 5
+    )  # one receipt per test that used model_run
     (edited,) = receipts.rglob("*test_ignores_sigterm.json")
     data = json.loads(edited.read_text())
     data["runs"][0]["lifecycle"] = {
@@ -187,7 +200,7 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
     assert done.returncode == 1
     assert f"CONTRADICTION {edited}" in done.stdout
     assert "recorded lifecycle clean=True but the raw record gives clean=False" in done.stdout
-    assert "3 of 4 receipts consistent" in done.stdout
+    assert "4 of 5 receipts consistent" in done.stdout
 
 
 def test_unmarked_devices_fixture_still_owns_the_runs(pytester: pytest.Pytester) -> None:

@@ -249,9 +249,19 @@ def test_server_requests_are_timed_apart_and_stop_records_each_worker(
     assert record["lifecycle"]["clean"] is True, record["lifecycle"]
 
 
+def test_server_ignoring_sigterm_fails_its_stop_like_a_command(launcher: Launcher) -> None:
+    server = launcher.server([*SERVER, "--ignore-term"], ready="/health")
+    with pytest.raises(RunError, match=r"did not end cleanly \(stop\): not clean.*SIGKILL"):
+        server.stop(grace=0.3)
+    assert server.record["lifecycle"]["clean"] is False  # recorded all the same
+
+
 def test_server_ignoring_sigterm_is_killed_and_not_clean(launcher: Launcher) -> None:
     server = launcher.server(
-        [*SERVER, "--workers", "2", "--ignore-term"], ready="/health", workers_expected=2
+        [*SERVER, "--workers", "2", "--ignore-term"],
+        ready="/health",
+        workers_expected=2,
+        check=False,
     )
     record = server.stop(grace=0.3)
     assert [(s["signal"], s["target"], s["forced"]) for s in record["signals"]][:2] == [
