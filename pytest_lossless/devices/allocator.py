@@ -207,6 +207,8 @@ class Allocator:
         escalated = False
         announced = False
         busy_keys: set[str] = set()
+        failing: set[str] = set()  # under busy="fail": every device seen busy so far
+        busy_seen: list[dict[str, Any]] = []
         watch = OrphanWatch(self.orphans, grace=self.orphan_grace, clock=self.clock)
         delay = 0.01
         try:
@@ -233,18 +235,26 @@ class Allocator:
                         pool=labels,
                         lock_dir=str(self.lock_dir.path),
                     )
-                if result.busy and self.busy == "fail":
-                    raise AllocationError(
-                        f"{holder}: {backend.name} device(s) busy with a process that is not "
-                        f"a pytest-lossless holder: {_describe_busy(result.busy)}; end it, or "
-                        "run with --lossless-busy=wait",
-                        processes=result.busy,
-                    )
-                busy_keys = {
+                seen_busy = {
                     d.lock_key
                     for label, d in pool
                     if any(p.get("device") == d.id for p in result.busy)
-                } | {d.lock_key for d, _ in result.orphaned}
+                }
+                if result.busy and self.busy == "fail":
+                    # Refuse only when the devices not seen busy cannot cover the request; else
+                    # try again at once, with the busy ones last.
+                    failing |= seen_busy
+                    busy_seen += result.busy
+                    if count > len(pool) - len(failing) - len(result.unusable):
+                        raise AllocationError(
+                            f"{holder}: {backend.name} device(s) busy with a process that is "
+                            f"not a pytest-lossless holder: {_describe_busy(busy_seen)}; end "
+                            "it, or run with --lossless-busy=wait",
+                            processes=busy_seen,
+                        )
+                    busy_keys = set(failing)
+                    continue
+                busy_keys = seen_busy | {d.lock_key for d, _ in result.orphaned}
                 now = self.clock.monotonic()
                 if not announced and self.on_wait is not None:
                     announced = True

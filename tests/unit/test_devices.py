@@ -577,6 +577,27 @@ def test_busy_device_fails_with_the_process_named(tmp_path: Path) -> None:
     allocator.acquire(1, "t::own_process_is_not_foreign").release()
 
 
+def test_busy_fail_takes_the_free_devices_when_there_are_enough(tmp_path: Path) -> None:
+    """Two of a pool of four, one of them busy: three are free, so nothing is refused."""
+    backend = FakeBackend(ids=("0", "1", "2", "3"))
+    backend.procs = [{"device": "0", "pid": 4242, "process": "python3", "used_memory_mib": 900}]
+    allocator = Allocator(
+        [backend],
+        backend="fake",
+        lock_dir=tmp_path / "locks",
+        timeout=60,
+        busy="fail",
+        clock=FakeClock(),
+    )
+    allocation = allocator.acquire(2, "t::two_of_four")
+    assert "0" not in allocation.ids
+    allocation.release()
+    backend.procs += [{"device": "1", "pid": 4243, "process": "python3"},
+                      {"device": "2", "pid": 4244, "process": "python3"}]  # fmt: skip
+    with pytest.raises(AllocationError, match="pid 424"):
+        allocator.acquire(2, "t::only_one_free")  # one idle device cannot cover two
+
+
 def test_busy_device_waits_then_prefers_an_idle_one(tmp_path: Path) -> None:
     backend = FakeBackend(ids=("0", "1"))
     backend.procs = [{"device": "0", "pid": 4242, "process": "python3", "used_memory_mib": 900}]
