@@ -209,12 +209,22 @@ class Server:
         except (OSError, http.client.HTTPException) as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             self.record["requests"].append(entry)
+            # A server that closed the connection as it died is reaped first, so that the
+            # message says what happened to it, not "still running".
+            self._group.wait_main(min(1.0, self._host.grace))
             self._group.sample()
-            state = (
-                f"the server {self._main_status()}"
-                if self._group.main_done
-                else "the server is still running"
+            died = self._group.main_done
+            main = self._group.main
+            ended = (
+                f"was killed by {main.signal}"
+                if main.signal
+                else f"exited with code {main.exit_code}"
             )
+            state = f"the server {ended}" if died else "the server is still running"
+            if died and not self._stopped:
+                # One story: the record is closed (its processes, their exits) before the
+                # message reads its lifecycle, so both say the server died.
+                self._finish(grace=self._host.grace, reason="died after ready")
             raise RunError(
                 failure_message(
                     self.record,

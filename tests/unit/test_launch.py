@@ -249,6 +249,35 @@ def test_server_requests_are_timed_apart_and_stop_records_each_worker(
     assert record["lifecycle"]["clean"] is True, record["lifecycle"]
 
 
+DIES_ON_REQUEST = [
+    sys.executable,
+    "-c",
+    "import http.server, os, sys\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        if self.path == '/health':\n"
+    "            self.send_response(200); self.end_headers(); return\n"
+    "        os._exit(3)\n"
+    "    def log_message(self, *a): pass\n"
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n",
+    "{port}",
+]
+
+
+def test_a_server_that_dies_after_ready_tells_one_story(launcher: Launcher) -> None:
+    """D5: the request error and the lifecycle both say the server exited with code 3."""
+    server = launcher.server(DIES_ON_REQUEST, ready="/health")
+    with pytest.raises(RunError) as info:
+        server.request("GET", "/infer")
+    message = str(info.value)
+    assert "(the server exited with code 3)" in message
+    assert "lifecycle: not clean" in message
+    assert "exited with code 3" in message.split("lifecycle:", 1)[1]
+    assert "never stopped" not in message
+    assert "no process was recorded" not in message
+    assert server.record["stop"]["reason"] == "died after ready"
+
+
 def test_server_ignoring_sigterm_fails_its_stop_like_a_command(launcher: Launcher) -> None:
     server = launcher.server([*SERVER, "--ignore-term"], ready="/health")
     with pytest.raises(RunError, match=r"did not end cleanly \(stop\): not clean.*SIGKILL"):
