@@ -67,10 +67,10 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Make a rename in ``folder`` durable (best effort: some file systems refuse)."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import utc_iso
-from ..core.digests import loads_bounded
+from ..core.digests import fsync_dir, loads_bounded
 from ..core.paths import open_regular, read_regular
 from ..core.procfs import process_stat
 from ..core.text import printable
@@ -293,7 +293,7 @@ def replace_folder(path: Path, fill: Callable[[Path], None]) -> None:
         staged = work / "new"
         os.mkdir(staged)
         fill(staged)
-        _fsync_dir(staged)
+        fsync_dir(staged)
         fault("golden-staged")
         if not os.path.lexists(path):
             os.rename(staged, path)
@@ -301,7 +301,7 @@ def replace_folder(path: Path, fill: Callable[[Path], None]) -> None:
             os.rename(path, retired)  # the live folder or link itself, never a link's target
             fault("golden-retired")
             os.rename(staged, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         fault("golden-swapped")
     except BaseException:
         if os.path.lexists(retired) and not os.path.lexists(path):
@@ -329,19 +329,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         os.unlink(path)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _boot_id() -> str | None:
