@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -49,6 +49,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         knobs=resolved.determinism_knobs,
         on_record=receipt.add_run,
         redactor=redactor,
+        describe_source=_describe_source,
     )
     try:
         yield launcher
@@ -56,3 +57,10 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         # A server that crashed or needed SIGKILL at teardown fails the test, as a command does.
         with failing_on_errors():
             launcher.close()
+
+
+def _describe_source(path: Path) -> dict[str, Any]:
+    """A source tree of a run, as the RunSpec describes the rootdir's (revision, dirty, diff)."""
+    from ..evidence.provenance import source_revision
+
+    return dict(source_revision(path))

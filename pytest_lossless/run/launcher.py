@@ -143,8 +143,12 @@ class Launcher:
         sample_interval: float = SAMPLE_INTERVAL,
         adopt_orphans: bool = True,
         redactor: Redactor | None = None,
+        describe_source: Callable[[Path], Mapping[str, Any]] | None = None,
     ) -> None:
         self.allocation = allocation
+        #: How a source tree named in ``sources=`` is described (revision, dirty flag, diff
+        #: hash, publication): the plugin passes the evidence layer's reader.
+        self.describe_source = describe_source
         self.out_dir = Path(out_dir)
         self.run_timeout = float(run_timeout)
         self.knobs = tuple(knobs)
@@ -185,6 +189,24 @@ class Launcher:
         return shown
 
     # -- shared by commands and servers
+    def _note_sources(
+        self, record: dict[str, Any], sources: Sequence[str | os.PathLike[str]] | None
+    ) -> None:
+        """Record what each named source tree was when the run started (before it can change)."""
+        if sources is None:
+            return
+        if isinstance(sources, (str, os.PathLike)):
+            sources = [sources]
+        described: dict[str, Any] = {}
+        for source in sources:
+            path = Path(os.fspath(source)).resolve()
+            if not path.is_dir():
+                raise ConfigError("model_run(sources=...)", str(source), "not a folder")
+            described[str(path)] = (
+                dict(self.describe_source(path)) if self.describe_source is not None else {}
+            )
+        record["sources"] = described
+
     def _prepare(
         self,
         kind: str,
@@ -350,6 +372,7 @@ class Launcher:
         check: bool = True,
         inputs: Mapping[str, str | os.PathLike[str]] | None = None,
         grace: float | None = None,
+        sources: Sequence[str | os.PathLike[str]] | None = None,
     ) -> RunResult:
         """Run one command to completion; see :mod:`pytest_lossless.run` for what is recorded.
 
@@ -357,6 +380,8 @@ class Launcher:
         are taken inside it); each must exist and be non-empty. ``inputs`` names files the
         run reads, hashed into the record before it starts. ``env`` values of None unset.
         ``grace`` (default: the launcher's) is the wait between SIGTERM and SIGKILL on timeout.
+        ``sources`` names the source trees this run was built from (the engine's checkout of
+        each arm, say): each one's revision, dirty flag, diff hash and publication is recorded.
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         limit = self.run_timeout if timeout is None else check_seconds(timeout, "timeout")
@@ -366,6 +391,7 @@ class Launcher:
         )
         record["timeout_seconds"] = limit
         record["grace_seconds"] = wait
+        self._note_sources(record, sources)
         out = Path(record["out_dir"])
         group = self._spawn(record, args, child_env, cwd_path, run_dir)
         finished = group.wait_main(limit)
@@ -459,6 +485,7 @@ class Launcher:
         port: int | None = None,
         inputs: Mapping[str, str | os.PathLike[str]] | None = None,
         check: bool = True,
+        sources: Sequence[str | os.PathLike[str]] | None = None,
     ) -> Server:
         """Start a server and wait until ``ready`` (a URL or a path, with ``{port}``) answers.
 
@@ -497,6 +524,7 @@ class Launcher:
                 "requests": [],
             }
         )
+        self._note_sources(record, sources)
         group = self._spawn(record, args, child_env, cwd_path, run_dir)
         server = Server(self, group, record, port, run_dir, self._server_stopped, check=check)
         self._servers.append(server)
