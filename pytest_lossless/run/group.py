@@ -13,7 +13,6 @@ a hint among runs: a daemon may clear its environment.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 
 from ..core.clock import Clock, utc_iso
 from ..core.procfs import ProcStat, process_stat, read_cmdline, read_memory_kib, scan_proc
+from .kernel import describe_status
 
 #: Seconds between two samples of ``/proc`` while a process group runs.
 SAMPLE_INTERVAL = 0.05
@@ -34,45 +34,6 @@ FULL_SCAN_EVERY = 40
 #: Set in every child's environment to a token of its run: among several runs, it tells which
 #: one an orphan that kept its environment came from (ancestry decides the rest).
 RUN_TOKEN = "PYTEST_LOSSLESS_RUN"
-
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_GET_CHILD_SUBREAPER = 37
-
-
-def child_subreaper(on: bool | None) -> bool | None:
-    """Read (``on=None``) or set this process's child-subreaper flag; None where unsupported.
-
-    As a subreaper, orphaned descendants of our runs are re-parented to us instead of to
-    init, so we can reap them and record their real exit status.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if on is None:
-            value = ctypes.c_int(0)
-            if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
-                return None
-            return bool(value.value)
-        if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
-            return None
-        return on
-    except (OSError, AttributeError):
-        return None
-
-
-def _describe_status(status: int) -> tuple[int | None, str | None, bool]:
-    """A wait status as (exit code, signal name, core dumped)."""
-    if os.WIFSIGNALED(status):
-        return None, _signal_name(os.WTERMSIG(status)), os.WCOREDUMP(status)
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status), None, False
-    return None, None, False
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"SIG{number}"
 
 
 @dataclass
@@ -319,7 +280,7 @@ class ProcessGroup:
             self._main_done.set()
             return
         ended = self.now()
-        code, sig, core = _describe_status(status)
+        code, sig, core = describe_status(status)
         with self._lock:
             self.main.ended = ended
             self.main.exit_code, self.main.signal, self.main.core_dumped = code, sig, core
@@ -457,13 +418,13 @@ class ProcessGroup:
             except ChildProcessError:
                 pid = 0
             if pid == proc.pid:
-                proc.exit_code, proc.signal, proc.core_dumped = _describe_status(status)
+                proc.exit_code, proc.signal, proc.core_dumped = describe_status(status)
                 proc.observed = "adopted"
                 proc.ended = now
                 proc.note_memory(int(usage.ru_maxrss), "wait4 ru_maxrss")
                 return
         if proc.observed == "alive" and st.exit_status is not None:
-            proc.exit_code, proc.signal, proc.core_dumped = _describe_status(st.exit_status)
+            proc.exit_code, proc.signal, proc.core_dumped = describe_status(st.exit_status)
             proc.observed = "zombie"
             proc.ended = now
 

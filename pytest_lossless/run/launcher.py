@@ -24,7 +24,8 @@ from ..core.redact import Redactor, scrub, scrub_all
 from ..errors import ArtifactError, ConfigError, RunError
 from .arguments import check_argv, check_seconds, fill_placeholders
 from .failure import failure_message, format_status
-from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup, child_subreaper
+from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
+from .kernel import child_subreaper
 from .lifecycle import lifecycle_verdict
 from .server import Server
 
