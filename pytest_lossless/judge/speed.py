@@ -274,15 +274,23 @@ class SpeedVerdict:
 
 
 def _plan(
-    pairs: int, confidence: float, min_blocks: int | None, looks: Sequence[int] | None
+    pairs: int,
+    confidence: float,
+    min_blocks: int | None,
+    looks: Sequence[int] | None,
+    summary: str = stats.DEFAULT_BLOCK_SUMMARY,
 ) -> stats.Plan:
     try:
-        return stats.plan_looks(pairs, confidence=confidence, min_blocks=min_blocks, looks=looks)
+        return stats.plan_looks(
+            pairs, confidence=confidence, min_blocks=min_blocks, looks=looks, summary=summary
+        )
     except ValueError as exc:
         raise ConfigError("speed_gate(pairs/looks)", pairs, str(exc)) from None
 
 
-def _block_diffs(samples: Sequence[Mapping[str, Any]], design: str) -> list[float]:
+def _block_diffs(
+    samples: Sequence[Mapping[str, Any]], design: str, summary: str = stats.DEFAULT_BLOCK_SUMMARY
+) -> list[float]:
     """Differences of the complete blocks, in block order (a block missing an arm is dropped)."""
     per_arm = 2 if design == "ABBA" else 1
     blocks: dict[int, dict[str, list[float]]] = {}
@@ -296,7 +304,7 @@ def _block_diffs(samples: Sequence[Mapping[str, Any]], design: str) -> list[floa
         arms = blocks[index]
         if len(arms[stats.CONTROL]) != per_arm or len(arms[stats.CANDIDATE]) != per_arm:
             break
-        diffs.append(stats.block_difference(arms[stats.CONTROL], arms[stats.CANDIDATE]))
+        diffs.append(stats.block_difference(arms[stats.CONTROL], arms[stats.CANDIDATE], summary))
     return diffs
 
 
@@ -312,6 +320,7 @@ def derive(
     looks: Sequence[int] | None = None,
     workload: str | None = None,
     proof: str | None = None,
+    block_summary: str = stats.DEFAULT_BLOCK_SUMMARY,
 ) -> SpeedVerdict:
     """The verdict from raw samples alone: used by the runner and by :func:`rederive`.
 
@@ -319,8 +328,8 @@ def derive(
     ``proof`` finding); otherwise it is INCONCLUSIVE.
     """
     theta = stats.boundary(target)
-    plan = _plan(pairs, confidence, min_blocks, looks)
-    diffs = _block_diffs(samples, design)
+    plan = _plan(pairs, confidence, min_blocks, looks, block_summary)
+    diffs = _block_diffs(samples, design, plan.summary)
     decision = stats.decide(diffs, theta, plan)
     errors = [
         f"{s['arm']} arm (block {s['block'] + 1}, position {s['position'] + 1}) raised: "
@@ -388,6 +397,8 @@ def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
         "confidence": float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
         "min_blocks": plan.get("min_blocks"),
         "looks": [int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
+        # Receipts written before the robust block summary were derived with the mean.
+        "block_summary": str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
         "proof": d.get("proof"),
         "workload": d.get("workload"),
     }
@@ -436,6 +447,8 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
         )
     # Every derived field, not only the verdict: an edited interval or look is a contradiction.
     derived = again.to_dict()
+    if "block_summary" not in (d.get("plan") or {}):
+        derived["plan"].pop("block_summary", None)  # a receipt from before the field
     for key in (
         "ci",
         "blocks",
@@ -543,7 +556,9 @@ def run_speed_gate(
             times[arm].append(float(sample["seconds"]))
         if samples and samples[-1].get("error") is not None:
             break
-        diffs.append(stats.block_difference(times[stats.CONTROL], times[stats.CANDIDATE]))
+        diffs.append(
+            stats.block_difference(times[stats.CONTROL], times[stats.CANDIDATE], plan.summary)
+        )
         look = plan.look_at(len(diffs))
         if look is not None and stats.decide(diffs, theta, plan).verdict != Verdict.INCONCLUSIVE:
             break
@@ -558,6 +573,7 @@ def run_speed_gate(
         looks=[lk.blocks for lk in plan.looks],
         workload=workload,
         proof=dispatch.describe(rule),
+        block_summary=plan.summary,
     )
 
 

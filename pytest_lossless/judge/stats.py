@@ -3,7 +3,9 @@
 The speed gate compares a candidate with its control in *blocks*. Under the ``ABBA`` design a
 block is four arms in the order A B B A or B A A B (the opening arm drawn from a seeded RNG), so
 a linear drift across the session cancels inside every block. Each completed block gives one
-number, the difference of mean log times (candidate minus control); the ratio estimate is
+number, the difference of the two builds' log times in it (candidate minus control), each build
+summarised by its mean log time, or by its lowest when its two arms are more than 25% apart (a
+spike in one arm cannot move the block; :func:`block_difference`); the ratio estimate is
 ``exp(median)`` of those differences.
 
 Confidence intervals come from sign-test order statistics: with ``n`` blocks and rank ``k`` the
@@ -102,8 +104,44 @@ def block_schedule(blocks: int, *, design: str = "ABBA", seed: int) -> Schedule:
 # ------------------------------------------------------------------ per-block statistic
 
 
-def block_difference(control: Sequence[float], candidate: Sequence[float]) -> float:
-    """Mean log candidate time minus mean log control time, for one block."""
+#: How one build's arms in a block become one number. ``mean-log``: the mean log time (the
+#: first version's rule; receipts without a ``block_summary`` were derived with it).
+#: ``robust-log``: the same mean, unless the build's times in that block differ by more than
+#: :data:`SPIKE_GAP`, in which case the lowest of them: one slow arm (a spike: a page fault
+#: storm, a co-tenant, a GC pause) cannot move its block, and a spike in both arms of a build
+#: still shows. Either rule summarises both builds with the same symmetric function, which is
+#: what the sign test's guarantee needs (see :func:`block_difference`).
+BLOCK_SUMMARIES = ("mean-log", "robust-log")
+DEFAULT_BLOCK_SUMMARY = "robust-log"
+LEGACY_BLOCK_SUMMARY = "mean-log"
+#: Two arms of one build in one block more than 25% apart: the slower is taken for a spike.
+SPIKE_GAP = math.log(1.25)
+
+
+def _build_summary(log_times: Sequence[float], summary: str) -> float:
+    mean = sum(log_times) / len(log_times)
+    if summary == "robust-log" and max(log_times) - min(log_times) > SPIKE_GAP:
+        return min(log_times)
+    return mean
+
+
+def block_difference(
+    control: Sequence[float],
+    candidate: Sequence[float],
+    summary: str = DEFAULT_BLOCK_SUMMARY,
+) -> float:
+    """One block's log candidate time minus log control time, each build summarised alike.
+
+    The guarantee: when the candidate's log times are the control's shifted by exactly the
+    boundary, and the arms' noise is exchangeable (spikes included, whatever their
+    distribution), swapping the builds' roles negates the difference, so it lies above the
+    boundary with probability 1/2: the sign test's premise. That holds for any summary applied
+    to both builds alike (``mean-log`` and ``robust-log``); a drift linear within the block is
+    cancelled exactly by ``mean-log`` and, under ABBA with random openers, in expectation by
+    ``robust-log`` (its lowest-time branch is taken only on a spike).
+    """
+    if summary not in BLOCK_SUMMARIES:
+        raise ValueError(f"block summary {summary!r}: expected one of {', '.join(BLOCK_SUMMARIES)}")
     if not control or not candidate:
         raise ValueError("a block needs at least one control and one candidate time")
     for seconds in (*control, *candidate):
@@ -111,9 +149,9 @@ def block_difference(control: Sequence[float], candidate: Sequence[float]) -> fl
             raise ValueError(
                 f"a measured time must be a finite number of seconds > 0, got {seconds!r}"
             )
-    return sum(math.log(t) for t in candidate) / len(candidate) - sum(
-        math.log(t) for t in control
-    ) / len(control)
+    return _build_summary([math.log(t) for t in candidate], summary) - _build_summary(
+        [math.log(t) for t in control], summary
+    )
 
 
 def median(values: Sequence[float]) -> float:
@@ -175,6 +213,8 @@ class Plan:
     confidence: float
     looks: tuple[Look, ...]
     error: float
+    #: How a block's arms become its difference (:data:`BLOCK_SUMMARIES`).
+    summary: str = DEFAULT_BLOCK_SUMMARY
 
     def look_at(self, blocks: int) -> Look | None:
         for look in self.looks:
@@ -189,6 +229,7 @@ class Plan:
             "confidence": self.confidence,
             "looks": [{"blocks": lk.blocks, "k": lk.k, "tail": lk.tail} for lk in self.looks],
             "error": self.error,
+            "block_summary": self.summary,
         }
 
 
@@ -242,6 +283,7 @@ def plan_looks(
     confidence: float = DEFAULT_CONFIDENCE,
     min_blocks: int | None = None,
     looks: Sequence[int] | None = None,
+    summary: str = DEFAULT_BLOCK_SUMMARY,
 ) -> Plan:
     """Plan the looks of a gate running at most ``max_blocks`` blocks.
 
@@ -252,6 +294,8 @@ def plan_looks(
     """
     if not 0.5 < confidence < 1:
         raise ValueError(f"confidence={confidence!r}: expected a level between 0.5 and 1")
+    if summary not in BLOCK_SUMMARIES:
+        raise ValueError(f"block summary {summary!r}: expected one of {', '.join(BLOCK_SUMMARIES)}")
     alpha = 1 - confidence
     if min_blocks is None:
         min_blocks = min(DEFAULT_MIN_BLOCKS, max_blocks)
@@ -282,6 +326,7 @@ def plan_looks(
         confidence=confidence,
         looks=chosen,
         error=error,
+        summary=summary,
     )
 
 

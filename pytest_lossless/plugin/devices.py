@@ -128,8 +128,15 @@ def devices(request: pytest.FixtureRequest) -> Generator[Allocation, None, None]
             allocation.release()
 
 
-@pytest.fixture(autouse=True)
-def _lossless_marked_devices(request: pytest.FixtureRequest) -> None:
-    """Tests marked ``npu``/``gpu`` hold their allocation even without naming ``devices``."""
-    if holds_devices(request.node):
-        request.getfixturevalue("devices")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``npu``/``gpu`` hold their allocation even without naming ``devices``.
+
+    Done by adding ``devices`` to those tests' fixtures (first, so the allocation is held before
+    the test's other fixtures start anything), not with an autouse fixture: an autouse fixture
+    would cost every plain test of the repository a fixture setup and teardown.
+    """
+    for item in items:
+        names = getattr(item, "fixturenames", None)
+        if isinstance(names, list) and "devices" not in names and holds_devices(item):
+            # A new list: parametrized siblings share the old one, and their marks may differ.
+            item.fixturenames = ["devices", *names]  # type: ignore[attr-defined]

@@ -29,6 +29,25 @@ CALL_PASSED_KEY = pytest.StashKey[bool]()
 
 _EXPECTABLE = (Verdict.PASS.value, Verdict.FAIL.value, Verdict.INCONCLUSIVE.value)
 
+#: The plugin's fixtures and markers: a test that uses none of them costs the plugin one cached
+#: look per phase (issue #16: an installed plugin must not slow a repository's plain tests).
+FIXTURES = frozenset({"devices", "model_run", "golden", "lossless", "speed_gate"})
+MARKERS = frozenset({"lossless", "npu", "gpu"})
+#: ``item.stash[INVOLVED_KEY]``: whether the test names one of them (computed once).
+INVOLVED_KEY = pytest.StashKey[bool]()
+
+
+def involved(item: pytest.Item) -> bool:
+    """Whether the plugin has anything to do for this test: it is marked or uses one of our
+    fixtures (also when requested dynamically: then it has rows or a receipt)."""
+    known = item.stash.get(INVOLVED_KEY, None)
+    if known is None:
+        known = not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())) or any(
+            marker.name in MARKERS for marker in item.iter_markers()
+        )
+        item.stash[INVOLVED_KEY] = known
+    return known or ROWS_KEY in item.stash or receipts.RECEIPT_KEY in item.stash
+
 
 class failing_on_errors:
     """Turn our errors into a test failure with their message only (no traceback, no chain).
@@ -136,9 +155,9 @@ def record_verdict(
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    resolved = settings(item.config)
     if not item.get_closest_marker("lossless"):
         return
+    resolved = settings(item.config)
     if not (resolved.lossless or resolved.update_goldens):
         pytest.skip("lossless gate: run with --lossless to compare (it never passes unchecked)")
     if (
@@ -157,6 +176,10 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
+    if not involved(item) and not (
+        call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive)
+    ):
+        return rep  # a plain test: nothing to decide, carry or record
     # Carried to the controller under xdist; keywords would also match a folder named lossless.
     rep.lossless_gate = item.get_closest_marker("lossless") is not None  # type: ignore[attr-defined]
     if call.when == "call":

@@ -137,6 +137,13 @@ class SummaryPlugin:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not (
+            getattr(report, "lossless_gate", False)
+            or getattr(report, "lossless_verdict", None)
+            or getattr(report, "lossless_rows", None)
+            or report.user_properties
+        ):
+            return  # a plain test's report: nothing of ours on it
         self.tests.record(report)
         if getattr(report, "lossless_verdict", None) == Verdict.INCONCLUSIVE:
             self.inconclusive.append((report.nodeid, str(report.longrepr)))

@@ -281,10 +281,15 @@ def test_marked_tests_hold_devices_without_the_fixture(
         def test_released_after(request):
             lock_dir = pathlib.Path(request.node.stash[ALLOCATION_KEY].lock_dir)
             assert not (lock_dir / "cpu-slot-1.holder.json").exists()
+
+        # A mark on one parameter only: its siblings hold nothing.
+        @pytest.mark.parametrize("n", [1, pytest.param(2, marks=pytest.mark.npu), 3])
+        def test_param_marks(n, request):
+            assert (ALLOCATION_KEY in request.node.stash) == (n == 2)
     """
     )
     result = pytester.runpytest_subprocess(*cpu_args(tmp_path / "locks"))
-    result.assert_outcomes(passed=3, errors=1)
+    result.assert_outcomes(passed=6, errors=1)
     result.stdout.fnmatch_lines(["*marker npu(devices=...)=0: must be a whole number >= 1*"])
 
 

@@ -1,0 +1,89 @@
+"""What an installed pytest-lossless costs a repository's plain tests (issue #16 item 4).
+
+2,000 trivial tests (20 modules of 100) run with the plugin loaded and with ``-p no:lossless``,
+interleaved, in fresh interpreters; the same for ``--collect-only``. Prints the median wall
+time of each and their ratio (goals: at most 1.05x for the run, 1.02x for collection), and the
+same with CPU time (user + system of the child), which is steadier on a busy machine.
+
+    python benchmarks/bench_idle.py [--repeats N] [--tests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _write_suite(folder: Path, tests: int) -> None:
+    per_module = 100
+    for m in range((tests + per_module - 1) // per_module):
+        body = "".join(
+            f"def test_{j}():\n    assert {j} == {j}\n\n"
+            for j in range(min(per_module, tests - m * per_module))
+        )
+        (folder / f"test_plain_{m}.py").write_text(body)
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _once(folder: Path, *extra: str) -> tuple[float, float]:
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, str(folder)]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    cpu, start = _child_cpu(), time.perf_counter()
+    done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, check=False)
+    wall, used = time.perf_counter() - start, _child_cpu() - cpu
+    if done.returncode != 0:
+        raise SystemExit(f"pytest {' '.join(extra)} exited {done.returncode}:\n{done.stdout}")
+    return wall, used
+
+
+def measure(folder: Path, repeats: int, *extra: str) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {k: [] for k in ("on", "off", "on_cpu", "off_cpu")}
+    _once(folder, *extra)  # warm the file cache and the bytecode of pytest itself
+    for i in range(repeats):
+        order = ("on", "off") if i % 2 == 0 else ("off", "on")  # interleaved, alternating
+        for which in order:
+            flags = (*extra, "-p", "no:lossless") if which == "off" else extra
+            wall, cpu = _once(folder, *flags)
+            times[which].append(wall)
+            times[f"{which}_cpu"].append(cpu)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--tests", type=int, default=2000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _write_suite(folder, args.tests)
+        print(f"{args.tests} trivial tests, {args.repeats} interleaved runs each, medians")
+        print("| what | plugin | -p no:lossless | ratio (wall) | ratio (CPU) | goal |")
+        print("|---|---|---|---|---|---|")
+        for label, extra, goal in (
+            ("run", (), 1.05),
+            ("collect only", ("--collect-only",), 1.02),
+        ):
+            t = measure(folder, args.repeats, *extra)
+            on, off = statistics.median(t["on"]), statistics.median(t["off"])
+            on_cpu, off_cpu = statistics.median(t["on_cpu"]), statistics.median(t["off_cpu"])
+            print(
+                f"| {label} | {on:.3f} s | {off:.3f} s | {on / off:.3f}x | "
+                f"{on_cpu / off_cpu:.3f}x | <= {goal}x |"
+            )
+
+
+if __name__ == "__main__":
+    main()

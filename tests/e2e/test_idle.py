@@ -1,0 +1,63 @@
+"""An installed plugin costs a repository's plain tests nothing (issue #16 item 4).
+
+Timing is the benchmark's job (``benchmarks/bench_idle.py``); here the mechanism is checked: a
+test that uses none of the plugin's markers or fixtures gets no fixture of ours, no stash entry
+and no attribute on its reports, while a marked test nearby still gets all of them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_plain_tests_get_nothing_of_ours(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import json, pytest
+
+        SEEN = []
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_runtest_logreport(report):
+            ours = sorted(k for k in vars(report) if k.startswith("lossless"))
+            SEEN.append({"test": report.nodeid.split("::")[-1], "when": report.when,
+                         "attributes": ours})
+
+        def pytest_sessionfinish(session):
+            with open("seen.json", "w") as out:
+                json.dump(SEEN, out)
+        """
+    )
+    pytester.makepyfile(
+        test_mixed="""
+        import pytest
+
+        from pytest_lossless.plugin.devices import ALLOCATION_KEY
+        from pytest_lossless.plugin.outcomes import ROWS_KEY
+        from pytest_lossless.plugin.receipts import RECEIPT_KEY
+
+        def test_plain(request):
+            assert request.fixturenames == ["request"], request.fixturenames
+            for key in (ALLOCATION_KEY, ROWS_KEY, RECEIPT_KEY):
+                assert key not in request.node.stash
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_plain_parametrized(n):
+            pass
+
+        @pytest.mark.npu
+        def test_marked(request):
+            assert "devices" in request.fixturenames
+        """
+    )
+    result = pytester.runpytest("--lossless-backend=cpu", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    plain = [s for s in seen if s["test"].startswith("test_plain")]
+    marked = [s for s in seen if s["test"] == "test_marked"]
+    assert len(plain) == 12 and all(s["attributes"] == [] for s in plain), plain
+    assert marked and all("lossless_gate" in s["attributes"] for s in marked), marked
