@@ -49,6 +49,8 @@ _EXPORTS = {
     "verify": "evidence.verify",
     "SpeedVerdict": "judge.speed",
     "run_speed_gate": "judge.speed",
+    "drop_page_cache": "judge.arms",
+    "devices_idle": "judge.arms",
     "percentile": "judge.stats",
 }
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .core.text import printable
 from .errors import LosslessError, ReceiptError
 from .evidence.index import INDEX_NAME, read_key
 from .evidence.receipts import load_all
@@ -120,6 +121,56 @@ def verify_command(
     return 1 if bad or summaries or campaign.findings else 0
 
 
+def accept_command(
+    directory: Path,
+    *,
+    keyword: str | None = None,
+    goldens: Path | None = None,
+    store: Path | None = None,
+    plugins: Sequence[str] = (),
+    entry_points: bool = True,
+    out: TextIO | None = None,
+) -> int:
+    """The ``accept`` subcommand: goldens written from an export (``--lossless-export``), as
+    ``--update-goldens`` would have on the machine that made it; 1 when anything is refused,
+    2 when the export cannot be read or nothing in it matches ``-k``."""
+    from .evidence.receipts import load
+    from .judge.accept import ExportError, accept, keyword_matcher, read_export
+
+    stream = sys.stdout if out is None else out
+    try:
+        if keyword:
+            keyword_matcher(keyword)
+        document = read_export(directory)
+        kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
+        folder = goldens or Path.cwd() / str(document.settings.get("goldens") or "goldens")
+        decisions = accept(
+            directory,
+            goldens=folder,
+            rootdir=Path.cwd(),
+            kinds=kinds,
+            receipt_problems=lambda path: verify_receipt(path, kinds=kinds),
+            load_receipt=load,
+            keyword=keyword,
+            store=store,
+        )
+    except (ValueError, ExportError, LosslessError) as exc:
+        print(f"pytest-lossless accept: {exc}", file=sys.stderr)
+        return 2
+    if not decisions:
+        what = f"matches -k {keyword!r}" if keyword else "is in it"
+        print(f"pytest-lossless accept: {directory}: no exported artifact {what}", file=stream)
+        return 2 if keyword and document.entries else 0
+    for decision in sorted(decisions, key=lambda d: (d.action != "refused", d.entry.label)):
+        entry = decision.entry
+        where = f"{decision.folder}/{entry.artifact}" if decision.folder else entry.label
+        detail = f" ({decision.detail})" if decision.detail else ""
+        print(printable(f"{decision.action.upper()} {where}{detail}", newlines=True), file=stream)
+    refused = sum(1 for d in decisions if d.action in ("refused", "conflict"))
+    print(f"{len(decisions) - refused} of {len(decisions)} artifacts accepted", file=stream)
+    return 1 if refused else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point (``pytest-lossless``) and ``python -m pytest_lossless``."""
     parser = argparse.ArgumentParser(
@@ -180,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a session folder, or a folder of sessions (their merged summary)",
     )
     make.add_argument("--write", action="store_true", help="write DIR/SUMMARY.md")
+    _accept_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "verify":
         if "" not in sys.path and "." not in sys.path:
@@ -200,8 +252,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print("\n".join(summary_lines(args.directory)))
         return 0
+    if args.command == "accept":
+        if "" not in sys.path and "." not in sys.path:
+            sys.path.insert(0, "")
+        return accept_command(
+            args.directory,
+            keyword=args.keyword,
+            goldens=args.goldens,
+            store=args.store,
+            plugins=args.plugins,
+            entry_points=args.entry_points,
+        )
     parser.error(f"unknown command {args.command!r}")
     return 2
+
+
+def _accept_parser(commands: Any) -> None:
+    accept = commands.add_parser(
+        "accept",
+        help="write goldens from an export (--lossless-export DIR), as --update-goldens would "
+        "have on the machine that made it; refuses what its runs or receipts do not vouch for",
+    )
+    accept.add_argument("directory", type=Path, metavar="DIR", help="the export folder")
+    accept.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        default=None,
+        help="only tests whose id matches EXPR, as pytest's -k (substrings, and, or, not)",
+    )
+    accept.add_argument(
+        "--goldens",
+        type=Path,
+        metavar="PATH",
+        default=None,
+        help="the goldens folder to write (default: the export's, under the current folder)",
+    )
+    accept.add_argument(
+        "--store",
+        type=Path,
+        metavar="DIR",
+        default=None,
+        help="also keep every accepted artifact in this content-addressed store "
+        "(lossless_store)",
+    )
+    accept.add_argument(
+        "-p",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also load this plugin module (the one that adds an artifact kind)",
+    )
+    accept.add_argument(
+        "--no-entry-points",
+        dest="entry_points",
+        action="store_false",
+        help="do not load the plugins installed through pytest11 entry points",
+    )
 
 
 if __name__ == "__main__":

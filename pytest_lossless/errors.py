@@ -76,13 +76,33 @@ class GoldenIntegrityError(GoldenError):
 
 
 class GateChanged(GoldenError):
-    """The test asks for another gate than the one frozen in the golden's manifest."""
+    """The test asks for another gate than the one frozen in the golden's manifest, or (with
+    ``subject``, e.g. ``speed_gate '5s'``) another plan than the one frozen in ``file``, the
+    test's ``plan.json``; ``frozen`` and ``requested`` then name the fields that differ."""
 
-    def __init__(self, folder: Path, name: str, frozen: str, requested: str) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        name: str,
+        frozen: str,
+        requested: str,
+        *,
+        subject: str | None = None,
+        file: Path | None = None,
+    ) -> None:
         self.folder = folder
         self.name = name
         self.frozen = frozen
         self.requested = requested
+        self.subject = subject
+        self.file = file
+        if subject is not None:
+            super().__init__(
+                f"plan changed for {subject} in {file or folder}: --update-goldens froze "
+                f"{frozen} but the test now asks for {requested}. Gates and targets are frozen "
+                "with the goldens: run with --update-goldens to change them deliberately"
+            )
+            return
         super().__init__(
             f"gate changed for golden {name!r} in {folder}: the manifest froze gate "
             f"{frozen!r} but the test asks for {requested!r}. Gates are frozen with their "
@@ -166,3 +186,22 @@ class ReceiptError(LosslessError):
 
 class Inconclusive(LosslessError):
     """A verdict of INCONCLUSIVE inside a test: reported as its own outcome, never a pass."""
+
+
+class CanaryError(LosslessError):
+    """A gate that cannot fail: the built-in canary changed one unit of a copy of a real
+    artifact and the comparator still said PASS, or did not name that unit.
+
+    ``kind`` and ``gate`` name the comparator, ``artifact`` the artifact the copy was made of,
+    ``unit`` what was changed, ``verdict`` what the comparator said of the copy.
+    """
+
+    def __init__(
+        self, message: str, *, kind: str, gate: str, artifact: str, unit: str, verdict: str
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.gate = gate
+        self.artifact = artifact
+        self.unit = unit
+        self.verdict = verdict

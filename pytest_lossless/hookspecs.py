@@ -57,6 +57,17 @@ def pytest_lossless_compare(
     """Compare two artifacts of ``kind`` under ``gate``; the result names the first mismatch."""
 
 
+@hookspec(firstresult=True)
+def pytest_lossless_perturb(kind: str, gate: Gate, path: Path, out: Path) -> str | None:
+    """The canary's perturbation for a kind: write to ``out`` a copy of the artifact at ``path``
+    with exactly one unit (row, record, sample...) changed so that ``gate`` must fail, and
+    return a description of that unit (``"row 2"``); ``None`` leaves it to the built-in
+    perturbation (one decoded frame byte, PCM sample or tensor bit for the built-in kinds; one
+    flipped byte of the file for any other). The kind's compare must then say FAIL, or the gate
+    cannot fail (:mod:`pytest_lossless.judge.canary`).
+    """
+
+
 @hookspec
 def pytest_lossless_backends() -> list[Backend]:  # type: ignore[empty-body]
     """Device backends this plugin provides (each has a unique ``name``)."""

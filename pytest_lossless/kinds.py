@@ -22,11 +22,14 @@ from .errors import ArtifactError, LosslessError
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from .gates import Gate, GateResult
     from .media import MediaLimits
     from .settings import Settings
+
+    #: What :attr:`KindRegistry.observers` are called with: gate, expected, obtained, result.
+    Observer = Callable[[Gate, Artifact, Artifact, GateResult], None]
 
 __all__ = [
     "BUILTIN_KIND_NAMES",
@@ -318,6 +321,9 @@ class KindRegistry:
             self.plugin_manager = plugin_manager()
             hook = self.plugin_manager.hook
         self.hook = hook
+        #: Called after every :meth:`compare` with ``(gate, expected, obtained, result)``; it may
+        #: raise (the plugin's canary, :mod:`~.judge.canary`, raises CanaryError there).
+        self.observers: list[Observer] = []
 
     def detect(self, path: Path) -> str:
         """The kind of the artifact at ``path``, from its content."""
@@ -391,7 +397,26 @@ class KindRegistry:
 
         When ``diagnostics_dir`` is given, both files are present and the gate fails, diff
         pictures (video) or listings (audio, tensors) are written there and named in the result.
+        Each of :attr:`observers` is then told of the comparison.
         """
+        from .gates import parse_gate
+
+        parsed = parse_gate(gate)
+        if parsed is None:
+            parsed = self.default_gate(expected.kind)
+        result = self.compare_only(parsed, expected, obtained, diagnostics_dir)
+        for observer in list(self.observers):
+            observer(parsed, expected, obtained, result)
+        return result
+
+    def compare_only(
+        self,
+        gate: Gate | str | None,
+        expected: Artifact,
+        obtained: Artifact,
+        diagnostics_dir: Path | None = None,
+    ) -> GateResult:
+        """:meth:`compare` without telling the observers (the canary judges its copies so)."""
         from . import gates
         from .gates import GateResult, parse_gate
 

@@ -344,6 +344,52 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "environment overrides and the stored diff are replaced by a hash",
         metavar="PATTERNS",
     ),
+    OptionSpec(
+        "store",
+        "--lossless-store",
+        "lossless_store",
+        "PYTEST_LOSSLESS_STORE",
+        None,
+        str,
+        "content-addressed store (a folder, e.g. shared storage): --update-goldens also keeps "
+        "every golden there whole by SHA-256, and the report draws digest-only goldens from it",
+        metavar="DIR",
+    ),
+    OptionSpec(
+        "export",
+        "--lossless-export",
+        "lossless_export",
+        None,
+        None,
+        str,
+        "copy the obtained artifacts of every failing or new check into DIR with export.json, "
+        "for a CI upload; accept them with python -m pytest_lossless accept DIR",
+        metavar="DIR",
+    ),
+    OptionSpec(
+        "no_canary",
+        "--lossless-no-canary",
+        "lossless_no_canary",
+        None,
+        "false",
+        _parse_bool,
+        "skip the canary: by default, once per session for each kind and gate in use, one unit "
+        "of a copy of a real artifact is changed and the gate must say FAIL (it is recorded "
+        "as skipped)",
+        is_flag=True,
+    ),
+    OptionSpec(
+        "require_published",
+        "--lossless-require-published",
+        "lossless_require_published",
+        None,
+        "false",
+        _parse_bool,
+        "for CI: a dirty rootdir, or a revision in no remote-tracking branch of a non-local "
+        "remote, is a usage error at session start; so is a dirty or unpublished tree named in "
+        "model_run(sources=...) when its run starts (nothing is fetched)",
+        is_flag=True,
+    ),
 )
 
 
@@ -370,6 +416,12 @@ class Settings:
     decode_limit: int
     determinism_env: tuple[str, ...]
     redact: tuple[str, ...]
+    store: Path | None
+    export: Path | None
+    #: --lossless-no-canary: the canary (:mod:`.judge.canary`) is skipped, and says so.
+    no_canary: bool
+    #: --lossless-require-published: a dirty or unpublished source tree is an error.
+    require_published: bool
     rootdir: Path
     sources: Mapping[str, str]
 
@@ -427,6 +479,8 @@ def resolve(
     values["goldens"] = root / values["goldens"]
     values["receipts"] = root / values["receipts"]
     values["lock_dir"] = Path(values["lock_dir"]) if values["lock_dir"] else default_lock_dir()
+    for dest in ("store", "export"):
+        values[dest] = root / values[dest] if values[dest] else None
     return Settings(**values, rootdir=root, sources=sources)
 
 

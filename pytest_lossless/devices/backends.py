@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
@@ -16,12 +19,29 @@ from .smi import (
     CUDA_QUERY,
     NpuChip,
     NpuProcess,
+    npu_memory_by_pid,
+    nvidia_memory_by_pid,
     parse_npu_smi_board,
     parse_npu_smi_info,
     parse_npu_smi_map,
     parse_nvidia_smi_apps,
     parse_nvidia_smi_gpus,
 )
+
+#: Seconds between two reads of the device memory a run's processes hold (each read is one
+#: call of the vendor tool, which takes tens of milliseconds to seconds).
+MEMORY_INTERVAL = 1.0
+#: Seconds one such read may take; a slower (hung) tool is abandoned and the read counted failed.
+MEMORY_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class MemoryReader:
+    """How a backend reads the device memory each process holds: ``read(timeout)`` calls the
+    vendor tool once and returns MiB per pid (summed over devices), or raises ToolError."""
+
+    source: str
+    read: Callable[[float], dict[int, float]]
 
 
 class _ToolBackend:
@@ -44,6 +64,12 @@ class _ToolBackend:
 
     def discover(self) -> list[Device]:
         raise NotImplementedError
+
+    def _call(self, argv: Sequence[str], timeout: float) -> str:
+        """The tool's stdout within ``timeout`` s (a test's runner is called as it is)."""
+        if self.runner is run_tool:
+            return run_tool(argv, timeout=timeout)
+        return self.runner(argv)
 
     def devices_for(self, ids: Sequence[str]) -> None:
         """None: the pool names devices that the tool lists, never makes them up."""
@@ -101,6 +127,17 @@ class CudaBackend(_ToolBackend):
             for app in parse_nvidia_smi_apps(text)
             if app["uuid"] in by_uuid
         ]
+
+    def memory_reader(self) -> MemoryReader:
+        """Device memory per pid from the compute-apps table (the busy check's query)."""
+        argv = [
+            self.smi,
+            f"--query-compute-apps={CUDA_APPS_QUERY}",
+            "--format=csv,noheader,nounits",
+        ]
+        return MemoryReader(
+            self.smi, lambda timeout: nvidia_memory_by_pid(self._call(argv, timeout))
+        )
 
 
 class NpuBackend(_ToolBackend):
@@ -197,6 +234,11 @@ class NpuBackend(_ToolBackend):
                 )
         return found
 
+    def memory_reader(self) -> MemoryReader:
+        """Device memory per pid from the process table of ``npu-smi info``."""
+        argv = [self.smi, "info"]
+        return MemoryReader(self.smi, lambda timeout: npu_memory_by_pid(self._call(argv, timeout)))
+
 
 class CpuBackend:
     """Emulated device slots on the CPU: the default that runs on any laptop or CI machine.
@@ -237,6 +279,140 @@ class CpuBackend:
 
     def foreign_processes(self, devices: Sequence[Device]) -> list[dict[str, Any]]:
         return []
+
+
+def memory_reader_for(backend: str | None) -> MemoryReader | str:
+    """The device memory reader of the built-in backend named ``backend``, or why there is
+    none (no allocation; cpu slots have no device memory; a plugin's backend offers no reader)."""
+    if backend is None:
+        return "the run holds no device allocation"
+    if backend == "cuda":
+        return CudaBackend().memory_reader()
+    if backend == "npu":
+        return NpuBackend().memory_reader()
+    if backend == CpuBackend.name:
+        return "cpu slots have no device memory to read"
+    return f"the {backend} backend offers no device memory reading"
+
+
+class DeviceMemoryMeter:
+    """The peak device memory of one run's processes, read through a :class:`MemoryReader`.
+
+    :meth:`tick` (called by the run's process sampler, with the pids of its processes) starts
+    a read in a thread of its own when none is in flight and ``interval`` s passed since the
+    last one began, so a read never delays the sampler and a hung tool (abandoned after
+    ``timeout`` s, or never answering at all) only stops further reads. Given a reason instead
+    of a reader (cpu slots), it is off entirely: no tool is called, the record says why.
+    """
+
+    def __init__(
+        self,
+        reader: MemoryReader | str,
+        *,
+        interval: float | None = None,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.reader = reader
+        self.interval = MEMORY_INTERVAL if interval is None else float(interval)
+        self.timeout = MEMORY_TIMEOUT if timeout is None else float(timeout)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._last_start: float | None = None
+        self._closed = False
+        self.samples = self.matched = self.failed = 0
+        self.peak_mib: float | None = None
+        self.peak_at: float | None = None
+        self.last_error: str | None = None
+        self._per_pid: dict[int, float] = {}
+
+    @property
+    def reading(self) -> bool:
+        """Whether this meter reads at all (False: the backend cannot, and it is off)."""
+        return isinstance(self.reader, MemoryReader)
+
+    def tick(self, pids: Collection[int], at: float) -> bool:
+        """Start one read for ``pids`` (``at``: the run's clock, s) unless one is in flight or
+        came too recently; True when one started."""
+        if isinstance(self.reader, str):
+            return False
+        now = self._clock()
+        with self._lock:
+            if self._closed or not self._idle.is_set():
+                return False
+            if self._last_start is not None and now - self._last_start < self.interval:
+                return False
+            self._last_start = now
+            self._idle.clear()
+        threading.Thread(target=self._read, args=(frozenset(pids), at), daemon=True).start()
+        return True
+
+    def _read(self, pids: frozenset[int], at: float) -> None:
+        assert isinstance(self.reader, MemoryReader)
+        try:
+            table = self.reader.read(self.timeout)
+        except Exception as exc:  # ToolError, or a parser's surprise: a failed read, counted
+            with self._lock:
+                if not self._closed:
+                    self.failed += 1
+                    self.last_error = str(exc) if isinstance(exc, ToolError) else repr(exc)
+        else:
+            ours = {pid: mib for pid, mib in table.items() if pid in pids}
+            with self._lock:
+                if not self._closed:
+                    self.samples += 1
+                    self.matched += bool(ours)
+                    total = sum(ours.values())
+                    if self.peak_mib is None or total > self.peak_mib:
+                        self.peak_mib, self.peak_at = total, at
+                    for pid, mib in ours.items():
+                        self._per_pid[pid] = max(mib, self._per_pid.get(pid, 0.0))
+        finally:
+            self._idle.set()
+
+    def close(self, wait: float = 0.5) -> dict[str, Any]:
+        """The run's ``device_memory`` record; a read in flight gets up to ``wait`` s to end."""
+        if isinstance(self.reader, str):
+            return {"unavailable": self.reader}
+        self._idle.wait(max(0.0, wait))
+        with self._lock:
+            self._closed = True
+            source = self.reader.source
+            if not self.samples:
+                why = (
+                    f"no read of {source} succeeded ({self.failed} failed: {self.last_error})"
+                    if self.failed
+                    else f"the run ended before a read of {source} finished"
+                )
+                return {
+                    "unavailable": why,
+                    "source": source,
+                    "samples": 0,
+                    "failed_reads": self.failed,
+                }
+            record: dict[str, Any] = {
+                "peak_mib": self.peak_mib,
+                "samples": self.samples,
+                "source": source,
+                "peak_at_seconds": None if self.peak_at is None else round(self.peak_at, 6),
+                "samples_with_run_processes": self.matched,
+                "failed_reads": self.failed,
+                "interval_seconds": self.interval,
+                "timeout_seconds": self.timeout,
+                "processes": [
+                    {"pid": pid, "peak_mib": mib} for pid, mib in sorted(self._per_pid.items())
+                ],
+            }
+            if self.last_error is not None:
+                record["last_error"] = self.last_error
+            if not self.matched:
+                record["note"] = (
+                    f"{source} listed no process of the run: none held device memory when read, "
+                    "or the tool reports pids of another pid namespace"
+                )
+            return record
 
 
 def builtin_backends() -> list[Backend]:

@@ -113,16 +113,16 @@ class ToolError(Exception):
 Runner = Callable[[Sequence[str]], str]
 
 
-def run_tool(argv: Sequence[str]) -> str:
+def run_tool(argv: Sequence[str], *, timeout: float = TOOL_TIMEOUT) -> str:
     """Run a device tool (no shell) and return its stdout; raise :class:`ToolError` otherwise."""
     try:
         done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
         )
     except FileNotFoundError:
         raise ToolError(f"{argv[0]} not found on PATH") from None
     except subprocess.TimeoutExpired:
-        raise ToolError(f"{' '.join(argv)} did not answer within {TOOL_TIMEOUT:.0f} s") from None
+        raise ToolError(f"{' '.join(argv)} did not answer within {timeout:g} s") from None
     except OSError as exc:
         raise ToolError(f"{argv[0]} cannot run: {exc}") from None
     if done.returncode != 0:

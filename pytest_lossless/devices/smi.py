@@ -4,6 +4,7 @@ npu chip-to-logic-id map and board fields, tested against captured tool outputs.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,3 +195,25 @@ def parse_npu_smi_board(text: str) -> dict[str, str]:
         if sep and key.strip() and key.strip() not in fields:
             fields[key.strip()] = value.strip()
     return fields
+
+
+def memory_by_pid(rows: Iterable[tuple[int | None, float | None]]) -> dict[int, float]:
+    """Device memory (MiB) per pid from (pid, MiB) rows of a process table, summed over the
+    devices a process holds memory on; rows without a pid or a reading are left out."""
+    totals: dict[int, float] = {}
+    for pid, mib in rows:
+        if pid is not None and mib is not None:
+            totals[pid] = totals.get(pid, 0.0) + mib
+    return totals
+
+
+def nvidia_memory_by_pid(text: str) -> dict[int, float]:
+    """MiB per pid from the ``--query-compute-apps`` rows that :func:`parse_nvidia_smi_apps`
+    reads (one row per process and GPU)."""
+    return memory_by_pid((a["pid"], a["used_memory_mib"]) for a in parse_nvidia_smi_apps(text))
+
+
+def npu_memory_by_pid(text: str) -> dict[int, float]:
+    """MiB per pid from the process table of plain ``npu-smi info``."""
+    _, processes = parse_npu_smi_info(text)
+    return memory_by_pid((p.pid, p.memory_mib) for p in processes)

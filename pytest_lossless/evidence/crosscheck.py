@@ -36,7 +36,13 @@ def _epoch(value: object) -> float | None:
 
 
 def check_run_sequence(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
-    """Run names are numbered 01, 02, ... in the order they started: a gap is a removed record."""
+    """Run names are numbered 01, 02, ... in the order they started: a gap is a removed record;
+    and each server run's request totals, readiness and device memory agree with its records
+    (:func:`check_run_requests`)."""
+    return _run_numbers(receipt) + check_run_requests(block, receipt, context)
+
+
+def _run_numbers(receipt: Mapping[str, Any]) -> list[str]:
     numbers = []
     for run in _maps(receipt.get("runs")):
         match = _RUN_NAME.match(str(run.get("name")))
@@ -59,6 +65,123 @@ def check_run_sequence(block: Any, receipt: Mapping[str, Any], context: Any) -> 
     if duplicates:
         found.append(f"runs: run number(s) {duplicates} are recorded more than once")
     return found
+
+
+_TALLIED = ("requests", "failed", "bytes_sent", "bytes_received")
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _request_failed(entry: Mapping[str, Any]) -> bool:
+    """Failed as the server client counts it: an error, or no 2xx answer."""
+    status = _count(entry.get("status"))
+    return "error" in entry or status is None or not 200 <= status < 300
+
+
+def check_run_requests(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+    """Each server run's ``request_totals`` against its request records (the kept ones add up
+    to ``kept``, ``kept`` and ``omitted`` to the totals, no record removed or altered, the
+    measured times are the kept requests' own), ``readiness`` against the startup fields, and
+    ``device_memory``'s peak against its per-process peaks."""
+    found: list[str] = []
+    for run in _maps(receipt.get("runs")):
+        name = f"runs: {run.get('name')}"
+        totals = run.get("request_totals")
+        if isinstance(totals, Mapping):
+            found += _request_totals(name, run, totals)
+        readiness = run.get("readiness")
+        if isinstance(readiness, Mapping):
+            for field, other in (("probes", "ready_polls"), ("ready_seconds", "startup_seconds")):
+                if readiness.get(field) != run.get(other):
+                    found.append(
+                        f"{name}: readiness.{field} is {readiness.get(field)}, but the run "
+                        f"records {other} {run.get(other)}"
+                    )
+        memory = run.get("device_memory")
+        if isinstance(memory, Mapping):
+            found += _device_memory(name, memory)
+    return found
+
+
+def _request_totals(name: str, run: Mapping[str, Any], totals: Mapping[str, Any]) -> list[str]:
+    found: list[str] = []
+    records = _maps(run.get("requests"))
+    kept, omitted = totals.get("kept"), totals.get("omitted")
+    if not isinstance(kept, Mapping) or not isinstance(omitted, Mapping):
+        return [f"{name}: request_totals has no kept and omitted parts to add up"]
+    derived = {
+        "requests": len(records),
+        "failed": sum(_request_failed(r) for r in records),
+        "bytes_sent": sum(_count(r.get("bytes_sent")) or 0 for r in records),
+        "bytes_received": sum(_count(r.get("bytes_received")) or 0 for r in records),
+    }
+    for field in _TALLIED:
+        if kept.get(field) != derived[field]:
+            found.append(
+                f"{name}: request_totals.kept.{field} is {kept.get(field)}, but its "
+                f"{len(records)} request records give {derived[field]}"
+            )
+        parts = (_count(kept.get(field)), _count(omitted.get(field)))
+        whole = _count(totals.get(field))
+        if None in parts or whole is None or whole != sum(p or 0 for p in parts):
+            found.append(
+                f"{name}: request_totals.{field} is {totals.get(field)}, but kept "
+                f"{kept.get(field)} and omitted {omitted.get(field)} add up otherwise"
+            )
+    indices = [r.get("index") for r in records]
+    if indices != list(range(1, len(records) + 1)):
+        found.append(
+            f"{name}: request indices are {_short(indices)}, not 1..{len(records)} in order: "
+            "request records were removed or reordered"
+        )
+    marked = [r.get("index") for r in records if r.get("failed") is not _request_failed(r)]
+    if marked:
+        found.append(f"{name}: request(s) {_short(marked)} are marked failed against their status")
+    limit = _count(totals.get("limit"))
+    if limit is not None and (
+        len(records) > limit or (omitted.get("requests") and len(records) != limit)
+    ):
+        found.append(
+            f"{name}: {len(records)} request records kept with a limit of {limit} and "
+            f"{omitted.get('requests')} omitted: records beyond the limit are only counted"
+        )
+    statuses = totals.get("statuses")
+    if isinstance(statuses, Mapping) and sum(
+        c for c in statuses.values() if isinstance(c, int)
+    ) != totals.get("requests"):
+        found.append(f"{name}: request_totals.statuses do not add up to its requests")
+    if omitted.get("requests") == 0:
+        for key, warm in (("measured_seconds", False), ("warmup_seconds", True)):
+            timed = [
+                r.get("seconds")
+                for r in records
+                if "error" not in r and bool(r.get("warmup")) is warm
+            ]
+            # Sorted: concurrent requests are timed in the order they end, kept by index.
+            recorded = run.get(key)
+            if isinstance(recorded, list) and sorted(map(str, recorded)) != sorted(map(str, timed)):
+                found.append(
+                    f"{name}: {key} is {_short(recorded)}, but its request records time "
+                    f"{_short(timed)}"
+                )
+    return found
+
+
+def _device_memory(name: str, memory: Mapping[str, Any]) -> list[str]:
+    peak = memory.get("peak_mib")
+    peaks = [p.get("peak_mib") for p in _maps(memory.get("processes"))]
+    numbers = [float(p) for p in peaks if isinstance(p, (int, float))]
+    if not isinstance(peak, (int, float)) or not numbers:
+        return []
+    slack = 1e-6
+    if not max(numbers) - slack <= float(peak) <= sum(numbers) + slack:
+        return [
+            f"{name}: device_memory.peak_mib is {peak}, but its processes' peaks "
+            f"{_short(numbers)} allow {max(numbers)} to {sum(numbers)}"
+        ]
+    return []
 
 
 def _sample_order(label: str, samples: Sequence[Mapping[str, Any]], design: str) -> list[str]:

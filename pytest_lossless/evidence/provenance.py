@@ -1,10 +1,14 @@
 """The RunSpec: what exactly ran, so a reviewer can reproduce it months later.
 
 Source revision and state from git (dirty flag, SHA-256 of ``git diff HEAD`` with the diff
-itself, untracked files, and whether any remote branch holds the revision: a baseline on a
-revision nobody can fetch is a known audit failure), plugin, Python and key package
-versions, ffmpeg, platform, the determinism knobs of the environment, and the SHA-256 of
-declared input files.
+itself, untracked files, the remotes' URLs with credentials removed, and which remote-tracking
+branch of a non-local remote holds the revision: a baseline on a revision nobody can fetch is a
+known audit failure), plugin, Python and key package versions, ffmpeg, platform, the determinism
+knobs of the environment, and the SHA-256 of declared input files.
+
+Publication is read from local knowledge only (``git for-each-ref --contains`` over
+``refs/remotes/``, bounded in time): nothing is fetched and no remote is contacted, so a
+remote-tracking branch says what the remote held at the last fetch, not now.
 
 What is stored is redacted (:func:`redact_runspec`): secret values in pytest's argv, in the
 knobs and in the diff become markers; ``diff_sha256`` stays the hash of the diff as git gave
@@ -16,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -23,9 +28,11 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ..core.digests import canonical_sha256
 from ..core.redact import Redactor
+from ..core.text import printable
 from ..run import hash_inputs
 
 #: Distributions whose versions every receipt records.
@@ -61,7 +68,13 @@ def _git(root: Path, *args: str) -> tuple[int, bytes, str]:
             capture_output=True,
             timeout=_GIT_TIMEOUT,
             check=False,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
+            # Never a prompt, never a network: only local refs and config are read.
+            env={
+                **os.environ,
+                "GIT_OPTIONAL_LOCKS": "0",
+                "LC_ALL": "C",
+                "GIT_TERMINAL_PROMPT": "0",
+            },
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return -1, b"", str(exc)
@@ -85,7 +98,11 @@ def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
             "untracked": [],
             "published": None,
             "remote_branches": [],
+            "published_branches": [],
+            "remote_branch": None,
+            "remote_url": None,
             "publication": "unknown",
+            "publication_detail": "not a git revision",
             "git_error": err or f"git exited with {code}",
         }
     revision = out.decode().strip()
@@ -104,15 +121,7 @@ def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
         for n in untracked_raw.decode(errors="replace").split("\0")
         if n and not _under(root / n, ignore)
     )
-    _, remotes_raw, _ = _git(root, "remote")
-    remotes = [r for r in remotes_raw.decode(errors="replace").split() if r]
-    _, contains, _ = _git(root, "branch", "-r", "--contains", revision)
-    branches = sorted(
-        line.strip()
-        for line in contains.decode(errors="replace").splitlines()
-        if line.strip() and "->" not in line
-    )
-    published = bool(branches)
+    text = diff.decode("utf-8", errors="surrogateescape")
     return {
         "revision": revision,
         "branch": branch.decode().strip() or None,
@@ -120,15 +129,220 @@ def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
         "dirty": bool(diff) or bool(untracked),
         "diff_sha256": hashlib.sha256(diff).hexdigest(),
         "diff_bytes": len(diff),
-        "diff": diff.decode("utf-8", errors="surrogateescape"),
+        "diff": text,
+        "changed_files": sum(1 for line in text.splitlines() if line.startswith("diff --git ")),
         "untracked": untracked,
-        "remotes": remotes,
-        "remote_branches": branches,
-        "published": published,
-        # A baseline on a revision that no remote branch holds cannot be fetched by anyone.
-        "publication": "published" if published else "unpublished",
+        **publication(root, revision, branch.decode().strip()),
         "git_error": None if code == 0 else err,
     }
+
+
+# -- remotes and publication
+
+#: ``scheme://`` at the start of a URL (``file://``, ``https://``, ``ssh://``, ...).
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+#: git's scp-like syntax, ``[user@]host:path``: a colon before any slash (not ``C:\``).
+_SCP = re.compile(r"^(?:[^@/:]+@)?[^/:\\]{2,}:")
+_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
+#: What ``--lossless-require-published`` asks for, said once.
+PUBLISH_FIX = (
+    "commit every change, `git push` the branch to a remote others can fetch from, "
+    "`git fetch` so the remote-tracking branch knows it, and run again; or run without "
+    "--lossless-require-published"
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` as a record may show it: no userinfo in a ``scheme://`` URL (``https://user:token@
+    host/x`` is ``https://host/x``; a token is often the user name alone), and secret-named
+    query values (``?access_token=``) replaced by markers. An scp-like ``git@host:path`` keeps
+    its user: that syntax has no place for a password."""
+    shown = url
+    if _SCHEME.match(url):
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            parts = None
+        if parts is not None and "@" in parts.netloc:
+            host = parts.netloc.rpartition("@")[2]
+            shown = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        elif parts is None:
+            shown = re.sub(r"://[^/]*@", "://", url)
+    text, _ = Redactor().text(shown)
+    return printable(text)
+
+
+def is_local_url(url: str) -> bool:
+    """Whether a remote's URL is a path on this machine (``file://``, ``/srv/x.git``, ``../x``,
+    ``C:\\x``): a clone there is another copy here, not a publication others can fetch."""
+    if _SCHEME.match(url):
+        return url.lower().startswith("file://")
+    if _WINDOWS_PATH.match(url) or url.startswith(("/", ".", "~")):
+        return True
+    return _SCP.match(url) is None
+
+
+def _remote_urls(root: Path) -> dict[str, str]:
+    """Remote name -> fetch URL as git uses it (``insteadOf`` applied), not yet redacted."""
+    _, raw, _ = _git(root, "remote", "-v")
+    urls: dict[str, str] = {}
+    for line in raw.decode(errors="replace").splitlines():
+        name, _, rest = line.partition("\t")
+        url, _, kind = rest.rpartition(" ")
+        if name and url and (kind == "(fetch)" or name not in urls):
+            urls[name] = url
+    return urls
+
+
+def publication(root: Path, revision: str, branch: str = "") -> dict[str, Any]:
+    """Which remote-tracking branches hold ``revision``, and whether one of a non-local remote
+    does (then it is ``published``). Local refs only: nothing is fetched."""
+    urls = _remote_urls(root)
+    local = sorted(name for name, url in urls.items() if is_local_url(url))
+    code, raw, err = _git(
+        root,
+        "for-each-ref",
+        "--contains",
+        revision,
+        "--format=%(refname) %(symref)",
+        "refs/remotes/",
+    )
+    holding: dict[str, str | None] = {}  # "origin/main" -> its remote's name (None: unknown)
+    for line in raw.decode(errors="replace").splitlines():
+        ref, _, symref = line.partition(" ")
+        if not ref.startswith("refs/remotes/") or symref.strip():
+            continue  # refs/remotes/origin/HEAD points at a branch that is listed itself
+        short = ref[len("refs/remotes/") :]
+        owners = [name for name in urls if short.startswith(name + "/")]
+        holding[short] = max(owners, key=len) if owners else None
+    branches = sorted(holding)
+    published_on = sorted(b for b, r in holding.items() if r is not None and r not in local)
+    chosen = _choose(published_on, branch)
+    remote = holding.get(chosen) if chosen else _home_remote(root, branch, urls)
+    block: dict[str, Any] = {
+        "remotes": sorted(urls),
+        "remote_urls": {name: redact_url(url) for name, url in sorted(urls.items())},
+        "local_remotes": local,
+        "remote_branches": branches,
+        "published_branches": published_on,
+        "remote_branch": chosen,
+        "remote_url": redact_url(urls[remote]) if remote in urls else None,
+    }
+    if code != 0:
+        why = printable(err or f"git exited with {code}")
+        block.update(published=None, publication="unknown")
+        block["publication_detail"] = f"which remote branches hold it is unknown: {why}"
+        return block
+    block["published"] = bool(published_on)
+    block["publication"] = "published" if published_on else "unpublished"
+    block["publication_detail"] = _detail(holding, local, chosen, block["remote_url"], urls)
+    return block
+
+
+def _choose(branches: list[str], branch: str) -> str | None:
+    """The branch to name: ``origin/<current branch>``, else one on origin, else the first."""
+    for wanted in (f"origin/{branch}", "origin/"):
+        for candidate in branches:
+            if candidate == wanted or (wanted.endswith("/") and candidate.startswith(wanted)):
+                return candidate
+    return branches[0] if branches else None
+
+
+def _home_remote(root: Path, branch: str, urls: Mapping[str, str]) -> str | None:
+    """Where an unpublished revision would go: the branch's upstream remote, origin, or the
+    only remote."""
+    if branch and branch != "HEAD":
+        _, raw, _ = _git(root, "config", "--get", f"branch.{branch}.remote")
+        if raw.decode(errors="replace").strip() in urls:
+            return raw.decode(errors="replace").strip()
+    if "origin" in urls:
+        return "origin"
+    return next(iter(urls)) if len(urls) == 1 else None
+
+
+def _detail(
+    holding: Mapping[str, str | None],
+    local: Sequence[str],
+    chosen: str | None,
+    url: str | None,
+    urls: Mapping[str, str],
+) -> str:
+    if chosen is not None:
+        return f"in {chosen} of {url} (as of the last fetch)"
+    if not urls and not holding:
+        return "no remotes are configured: only this clone holds the revision"
+    if not holding:
+        return "in no remote-tracking branch: never pushed, or pushed but not fetched since"
+    notes = []
+    for short, remote in sorted(holding.items()):
+        if remote is None:
+            notes.append(f"{short}, whose remote is not configured (its URL is unknown)")
+        else:
+            notes.append(f"{short}, but {remote} is a local clone ({redact_url(urls[remote])})")
+    return "only in " + "; ".join(notes) + ": not published where others can fetch it"
+
+
+def publication_problem(source: Mapping[str, Any]) -> str | None:
+    """What keeps a source tree (a ``source_state`` or ``source_revision`` block) from being a
+    published revision, or None: not git, dirty, or in no remote-tracking branch of a non-local
+    remote (or that could not be read)."""
+    revision = source.get("revision")
+    if not revision:
+        return f"not a git revision ({printable(source.get('git_error') or 'unknown')})"
+    if source.get("dirty"):
+        changed = int(source.get("changed_files") or 0)
+        untracked = source.get("untracked")
+        count = len(untracked) if isinstance(untracked, list) else source.get("untracked_count")
+        parts = [_plural(changed, "changed file")] if changed or source.get("diff_bytes") else []
+        if count:
+            parts.append(_plural(int(count), "untracked file"))
+        return "dirty: " + " and ".join(parts or ["uncommitted changes"])
+    if source.get("publication") == "published" and source.get("published") is True:
+        return None
+    problem = f"revision {str(revision)[:12]} is in no remote-tracking branch of a non-local remote"
+    detail = source.get("publication_detail")
+    if source.get("publication") == "unknown" and detail:
+        return f"{problem} as far as can be told ({printable(detail)})"
+    return problem
+
+
+def publication_contradictions(source: Mapping[str, Any], label: str) -> list[str]:
+    """Where a recorded ``published``/``publication`` disagrees with the branches recorded
+    beside it (``verify``). Receipts written before ``published_branches`` existed counted any
+    remote-tracking branch; a ``publication`` of ``"unknown"`` (git failed) claims nothing."""
+    if not source.get("revision") or source.get("publication") == "unknown":
+        return []
+    branches, holding = source.get("remote_branches"), source.get("published_branches")
+    if holding is None and branches is None:
+        return []
+    holding = list((branches if holding is None else holding) or [])
+    found = [
+        f"{label}: published branch {b} is not among the remote branches {branches!r}"
+        for b in holding
+        if branches is not None and b not in branches
+    ]
+    if source.get("remote_branch") not in (None, *holding):
+        found.append(f"{label}: remote branch {source['remote_branch']} is not a published one")
+    local = source.get("local_remotes") or []
+    found += [
+        f"{label}: published branch {b} counts, but {r} is a local remote (a clone here)"
+        for b in holding
+        for r in local
+        if str(b).startswith(f"{r}/")
+    ]
+    published = bool(holding)
+    if source.get("published") is not published or source.get("publication") != (
+        "published" if published else "unpublished"
+    ):
+        found.append(
+            f"{label}: publication {source.get('publication')!r} contradicts the remote "
+            f"branches {holding!r} of non-local remotes"
+        )
+    return found
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _relative(root: Path, folders: Sequence[Path]) -> list[str]:
@@ -153,10 +367,10 @@ def source_revision(root: Path | str, *, ignore: Sequence[Path] = ()) -> dict[st
     Like :func:`source_state` without the diff text and file lists.
     """
     state = source_state(Path(root), ignore=ignore)
-    compact = {
-        key: state.get(key)
-        for key in ("revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")
-    }
+    keys: tuple[str, ...] = ("revision", "dirty", "diff_sha256", "diff_bytes", "published")
+    keys += ("publication", "remote_url", "remote_branch", "published_branches")
+    keys += ("publication_detail", "changed_files")
+    compact = {key: state.get(key) for key in keys}
     compact["untracked_count"] = len(state.get("untracked") or [])
     return compact
 
@@ -301,9 +515,15 @@ def redact_runspec(spec: Mapping[str, Any], redactor: Redactor) -> dict[str, Any
 
 __all__ = [
     "PACKAGES",
+    "PUBLISH_FIX",
     "environment",
+    "is_local_url",
+    "publication",
+    "publication_contradictions",
+    "publication_problem",
     "redact_runspec",
     "redact_source",
+    "redact_url",
     "runspec",
     "session_facts",
     "source_revision",

@@ -23,9 +23,16 @@ from .index import INDEX_NAME
 from .provenance import redact_runspec
 
 SCHEMA = "pytest-lossless.receipt"
-SCHEMA_VERSION = 1
+#: 2: lossless and speed entries record their frozen plan (``gate_plan``), speed samples what
+#: ran before each arm (``before_arm``); see docs/receipts.md.
+SCHEMA_VERSION = 2
+#: Versions this release reads: a version-1 receipt (no plans) is checked by the same rules, the
+#: fields it lacks read as absent (its speed gates re-derive with the mean block summary).
+READABLE_VERSIONS = (1, 2)
 #: The raw blocks, covered by ``integrity.raw_sha256``; everything else is derived.
 RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "speed", "outcome")
+#: Raw blocks that only a receipt holding them covers (older receipts hash without them).
+OPTIONAL_BLOCKS = ("canary",)
 #: The largest receipt read back: a long video's frame digests, twice, fit many times over.
 MAX_RECEIPT_BYTES = 256 << 20
 
@@ -54,6 +61,7 @@ def receipt_name(test_id: str) -> str:
 def raw_sha256(receipt: Mapping[str, Any]) -> str:
     """The hash of a receipt's raw blocks, with each run's derived ``lifecycle`` left out."""
     raw = {name: receipt.get(name) for name in RAW_BLOCKS}
+    raw.update({name: receipt[name] for name in OPTIONAL_BLOCKS if name in receipt})
     if isinstance(raw["runs"], list):
         raw["runs"] = [
             {k: v for k, v in run.items() if k != "lifecycle"} if isinstance(run, Mapping) else run
@@ -135,6 +143,8 @@ class Receipt:
         self.gates: list[dict[str, Any]] = []
         self.lossless: list[dict[str, Any]] = []
         self.speed: list[dict[str, Any]] = []
+        #: The canaries that ran in this test (:mod:`..judge.canary`), or were skipped.
+        self.canary: list[dict[str, Any]] = []
         self.outcome: dict[str, str] = {}
 
     @property
@@ -164,6 +174,9 @@ class Receipt:
 
     def add_speed(self, verdict: _HasToDict | Mapping[str, Any]) -> None:
         self.speed.append(_plain(verdict))
+
+    def add_canary(self, record: _HasToDict | Mapping[str, Any]) -> None:
+        self.canary.append(_plain(record))
 
     def set_outcome(self, phase: str, outcome: str) -> None:
         self.outcome[phase] = outcome
@@ -202,9 +215,12 @@ class Receipt:
             "lossless": list(self.lossless),
             "speed": list(self.speed),
         }
+        if self.canary:
+            data["canary"] = list(self.canary)
         data = json.loads(json.dumps(data, default=_json_default))  # what a reader will see
         data["verdicts"] = derive_verdicts(data)
-        data["integrity"] = {"raw_sha256": raw_sha256(data), "covers": list(RAW_BLOCKS)}
+        covers = [*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data)]
+        data["integrity"] = {"raw_sha256": raw_sha256(data), "covers": covers}
         return data
 
     def write(self, directory: Path | str, *, root: Path | str | None = None) -> Path:
@@ -273,10 +289,11 @@ def load(path: Path | str) -> dict[str, Any]:
             f'{path}: not a pytest-lossless receipt (no "schema": "{SCHEMA}")', path=str(path)
         )
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ReceiptError(
             f"{path}: receipt schema version {version!r}; this pytest-lossless "
-            f"reads version {SCHEMA_VERSION}: use the version that wrote it",
+            f"reads versions {', '.join(map(str, READABLE_VERSIONS))}: use the version that "
+            "wrote it",
             path=str(path),
         )
     return data

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.text import printable
 from ..errors import ReceiptError
+from .arms import arm_source_lines, publication_word
 from .index import (
     HMAC_ALGORITHM,
     INDEX_NAME,
@@ -79,16 +80,43 @@ class Session:
     def sources(self) -> dict[str, bool]:
         """Source revision -> whether any record of it here was dirty."""
         found: dict[str, bool] = {}
-        blocks = [(self.index or {}).get("source")]
-        blocks += [_runspec(r).get("source") for r in self._receipts()]
-        for block in blocks:
-            if isinstance(block, Mapping) and "revision" in block:
-                revision = str(block.get("revision") or NO_REVISION)
-                found[revision] = found.get(revision, False) or bool(block.get("dirty"))
+        for _, revision, block in self.source_blocks():
+            found[revision] = found.get(revision, False) or bool(block.get("dirty"))
         return found
+
+    def source_blocks(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+        """(where: ``INDEX.json`` or a receipt's file name, revision, source block) of each
+        record of the rootdir's source here."""
+        blocks = [(INDEX_NAME, (self.index or {}).get("source"))]
+        for path, receipt in self.receipts.items():
+            if isinstance(receipt, dict):
+                blocks.append((path.name, _runspec(receipt).get("source")))
+        return [
+            (where, str(block.get("revision") or NO_REVISION), block)
+            for where, block in blocks
+            if isinstance(block, Mapping) and "revision" in block
+        ]
+
+    def mixed(self) -> str | None:
+        """How the records here split over revisions, when more than one: ``abc in INDEX.json
+        and 3 receipts; def in 1 receipt``."""
+        places: dict[str, list[str]] = {}
+        for where, revision, _ in self.source_blocks():
+            places.setdefault(revision, []).append(where)
+        if len(places) < 2:
+            return None
+        return "; ".join(f"{_short(rev)} in {_places(names)}" for rev, names in places.items())
 
     def _receipts(self) -> list[dict[str, Any]]:
         return [r for r in self.receipts.values() if isinstance(r, dict)]
+
+
+def _places(names: list[str]) -> str:
+    receipts = sum(1 for n in names if n != INDEX_NAME)
+    shown = [INDEX_NAME] if INDEX_NAME in names else []
+    if receipts:
+        shown.append(f"{receipts} receipt{'s' if receipts != 1 else ''}")
+    return " and ".join(shown)
 
 
 def _runspec(receipt: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -347,11 +375,19 @@ class Campaign:
             receipts = sum(len(s.receipts) for s in sessions)
             lines.append(f"  host {name}: {_count(sessions)}, {receipts} receipts")
         revisions = self.revisions()
-        lines.append(f"source revisions: {len(revisions)}")
+        lines.append(f"source revisions: {len(revisions)} (of the rootdir)")
         for revision, sessions in sorted(revisions.items()):
             dirty = sum(1 for s in sessions if s.sources().get(revision))
             state = f"dirty in {dirty}" if dirty else "clean"
-            lines.append(f"  {_short(revision)}: {_count(sessions)} ({state})")
+            blocks = [b for s in sessions for _, r, b in s.source_blocks() if r == revision]
+            published = sorted({publication_word(b) for b in blocks})
+            shown = ", ".join([state, " / ".join(published)] if published else [state])
+            lines.append(f"  {_short(revision)}: {_count(sessions)} ({shown})")
+        for session in self.sessions:
+            if (mixed := session.mixed()) is not None:
+                count = mixed.count(";") + 1
+                lines.append(f"  session {session.session_id} holds {count} revisions: {mixed}")
+        lines += arm_source_lines(r for s in self.sessions for r in s._receipts())
         for path in self.single_files:
             lines.append(f"note: {path} is one receipt: its session's index was not checked")
         if self.key_name:
@@ -397,8 +433,19 @@ def check_campaign(
         for folder, receipts in group_sessions(directory, loaded).items():
             sessions.append(check_session(folder, receipts, key=key, key_name=key_name or ""))
     campaign = Campaign(sessions, [f for s in sessions for f in s.findings], key_name, singles)
+    for session in sessions if not allow_mixed_revisions else ():
+        if (mixed := session.mixed()) is not None:
+            campaign.findings.append(
+                Finding(
+                    CONTRADICTION,
+                    f"{session.folder} (session {printable(session.session_id)}): one session "
+                    f"folder holds {mixed.count(';') + 1} revisions ({mixed}): the rootdir's "
+                    "HEAD moved while the session ran, or a receipt was copied in from another "
+                    "session; pass --allow-mixed-revisions to accept it",
+                )
+            )
     revisions = campaign.revisions()
-    if len(revisions) > 1 and not allow_mixed_revisions:
+    if len(revisions) > 1 and len(sessions) > 1 and not allow_mixed_revisions:
         seen = "; ".join(
             f"{_short(rev)} in {', '.join(s.session_id for s in found)}"
             for rev, found in sorted(revisions.items())

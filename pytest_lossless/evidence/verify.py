@@ -22,6 +22,7 @@ from ..errors import ReceiptError
 from ..kinds import KindRegistry
 from ..run import lifecycle_verdict
 from .crosscheck import check_lossless_outputs, check_run_sequence, check_speed_runs
+from .provenance import publication_contradictions
 from .receipts import derive_verdicts, load, load_all, raw_sha256
 from .summary import check_summaries
 
@@ -81,14 +82,11 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
                 f"runspec: dirty={source.get('dirty')} but the diff has "
                 f"{source.get('diff_bytes')} bytes and {untracked} untracked files"
             )
-        published = bool(source.get("remote_branches"))
-        if source.get("published") is not published or source.get("publication") != (
-            "published" if published else "unpublished"
-        ):
-            found.append(
-                f"runspec: publication {source.get('publication')!r} contradicts the "
-                f"remote branches {source.get('remote_branches')!r}"
-            )
+        found += publication_contradictions(source, "runspec")
+    for run in receipt.get("runs") or []:  # each run's sources=[...] trees, as recorded
+        for tree, state in ((run.get("sources") or {}) if isinstance(run, Mapping) else {}).items():
+            if isinstance(state, Mapping):
+                found += publication_contradictions(state, f"runs {run.get('name')} {tree}")
     found += _check_hashes("runspec input", block.get("inputs"))
     return found
 
@@ -419,6 +417,20 @@ def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> 
     return found
 
 
+def check_canary(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """The canary block's shape and statuses (:func:`..judge.canary.check_records`)."""
+    from ..judge.canary import check_records
+
+    return check_records(block, receipt)
+
+
+def check_frozen_plans(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """Each lossless and speed entry ran what the frozen plan it records says (``gate_plan``)."""
+    from ..judge.plans import receipt_contradictions
+
+    return receipt_contradictions(receipt)
+
+
 def default_checkers() -> dict[str, Checker]:
     """Block name -> re-derivation. Add an entry here to verify a new block."""
     return {
@@ -429,10 +441,12 @@ def default_checkers() -> dict[str, Checker]:
         "gates": check_gates,
         "lossless": check_lossless,
         "verdicts": check_verdicts,
+        "canary": check_canary,
         # Cross-checks between blocks: the same fact recorded twice must agree.
         "runs/sequence": check_run_sequence,
         "speed/runs": check_speed_runs,
         "lossless/outputs": check_lossless_outputs,
+        "lossless+speed/plans": check_frozen_plans,
     }
 
 

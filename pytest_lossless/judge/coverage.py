@@ -1,19 +1,23 @@
 """Request coverage: an artifact holds what the run was asked for (frames, samples, seconds).
 
-A miss is its own FAIL, naming requested against obtained, before any comparison: a truncated
-output is never compared, judged identical to a truncated golden, or written as a golden.
+A miss is its own FAIL, naming requested against obtained, whatever the comparison says: a
+truncated output is never judged identical to a truncated golden, nor written as a golden
+(``golden.check(expect=)`` checks every run of a producer under ``--update-goldens`` too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
 from ..core.artifact import Artifact
 from ..core.expect import Media
+from ..errors import ConfigError
 from ..gates import GateResult
 
+#: What ``expect=`` takes: one ``Media`` for every artifact, or one per artifact name.
+Expect = Media | Mapping[str, Media] | None
 #: The gate name a coverage result carries in tables and receipts.
 COVERAGE = "coverage"
 
@@ -114,3 +118,61 @@ def expectation_for(expect: Media | Mapping[str, Media] | None, name: str) -> Me
     if expect is None or isinstance(expect, Media):
         return expect
     return expect.get(name)
+
+
+def check_names(expect: Expect, names: Iterable[str], what: str) -> None:
+    """A mapping of expectations names only artifacts the run produced: a name it did not
+    produce (a typo, a renamed output) would otherwise check nothing, silently."""
+    if expect is None or isinstance(expect, Media):
+        return
+    if not isinstance(expect, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Media) for k, v in expect.items()
+    ):
+        raise ConfigError(f"{what}(expect=...)", expect, "expected a Media or {name: Media}")
+    produced = sorted(names)
+    unknown = sorted(set(expect) - set(produced))
+    if unknown:
+        raise ConfigError(
+            f"{what}(expect=...)",
+            ", ".join(unknown),
+            f"names no artifact of the run (it produced {', '.join(produced) or 'nothing'})",
+        )
+
+
+def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> list[dict[str, Any]]:
+    """The misses of one run's artifacts, each a receipt entry ``{"run", **GateResult}``: the
+    shape ``lossless.compare`` records, so ``verify`` and the tables read both alike."""
+    found = []
+    for name, artifact in sorted(artifacts.items()):
+        wanted = expectation_for(expect, name)
+        missed = result(wanted, artifact) if wanted is not None else None
+        if missed is not None:
+            found.append({"run": run, **missed.to_dict()})
+    return found
+
+
+def producer_misses(misses: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A producer's misses with its runs named as a producer's (``run 1``, not ``control#1``)."""
+    return [{**m, "run": str(m.get("run", "")).replace("control#", "run ")} for m in misses]
+
+
+def describe(misses: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per miss: ``run 1 audio.wav: request coverage: audio samples: ...``."""
+    return [
+        f"{m.get('run')} {m.get('artifact')}: {d}"
+        for m in misses
+        for d in m.get("metadata_diffs") or ["not covered"]
+    ]
+
+
+def varied_runs(verdict: Any) -> str:
+    """What differed between a producer's runs, in a producer's words (run 1 vs run 2)."""
+    lines = ["What varied between its runs:"]
+    for comparison in verdict.control_comparisons:
+        if comparison.identical:
+            continue
+        left = comparison.left.replace("control#", "run ")
+        right = comparison.right.replace("control#", "run ")
+        lines.append(f"  {left} vs {right}:")
+        lines += ["    " + d.replace("\n", "\n    ") for d in comparison.differences()]
+    return "\n".join(lines)

@@ -34,6 +34,15 @@ from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult, parse_gate
 from ..kinds import Artifact, KindRegistry
+from ..media.detect import not_the_kind
+from .coverage import (
+    Expect,
+    check_names,
+    expectation_for,
+    producer_misses,
+    run_misses,
+    varied_runs,
+)
 from .manifest import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
@@ -48,6 +57,7 @@ from .manifest import (
     read_manifest,
     safe_component,
 )
+from .plans import carry_plan
 from .replace import (
     FolderLock,
     GoldenConflict,
@@ -58,6 +68,8 @@ from .replace import (
     recover,
     replace_folder,
 )
+from .scope import Environment, check_scope, scoped_path
+from .store import ContentStore
 
 __all__ = [
     "MANIFEST",
@@ -84,6 +96,8 @@ __all__ = [
 class StagedArtifact:
     entry: ManifestEntry
     source: Path | None
+    #: The obtained file, digest-only ones too: kept in the content store (:mod:`.store`).
+    path: Path | None = None
 
 
 class GoldenFolder:
@@ -100,11 +114,17 @@ class GoldenFolder:
         digest_above: int,
         rootdir: Path | None = None,
         lock_timeout: float = 120.0,
+        store: Path | None = None,
+        environment: Environment | None = None,
     ) -> None:
         self.root = root
-        self.path = (
+        self.store = store
+        #: The test's folder of the default scope; ``path`` is this scope's (:mod:`.scope`).
+        self.default_path = (
             root / safe_component(module, "test module") / safe_component(test_name, "test name")
         )
+        self.environment = environment
+        self.path = scoped_path(self.default_path, environment)
         #: Nothing is read, written or deleted through a link that leaves this folder: the
         #: rootdir when the goldens are inside it, else the goldens folder a setting named.
         self.boundary = rootdir if rootdir is not None and is_under(root, rootdir) else root
@@ -126,6 +146,7 @@ class GoldenFolder:
     def manifest(self) -> dict[str, ManifestEntry]:
         if self._manifest is None:
             self._manifest, self._manifest_sha256 = load_manifest(self.path, root=self.boundary)
+            check_scope(self._manifest, self.environment, self.path / MANIFEST)
         return self._manifest
 
     def manifest_sha256(self) -> str:
@@ -162,7 +183,7 @@ class GoldenFolder:
             if requested.spec != entry.gate:
                 raise GateChanged(self.path, name, entry.gate, requested.spec)
         if kind != entry.kind and requested.name != "bytes":
-            raise ArtifactError(obtained_path, _not_the_kind(obtained_path, entry.kind, kind))
+            raise ArtifactError(obtained_path, not_the_kind(obtained_path, entry.kind, kind))
         obtained = self.kinds.artifact(name, obtained_path, kind, golden=entry.fingerprint)
         expected = Artifact(name=name, kind=entry.kind, fingerprint=entry.fingerprint, path=stored)
         self.evidence[name] = {
@@ -242,8 +263,10 @@ class GoldenFolder:
             fingerprint=fingerprint,
             fingerprint_sha256=canonical_sha256(fingerprint),
             provenance=dict(provenance),
+            scope="all" if self.environment is None else "device",
+            environment=None if self.environment is None else self.environment.to_dict(),
         )
-        self._staged[name] = StagedArtifact(entry, path if stored == "full" else None)
+        self._staged[name] = StagedArtifact(entry, path if stored == "full" else None, path)
         return entry
 
     def recover(self) -> list[UpdateEvent]:
@@ -302,8 +325,11 @@ class GoldenFolder:
         with FolderLock(lock_path(self.path), timeout=self.lock_timeout):
             yield
 
-    def commit(self) -> list[UpdateEvent]:
+    def commit(self, *, keep: bool = False) -> list[UpdateEvent]:
         """Replace the test's golden folder with the staged artifacts, atomically.
+
+        ``keep``: the goldens not staged are kept as they are (``accept``, from an export that
+        holds only what failed), instead of removed as no longer checked.
 
         Unchanged artifacts keep their old manifest entry (and provenance), so a
         regeneration that changes nothing leaves nothing to review in the diff. When the
@@ -313,6 +339,8 @@ class GoldenFolder:
         inside_root(self.path, self.boundary, what="golden folder")
         if not self._began:
             self.begin_update()
+        if self.store is not None:  # each artifact also kept whole by SHA-256 (lossless_store)
+            ContentStore(self.store).put_all(self._staged.values())
         with self._locked():
             # A session killed since this one began may have left the folder missing.
             recovered = recover(self.path, test=self.test_id)
@@ -321,12 +349,12 @@ class GoldenFolder:
                 detail = "another session changed the folder while this test ran; nothing written"
                 conflicts = [self._event(n, "conflict", detail) for n in sorted(self._staged)]
                 raise GoldenConflict(self.path, self._baseline, found, recovered + conflicts)
-            events = recovered + self._apply()
+            events = recovered + self._apply(keep)
         self._staged.clear()
         self._manifest = None
         return events
 
-    def _apply(self) -> list[UpdateEvent]:
+    def _apply(self, keep: bool = False) -> list[UpdateEvent]:
         """Under the lock: the events of the staged artifacts against the folder as it is,
         and the folder replaced unless nothing changed."""
         try:
@@ -353,6 +381,9 @@ class GoldenFolder:
                 events.append(self._event(name, "changed", _what_changed(before, entry)))
                 final[name] = entry
         for name in sorted(set(old) - set(self._staged)):
+            if keep:
+                final[name] = old[name]
+                continue
             events.append(self._event(name, "removed", "no longer checked by the test"))
         if all(e.action == "unchanged" for e in events) and events:
             return events
@@ -381,6 +412,7 @@ class GoldenFolder:
             document = manifest_document(entries, self.test_id)
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"
             _write_durably(staging / MANIFEST, text.encode("utf-8"))
+            carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
 
         try:
             replace_folder(self.path, fill)
@@ -389,19 +421,6 @@ class GoldenFolder:
                 self.path,
                 f"cannot be replaced ({exc.strerror or exc}): the previous golden is kept",
             ) from None
-
-
-def _varied(verdict: Any) -> str:
-    """What differed between a producer's runs, in a producer's words (run 1 vs run 2)."""
-    lines = ["What varied between its runs:"]
-    for comparison in verdict.control_comparisons:
-        if comparison.identical:
-            continue
-        left = comparison.left.replace("control#", "run ")
-        right = comparison.right.replace("control#", "run ")
-        lines.append(f"  {left} vs {right}:")
-        lines += ["    " + d.replace("\n", "\n    ") for d in comparison.differences()]
-    return "\n".join(lines)
 
 
 def _file_sha256(artifact: Artifact) -> str:
@@ -473,30 +492,45 @@ class Golden:
         self.provenance = dict(provenance or {})
         self.results: list[GateResult] = []
         self.staged: list[ManifestEntry] = []
+        #: Request coverage misses (``expect=``), one receipt entry each; see :mod:`.coverage`.
+        self.misses: list[dict[str, Any]] = []
 
     def check(
-        self, name: str, artifact: Any, gate: Gate | str | None = None, *, allow_empty: bool = False
+        self,
+        name: str,
+        artifact: Any,
+        gate: Gate | str | None = None,
+        *,
+        allow_empty: bool = False,
+        expect: Expect = None,
     ) -> GateResult | None:
+        """Compare (or stage) one artifact; with ``expect``, a miss of the request is added to
+        :attr:`misses` and, under --update-goldens, nothing of that run is staged."""
         from ..gates import parse_gate
         from ..media.artifacts import is_producer, materialize, produce
 
         name = artifact_name(name)
         chosen = parse_gate(gate)
+        check_names(expect, [name], "golden.check")
+        expect = expectation_for(expect, name)
         folder = self.workdir / "obtained"
         if self.update and is_producer(artifact):
+            what = f"golden {name!r}"
             self._stage_producer(
-                lambda: {name: artifact()}, chosen, f"golden {name!r}", allow_empty=allow_empty
+                lambda: {name: artifact()}, chosen, what, allow_empty=allow_empty, expect=expect
             )
             return None
         path = materialize(produce(artifact), name, folder)
         if self.update:
-            self.staged.append(
-                self.folder.stage(name, path, chosen, self.provenance, allow_empty=allow_empty)
-            )
+            entry = self.folder.stage(name, path, chosen, self.provenance, allow_empty=allow_empty)
+            self.staged.append(entry)
+            self._cover(expect, name, entry.kind, entry.fingerprint)
             return None
         result = self.folder.compare(
             name, path, chosen, diagnostics_dir=self.workdir / "diagnostics"
         )
+        obtained = self.folder.evidence[name]["obtained"]
+        self._cover(expect, name, obtained["kind"], obtained["fingerprint"])
         if not result.passed and self.folder.stored_in_full(name):
             keep = self.workdir / "obtained-for-upload"
             keep.mkdir(parents=True, exist_ok=True)
@@ -508,29 +542,47 @@ class Golden:
         return result
 
     def stage_run(
-        self, artifacts: Any, gate: Gate | str | None = None, *, allow_empty: bool = False
+        self,
+        artifacts: Any,
+        gate: Gate | str | None = None,
+        *,
+        allow_empty: bool = False,
+        expect: Expect = None,
     ) -> list[ManifestEntry] | None:
         """Under --update-goldens, stage every artifact of a producer's run, once it has run
-        at least twice with identical results; returns None in compare mode (nothing done)."""
+        at least twice with identical results, each run holding what ``expect`` asks for;
+        returns None in compare mode (nothing done)."""
         from ..gates import parse_gate
-        from ..media.artifacts import is_producer, materialize, named_artifacts
+        from ..media.artifacts import is_producer, named_artifacts
 
         if not self.update:
             return None
-        chosen = parse_gate(gate)
         if is_producer(artifacts):
-            return self._stage_producer(artifacts, chosen, "goldens", allow_empty=allow_empty)
-        staged = []
-        for name, value in named_artifacts(artifacts, "golden.check_all").items():
-            path = materialize(value, artifact_name(name), self.workdir / "obtained")
-            staged.append(
-                self.folder.stage(name, path, chosen, self.provenance, allow_empty=allow_empty)
+            return self._stage_producer(
+                artifacts, parse_gate(gate), "goldens", allow_empty=allow_empty, expect=expect
             )
-        self.staged += staged
-        return staged
+        named = named_artifacts(artifacts, "golden.check_all")
+        check_names(expect, named, "golden.check_all")
+        before = len(self.staged)
+        for name, value in named.items():
+            wanted = expectation_for(expect, name)
+            self.check(name, value, gate, allow_empty=allow_empty, expect=wanted)
+        return self.staged[before:]
+
+    def _cover(self, expect: Any, name: str, kind: str, fingerprint: dict[str, Any]) -> None:
+        """Note what artifact ``name`` of one obtained run misses of ``expect`` (a miss keeps
+        :meth:`commit` from writing anything)."""
+        found = {name: Artifact(name=name, kind=kind, fingerprint=fingerprint, path=None)}
+        self.misses += run_misses(expect, found, "obtained")
 
     def _stage_producer(
-        self, producer: Any, gate: Gate | None, what: str, *, allow_empty: bool = False
+        self,
+        producer: Any,
+        gate: Gate | None,
+        what: str,
+        *,
+        allow_empty: bool = False,
+        expect: Expect = None,
     ) -> list[ManifestEntry]:
         """Run a producer at least twice; stage its first run only if every run agreed."""
         from ..core.verdict import Verdict
@@ -545,12 +597,17 @@ class Golden:
             workdir=self.workdir / f"producer-{len(self.staged)}",
             gate=gate,
             label="run",
+            expect=expect,
         )
+        check_names(expect, verdict.runs[0]["artifacts"], "golden.check_all")
+        self.misses += producer_misses(verdict.coverage)
+        if verdict.coverage:  # a run missed the request: nothing of it becomes a golden
+            return []
         if verdict.verdict == Verdict.INCONCLUSIVE:
             raise NondeterministicProducer(
                 f"refusing to write the {what} of {self.folder.test_id}: the producer gave "
                 f"different results in {self.producer_runs} runs, and a flaky run is never "
-                "baked into a golden. Nothing was written.\n" + _varied(verdict)
+                "baked into a golden. Nothing was written.\n" + varied_runs(verdict)
             )
         staged = []
         for name, run in sorted(verdict.runs[0]["artifacts"].items()):
@@ -579,22 +636,6 @@ class Golden:
         return sorted(set(self.folder.manifest()) - checked)
 
     def commit(self) -> list[UpdateEvent]:
-        if not self.update or not self.staged:
+        if not self.update or not self.staged or self.misses:  # a miss is never written
             return []
         return self.folder.commit()
-
-
-def _not_the_kind(path: Path, expected: str, found: str) -> str:
-    """What an obtained file is, when it is not of its golden's kind: said plainly."""
-    size = path.stat().st_size if path.is_file() else None
-    if size == 0:
-        return f"empty file (0 bytes), but the golden is a {expected}: the run wrote nothing"
-    what = {
-        "video": "no stream ffmpeg can decode",
-        "audio": "no audio stream or header a decoder can read",
-        "tensor": "no .npy/.npz header",
-    }.get(expected, f"its content reads as {found}")
-    return (
-        f"not a {expected}: {what} ({size} bytes, read as {found}); the golden is a {expected}, "
-        "so the run wrote something else (check its logs)"
-    )

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+#: The test's frozen plans (:mod:`.plans`), beside the manifest in its golden folder.
+PLAN = "plan.json"
 #: The largest ``manifest.json`` read; ours are kilobytes (digest-only goldens keep them small).
 MAX_MANIFEST_BYTES = 64 << 20
 #: The longest artifact name or golden folder name, in bytes of UTF-8 (file systems allow 255,
@@ -69,6 +71,8 @@ def artifact_name(name: str) -> str:
         raise ArtifactError(name, "an artifact name must be a plain file name (no folders)")
     if name == MANIFEST:
         raise ArtifactError(name, f"{MANIFEST!r} is reserved for the golden's manifest")
+    if name == PLAN:
+        raise ArtifactError(name, f"{PLAN!r} is reserved for the test's frozen plans")
     return name
 
 
@@ -92,9 +96,18 @@ class ManifestEntry:
     fingerprint: dict[str, Any]
     fingerprint_sha256: str
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: ``"all"`` (one golden for every environment) or ``"device"`` (one per environment
+    #: class, named by ``environment``: backend, model, runtime); see :mod:`.scope`.
+    scope: str = "all"
+    environment: dict[str, Any] | None = None
+    #: The hash of every other field but provenance, as written (None: a manifest written
+    #: before entries were hashed); :func:`check_integrity` checks it (:func:`entry_sha256`).
+    entry_sha256: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
+        scoped = {"scope": self.scope, "environment": self.environment}
         return {
+            **(scoped if self.scope != "all" else {}),
             "kind": self.kind,
             "gate": self.gate,
             "sha256": self.sha256,
@@ -125,10 +138,21 @@ class ManifestEntry:
                 fingerprint=_table(data, "fingerprint"),
                 fingerprint_sha256=_hex64(data, "fingerprint_sha256"),
                 provenance=dict(data.get("provenance") or {}),
+                scope=_word(data, "scope") if "scope" in data else "all",
+                environment=_table(data, "environment") if "environment" in data else None,
+                entry_sha256=_hex64(data, "entry_sha256") if "entry_sha256" in data else None,
             )
         except (KeyError, TypeError, ValueError, ArtifactError) as exc:
             problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise ManifestError(where, f"entry {name!r} is malformed ({problem})") from None
+        if entry.scope not in ("all", "device") or (entry.scope == "device") != bool(
+            entry.environment
+        ):
+            raise ManifestError(
+                where,
+                f"entry {name!r}: scope {entry.scope!r} is not 'all', or 'device' with "
+                "its environment",
+            )
         if entry.stored not in ("full", "digest"):
             raise ManifestError(
                 where, f"entry {name!r}: stored is {entry.stored!r}, not 'full' or 'digest'"
@@ -191,6 +215,7 @@ def load_manifest(
     try:
         data = loads_bounded(raw)
     except ValueError as exc:
+        _refuse_stub(path, raw)  # a pointer checked out instead of the manifest
         raise ManifestError(path, f"cannot be read as JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("artifacts"), dict):
         raise ManifestError(path, "has no 'artifacts' table; it is not a pytest-lossless manifest")
@@ -239,8 +264,25 @@ def manifest_document(entries: Mapping[str, ManifestEntry], test_id: str) -> dic
     return {
         "schema": SCHEMA_VERSION,
         "test": test_id,
-        "artifacts": {name: entries[name].to_dict() for name in sorted(entries)},
+        "artifacts": {
+            name: {**entries[name].to_dict(), "entry_sha256": entry_sha256(entries[name])}
+            for name in sorted(entries)
+        },
     }
+
+
+def entry_sha256(entry: ManifestEntry) -> str:
+    """The hash of an entry's name and every field of :meth:`ManifestEntry.to_dict` but its
+    provenance (the gate, kind, digests, scope, and whatever later fields it gains), so that a
+    hand edit of the gate (``decoded`` -> ``tolerance``) is an integrity error."""
+    fields = {k: v for k, v in entry.to_dict().items() if k not in ("provenance", "entry_sha256")}
+    return canonical_sha256({"name": entry.name, **fields})
+
+
+def unhashed(entries: Mapping[str, ManifestEntry]) -> list[str]:
+    """The entries of a manifest written before entries were hashed (their gate is covered by
+    no integrity check until they are written again by --update-goldens)."""
+    return sorted(name for name, entry in entries.items() if entry.entry_sha256 is None)
 
 
 def check_integrity(
@@ -266,6 +308,7 @@ def check_integrity(
             f"the fingerprint of {entry.name!r} was edited (its hash no longer matches)",
         )
     if entry.stored == "digest":
+        _check_entry_hash(manifest, entry)
         return None
     if entry.file is None:
         raise GoldenIntegrityError(manifest, f"{entry.name!r} is stored but names no file")
@@ -274,6 +317,7 @@ def check_integrity(
         inside_root(path, root, what="stored golden")
     actual, size = _stored_digest(path, follow=root is not None)
     if actual != entry.sha256:
+        _refuse_stub(path)  # a pointer checked out instead of the golden: `git lfs pull`
         raise GoldenIntegrityError(
             path,
             f"its SHA-256 is {actual[:16]}... but the manifest says {entry.sha256[:16]}...",
@@ -308,7 +352,25 @@ def check_integrity(
                 f"{entry.file!r}, fingerprinted again ({_shown(', '.join(differ))} differ): "
                 "the manifest was edited, or written by another version of its kind",
             )
+    _check_entry_hash(manifest, entry)  # last: the checks above name a forged file first
     return path
+
+
+def _check_entry_hash(manifest: Path, entry: ManifestEntry) -> None:
+    """The entry's fields still hash to its ``entry_sha256`` (a manifest written before entries
+    were hashed has none to check: :func:`unhashed`)."""
+    if entry.entry_sha256 is not None and entry_sha256(entry) != entry.entry_sha256:
+        raise GoldenIntegrityError(
+            manifest,
+            f"the entry {entry.name!r} was edited by hand: its fields (gate {entry.gate!r}, "
+            "kind, digests) no longer hash to its entry_sha256",
+        )
+
+
+def _refuse_stub(path: Path, data: bytes | None = None) -> None:
+    from ..media.detect import refuse_stub  # media is heavy; only a failing read needs it
+
+    refuse_stub(path, data)
 
 
 def _stored_digest(path: Path, *, follow: bool) -> tuple[str, int]:
@@ -316,8 +378,10 @@ def _stored_digest(path: Path, *, follow: bool) -> tuple[str, int]:
     try:
         fd = open_regular(os.path.realpath(path) if follow else path)
     except FileNotFoundError:
+        _refuse_stub(path)  # a git-annex link whose content is not here
         raise GoldenIntegrityError(path, "the stored golden file is missing") from None
     except OSError as exc:
+        _refuse_stub(path)
         raise GoldenIntegrityError(
             path, f"the stored golden cannot be read: {exc.strerror or exc}"
         ) from None

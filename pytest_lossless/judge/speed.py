@@ -22,6 +22,7 @@ from typing import Any
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.verdict import Verdict
 from ..errors import ConfigError
+from . import arms as before
 from . import proof as dispatch
 from . import stats
 
@@ -500,6 +501,7 @@ def run_speed_gate(
     looks: Sequence[int] | None = None,
     on_sample: Callable[[dict[str, Any]], None] | None = None,
     proof: dispatch.Proof | None = None,
+    before_arm: before.BeforeArm | Sequence[before.BeforeArm] | None = None,
 ) -> SpeedVerdict:
     """Time ``control`` and ``candidate`` arms in paired blocks and judge ``target``.
 
@@ -509,9 +511,11 @@ def run_speed_gate(
     one at a time; an arm that raises is recorded with its error, no further arm runs, and the
     verdict is INCONCLUSIVE. ``on_sample`` sees every sample as soon as it is recorded.
     ``proof`` (a pattern searched in each candidate run's output, or a callable given its
-    result) must hold for every candidate arm, or a PASS is INCONCLUSIVE.
+    result) must hold for every candidate arm, or a PASS is INCONCLUSIVE. ``before_arm`` runs
+    before each arm and is recorded in its sample (:mod:`.arms`).
     """
     rule = dispatch.check_rule(proof, "speed_gate(proof)")
+    hooks = before.hooks_of(before_arm)
     if design not in stats.DESIGNS:
         raise ConfigError("speed_gate(design)", design, f"expected one of {stats.DESIGNS}")
     try:
@@ -547,6 +551,7 @@ def run_speed_gate(
                 position,
                 clock,
                 rule if arm == stats.CANDIDATE else None,
+                hooks,
             )
             samples.append(sample)
             if on_sample is not None:
@@ -585,15 +590,16 @@ def _run_arm(
     position: int,
     clock: Clock,
     proof: dispatch.Proof | None = None,
+    hooks: Sequence[before.BeforeArm] = (),
 ) -> dict[str, Any]:
-    """Run one arm and record it; an ``Exception`` becomes the sample's ``error``."""
-    sample: dict[str, Any] = {
-        "index": index,
-        "block": block,
-        "position": position,
-        "arm": name,
-        "started_at": clock.wall(),
-    }
+    """Run one arm and record it; an ``Exception`` (of the arm or of a ``before_arm`` hook,
+    which then keeps the arm from running) becomes the sample's ``error``."""
+    sample: dict[str, Any] = {"index": index, "block": block, "position": position, "arm": name}
+    try:
+        sample.update(before.run_before(hooks, name, index))  # outside the arm's time
+    except before.HookFailed as exc:
+        return {**sample, "started_at": clock.wall(), "seconds": None, "error": _short(str(exc))}
+    sample["started_at"] = clock.wall()
     start = clock.monotonic()
     try:
         result = arm()

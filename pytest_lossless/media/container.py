@@ -6,21 +6,27 @@ from __future__ import annotations
 
 import math
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
 from .ffmpeg import (
+    RAW_PIPE_BYTES,
+    FFmpegRun,
+    OutputPipe,
     audio_framehash_args,
     container_framehash_args,
+    fast_video_args,
     frame_limit_note,
     opened,
     probe_declared,
     run_ffmpeg,
     stderr_tail,
 )
-from .hashing import FINGERPRINT_VERSION, file_digest
+from .hashing import FINGERPRINT_VERSION, digest_frames, file_digest
 from .limits import MediaLimits, refuse
 from .probe import (
     SAMPLE_FORMATS,
@@ -30,6 +36,8 @@ from .probe import (
     layout_channels,
     packed_sample_format,
     parse_framehash,
+    parse_probe,
+    raw_frame_bytes,
 )
 
 
@@ -138,8 +146,16 @@ def check_declared_container(
     opens it with ``-skip_frame all``). None when ffmpeg cannot open it: the decode says why."""
     path = Path(path)
     info = probe_declared(path, limits)
-    if info is None:
-        return None
+    if info is not None:
+        check_declared_info(path, info, limits, video=video)
+    return info
+
+
+def check_declared_info(
+    path: Path, info: ProbeInfo, limits: MediaLimits, *, video: bool = True
+) -> None:
+    """Refuse what ffmpeg's description of a container declares beyond ``limits``: frames
+    larger than ``limits.frame_pixels``, more decoded data than ``limits.decode_limit``."""
     for stream in info.of_type("video") if video else []:
         pixels = (stream.width or 0) * (stream.height or 0)
         if pixels > limits.frame_pixels:
@@ -160,37 +176,58 @@ def check_declared_container(
             limits.decode_limit,
             limits.decode_basis,
         )
-    return info
 
 
-class FramehashBudget:
-    """Counts the decoded bytes ffmpeg's framehash lines report as they come (the size field of
-    each line) and stops the decode once they pass ``limits.decode_limit``: a file that lies
-    about its duration is still bounded."""
+class DecodeCounter:
+    """The decoded bytes of one fingerprint, counted from several threads (raw frames read, the
+    size field of framehash lines); past ``limits.decode_limit`` it raises and the decode stops:
+    a file that lies about its duration is still bounded."""
 
     def __init__(self, path: Path, limits: MediaLimits) -> None:
         self.path = path
         self.limits = limits
         self.decoded = 0
+        self._lock = threading.Lock()
+
+    def add(self, size: int) -> None:
+        with self._lock:
+            self.decoded += size
+            decoded = self.decoded
+        if decoded > self.limits.decode_limit:
+            raise refuse(
+                self.path,
+                "it",
+                decoded,
+                self.limits.decode_limit,
+                self.limits.decode_basis,
+                decoding=True,
+            )
+
+
+class FramehashBudget:
+    """Counts the decoded bytes ffmpeg's framehash lines report as they come (the size field of
+    each line) on a :class:`DecodeCounter`, which stops the decode past the decode limit."""
+
+    def __init__(
+        self, path: Path, limits: MediaLimits, counter: DecodeCounter | None = None
+    ) -> None:
+        self.counter = counter or DecodeCounter(path, limits)
         self._partial = b""
+
+    @property
+    def decoded(self) -> int:
+        return self.counter.decoded
 
     def __call__(self, chunk: bytes) -> None:
         *lines, self._partial = (self._partial + chunk).split(b"\n")
+        size = 0
         for line in lines:
             if line.startswith(b"#"):
                 continue
             parts = line.split(b",")
             if len(parts) == 6 and parts[4].strip().isdigit():
-                self.decoded += int(parts[4])
-        if self.decoded > self.limits.decode_limit:
-            raise refuse(
-                self.path,
-                "it",
-                self.decoded,
-                self.limits.decode_limit,
-                self.limits.decode_basis,
-                decoding=True,
-            )
+                size += int(parts[4])
+        self.counter.add(size)
 
 
 def fingerprint_container(
@@ -202,9 +239,17 @@ def fingerprint_container(
     :class:`ArtifactError` naming it, it is never fingerprinted as a shorter video. The sizes
     its headers declare are checked against ``limits`` first, and the decode is counted and
     timed as it runs (:class:`~.limits.DecodeLimitExceeded`, :class:`~.limits.FFmpegTimeout`).
+
+    With ``video``, the first video stream goes the fast way (:func:`_fast_fingerprint`): its
+    raw frames are hashed here on several threads, the same digests ffmpeg's framehash gives;
+    whatever that way cannot vouch for is decoded again the general way.
     """
     path = Path(path)
     limits = limits or MediaLimits.from_env()
+    if video:
+        fast = _fast_fingerprint(path, limits)
+        if fast is not None:
+            return fast
     check_declared_container(path, limits, video=video)
     # One ffmpeg run decodes and hashes everything; its own stream description (-v info) tells
     # the sample formats. Audio is first hashed as float, the native format of most audio
@@ -217,14 +262,108 @@ def fingerprint_container(
         on_output=FramehashBudget(path, limits),
     )
     info = opened(path, proc.stderr)
+    _check_decoded(path, proc, limits)
+    hashed = parse_framehash(proc.stdout.decode("ascii", "replace"))
+    return _assemble(path, info, hashed, limits, video=video)
+
+
+def _fast_fingerprint(path: Path, limits: MediaLimits) -> dict[str, Any] | None:
+    """The fingerprint with the first video stream's raw frames hashed here, on several threads
+    (:func:`~.ffmpeg.fast_video_args`), and the audio streams hashed by a second ffmpeg run at
+    the same time; or None where this way cannot vouch for the result: a run failed (the
+    general way reports why), the file has several video streams, the frame size is not known
+    in advance, or the frames ffmpeg timed differ in size from those read. The declared sizes
+    are checked while ffmpeg starts, before a frame is read."""
+    raw = OutputPipe(size=RAW_PIPE_BYTES, drain=False)
+    timing = OutputPipe()
+    counter = DecodeCounter(path, limits)
+    args = fast_video_args(path, limits.frame_pixels, raw.write_fd, timing.write_fd)
+    # Left in reverse order: the decode is killed (if it still runs) before the audio is awaited.
+    with (
+        ThreadPoolExecutor(max_workers=1) as audio_pool,
+        FFmpegRun(
+            args, path=path, limits=limits, what="framehash decode", outputs=(raw, timing)
+        ) as run,
+    ):
+        # The declared sizes are checked by a probe that decodes nothing, while this decode
+        # starts: it cannot write more than the pipe holds until its frames are read. Its own
+        # description of the input (which names the decoded pixel format, where the probe may
+        # not) comes before its first frame, and is checked against the limits too.
+        check_declared_container(path, limits, video=True)
+        described = parse_probe(run.stderr_until(b"Stream mapping:").decode("utf-8", "replace"))
+        run.check_expired()
+        if described is None:
+            return None
+        check_declared_info(path, described, limits, video=True)
+        videos = described.of_type("video")
+        frame_bytes = (
+            raw_frame_bytes(videos[0].pix_fmt, videos[0].width, videos[0].height)
+            if len(videos) == 1
+            else None
+        )
+        if frame_bytes is None:
+            return None
+        audio_streams = described.of_type("audio")
+        audio = None
+        if audio_streams:
+            audio = audio_pool.submit(
+                run_ffmpeg,
+                audio_framehash_args(
+                    path, limits.frame_pixels, [(s.index, "pcm_f32le") for s in audio_streams]
+                ),
+                path=path,
+                limits=limits,
+                what="framehash decode",
+                on_output=FramehashBudget(path, limits, counter),
+            )
+        try:
+            digests, left = digest_frames(raw.readinto, frame_bytes, on_frame=counter.add)
+        finally:
+            run.check_expired()
+        code, stderr = run.finish()
+        sound = audio.result() if audio is not None else None
+    if code != 0 or left or (sound is not None and sound.returncode != 0):
+        return None
+    info = opened(path, stderr)
+    timed = parse_framehash(timing.data.decode("ascii", "replace")).get(0)
+    if timed is None or len(timed.lines) != len(digests) or not digests:
+        return None
+    if any(size != frame_bytes for _pts, _dur, size, _adler in timed.lines):
+        return None
+    if len(info.of_type("video")) != 1 or len(info.of_type("audio")) != len(audio_streams):
+        return None
+    hashed = {
+        0: FramehashStream(
+            0,
+            timed.header,
+            [
+                (pts, dur, size, sha)
+                for (pts, dur, size, _), sha in zip(timed.lines, digests, strict=True)
+            ],
+        )
+    }
+    if sound is not None:
+        for pos, stream in parse_framehash(sound.stdout.decode("ascii", "replace")).items():
+            hashed[pos + 1] = FramehashStream(pos + 1, stream.header, stream.lines)
+    return _assemble(path, info, hashed, limits, video=True)
+
+
+def _assemble(
+    path: Path,
+    info: ProbeInfo,
+    hashed: dict[int, FramehashStream],
+    limits: MediaLimits,
+    *,
+    video: bool,
+) -> dict[str, Any]:
+    """The fingerprint from ffmpeg's description of the streams and their framehash lines
+    (keyed by output position: video streams in file order, then audio streams)."""
     audio = info.of_type("audio")
     chosen = (info.of_type("video") if video else []) + audio
     if not chosen:
         raise ArtifactError(
             path, f"holds no {'video or ' if video else ''}audio stream ffmpeg can decode"
         )
-    _check_decoded(path, proc, limits)
-    hashed = parse_framehash(proc.stdout.decode("ascii", "replace"))
     formats = {stream.index: _sample_format(path, stream) for stream in audio}
     native = [stream for stream in audio if formats[stream.index] != "flt"]
     if native:

@@ -1,13 +1,16 @@
 """Which built-in kind a file is, found from its content (signatures, then an ffmpeg probe where
-only a probe can tell), never from the extension alone.
+only a probe can tell), never from the extension alone; and what a file that stands in for a
+golden is when it is not one (a Git LFS or git-annex pointer checked out instead of its content).
 """
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
-from ..errors import ArtifactError
+from ..core.paths import read_regular
+from ..errors import ArtifactError, GoldenError
 from .ffmpeg import try_probe
 from .limits import MediaLimits
 
@@ -17,6 +20,14 @@ HEAD_BYTES = 4096
 RIFF_IDS = (b"RIFF", b"RF64", b"BW64")
 #: The magic string that starts every ``.npy`` file.
 NPY_MAGIC = b"\x93NUMPY"
+
+#: The first line of a Git LFS pointer file (and of the pre-1.0 "hawser" pointers).
+LFS_POINTER_LINES = (
+    b"version https://git-lfs.github.com/spec/v1",
+    b"version https://hawser.github.com/spec/v1",
+)
+#: The largest pointer file recognised: the LFS spec keeps pointers under 1024 bytes.
+POINTER_MAX_BYTES = 1024
 
 _STRONG_CONTAINER_BRANDS = (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
 _WEAK_CONTAINER_SUFFIXES = frozenset(
@@ -121,3 +132,65 @@ def detect_kind(path: Path, head: bytes | None = None, *, limits: MediaLimits | 
         if strong:
             return "video"
     return "bytes"
+
+
+def stub_problem(head: bytes, size: int) -> tuple[str, str] | None:
+    """``(what it is, what to run)`` when a file of ``size`` bytes starting with ``head`` is a
+    pointer that was checked out instead of the content it names; None otherwise."""
+    if size > POINTER_MAX_BYTES:
+        return None
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    if first in LFS_POINTER_LINES:
+        return "a Git LFS pointer file", "git lfs pull"
+    if first.startswith(b"/annex/objects/") or b".git/annex/objects/" in first:
+        return "a git-annex pointer file", "git annex get"
+    return None
+
+
+class GoldenStub(GoldenError):
+    """A stored golden or a manifest is a pointer stub (Git LFS, git-annex), not its content."""
+
+    def __init__(self, path: Path, what: str, fix: str) -> None:
+        self.path = path
+        self.what = what
+        self.fix = fix
+        super().__init__(
+            f"{path}: is {what}, not the golden it stands for: the repository keeps it in "
+            f"large-file storage and this checkout has only the pointer. Run `{fix}` (in the "
+            "repository, on this machine or in the CI checkout step) and run the tests again"
+        )
+
+
+def refuse_stub(path: Path, data: bytes | None = None) -> None:
+    """Raise :class:`GoldenStub` when ``path`` (or ``data``, its bytes when already read) is a
+    pointer stub. Read as a regular file of at most :data:`POINTER_MAX_BYTES` (a link is
+    followed: the caller proved it stays inside its root); what cannot be read so is left to
+    the caller's own error."""
+    path = Path(path)
+    if data is None:
+        try:
+            target = os.readlink(path) if os.path.islink(path) else ""
+            if "annex/objects/" in target and not os.path.exists(path):
+                raise GoldenStub(path, "a git-annex link to content not present", "git annex get")
+            data = read_regular(os.path.realpath(path), limit=POINTER_MAX_BYTES)
+        except OSError:
+            return
+    found = stub_problem(data[:POINTER_MAX_BYTES], len(data))
+    if found is not None:
+        raise GoldenStub(path, *found)
+
+
+def not_the_kind(path: Path, expected: str, found: str) -> str:
+    """What an obtained file is, when it is not of its golden's kind: said plainly."""
+    size = path.stat().st_size if path.is_file() else None
+    if size == 0:
+        return f"empty file (0 bytes), but the golden is a {expected}: the run wrote nothing"
+    what = {
+        "video": "no stream ffmpeg can decode",
+        "audio": "no audio stream or header a decoder can read",
+        "tensor": "no .npy/.npz header",
+    }.get(expected, f"its content reads as {found}")
+    return (
+        f"not a {expected}: {what} ({size} bytes, read as {found}); the golden is a {expected}, "
+        "so the run wrote something else (check its logs)"
+    )

@@ -7,6 +7,7 @@ allocating it) and every run is killed, with its whole process group, at the ffm
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import re
@@ -26,6 +27,11 @@ from .probe import ProbeInfo, parse_probe
 _FRAMEHASH_OUTPUT = ("-f", "framehash", "-hash", "sha256", "-format_version", "2", "-")
 #: Raw video frames, each passed through with its own timestamp (none dropped or duplicated).
 _RAW_FRAMES = ("-c:v", "rawvideo", "-fps_mode", "passthrough")
+#: The raw frames' pipe is enlarged to this (Linux caps it at /proc/sys/fs/pipe-max-size, 1 MiB
+#: by default): fewer, larger writes and reads between ffmpeg and the hashing threads.
+RAW_PIPE_BYTES = 1 << 20
+#: fcntl's F_SETPIPE_SZ (Linux), absent from older Pythons' fcntl module.
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 #: How much of ffmpeg's stderr is kept: its start (the stream description) and its end (the error).
 _STDERR_HEAD = 1 << 20
 _STDERR_TAIL = 64 << 10
@@ -95,6 +101,26 @@ def container_framehash_args(path: Path, max_pixels: int, *, video: bool) -> lis
     ]
 
 
+def fast_video_args(path: Path, max_pixels: int, raw_fd: int, timing_fd: int) -> list[str]:
+    """The first video stream for the fast video fingerprint (``media.container``): its raw
+    frames on ``pipe:raw_fd`` and, through ffmpeg's tee muxer, the same packets' framehash
+    lines on ``pipe:timing_fd`` (timestamps, durations, sizes; their adler32 is cheap: the
+    SHA-256 of each frame is computed by the reader, on several threads). Same decoder, same
+    timestamps, same frame bytes as :func:`container_framehash_args`; the stream description
+    is on stderr. (Audio goes to a run of its own: an output of no stream here would cost more
+    CPU than the whole decode.)"""
+    slaves = (
+        f"[select=0:f=rawvideo]pipe:{raw_fd}"
+        f"|[select=0:f=framehash:hash=adler32:format_version=2]pipe:{timing_fd}"
+    )
+    return [
+        *_decode_input(path, max_pixels, log="info"),
+        *_maps(["0:v:0"]),
+        *_RAW_FRAMES,
+        *("-f", "tee", slaves),
+    ]
+
+
 def audio_framehash_args(
     path: Path, max_pixels: int, streams: Sequence[tuple[int, str]]
 ) -> list[str]:
@@ -147,6 +173,50 @@ def png_args(target: Path, width: int, height: int) -> list[str]:
 # ------------------------------------------------------------------ running
 
 
+class OutputPipe:
+    """A pipe one ffmpeg output is written to, named ``pipe:N`` (``N``: :attr:`write_fd`) on
+    the command line. :class:`FFmpegRun` passes the write end to ffmpeg and closes it here; the
+    read end is read by the caller (:meth:`readinto`) or, with ``drain``, by a thread of the run
+    that keeps the text in :attr:`data` and hands each piece to ``on_chunk`` (which may raise to
+    stop ffmpeg: a decode budget)."""
+
+    def __init__(
+        self,
+        *,
+        size: int | None = None,
+        drain: bool = True,
+        on_chunk: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_inheritable(self.write_fd, True)
+        if size is not None:
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self.read_fd, _F_SETPIPE_SZ, size)
+        self.drain = drain
+        self.on_chunk = on_chunk
+        self.data = bytearray()
+        self.error: BaseException | None = None
+        self._reader = io.FileIO(self.read_fd, "rb", closefd=False)
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Read what is there into ``buffer`` (0 at the end of the output)."""
+        return self._reader.readinto(buffer) or 0
+
+    def close_write(self) -> None:
+        if self.write_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.write_fd)
+            self.write_fd = -1
+
+    def close(self) -> None:
+        self.close_write()
+        if self.read_fd >= 0:
+            self._reader.close()
+            with contextlib.suppress(OSError):
+                os.close(self.read_fd)
+            self.read_fd = -1
+
+
 class FFmpegRun:
     """One ffmpeg process under the time limit, used as a context manager.
 
@@ -154,8 +224,10 @@ class FFmpegRun:
     block is left before ffmpeg ends (an error, a limit hit, a generator closed early), the whole
     group is killed, so a wrapper named by ``IMAGEIO_FFMPEG_EXE`` cannot leave a decoder behind.
     Its stderr is drained by a thread and kept bounded (the start and the end); ``input_bytes``
-    is fed on stdin by another. Read ``stdout``; then :meth:`finish` gives the exit status and
-    stderr, or raises :class:`~.limits.FFmpegTimeout` naming ``path`` and the limit.
+    is fed on stdin by another. Read ``stdout``, and the ``outputs`` pipes the command line names
+    (those with ``drain`` are read by threads of the run); then :meth:`finish` gives the exit
+    status and stderr, or raises :class:`~.limits.FFmpegTimeout` naming ``path`` and the limit,
+    or what an output's ``on_chunk`` raised.
     """
 
     def __init__(
@@ -166,14 +238,18 @@ class FFmpegRun:
         limits: MediaLimits,
         what: str,
         input_bytes: bytes | None = None,
+        outputs: Sequence[OutputPipe] = (),
     ) -> None:
         self.path = path
         self.limits = limits
         self.what = what
         self.expired = threading.Event()
+        self._stderr_seen = threading.Condition()
+        self._stderr_done = False
         self._head = bytearray()
         self._tail = bytearray()
         self._dropped = False
+        self.outputs = list(outputs)
         command = _command(args, stdin=input_bytes is not None)
         try:
             self.proc = subprocess.Popen(
@@ -182,17 +258,27 @@ class FFmpegRun:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                pass_fds=tuple(pipe.write_fd for pipe in self.outputs),
             )
         except OSError as exc:
+            for pipe in self.outputs:
+                pipe.close()
             raise LosslessError(
                 f"cannot run ffmpeg {command[0]!r} ({what} of {path}): {exc.strerror or exc}; "
                 "check IMAGEIO_FFMPEG_EXE or reinstall imageio-ffmpeg"
             ) from None
+        for pipe in self.outputs:
+            pipe.close_write()  # ffmpeg holds the only write end: its exit ends the output
         assert self.proc.stdout is not None
         self.stdout = cast(io.BufferedReader, self.proc.stdout)
         self._timer = threading.Timer(limits.ffmpeg_timeout, self._expire)
         self._timer.daemon = True
         self._threads = [threading.Thread(target=self._drain_stderr, daemon=True)]
+        for pipe in self.outputs:
+            if pipe.drain:
+                self._threads.append(
+                    threading.Thread(target=self._drain_output, args=(pipe,), daemon=True)
+                )
         if input_bytes is not None:
             self._threads.append(threading.Thread(target=self._feed, args=(input_bytes,)))
             self._threads[-1].daemon = True
@@ -225,15 +311,48 @@ class FFmpegRun:
         assert self.proc.stderr is not None
         stderr = cast(io.BufferedReader, self.proc.stderr)
         while chunk := stderr.read1(1 << 16):
-            room = _STDERR_HEAD - len(self._head)
-            if room > 0:
-                self._head += chunk[:room]
-                chunk = chunk[room:]
+            with self._stderr_seen:
+                room = _STDERR_HEAD - len(self._head)
+                if room > 0:
+                    self._head += chunk[:room]
+                    chunk = chunk[room:]
+                self._stderr_seen.notify_all()
             if chunk:
                 self._tail += chunk
                 if len(self._tail) > _STDERR_TAIL:
                     del self._tail[: len(self._tail) - _STDERR_TAIL]
                     self._dropped = True
+        with self._stderr_seen:
+            self._stderr_done = True
+            self._stderr_seen.notify_all()
+
+    def stderr_until(self, marker: bytes) -> bytes:
+        """The start of stderr once it holds ``marker`` (or ffmpeg closed it: it ended, or the
+        time limit killed it), while ffmpeg runs on: its stream description, say."""
+        with self._stderr_seen:
+            self._stderr_seen.wait_for(
+                lambda: self._stderr_done or marker in self._head or len(self._head) >= _STDERR_HEAD
+            )
+            return bytes(self._head)
+
+    def _drain_output(self, pipe: OutputPipe) -> None:
+        buffer = bytearray(1 << 16)
+        view = memoryview(buffer)
+        while n := pipe.readinto(view):
+            chunk = bytes(view[:n])
+            pipe.data += chunk
+            if pipe.on_chunk is not None and pipe.error is None:
+                try:
+                    pipe.on_chunk(chunk)
+                except BaseException as exc:  # handed to the caller by finish()
+                    pipe.error = exc
+                    self.kill()
+
+    def raise_output_error(self) -> None:
+        """Raise what an output's ``on_chunk`` raised (a decode budget), if anything."""
+        for pipe in self.outputs:
+            if pipe.error is not None:
+                raise pipe.error
 
     def _feed(self, data: bytes) -> None:
         assert self.proc.stdin is not None
@@ -262,6 +381,7 @@ class FFmpegRun:
             thread.join()
         self._timer.cancel()
         self.check_expired()
+        self.raise_output_error()
         return code, self.stderr()
 
     def close(self) -> None:
@@ -274,6 +394,8 @@ class FFmpegRun:
             thread.join()
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+        for pipe in self.outputs:
+            pipe.close()
 
 
 def run_ffmpeg(

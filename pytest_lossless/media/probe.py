@@ -56,6 +56,70 @@ class ProbeInfo:
         return [s for s in self.streams if s.type == kind]
 
 
+# Planar pixel formats whose raw frame (ffmpeg's rawvideo encoder, no padding) is a sum of
+# planes: (bytes per sample, log2 chroma width divisor, log2 chroma height divisor, chroma planes,
+# full-size planes). Anything not listed has no known size here (the caller decodes it the
+# general way).
+_EIGHT_BIT_PLANAR: dict[str, tuple[int, int, int, int, int]] = {
+    "yuv420p": (1, 1, 1, 2, 1),
+    "yuvj420p": (1, 1, 1, 2, 1),
+    "nv12": (1, 1, 1, 2, 1),
+    "nv21": (1, 1, 1, 2, 1),
+    "yuv422p": (1, 1, 0, 2, 1),
+    "yuvj422p": (1, 1, 0, 2, 1),
+    "yuv444p": (1, 0, 0, 2, 1),
+    "yuvj444p": (1, 0, 0, 2, 1),
+    "yuv440p": (1, 0, 1, 2, 1),
+    "yuv411p": (1, 2, 0, 2, 1),
+    "yuv410p": (1, 2, 2, 2, 1),
+    "yuva420p": (1, 1, 1, 2, 2),
+    "yuva422p": (1, 1, 0, 2, 2),
+    "yuva444p": (1, 0, 0, 2, 2),
+    "gbrp": (1, 0, 0, 0, 3),
+    "gbrap": (1, 0, 0, 0, 4),
+    "gray": (1, 0, 0, 0, 1),
+    "rgb24": (3, 0, 0, 0, 1),
+    "bgr24": (3, 0, 0, 0, 1),
+    "rgba": (4, 0, 0, 0, 1),
+    "bgra": (4, 0, 0, 0, 1),
+    "argb": (4, 0, 0, 0, 1),
+    "abgr": (4, 0, 0, 0, 1),
+    "rgb0": (4, 0, 0, 0, 1),
+    "bgr0": (4, 0, 0, 0, 1),
+    "0rgb": (4, 0, 0, 0, 1),
+    "0bgr": (4, 0, 0, 0, 1),
+}
+
+
+def _with_deep_formats(
+    base: dict[str, tuple[int, int, int, int, int]],
+) -> dict[str, tuple[int, int, int, int, int]]:
+    """``base`` plus its 9- to 16-bit planar forms (two bytes a sample) and p010/p012/p016."""
+    table = dict(base)
+    for depth in ("9", "10", "12", "14", "16"):
+        for endian in ("le", "be"):
+            for name, (_, cw, ch, chroma, full) in base.items():
+                if name.startswith(("yuv", "gbr", "gray")) and not name.startswith("yuvj"):
+                    table[f"{name}{depth}{endian}"] = (2, cw, ch, chroma, full)
+    for name in ("p010le", "p012le", "p016le", "p010be", "p012be", "p016be"):
+        table[name] = (2, 1, 1, 2, 1)
+    return table
+
+
+_PLANAR = _with_deep_formats(_EIGHT_BIT_PLANAR)
+
+
+def raw_frame_bytes(pix_fmt: str | None, width: int | None, height: int | None) -> int | None:
+    """The size of one raw frame of ``pix_fmt`` as ffmpeg's rawvideo encoder writes it (planes
+    back to back, no padding); None when the format is not one of the common ones known here."""
+    if not pix_fmt or not width or not height or pix_fmt not in _PLANAR:
+        return None
+    sample, cw, ch, chroma, full = _PLANAR[pix_fmt]
+    chroma_w = -(-width >> cw)
+    chroma_h = -(-height >> ch)
+    return sample * (full * width * height + chroma * chroma_w * chroma_h)
+
+
 def packed_sample_format(stream: StreamInfo) -> str | None:
     """The key of :data:`SAMPLE_FORMATS` for an audio stream; None when ffmpeg's text names none."""
     fmt = (stream.sample_fmt or "").rstrip("p")

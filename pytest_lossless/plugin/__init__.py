@@ -16,7 +16,9 @@ pytest_plugins = [
     "pytest_lossless.plugin.model_run",
     "pytest_lossless.plugin.golden",
     "pytest_lossless.plugin.lossless",
+    "pytest_lossless.plugin.canary",
     "pytest_lossless.plugin.speed",
     "pytest_lossless.plugin.summary",
     "pytest_lossless.plugin.html_report",
+    "pytest_lossless.plugin.export",
 ]

@@ -18,10 +18,14 @@ from ..errors import ConfigError
 from ..settings import OPTIONS, Settings, resolve
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..kinds import KindRegistry
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 KINDS_KEY = pytest.StashKey["KindRegistry"]()
+#: ``config.stash[ON_KINDS_KEY]``: what to call with the kinds registry when it is made.
+ON_KINDS_KEY = pytest.StashKey[list["Callable[[KindRegistry], None]"]]()
 #: The session's id and host identity, decided once by the controller (see :func:`session`).
 SESSION_KEY = pytest.StashKey[tuple[str, dict[str, Any]]]()
 #: The ``workerinput`` key by which pytest-xdist hands the controller's session to workers.
@@ -70,7 +74,36 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
     _check_folders(config, resolved)
+    _check_published(config, resolved)
     session(config)  # decided now: a bad PYTEST_LOSSLESS_HOST is a usage error, not a test's
+
+
+def _check_published(config: pytest.Config, resolved: Settings) -> None:
+    """``--lossless-require-published``: the rootdir's revision, checked once at session start
+    (by the controller; not for --help or --collect-only): a dirty tree, or a revision in no
+    remote-tracking branch of a non-local remote, is a usage error naming what is wrong and the
+    fix. Local refs only: nothing is fetched. The trees of ``model_run(sources=...)`` are checked
+    when their runs start (:mod:`.model_run`)."""
+    option = config.option
+    if not resolved.require_published or hasattr(config, "workerinput"):
+        return
+    if getattr(option, "help", False) or getattr(option, "collectonly", False):
+        return
+    from ..evidence.provenance import PUBLISH_FIX, publication_problem, source_state
+
+    state = source_state(resolved.rootdir, ignore=(resolved.receipts,))
+    problem = publication_problem(state)
+    if problem is None:
+        return
+    detail = state.get("publication_detail") if problem.startswith("revision ") else None
+    named = resolved.sources.get("require_published", "--lossless-require-published")
+    raise pytest.UsageError(
+        printable(
+            f"pytest-lossless: {named}: the rootdir {resolved.rootdir} is not a published "
+            f"revision: {problem}"
+            f"{f' ({detail})' if detail else ''}. Fix: {PUBLISH_FIX}"
+        )
+    )
 
 
 def _check_folders(config: pytest.Config, resolved: Settings) -> None:
@@ -220,7 +253,22 @@ def kinds(config: pytest.Config) -> KindRegistry:
     if registry is None:
         registry = KindRegistry(config.hook, settings=settings(config))
         config.stash[KINDS_KEY] = registry
+        for attach in config.stash.get(ON_KINDS_KEY, []):
+            attach(registry)
     return registry
+
+
+def on_kinds(config: pytest.Config, attach: Callable[[KindRegistry], None]) -> None:
+    """Call ``attach`` with the session's kinds registry when it is made (at once if it is).
+
+    The registry is made when a test first compares something, so that a session of plain
+    tests never loads numpy, the kinds or their observers (the canary).
+    """
+    registry = config.stash.get(KINDS_KEY, None)
+    if registry is not None:
+        attach(registry)
+    else:
+        config.stash.setdefault(ON_KINDS_KEY, []).append(attach)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -5,12 +5,17 @@ test passes; otherwise a golden the test stops checking fails it (the truncated 
 validator never looked at). At setup, what a killed update left beside the test's folder is
 recovered (reported among the golden updates); at commit, a folder another session changed
 since the test started is a CONFLICT: nothing is written and the test fails.
+
+``expect=Media(...)`` checks every obtained run against the request (each run of a producer
+under ``--update-goldens`` too): a miss is its own FAIL row and receipt entry, and nothing is
+written. ``scope="device"`` keeps the golden of the allocation's environment class
+(:mod:`..judge.scope`), in a folder of its own, made at the first such check.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,17 +23,23 @@ import pytest
 
 from .. import report
 from ..core.text import printable
-from ..errors import LosslessError
+from ..errors import ConfigError, GoldenMissing, LosslessError
+from . import export
 from .config import kinds, settings
-from .devices import holds_devices
+from .devices import allocator, holds_devices
 from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, failing_on_errors
-from .receipts import receipt_for, source_revision
+from .receipts import ALLOCATION_KEY, receipt_for, source_revision
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ..gates import Gate, GateResult
+    from ..judge.coverage import Expect
     from ..judge.goldens import Golden, ManifestEntry, UpdateEvent
+    from ..judge.scope import Environment
+
+#: The runtime of each backend, read once per session (``nvidia-smi`` is not asked per test).
+RUNTIMES_KEY = pytest.StashKey[dict[str, "str | None"]]()
 
 
 def _test_name(item: pytest.Item) -> str:
@@ -36,15 +47,36 @@ def _test_name(item: pytest.Item) -> str:
 
 
 class GoldenFixture:
-    """The ``golden`` fixture: ``golden.check(name, artifact, gate=None)``."""
+    """The ``golden`` fixture: ``golden.check(name, artifact, gate=None, *, expect=None,
+    scope=None)`` and ``golden.check_all(producer, *, expect=None)``."""
 
-    def __init__(self, item: pytest.Item, golden: Golden) -> None:
+    def __init__(
+        self, item: pytest.Item, golden: Golden, scoped: Callable[[], Golden] | None = None
+    ) -> None:
         self._item = item
         self._golden = golden
+        self._make_scoped = scoped
+        self._scoped: Golden | None = None
 
     @property
     def folder(self) -> Path:
         return self._golden.folder.path
+
+    @property
+    def goldens(self) -> list[Golden]:
+        """The test's goldens of each scope it used: the default one first."""
+        return [self._golden] + ([self._scoped] if self._scoped is not None else [])
+
+    def _of(self, scope: object) -> Golden:
+        from ..judge.scope import parse_scope
+
+        if parse_scope(scope) == "all":
+            return self._golden
+        if self._scoped is None:
+            if self._make_scoped is None:
+                raise ConfigError("golden.check(scope='device')", self._item.nodeid, "no device")
+            self._scoped = self._make_scoped()
+        return self._scoped
 
     def check(
         self,
@@ -52,46 +84,106 @@ class GoldenFixture:
         artifact: Any,
         gate: Gate | str | None = None,
         *,
+        expect: Expect = None,
+        scope: str | None = None,
         allow_empty: bool = False,
     ) -> GateResult | None:
         """Compare ``artifact`` with the golden ``name`` (or stage it under --update-goldens).
 
-        An empty file is never stored as a golden unless ``allow_empty=True`` says that an empty
-        output is what the test expects.
+        ``expect``: the ``Media`` the run was asked for (or ``{name: Media}``); every obtained
+        run is checked against it, and a miss fails the test and is never written. ``scope``:
+        ``"device"`` keeps one golden per environment class of the test's allocation. An empty
+        file is never stored as a golden unless ``allow_empty=True`` says that an empty output
+        is what the test expects.
         """
         __tracebackhide__ = True
         with failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)):
-            result = self._golden.check(name, artifact, gate, allow_empty=allow_empty)
+            golden = self._of(scope)
+            export.watch(self._item, golden, name, artifact, gate)
+            staged, missed = len(golden.staged), len(golden.misses)
+            try:
+                result = golden.check(name, artifact, gate, allow_empty=allow_empty, expect=expect)
+            except GoldenMissing as exc:
+                raise _scope_missing(golden, exc) from None
+        misses = golden.misses[missed:]
         if result is None:
-            self._add_staged([self._golden.staged[-1]])
+            self._add_staged(golden.staged[staged:])
+            self._fail_misses(misses)
             return None
         add_row(self._item, report.gate_row(self._item.nodeid, result))
-        evidence = self._golden.folder.evidence.get(name, {})
+        evidence = golden.folder.evidence.get(name, {})
         receipt_for(self._item).add_gate({**result.to_dict(), "evidence": evidence})
+        self._fail_misses(misses, result)
         if not result.passed:
             pytest.fail(printable(result.message(), newlines=True), pytrace=False)
         return result
 
     def check_all(
-        self, artifacts: Any, gate: Gate | str | None = None, *, allow_empty: bool = False
+        self,
+        artifacts: Any,
+        gate: Gate | str | None = None,
+        *,
+        expect: Expect = None,
+        scope: str | None = None,
+        allow_empty: bool = False,
     ) -> list[GateResult]:
         """Check every artifact of one run: a mapping ``{name: artifact}``, a model_run result,
         or a producer returning one. Under --update-goldens a producer runs at least twice and
-        nothing is written when its runs disagree."""
+        nothing is written when its runs disagree, or when any run misses ``expect``."""
         __tracebackhide__ = True
+        from ..judge.coverage import check_names, expectation_for
+
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
-            staged = self._golden.stage_run(artifacts, gate, allow_empty=allow_empty)
+            golden = self._of(scope)
+            export.watch(self._item, golden, None, artifacts, gate)
+            before, missed = len(golden.staged), len(golden.misses)
+            staged = golden.stage_run(artifacts, gate, allow_empty=allow_empty, expect=expect)
         if staged is not None:
-            self._add_staged(staged)
+            self._add_staged(golden.staged[before:])
+            self._fail_misses(golden.misses[missed:])
             return []
         from ..media.artifacts import named_artifacts, produce
 
+        named = named_artifacts(produce(artifacts), "golden.check_all")
+        with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
+            check_names(expect, named, "golden.check_all")
         results = []
-        for name, value in named_artifacts(produce(artifacts), "golden.check_all").items():
-            result = self.check(name, value, gate, allow_empty=allow_empty)
+        for name, value in named.items():
+            wanted = expectation_for(expect, name)
+            result = self.check(
+                name, value, gate, expect=wanted, scope=scope, allow_empty=allow_empty
+            )
             if result is not None:
                 results.append(result)
         return results
+
+    def _fail_misses(self, misses: list[dict[str, Any]], result: GateResult | None = None) -> None:
+        """Each miss of the request: its own FAIL row and receipt entry; then the test fails."""
+        __tracebackhide__ = True
+        from ..judge.coverage import describe
+
+        if not misses:
+            return
+        for miss in misses:
+            detail = "; ".join(miss.get("metadata_diffs") or ["misses the request"])
+            row = report.Row(
+                self._item.nodeid,
+                f"{miss['artifact']} ({miss['run']})",
+                miss["gate"],
+                "FAIL",
+                detail,
+            )
+            add_row(self._item, row)
+            receipt_for(self._item).add_gate(miss)
+        update = self._golden.update
+        lines = [
+            f"{'nothing was written: ' if update else ''}an output does not hold what the run "
+            "was asked for (expect=):",
+            *(f"  {line}" for line in describe(misses)),
+        ]
+        if result is not None and not result.passed:
+            lines += ["and it differs from its golden:", result.message()]
+        pytest.fail(printable("\n".join(lines), newlines=True), pytrace=False)
 
     def _add_staged(self, staged: list[ManifestEntry]) -> None:
         for entry in staged:
@@ -130,55 +222,105 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
 
     item = request.node
     resolved = settings(request.config)
-    folder = GoldenFolder(
-        resolved.goldens,
-        item.path.stem,
-        _test_name(item),
-        item.nodeid,
-        kinds(request.config),
-        digest_above=resolved.digest_above,
-        rootdir=resolved.rootdir,
-    )
-    with failing_on_errors():  # a lock file or module folder that cannot be used: its message
-        recovered = folder.begin_update() if resolved.update_goldens else folder.recover()
-    _record_events(item, recovered, resolved.rootdir)
-    golden = Golden(
-        folder,
-        update=resolved.update_goldens,
-        workdir=tmp_path / "golden",
-        producer_runs=resolved.control_runs,
-        provenance=_golden_provenance(request),
-    )
-    yield GoldenFixture(item, golden)
+
+    def make(environment: Environment | None) -> Golden:
+        folder = GoldenFolder(
+            resolved.goldens,
+            item.path.stem,
+            _test_name(item),
+            item.nodeid,
+            kinds(request.config),
+            digest_above=resolved.digest_above,
+            rootdir=resolved.rootdir,
+            store=resolved.store,
+            environment=environment,
+        )
+        with failing_on_errors():  # a lock file or module folder that cannot be used: its message
+            recovered = folder.begin_update() if resolved.update_goldens else folder.recover()
+        _record_events(item, recovered, resolved.rootdir)
+        workdir = tmp_path / ("golden" if environment is None else "golden-device")
+        return Golden(
+            folder,
+            update=resolved.update_goldens,
+            workdir=workdir,
+            producer_runs=resolved.control_runs,
+            provenance=_golden_provenance(request),
+        )
+
+    fixture = GoldenFixture(item, make(None), lambda: make(_environment(request)))
+    yield fixture
     passed = item.stash.get(CALL_PASSED_KEY, False)
+    goldens = fixture.goldens
     if resolved.update_goldens and passed:
         with failing_on_errors():  # a folder refused at commit: its message, no traceback
-            _commit(item, golden, resolved.rootdir)
+            for golden in goldens:
+                _commit(item, golden, resolved.rootdir, moved=any(g.staged for g in goldens))
     elif not resolved.update_goldens and passed:
-        with failing_on_errors():
-            unchecked = golden.unchecked()
-        if unchecked:
-            _fail_unchecked(item, unchecked, folder.path / "manifest.json")
-    elif resolved.update_goldens and golden.staged:
+        for golden in goldens:
+            with failing_on_errors():
+                unchecked = golden.unchecked()
+            if unchecked:
+                _fail_unchecked(item, unchecked, golden.folder.path / "manifest.json")
+    elif resolved.update_goldens:
         item.stash.setdefault(EVENTS_KEY, []).extend(
             {
                 "test": item.nodeid,
-                "folder": str(folder.path),
+                "folder": str(golden.folder.path),
                 "name": e.name,
                 "action": "refused",
                 "detail": "the test did not pass; nothing written",
             }
+            for golden in goldens
             for e in golden.staged
         )
 
 
-def _commit(item: pytest.Item, golden: Golden, rootdir: Path) -> None:
+def _environment(request: pytest.FixtureRequest) -> Environment:
+    """The environment class of the test's allocation, for ``scope="device"``."""
+    from ..judge.scope import environment_of, runtime_of
+
+    item = request.node
+    allocation = item.stash.get(ALLOCATION_KEY, None)
+    if allocation is None and "devices" in getattr(item, "fixturenames", ()):
+        allocation = request.getfixturevalue("devices")
+    if allocation is None:
+        raise ConfigError(
+            "golden.check(scope='device')",
+            item.nodeid,
+            "a device-scoped golden is chosen by the test's device allocation, and this test "
+            "holds none: mark it @pytest.mark.npu or @pytest.mark.gpu (or use the devices "
+            "fixture), or check with the default scope",
+        )
+    runtimes = request.config.stash.setdefault(RUNTIMES_KEY, {})
+    if allocation.backend not in runtimes:
+        runtimes[allocation.backend] = runtime_of(allocator(request.config).chosen)
+    return environment_of(allocation.backend, allocation.identity, runtimes[allocation.backend])
+
+
+def _scope_missing(golden: Golden, error: GoldenMissing) -> GoldenMissing:
+    """A device-scoped check with no golden of its class: which class, which exist, and how."""
+    from ..judge.scope import ScopeMissing, missing
+
+    folder = golden.folder
+    if folder.environment is None or isinstance(error, ScopeMissing):
+        return error
+    return missing(
+        folder.path, folder.default_path, error.name, folder.environment, folder.boundary
+    )
+
+
+def _commit(item: pytest.Item, golden: Golden, rootdir: Path, *, moved: bool = False) -> None:
     """Write the staged goldens; the rows say what was created, changed or kept, or that
-    another session changed the folder meanwhile (CONFLICT: nothing written, the test fails)."""
+    another session changed the folder meanwhile (CONFLICT: nothing written, the test fails).
+    ``moved``: the test staged goldens in another scope, so a folder of this one that it no
+    longer checks at all has its entries removed (a test moved to ``scope="device"``)."""
     from ..judge.goldens import GoldenConflict
 
     try:
-        events = _record_events(item, golden.commit(), rootdir)
+        if golden.staged or not moved or golden.misses or not golden.folder.manifest():
+            events = _record_events(item, golden.commit(), rootdir)
+        else:
+            events = _record_events(item, golden.folder.commit(), rootdir)
     except GoldenConflict as conflict:
         _mark_rows(item, _record_events(item, conflict.events, rootdir))
         raise

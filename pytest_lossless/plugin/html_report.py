@@ -102,6 +102,7 @@ class HtmlReport:
             context=context,
             limits=MediaLimits.from_settings(resolved),
             root=resolved.rootdir,
+            store=resolved.store,
         )
         return self.path
 

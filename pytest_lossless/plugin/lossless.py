@@ -1,8 +1,16 @@
-"""The ``lossless`` fixture: a candidate compared with a control that first proves repeatable."""
+"""The ``lossless`` fixture: a candidate compared with a control that first proves repeatable.
+
+This module also keeps each test's frozen plans (:mod:`..judge.plans`): the gate of every
+``lossless.compare`` and the target of every ``speed_gate`` are checked against the test's
+``plan.json`` when called (a change is a ``GateChanged`` error) and, under ``--update-goldens``,
+written there once the test passed, after every fixture's teardown (the golden's commit
+included). A frozen plan the test no longer uses fails it, as an unchecked golden does; the
+terminal says how many plans were not frozen, and how to freeze them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,9 +18,14 @@ import pytest
 
 from .. import report
 from ..core.digests import safe_name
+from ..errors import LosslessError
 from ..settings import Settings
+from . import export
 from .config import kinds, settings
+from .golden import _record_events, _test_name
 from .outcomes import (
+    CALL_PASSED_KEY,
+    add_row,
     expected_verdicts,
     failing_on_errors,
     is_media_expectation,
@@ -23,9 +36,184 @@ from .receipts import receipt_for
 if TYPE_CHECKING:
     from ..core.expect import Media
     from ..gates import Gate
+    from ..judge.plans import PlanBook
     from ..judge.proof import Proof
     from ..judge.repeatability import LosslessVerdict
     from ..kinds import KindRegistry
+
+#: ``item.stash[PLANS_KEY]``: the test's frozen plans, made by its first compare or speed gate.
+PLANS_KEY = pytest.StashKey["PlanBook"]()
+#: The user properties (JUnit, and pytest-xdist's reports) that carry them to the controller.
+UNFROZEN_PROPERTY = "lossless_plan_not_frozen"
+UNHASHED_PROPERTY = "lossless_manifest_unhashed"
+_PLAN_FIXTURES = frozenset({"lossless", "speed_gate", "golden"})
+_NOTES_PLUGIN = "lossless-plan-notes"
+
+
+def plan_book(item: pytest.Item) -> PlanBook:
+    """The test's frozen plans, made on first use (reading ``plan.json`` waits until asked)."""
+    from ..core.paths import is_under
+    from ..judge.plans import PlanBook, plan_folder
+
+    book = item.stash.get(PLANS_KEY, None)
+    if book is None:
+        resolved = settings(item.config)
+        root = resolved.goldens
+        book = item.stash[PLANS_KEY] = PlanBook(
+            plan_folder(root, item.path.stem, _test_name(item)),
+            item.nodeid,
+            boundary=resolved.rootdir if is_under(root, resolved.rootdir) else root,
+            update=resolved.update_goldens,
+        )
+    return book
+
+
+def check_plan(item: pytest.Item, section: str, name: str, plan: Mapping[str, Any]) -> Any:
+    """One call's plan checked against the frozen one; the receipt's ``gate_plan`` record."""
+    from ..judge.plans import describe
+
+    record = plan_book(item).check(section, name, plan)
+    if record.get("frozen") is False and not record.get("freezing"):
+        item.user_properties.append((UNFROZEN_PROPERTY, describe(section, name)))
+    return record
+
+
+def plan_error_row(item: pytest.Item, name: str, check: str) -> Callable[[LosslessError], None]:
+    """An error before the gate ran (a changed plan): its row in the table."""
+
+    def record(exc: LosslessError) -> None:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        add_row(
+            item, report.Row(item.nodeid, name, check, "ERROR", f"{type(exc).__name__}: {first}")
+        )
+
+    return record
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    """After every fixture's teardown (a golden's commit too): write the test's plans under
+    --update-goldens, or fail it for a frozen plan it no longer uses."""
+    result = yield
+    if item.stash.get(CALL_PASSED_KEY, False):
+        with failing_on_errors():
+            _settle_plans(item)
+    return result
+
+
+def _settle_plans(item: pytest.Item) -> None:
+    __tracebackhide__ = True
+    resolved = settings(item.config)
+    book = item.stash.get(PLANS_KEY, None)
+    if book is None:
+        if not _PLAN_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            return
+        book = plan_book(item)
+        if not book.exists():
+            _note_unhashed(item)
+            return
+    _note_unhashed(item)
+    if resolved.update_goldens:
+        _record_events(item, book.commit(), resolved.rootdir)
+        return
+    unused = book.unused()
+    if unused:
+        _fail_unused(item, unused, book.path)
+
+
+def _note_unhashed(item: pytest.Item) -> None:
+    """A golden manifest written before its entries were hashed: noted once in the terminal."""
+    from ..judge.manifest import load_manifest, unhashed
+
+    if "golden" not in getattr(item, "fixturenames", ()) or settings(item.config).update_goldens:
+        return
+    folder = plan_book(item).folder
+    try:
+        entries, _ = load_manifest(folder, root=plan_book(item).boundary)
+    except LosslessError:
+        return  # the golden fixture names what is wrong with it
+    if unhashed(entries):
+        item.user_properties.append((UNHASHED_PROPERTY, str(folder / "manifest.json")))
+
+
+def _fail_unused(item: pytest.Item, unused: list[tuple[str, str]], path: Path) -> None:
+    """A frozen plan the test stopped using would otherwise go unnoticed (like a golden)."""
+    __tracebackhide__ = True
+    from ..judge.plans import describe
+
+    names = [describe(section, name) for section, name in unused]
+    for name in names:
+        add_row(
+            item,
+            report.Row(item.nodeid, name, "-", "UNCHECKED", f"frozen in {path.name}, not used"),
+        )
+        receipt_for(item).add_gate(
+            {
+                "artifact": name,
+                "error": "Unchecked",
+                "passed": False,
+                "message": f"a plan frozen in {path}, but not used by the test",
+            }
+        )
+    noun, verb = ("plan", "was") if len(names) == 1 else ("plans", "were")
+    pytest.fail(
+        f"frozen {noun} {', '.join(names)} in {path} {verb} not used by {item.nodeid}; use it, "
+        "or run with --update-goldens to remove it",
+        pytrace=False,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin(_NOTES_PLUGIN):
+        config.pluginmanager.register(PlanNotes(config), _NOTES_PLUGIN)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.pluginmanager.get_plugin(_NOTES_PLUGIN)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin, _NOTES_PLUGIN)
+
+
+class PlanNotes:
+    """The session's plans that are not frozen and its manifests written before entry hashes,
+    gathered from every report (the workers' too, under xdist) for two terminal lines."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.unfrozen: dict[str, list[str]] = {}
+        self.unhashed: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "teardown":
+            return
+        for key, value in report.user_properties:
+            if key == UNFROZEN_PROPERTY:
+                found = self.unfrozen.setdefault(report.nodeid, [])
+                if str(value) not in found:
+                    found.append(str(value))
+            elif key == UNHASHED_PROPERTY:
+                self.unhashed.add(str(value))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        count = sum(len(v) for v in self.unfrozen.values())
+        if count:
+            plans = "plan is" if count == 1 else "plans are"
+            terminalreporter.write_line(
+                f"pytest-lossless: {count} gate {plans} not frozen (a lossless.compare gate or "
+                "speed_gate target in test code, checked against nothing): freeze them with "
+                "--update-goldens --lossless",
+                yellow=True,
+            )
+        if self.unhashed:
+            manifests = "manifest predates" if len(self.unhashed) == 1 else "manifests predate"
+            terminalreporter.write_line(
+                f"pytest-lossless: {len(self.unhashed)} golden {manifests} entry hashes, so a "
+                f"hand edit of a gate there is not caught ({sorted(self.unhashed)[0]}"
+                f"{', ...' if len(self.unhashed) > 1 else ''}): rewrite with --update-goldens",
+                yellow=True,
+            )
 
 
 class LosslessFixture:
@@ -74,6 +262,14 @@ class LosslessFixture:
             }
         else:
             gates = parse_gate(gate)
+        from ..judge.plans import lossless_plan
+        from ..judge.proof import check_rule, describe
+
+        with failing_on_errors(
+            f"lossless.compare {name}: ", on_error=plan_error_row(self._item, name, "plan")
+        ):
+            rule = describe(check_rule(proof, "lossless.compare(proof)"))
+            plan = check_plan(self._item, "lossless", name, lossless_plan(gates, media, rule))
         with failing_on_errors(f"lossless.compare {name}: "):
             verdict = compare_control_candidate(
                 control,
@@ -87,7 +283,8 @@ class LosslessFixture:
                 expect=media,  # type: ignore[arg-type]
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
-        receipt_for(self._item).add_lossless(verdict.to_dict())
+        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan})
+        export.comparison(self._item, verdict)
         row = report.Row(self._item.nodeid, name, gate_text, verdict.verdict, verdict.summary())
         record_verdict(self._item, row, verdict, act=act, expect=wanted, lossy=verdict.lossy)
         return verdict

@@ -8,11 +8,13 @@ teardown, before the device locks go.
 from __future__ import annotations
 
 from collections.abc import Generator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..core.text import printable
 from .config import settings
 from .devices import holds_devices
 from .outcomes import failing_on_errors
@@ -49,7 +51,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         knobs=resolved.determinism_knobs,
         on_record=receipt.add_run,
         redactor=redactor,
-        describe_source=_describe_source,
+        describe_source=partial(_describe_source, required=resolved.require_published),
     )
     try:
         yield launcher
@@ -59,8 +61,22 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
             launcher.close()
 
 
-def _describe_source(path: Path) -> dict[str, Any]:
-    """A source tree of a run, as the RunSpec describes the rootdir's (revision, dirty, diff)."""
-    from ..evidence.provenance import source_revision
+def _describe_source(path: Path, *, required: bool = False) -> dict[str, Any]:
+    """A source tree of a run, as the RunSpec describes the rootdir's (revision, dirty, diff,
+    remote URL and branch, publication). With ``required`` (``--lossless-require-published``)
+    a dirty or unpublished tree is a :class:`RunError` before the run starts."""
+    from ..errors import RunError
+    from ..evidence.provenance import PUBLISH_FIX, publication_problem, source_revision
 
-    return dict(source_revision(path))
+    state = dict(source_revision(path))
+    problem = publication_problem(state) if required else None
+    if problem is not None:
+        detail = state.get("publication_detail") if problem.startswith("revision ") else None
+        raise RunError(
+            printable(
+                f"model_run: --lossless-require-published: source tree {path} is not a published "
+                f"revision: {problem}{f' ({detail})' if detail else ''}; the run was not started. "
+                f"Fix: {PUBLISH_FIX}"
+            )
+        )
+    return state

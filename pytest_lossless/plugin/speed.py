@@ -6,7 +6,7 @@ gains are never added up across calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,10 +14,12 @@ import pytest
 from .. import report
 from ..settings import Settings
 from .config import settings
+from .lossless import check_plan, plan_error_row
 from .outcomes import expected_verdicts, failing_on_errors, record_verdict
 from .receipts import receipt_for
 
 if TYPE_CHECKING:
+    from ..judge.arms import BeforeArm
     from ..judge.proof import Proof
     from ..judge.speed import SpeedVerdict
 
@@ -44,6 +46,7 @@ class SpeedGateFixture:
         confidence: float = 0.95,
         expect: str | tuple[str, ...] | None = None,
         proof: Proof | None = None,
+        before_arm: BeforeArm | Sequence[BeforeArm] | None = None,
     ) -> SpeedVerdict:
         """Time control and candidate arms in blocks of A B B A; PASS, FAIL or INCONCLUSIVE.
 
@@ -52,7 +55,10 @@ class SpeedGateFixture:
         (else random, recorded). With ``act=False`` the verdict is only returned; with
         ``expect=("FAIL", "INCONCLUSIVE")`` the test asserts the verdict (an A/A check).
         ``proof`` must hold for every candidate arm (see ``lossless.compare``), or a PASS is
-        INCONCLUSIVE.
+        INCONCLUSIVE. ``before_arm`` (a callable given the arm's name and sample index, or a list
+        of them: ``drop_page_cache``, ``devices_idle(devices)``) runs before each arm; what it
+        returns is recorded in the arm's sample. The target, pairs, design, confidence and
+        workload are frozen with the goldens (``plan.json``) by ``--update-goldens``.
         """
         __tracebackhide__ = True
         wanted = expected_verdicts(expect)
@@ -69,23 +75,52 @@ class SpeedGateFixture:
             sample["runs"] = [str(run.get("name")) for run in receipt.runs[seen:]]
             seen = len(receipt.runs)
 
+        from ..judge.arms import hooks_of
+        from ..judge.plans import speed_plan
+        from ..judge.proof import check_rule, describe
+
+        chosen_pairs = pairs if pairs is not None else self._settings.speed_pairs
+        with failing_on_errors(
+            f"speed gate {name}: ", on_error=plan_error_row(self._item, name, "plan")
+        ):
+            hooks = self._bound(hooks_of(before_arm))
+            asked = speed_plan(
+                target=target,
+                pairs=chosen_pairs,
+                design=design,
+                confidence=confidence,
+                workload=workload,
+                proof=describe(check_rule(proof, "speed_gate(proof)")),
+            )
+            plan = check_plan(self._item, "speed", name, asked)
         with failing_on_errors(f"speed gate {name}: "):
             verdict = run_speed_gate(
                 control,
                 candidate,
                 target=target,
-                pairs=pairs if pairs is not None else self._settings.speed_pairs,
+                pairs=chosen_pairs,
                 design=design,
                 workload=workload,
                 seed=seed if seed is not None else self._settings.speed_seed,
                 confidence=confidence,
                 on_sample=note_runs,
                 proof=proof,
+                before_arm=hooks,
             )
-        receipt.add_speed(verdict.to_dict())
+        receipt.add_speed({**verdict.to_dict(), "gate_plan": plan})
         row = report.speed_row(self._item.nodeid, name, verdict)
         record_verdict(self._item, row, verdict, act=act, expect=wanted)
         return verdict
+
+    def _bound(self, hooks: tuple[BeforeArm, ...]) -> tuple[BeforeArm, ...]:
+        """``devices_idle(devices)`` asks the session's backend when it names none."""
+        from ..judge.arms import DevicesIdle, bind_backend
+
+        if not any(isinstance(h, DevicesIdle) and h.backend is None for h in hooks):
+            return hooks
+        from .devices import allocator
+
+        return bind_backend(hooks, allocator(self._item.config).chosen)
 
 
 @pytest.fixture

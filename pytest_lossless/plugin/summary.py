@@ -18,6 +18,7 @@ import pytest
 from .. import report
 from ..core.verdict import Verdict
 from ..errors import LosslessError
+from .canary import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
 from .receipts import KEY_KEY, session_folder, source_revision
@@ -58,6 +59,8 @@ class SummaryPlugin:
         #: What the session end wrote (the session folder), or why it could not.
         self.written: Path | None = None
         self.not_written: str | None = None
+        #: Where each test is defined (file relative to the rootdir, 1-based line): annotations.
+        self.locations: dict[str, tuple[str, int | None]] = {}
 
     @property
     def all_gates_skipped(self) -> bool:
@@ -145,6 +148,8 @@ class SummaryPlugin:
         ):
             return  # a plain test's report: nothing of ours on it
         self.tests.record(report)
+        path, line = report.location[0], report.location[1]
+        self.locations[report.nodeid] = (path, None if line is None else line + 1)
         if getattr(report, "lossless_verdict", None) == Verdict.INCONCLUSIVE:
             self.inconclusive.append((report.nodeid, str(report.longrepr)))
         if (
@@ -196,8 +201,11 @@ class SummaryPlugin:
         for reason, count in sorted(self.skipped.items()):
             gates = "gate" if count == 1 else "gates"
             write(f"{count} lossless {gates} skipped: {reason}", yellow=True)
+        for line in canary_lines(self.config):  # what each gate was seen to fail on, once
+            write(line, red="CANNOT FAIL" in line, yellow="not run" in line or "skipped" in line)
         if hasattr(self.config, "workerinput"):
             return
+        self._github(terminalreporter)
         if self.written is not None:
             line = report.evidence_line(
                 self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
@@ -209,6 +217,40 @@ class SummaryPlugin:
                 f"pytest-lossless: the session's evidence was not written: {self.not_written}",
                 red=True,
             )
+
+    def _github(self, terminalreporter: Any) -> None:
+        """Under GitHub Actions (``$GITHUB_STEP_SUMMARY`` set): the verdict table appended to
+        the job's summary as Markdown, and each failing gate an ``::error`` annotation on its
+        test (printed on stdout, where the runner reads workflow commands)."""
+        import os
+
+        from ..evidence.export import annotation, append_step_summary, markdown_table
+        from ..report.html import ordered
+
+        target = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not target:
+            return
+        rows = [self.rows[i] for i in ordered(self.rows)]
+        cells = [(r.verdict, r.test, r.check, r.gate, r.detail) for r in rows]
+        try:
+            append_step_summary(target, markdown_table(cells, title="pytest-lossless: verdicts"))
+        except OSError as exc:
+            terminalreporter.write_line(
+                f"pytest-lossless: GITHUB_STEP_SUMMARY {target} could not be written: {exc}",
+                red=True,
+            )
+        for row in rows:
+            if row.verdict.split(" ", 1)[0] not in _FAILING or row.verdict.endswith("(expected)"):
+                continue
+            path, line = self.locations.get(row.test, (row.test.split("::", 1)[0], None))
+            message = f"{row.check} ({row.gate}): {row.verdict}: {row.detail}"
+            terminalreporter.write_line(
+                annotation(path, line, message, title=f"pytest-lossless {row.verdict}: {row.test}")
+            )
+
+
+#: Verdicts that are annotated as errors in a GitHub Actions job.
+_FAILING = ("FAIL", "ERROR", "INCONCLUSIVE", "UNCHECKED", "CONFLICT", "REFUSED")
 
 
 def _workers(config: pytest.Config) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import media
 from ..core.digests import sha256_file
@@ -41,7 +41,13 @@ _UPDATES = (
     "REFUSED",
 )
 
-Found = tuple[str, Mapping[str, Any]]
+
+class Found(NamedTuple):
+    """A row's receipt block (``kind``: gate, lossless or speed) and the test's server runs."""
+
+    kind: str
+    block: Mapping[str, Any]
+    servers: tuple[Mapping[str, Any], ...] = ()
 
 
 def is_speed(row: Row) -> bool:
@@ -61,16 +67,21 @@ class _Blocks:
         self.gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
         self.lossless = [v for v in receipt.get("lossless") or [] if isinstance(v, Mapping)]
         self.speed = [v for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
+        self.servers = tuple(
+            r
+            for r in receipt.get("runs") or []
+            if isinstance(r, Mapping) and r.get("kind") == "server"
+        )
 
     def take(self, row: Row) -> Found | None:
         if is_speed(row):
-            return ("speed", self.speed.pop(0)) if self.speed else None
+            return Found("speed", self.speed.pop(0), self.servers) if self.speed else None
         for n, entry in enumerate(self.lossless):
             if entry.get("label") == row.check:
-                return "lossless", self.lossless.pop(n)
+                return Found("lossless", self.lossless.pop(n), self.servers)
         for n, entry in enumerate(self.gates):
             if entry.get("artifact") == row.check:
-                return "gate", self.gates.pop(n)
+                return Found("gate", self.gates.pop(n), self.servers)
         return None
 
 
@@ -86,11 +97,18 @@ class Details:
     """Builds the section of each row that needs one, drawing into ``assets``."""
 
     def __init__(
-        self, assets: Assets, *, limits: media.MediaLimits | None = None, root: Path | None = None
+        self,
+        assets: Assets,
+        *,
+        limits: media.MediaLimits | None = None,
+        root: Path | None = None,
+        store: Path | None = None,
     ) -> None:
         self.assets = assets
         self.limits = limits or media.MediaLimits.from_env()
         self.root = root
+        #: The content-addressed store (``lossless_store``): the pixels of digest-only goldens.
+        self.store = store
 
     def build(self, anchor: str, row: Row, found: Found | None) -> Detail:
         detail = Detail(anchor, row)
@@ -107,6 +125,8 @@ class Details:
             detail.blocks.append(
                 Text(f"this section could not be drawn: {type(exc).__name__}: {exc}")
             )
+        if found is not None:
+            detail.blocks += [Text(server_line(run)) for run in found.servers]
         return detail
 
     def _draw(self, result: Mapping[str, Any], left: Side, right: Side, stem: str) -> list[Block]:
@@ -135,8 +155,7 @@ class Details:
         fingerprint = mapping(golden.get("fingerprint"))
         folder = golden.get("folder")
         if golden.get("stored") == "digest":
-            why = "the golden is kept as digests only: its pixels and samples were not kept"
-            return Side("golden", None, fingerprint, why)
+            return stored_side(self.store, golden.get("sha256"), fingerprint)
         if not isinstance(folder, str):
             return Side("golden", None, fingerprint, "the receipt names no golden folder")
         from ..judge.manifest import read_manifest
@@ -234,6 +253,55 @@ class Details:
         ]
 
 
+# ------------------------------------------------------------------ server runs
+
+
+def _bytes(value: object) -> str:
+    n = _float(value)
+    if n is None:
+        return "?"
+    if n < 1024:
+        return f"{n:.0f} B"
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def server_line(run: Mapping[str, Any]) -> str:
+    """One server run in a line: its requests, failed ones (by status), bytes each way, the
+    readiness cadence and the peak device memory, as its record says (read, not trusted)."""
+    totals = mapping(run.get("request_totals"))
+    parts = [str(run.get("name"))]
+    if totals:
+        statuses = mapping(totals.get("statuses"))
+        bad = [f"{k} x{v}" for k, v in sorted(statuses.items()) if not str(k).startswith("2")]
+        failed = f"{totals.get('failed')} failed" + (f" ({', '.join(bad)})" if bad else "")
+        omitted = mapping(totals.get("omitted")).get("requests")
+        kept = f", {omitted} beyond the {totals.get('limit')} kept records" if omitted else ""
+        parts.append(
+            f"{totals.get('requests')} requests, {failed}, {_bytes(totals.get('bytes_sent'))} "
+            f"sent, {_bytes(totals.get('bytes_received'))} received{kept}"
+        )
+    else:
+        requests = run.get("requests")
+        parts.append(f"{len(requests) if isinstance(requests, list) else 0} requests recorded")
+    readiness = mapping(run.get("readiness"))
+    share = _float(readiness.get("probe_share"))
+    if readiness.get("ready_seconds") is not None:
+        parts.append(
+            f"ready after {_float(readiness.get('ready_seconds')) or 0:.2f} s, "
+            f"{readiness.get('probes')} probes {readiness.get('interval_seconds')} s apart"
+            + (f" (up to {share:.0%} of the startup is the probe's)" if share is not None else "")
+        )
+    memory = mapping(run.get("device_memory"))
+    if "unavailable" in memory:
+        parts.append(f"peak device memory: unavailable ({memory.get('unavailable')})")
+    elif _float(memory.get("peak_mib")) is not None:
+        parts.append(
+            f"peak device memory {_float(memory.get('peak_mib')):.0f} MiB "
+            f"({memory.get('source')}, {memory.get('samples')} samples)"
+        )
+    return "; ".join(parts)
+
+
 # ------------------------------------------------------------------ helpers
 
 
@@ -251,6 +319,23 @@ def same_file(path: Path, sha256: object) -> bool:
         return not isinstance(sha256, str) or sha256_file(path) == sha256
     except OSError:
         return False
+
+
+def stored_side(store: Path | None, sha256: object, fingerprint: Mapping[str, Any]) -> Side:
+    """The golden side of a digest-only golden: its file from the content store, hashed first."""
+    if store is None:
+        why = "kept as digests only: the golden pixels were not kept (no lossless_store)"
+        return Side("golden", None, fingerprint, why)
+    from ..judge.store import ContentStore, StoreError
+
+    try:
+        path = ContentStore(store).get(str(sha256))
+    except StoreError as exc:
+        return Side("golden", None, fingerprint, f"the stored golden is refused: {exc}")
+    if path is None:
+        why = f"the golden is kept as digests only, and the store {store} holds no copy of it"
+        return Side("golden", None, fingerprint, why)
+    return Side("golden", path, fingerprint)
 
 
 def _obtained_side(diagnostic_files: Sequence[str], obtained: Mapping[str, Any]) -> Side:

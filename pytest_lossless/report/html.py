@@ -213,12 +213,14 @@ def write_report(
     context: Iterable[tuple[str, str]] = (),
     limits: Any = None,
     root: Path | None = None,
+    store: Path | None = None,
 ) -> Path:
     """Write the report into ``folder`` (replacing the one there) and return its index.
 
     ``receipts``: the session's receipts by test id, as loaded. The folder is built beside
     its final place and renamed in, so a reader never sees half a report; ``root``: the
-    folder must not lead out of it through a link (like the receipts folder).
+    folder must not lead out of it through a link (like the receipts folder); ``store``: the
+    content-addressed store (``lossless_store``) that digest-only goldens are drawn from.
     """
     folder = Path(folder)
     parent = folder.parent
@@ -227,7 +229,7 @@ def write_report(
     parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=parent))
     try:
-        builder = Details(Assets(build), limits=limits, root=root)
+        builder = Details(Assets(build), limits=limits, root=root, store=store)
         blocks = match_rows(rows, receipts)
         chosen: dict[int, Detail] = {}
         for n, i in enumerate(ordered(rows), start=1):

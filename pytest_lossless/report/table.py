@@ -195,7 +195,7 @@ def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
     elif source.get("dirty"):
         state.append(f"dirty: {source.get('untracked_count') or 'some'} untracked files")
     if source.get("publication") == "unpublished":
-        state.append("unpublished: no remote branch holds it")
+        state.append("unpublished: in no remote-tracking branch of a non-local remote")
     where = f" ({'; '.join(state)})" if state else ""
     noun = "receipt" if count == 1 else "receipts"
     return printable(

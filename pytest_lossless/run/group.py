@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.clock import Clock, utc_iso
 from ..core.procfs import ProcStat, process_stat, read_cmdline, read_memory_kib, scan_proc
+from ..devices.backends import DeviceMemoryMeter
 from .kernel import describe_status
 
 #: Seconds between two samples of ``/proc`` while a process group runs.
@@ -173,7 +174,8 @@ class ProcessGroup:
     ``pass_fds`` (the allocation's lock descriptors) are inherited by the run, so its locks
     stay held while any of its processes keeps them; ``on_members`` is told the live
     members (pid, start time, group, session, command) each time they change, so the
-    allocation's runs record lists them even if this process is killed.
+    allocation's runs record lists them even if this process is killed. ``device_memory``,
+    where the backend can read it, is ticked by the sampler with the live members' pids.
     """
 
     def __init__(
@@ -189,8 +191,12 @@ class ProcessGroup:
         pass_fds: Sequence[int] = (),
         adoptions: Adoptions | None = None,
         on_members: Callable[[list[dict[str, Any]]], None] | None = None,
+        device_memory: DeviceMemoryMeter | None = None,
     ) -> None:
         self.clock = clock
+        self._meter = device_memory
+        #: The ``device_memory`` record, once :meth:`finish` closed the meter.
+        self.device_memory: dict[str, Any] | None = None
         self._interval = interval
         self._adoptions = adoptions if adoptions is not None else Adoptions()
         self._on_members = on_members
@@ -293,6 +299,8 @@ class ProcessGroup:
     def _sample_loop(self) -> None:
         while not self._stop_sampling.is_set():
             self.sample()
+            if self._meter is not None and self._meter.reading:  # one read a tick at most
+                self._meter.tick([p.pid for p in self.alive()], self.now())
             self._stop_sampling.wait(self._interval)
 
     def sample(self) -> None:
@@ -549,6 +557,8 @@ class ProcessGroup:
         self._stop_sampling.set()
         self._sampler.join(timeout=5.0)
         self._waiter.join(timeout=1.0)
+        if self._meter is not None and self.device_memory is None:
+            self.device_memory = self._meter.close()
         self._adoptions.leave(self)
         self._report()  # what is left (leftovers) stays listed; an empty run is cleared
 

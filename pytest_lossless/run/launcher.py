@@ -21,13 +21,14 @@ from typing import Any, Protocol
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
 from ..core.redact import Redactor, scrub, scrub_all
+from ..devices.backends import DeviceMemoryMeter, MemoryReader, memory_reader_for
 from ..errors import ArtifactError, ConfigError, RunError
 from .arguments import check_argv, check_seconds, fill_placeholders
 from .failure import failure_message, format_status
 from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
 from .kernel import child_subreaper
 from .lifecycle import lifecycle_verdict
-from .server import Server
+from .server import REQUEST_RECORDS, Server
 
 #: Seconds between SIGTERM and SIGKILL when a run times out or a server is stopped.
 DEFAULT_GRACE = 5.0
@@ -36,7 +37,11 @@ DEFAULT_GRACE = 5.0
 class AllocationLike(Protocol):
     """What the launcher needs from a device allocation (see ``devices.Allocation``): the
     environment, a finalizer, the lock descriptors every run inherits, and where each run's
-    live processes are reported (its runs record, which outlives this process)."""
+    live processes are reported (its runs record, which outlives this process), and the
+    backend's name (which tells how device memory is read)."""
+
+    @property
+    def backend(self) -> str: ...
 
     @property
     def env(self) -> Mapping[str, str]: ...
@@ -145,8 +150,19 @@ class Launcher:
         adopt_orphans: bool = True,
         redactor: Redactor | None = None,
         describe_source: Callable[[Path], Mapping[str, Any]] | None = None,
+        device_memory: MemoryReader | str | None = None,
+        memory_interval: float | None = None,
+        memory_timeout: float | None = None,
+        request_records: int = REQUEST_RECORDS,
     ) -> None:
         self.allocation = allocation
+        #: How each run's device memory is read, or why it cannot be (default: the backend's).
+        self.device_memory = device_memory or memory_reader_for(
+            None if allocation is None else allocation.backend
+        )
+        self.memory_interval, self.memory_timeout = memory_interval, memory_timeout
+        #: Request records kept per server run; the rest are counted (``request_totals``).
+        self.request_records = int(request_records)
         #: How a source tree named in ``sources=`` is described (revision, dirty flag, diff
         #: hash, publication): the plugin passes the evidence layer's reader.
         self.describe_source = describe_source
@@ -190,12 +206,16 @@ class Launcher:
         return shown
 
     # -- shared by commands and servers
-    def _note_sources(
-        self, record: dict[str, Any], sources: Sequence[str | os.PathLike[str]] | None
-    ) -> None:
-        """Record what each named source tree was when the run started (before it can change)."""
+    def _describe_sources(
+        self, sources: Sequence[str | os.PathLike[str]] | None
+    ) -> dict[str, Any] | None:
+        """What each named source tree is as the run is about to start (before it can change).
+
+        Read before the run is numbered or prepared: a tree refused here (not a folder; dirty or
+        unpublished under ``--lossless-require-published``, raised by ``describe_source``) leaves
+        no half-made run behind, and no gap in the run numbers."""
         if sources is None:
-            return
+            return None
         if isinstance(sources, (str, os.PathLike)):
             sources = [sources]
         described: dict[str, Any] = {}
@@ -206,7 +226,7 @@ class Launcher:
             described[str(path)] = (
                 dict(self.describe_source(path)) if self.describe_source is not None else {}
             )
-        record["sources"] = described
+        return described
 
     def _prepare(
         self,
@@ -298,6 +318,9 @@ class Launcher:
                 # later allocation gets these devices while any process of it lives.
                 pass_fds=allocation.lock_fds if allocation is not None else (),
                 adoptions=self._adoptions,
+                device_memory=DeviceMemoryMeter(
+                    self.device_memory, interval=self.memory_interval, timeout=self.memory_timeout
+                ),
                 on_members=(
                     (lambda members: self._note_members(allocation, name, members))
                     if allocation is not None
@@ -360,6 +383,7 @@ class Launcher:
         record["signals"] = list(group.signals)
         record["leftovers"] = list(group.leftovers)
         record["ended_at"] = utc_iso(group.clock.wall())
+        record["device_memory"] = group.device_memory
 
     # -- commands
     def __call__(
@@ -387,12 +411,14 @@ class Launcher:
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         limit = self.run_timeout if timeout is None else check_seconds(timeout, "timeout")
         wait = self.grace if grace is None else float(grace)
+        described = self._describe_sources(sources)
         record, args, child_env, cwd_path, run_dir = self._prepare(
             "command", argv, env, cwd, None, inputs
         )
         record["timeout_seconds"] = limit
         record["grace_seconds"] = wait
-        self._note_sources(record, sources)
+        if described is not None:
+            record["sources"] = described
         out = Path(record["out_dir"])
         group = self._spawn(record, args, child_env, cwd_path, run_dir)
         finished = group.wait_main(limit)
@@ -487,8 +513,11 @@ class Launcher:
         inputs: Mapping[str, str | os.PathLike[str]] | None = None,
         check: bool = True,
         sources: Sequence[str | os.PathLike[str]] | None = None,
+        ready_interval: float | None = None,
     ) -> Server:
         """Start a server and wait until ``ready`` (a URL or a path, with ``{port}``) answers.
+
+        ``ready`` is probed ``ready_interval`` s (0.05) after each failed probe: ``readiness``.
 
         Fails fast, with the stderr tail, when the server dies during startup or the
         readiness URL does not answer within ``startup_timeout``. Like a command, a server
@@ -497,6 +526,7 @@ class Launcher:
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         port = free_port() if port is None else port
+        described = self._describe_sources(sources)
         record, args, child_env, cwd_path, run_dir = self._prepare(
             "server", argv, env, cwd, port, inputs
         )
@@ -525,11 +555,12 @@ class Launcher:
                 "requests": [],
             }
         )
-        self._note_sources(record, sources)
+        if described is not None:
+            record["sources"] = described
         group = self._spawn(record, args, child_env, cwd_path, run_dir)
         server = Server(self, group, record, port, run_dir, self._server_stopped, check=check)
         self._servers.append(server)
-        server._wait_ready(url, limit, workers_expected)
+        server._wait_ready(url, limit, workers_expected, ready_interval)
         return server
 
     def _server_stopped(self, server: Server, group: ProcessGroup) -> None:

@@ -4,9 +4,11 @@ streamed to files, and a graceful stop (SIGTERM, grace, SIGKILL) recorded proces
 
 from __future__ import annotations
 
+import bisect
 import http.client
 import json as jsonlib
 import signal
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -24,6 +26,31 @@ from .request_body import CHUNK, encode_body
 
 #: Response bodies larger than this are streamed to a file in the run's folder.
 STREAM_TO_FILE_ABOVE = 1 << 20
+#: Request records kept per server run; later ones are only counted (``request_totals``).
+REQUEST_RECORDS = 10_000
+#: Seconds between two readiness probes (after a failed one), unless ``ready_interval=``.
+READY_INTERVAL = 0.05
+#: Seconds one readiness probe waits for its answer.
+READY_PROBE_TIMEOUT = 1.0
+
+
+def request_totals(limit: int) -> dict[str, Any]:
+    """The empty ``request_totals`` of a server record: all requests, and apart the ``kept``
+    records and the ``omitted`` ones beyond ``limit`` (so that verify can add them up)."""
+
+    def part() -> dict[str, int]:
+        return {"requests": 0, "failed": 0, "bytes_sent": 0, "bytes_received": 0}
+
+    return {
+        **part(),
+        "warmup": 0,
+        "errors": 0,
+        "timeouts": 0,
+        "statuses": {},
+        "limit": limit,
+        "kept": part(),
+        "omitted": part(),
+    }
 
 
 class ServerHost(Protocol):
@@ -37,6 +64,9 @@ class ServerHost(Protocol):
 
     @property
     def run_timeout(self) -> float: ...
+
+    @property
+    def request_records(self) -> int: ...
 
     def clean_text(self, text: str) -> str: ...
 
@@ -80,6 +110,12 @@ class Server:
         check: bool = True,
     ) -> None:
         self._host = host
+        record.setdefault("requests", [])
+        record.setdefault("request_totals", request_totals(host.request_records))
+        #: Requests may come from several threads at once (a load test): one index each, and
+        #: their records kept in index order.
+        self._requests_lock = threading.Lock()
+        self._issued = 0
         #: Whether an unclean stop raises (as ``model_run(check=True)`` does for a command).
         self.check = check
         self._on_stopped = on_stopped
@@ -94,33 +130,76 @@ class Server:
     def pid(self) -> int:
         return self._group.pid
 
-    def _wait_ready(self, url: str, limit: float, workers_expected: int | None) -> None:
+    def _wait_ready(
+        self, url: str, limit: float, workers_expected: int | None, every: float | None
+    ) -> None:
+        """Probe ``url`` every ``every`` s (default 0.05) until it answers; record the cadence.
+
+        The ``readiness`` record says how many probes ran, how long they took, and the window
+        in which the server became ready unseen (from the end of the last failed probe to the
+        answer of the first good one): that window, ``probe_share`` of the startup time, is
+        the probe's own part of ``startup_seconds`` (a 5 s interval on a 40 s startup: 12%).
+        """
         clock = self._host.clock
         group = self._group
+        interval = READY_INTERVAL if every is None else check_seconds(every, "ready_interval")
         polls = 0
+        probing = 0.0
+        first: float | None = None
+        last_failed: float | None = None
         last_error = "no answer yet"
+
+        def note(ready: float | None) -> None:
+            since = last_failed if last_failed is not None else first
+            window = None if ready is None or since is None else max(0.0, ready - since)
+            self.record["ready_polls"] = polls
+            self.record["readiness"] = {
+                "interval_seconds": interval,
+                "probe_timeout_seconds": READY_PROBE_TIMEOUT,
+                "probes": polls,
+                "failed_probes": polls - (ready is not None),
+                "first_probe_seconds": None if first is None else round(first, 6),
+                "last_failed_probe_seconds": None if last_failed is None else round(last_failed, 6),
+                "ready_seconds": None if ready is None else round(ready, 6),
+                "probing_seconds": round(probing, 6),
+                "detection_window_seconds": None if window is None else round(window, 6),
+                "probe_share": (round(window / ready, 6) if window is not None and ready else None),
+                "last_error": last_error if ready is None or last_failed is not None else None,
+            }
+
         while True:
             if group.main_done:
+                note(None)
                 self._fail_startup(
                     f"died during startup ({self._main_status()}) after {group.now():.2f} s"
                 )
             polls += 1
+            began = group.now()
+            first = began if first is None else first
+            ready = False
             try:
-                with urllib.request.urlopen(url, timeout=1.0) as answer:
-                    if 200 <= answer.status < 400:
-                        break
-                    last_error = f"HTTP {answer.status}"
+                with urllib.request.urlopen(url, timeout=READY_PROBE_TIMEOUT) as answer:
+                    ready = 200 <= answer.status < 400
+                    if not ready:
+                        last_error = f"HTTP {answer.status}"
             except urllib.error.HTTPError as exc:
                 last_error = f"HTTP {exc.code}"
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 last_error = str(getattr(exc, "reason", exc))
-            if group.now() >= limit:
+            ended = group.now()
+            probing += ended - began
+            if ready:
+                break
+            last_failed = ended
+            if ended >= limit:
+                note(None)
                 self._fail_startup(
-                    f"was not ready at {url} within {limit:g} s (last probe: {last_error})"
+                    f"was not ready at {url} within {limit:g} s (last probe: {last_error}; "
+                    f"{polls} probes, {interval:g} s apart)"
                 )
-            clock.sleep(0.05)
-        self.record["startup_seconds"] = round(group.now(), 6)
-        self.record["ready_polls"] = polls
+            clock.sleep(max(0.0, min(interval, limit - ended)))
+        self.record["startup_seconds"] = round(ended, 6)
+        note(ended)
         if workers_expected:
             while (
                 len([p for p in group.alive() if p.role == "descendant"]) < workers_expected
@@ -160,6 +239,11 @@ class Server:
         ``json`` sends a JSON body; ``files`` (name -> path, or (filename, path or bytes,
         content type)) a multipart form, with ``data`` as extra fields; otherwise ``data``
         is sent as is (a mapping as a url-encoded form). Warmup requests are recorded apart.
+
+        Every request is recorded (method, path with secrets hidden, status, bytes each way,
+        start and duration), failed ones too: a connection error or timeout (which raises
+        :class:`RunError`) and an answer that is not 2xx (which is returned) both count as
+        failed in ``request_totals``.
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         if self._stopped:
@@ -167,7 +251,9 @@ class Server:
         limit = self._host.run_timeout if timeout is None else check_seconds(timeout, "timeout")
         body, body_len, head = encode_body(json=json, files=files, data=data)
         head.update(headers or {})
-        index = len(self.record["requests"]) + 1
+        with self._requests_lock:
+            self._issued += 1
+            index = self._issued
         entry: dict[str, Any] = {
             "index": index,
             "method": method,
@@ -175,17 +261,21 @@ class Server:
             "warmup": warmup,
             "bytes_sent": body_len,
             "started_seconds": round(self._group.now(), 6),
+            "status": None,
+            "bytes_received": 0,
         }
         clock = self._host.clock
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=limit)
         body_path: Path | None = None
+        start = clock.monotonic()
+        size = 0
         try:
             conn.connect()
             start = clock.monotonic()
             conn.request(method, path, body=body, headers=head)
             answer = conn.getresponse()
+            entry["status"] = answer.status
             chunks: list[bytes] = []
-            size = 0
             sink: IO[bytes] | None = None
             try:
                 while True:
@@ -208,7 +298,8 @@ class Server:
                     sink.close()
         except (OSError, http.client.HTTPException) as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
-            self.record["requests"].append(entry)
+            entry["timed_out"] = isinstance(exc, TimeoutError)
+            self._note_request(entry, clock.monotonic() - start, size)
             # A server that closed the connection as it died is reaped first, so that the
             # message says what happened to it, not "still running".
             self._group.wait_main(min(1.0, self._host.grace))
@@ -233,18 +324,14 @@ class Server:
                 ),
                 record=self.record,
             ) from None
+        except BaseException as exc:  # a bad argument, Ctrl-C: recorded before it goes on
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            self._note_request(entry, clock.monotonic() - start, size)
+            raise
         finally:
             conn.close()
-        entry.update(
-            {
-                "status": answer.status,
-                "seconds": round(seconds, 6),
-                "bytes_received": size,
-                "body_path": str(body_path) if body_path is not None else None,
-            }
-        )
-        self.record["requests"].append(entry)
-        self.record["warmup_seconds" if warmup else "measured_seconds"].append(entry["seconds"])
+        entry["body_path"] = str(body_path) if body_path is not None else None
+        self._note_request(entry, seconds, size)
         return Response(
             answer.status,
             {k.lower(): v for k, v in answer.getheaders()},
@@ -253,6 +340,32 @@ class Server:
             seconds,
             warmup,
         )
+
+    def _note_request(self, entry: dict[str, Any], seconds: float, received: int) -> None:
+        """Count one request in ``request_totals``; keep its record while under the bound."""
+        status = entry.get("status")
+        entry["seconds"] = round(seconds, 6)
+        entry["bytes_received"] = received
+        entry["failed"] = "error" in entry or not (isinstance(status, int) and 200 <= status < 300)
+        totals = self.record["request_totals"]
+        kept = entry["index"] <= self._host.request_records  # the first N, by index
+        label = str(status) if status is not None else "none"
+        with self._requests_lock:
+            for part in (totals, totals["kept"] if kept else totals["omitted"]):
+                part["requests"] += 1
+                part["failed"] += entry["failed"]
+                part["bytes_sent"] += int(entry["bytes_sent"])
+                part["bytes_received"] += received
+            totals["warmup"] += bool(entry["warmup"])
+            totals["errors"] += "error" in entry
+            totals["timeouts"] += bool(entry.get("timed_out"))
+            totals["statuses"][label] = totals["statuses"].get(label, 0) + 1
+            if kept:
+                bisect.insort(self.record["requests"], entry, key=lambda r: int(r["index"]))
+            if "error" not in entry:
+                self.record["warmup_seconds" if entry["warmup"] else "measured_seconds"].append(
+                    entry["seconds"]
+                )
 
     def stop(self, grace: float | None = None, *, reason: str = "stop") -> dict[str, Any]:
         """SIGTERM the server, wait ``grace`` s, SIGKILL the group if needed; return the record.

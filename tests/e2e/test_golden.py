@@ -452,3 +452,29 @@ def test_empty(golden):
     )
     assert pytester.runpytest("--update-goldens").ret == 0
     assert pytester.runpytest("--lossless").ret == 0
+
+
+LFS_POINTER = (
+    "version https://git-lfs.github.com/spec/v1\n"
+    "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+    "size 43210\n"
+)
+
+
+def test_goldens_checked_out_as_lfs_pointers_name_git_lfs_pull(pytester, media_project):
+    assert pytester.runpytest("--update-goldens").ret == 0
+    folder = media_project / "goldens/test_media/test_media"
+    (folder / "audio.wav").write_text(LFS_POINTER)  # what a clone without git-lfs holds
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*GoldenStub: *audio.wav: is a Git LFS pointer file, not the golden*`git lfs pull`*"]
+    )
+    text = result.stdout.str()
+    assert "Traceback" not in text
+    assert "RIFF" not in text
+    assert "integrity" not in text
+    (folder / "manifest.json").write_text(LFS_POINTER)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GoldenStub: *manifest.json: is a Git LFS pointer*git lfs pull*"])

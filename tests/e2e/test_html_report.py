@@ -277,3 +277,69 @@ def test_no_secret_reaches_the_report(pytester):
     assert "candidate with secrets" in text
     assert "The control is repeatable, but the candidate differs from it" in text
     assert "hunter2-report" not in text
+
+
+DIGEST_ONLY = """
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_video(golden):
+    golden.check("clip.mp4", HERE / "clip.mp4")
+"""
+
+
+@pytest.fixture
+def digest_only(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A clip whose golden is kept as digests only (--lossless-digest-above 1), written with a
+    content store, then one pixel of it changed."""
+    frames = gray_frames()
+    write_video(pytester.path / "clip.mp4", frames)
+    pytester.makepyfile(test_digest=DIGEST_ONLY)
+    pytester.makeini("[pytest]\nlossless_digest_above = 1\n")
+    pytester.runpytest("--update-goldens", "--lossless-store", "store").assert_outcomes(passed=1)
+    frames[FRAME][ROW * 64 + COLUMN] += 9
+    write_video(pytester.path / "clip.mp4", frames)
+    return pytester
+
+
+def test_the_store_keeps_digest_only_goldens_whole(digest_only):
+    import json
+
+    manifest = next((digest_only.path / "goldens").rglob("manifest.json"))
+    entry = json.loads(manifest.read_text())["artifacts"]["clip.mp4"]
+    assert entry["stored"] == "digest"
+    assert not (manifest.parent / "clip.mp4").exists()
+    kept = digest_only.path / "store" / "sha256" / entry["sha256"][:2] / entry["sha256"][2:]
+    assert kept.is_file()
+
+
+def test_the_report_draws_a_digest_only_golden_from_the_store(digest_only):
+    result = digest_only.runpytest("--lossless", "--lossless-store", "store")
+    result.assert_outcomes(failed=1)
+    page = _check_report(_report(result, digest_only.path))
+    frame = [c for c in page.captions if c.startswith(f"frame {FRAME}, pts")]
+    assert frame, page.captions
+    assert "1 pixel of 3072 differ in RGB" in frame[0], page.captions
+
+
+def test_without_a_store_the_report_says_the_golden_pixels_were_not_kept(digest_only):
+    result = digest_only.runpytest("--lossless")
+    index = _report(result, digest_only.path)
+    _check_report(index)
+    assert "the golden pixels were not kept (no lossless_store)" in index.read_text()
+
+
+def test_a_damaged_file_in_the_store_is_refused_and_named(digest_only):
+    kept = next(p for p in (digest_only.path / "store").rglob("*") if p.is_file())
+    kept.chmod(0o644)
+    kept.write_bytes(b"not the clip")
+    index = _report(
+        digest_only.runpytest("--lossless", "--lossless-store", "store"), digest_only.path
+    )
+    text = index.read_text()
+    assert "the stored golden is refused" in text
+    assert kept.name in text

@@ -8,6 +8,10 @@ and no attribute on its reports, while a marked test nearby still gets all of th
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +65,28 @@ def test_plain_tests_get_nothing_of_ours(pytester: pytest.Pytester) -> None:
     marked = [s for s in seen if s["test"] == "test_marked"]
     assert len(plain) == 12 and all(s["attributes"] == [] for s in plain), plain
     assert marked and all("lossless_gate" in s["attributes"] for s in marked), marked
+
+
+def test_a_plain_session_loads_no_domain_module(tmp_path: Path) -> None:
+    """Loading the plugin for a session of plain tests imports none of numpy, the media, the
+    judges or the evidence: the import is what every plain session pays (collection 1.02x)."""
+    (tmp_path / "test_plain.py").write_text("def test_one():\n    pass\n")
+    probe = (
+        "import sys, pytest\n"
+        "code = pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]])\n"
+        "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith(("
+        "'pytest_lossless.media', 'pytest_lossless.judge', 'pytest_lossless.evidence', "
+        "'pytest_lossless.report.html', 'pytest_lossless.kinds')))\n"
+        "print('HEAVY', heavy)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "HEAVY []" in done.stdout, done.stdout

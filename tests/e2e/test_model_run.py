@@ -157,6 +157,8 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
     assert len(timed["measured_seconds"]) == 2
     assert all(s >= 0.05 for s in timed["measured_seconds"])
     assert [r["warmup"] for r in timed["requests"]] == [True, False, False]
+    assert (timed["request_totals"]["requests"], timed["request_totals"]["failed"]) == (3, 0)
+    assert timed["device_memory"] == {"unavailable": "the run holds no device allocation"}
     # Each worker's exit is recorded, with how it was observed.
     workers = [p for p in timed["processes"] if p["role"] == "descendant"]
     assert len(workers) == 2
@@ -178,6 +180,7 @@ def test_servers_workers_sigterm_startup_and_verify(pytester: pytest.Pytester) -
     left = device["runs"][0]
     assert left["stop"]["reason"] == "teardown"
     assert left["env"]["allocation"]
+    assert left["device_memory"] == {"unavailable": "cpu slots have no device memory to read"}
     assert device["allocation"]["finalizer_errors"] == []
 
     # verify: consistent receipts pass; an edited one is caught and named.

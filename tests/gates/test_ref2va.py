@@ -9,22 +9,32 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_lossless import Media
 from pytest_lossless.run import lifecycle_verdict
 from tests.gates.ref2va import WORKLOADS, arm, generate, request_clip, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.npu(devices=1), pytest.mark.lossless]
 
 
+def requested(seconds):
+    """What a request of ``seconds`` must produce: 24 fps video with its 48 kHz stereo track,
+    and the same track alone; a truncated clip fails and is never written as a golden."""
+    return {
+        "clip.mp4": Media(seconds, fps=24, sample_rate=48000, channels=2),
+        "audio.wav": Media(seconds, sample_rate=48000, channels=2),
+    }
+
+
 @pytest.mark.parametrize("seconds", WORKLOADS)
 def test_cli_matches_goldens(model_run, golden, seconds):
     # A producer: under --update-goldens it runs twice and must agree with itself.
-    golden.check_all(lambda: generate(model_run, "control", seconds))
+    golden.check_all(lambda: generate(model_run, "control", seconds), expect=requested(seconds))
 
 
 @pytest.mark.parametrize("seconds", WORKLOADS)
 def test_server_matches_goldens(model_run, golden, seconds):
     server = start_server(model_run)
-    golden.check_all(lambda: request_clip(server, seconds))
+    golden.check_all(lambda: request_clip(server, seconds), expect=requested(seconds))
     lifecycle = lifecycle_verdict(server.stop())
     assert lifecycle["clean"], lifecycle["summary"]
 

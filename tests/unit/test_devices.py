@@ -150,6 +150,46 @@ def test_cuda_parse_is_defensive() -> None:
     assert apps[1]["used_memory_mib"] == 20
 
 
+def test_device_memory_per_pid_from_captured_and_reconstructed_tables() -> None:
+    from pytest_lossless.devices.smi import memory_by_pid, npu_memory_by_pid, nvidia_memory_by_pid
+
+    # The captured busy table: pid 421 held 1542 MiB; the idle one lists nobody.
+    assert nvidia_memory_by_pid(smi("nvidia_smi_compute_apps_busy.csv")) == {421: 1542.0}
+    assert nvidia_memory_by_pid(smi("nvidia_smi_compute_apps_idle.csv")) == {}
+    # One process on two GPUs holds both; unreadable rows (no pid, [N/A]) are left out.
+    two = (
+        "GPU-11111111-2222-3333-4444-555555555555, 77, python3, 1000\n"
+        "GPU-66666666-7777-8888-9999-000000000000, 77, python3, 24\n"
+        "GPU-66666666-7777-8888-9999-000000000000, 78, python3, [N/A]\n"
+        "GPU-66666666-7777-8888-9999-000000000000, [N/A], [Not Found], 20\n"
+    )
+    assert nvidia_memory_by_pid(two) == {77: 1024.0}
+    assert memory_by_pid([(1, 2.0), (1, None), (None, 5.0), (2, 0.0)]) == {1: 2.0, 2: 0.0}
+    # npu-smi's process tables: one chip per card, and a process on one die of a dual-die card.
+    assert npu_memory_by_pid(smi("npu_smi_info_910b3_x8.txt")) == {2345678: 45056.0}
+    _, processes = parse_npu_smi_info(smi("npu_smi_info_910c_dualdie.txt"))
+    assert npu_memory_by_pid(smi("npu_smi_info_910c_dualdie.txt")) == {
+        p.pid: p.memory_mib for p in processes if p.pid is not None and p.memory_mib is not None
+    }
+    assert npu_memory_by_pid("dcmi model initialized failed") == {}
+
+
+def test_memory_readers_go_through_the_backends_tool() -> None:
+    calls: list[list[str]] = []
+
+    def runner(argv: Sequence[str]) -> str:
+        calls.append(list(argv))
+        cuda = "cuda" in argv[0]
+        return smi("nvidia_smi_compute_apps_busy.csv" if cuda else "npu_smi_info_910b3_x8.txt")
+
+    cuda = CudaBackend(smi="cuda-smi", runner=runner).memory_reader()
+    assert (cuda.source, cuda.read(1.0)) == ("cuda-smi", {421: 1542.0})
+    assert calls[-1][1] == "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
+    npu = NpuBackend(smi="npu-smi", runner=runner).memory_reader()
+    assert (npu.source, npu.read(1.0)) == ("npu-smi", {2345678: 45056.0})
+    assert calls[-1] == ["npu-smi", "info"]
+
+
 def test_bus_id_normalization() -> None:
     assert normalize_bus_id("00000000:1A:00.0") == "0000:1a:00.0"
     assert normalize_bus_id("0000:c1:00.0") == "0000:c1:00.0"

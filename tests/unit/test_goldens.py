@@ -187,3 +187,283 @@ def test_a_manifest_file_that_escapes_its_folder_is_refused(tmp_path, kinds):
     (folder.path / "manifest.json").write_text(json.dumps(document))
     with pytest.raises(ManifestError, match=r"a\.npy"):
         read_manifest(folder.path)
+
+
+# ---------------------------------------------------------------- request coverage (expect=)
+
+
+def _wav_file(path: Path, seconds: float, rate: int = 48000) -> Path:
+    import soundfile
+
+    soundfile.write(path, np.zeros((round(seconds * rate), 2), np.int16), rate, subtype="PCM_16")
+    return path
+
+
+def _five() -> object:
+    from pytest_lossless import Media
+
+    return Media(5, sample_rate=48000)
+
+
+def test_a_truncated_producer_is_refused_as_a_golden_naming_every_run(tmp_path, kinds):
+    folder = _folder(tmp_path / "goldens", kinds)
+    golden = Golden(folder, update=True, workdir=tmp_path / "work")
+    runs = iter(range(5))
+
+    def producer() -> Path:
+        return _wav_file(tmp_path / f"audio{next(runs)}.wav", 4.975)
+
+    assert golden.check("audio.wav", producer, expect=_five()) is None
+    assert golden.staged == []
+    assert [m["run"] for m in golden.misses] == ["run 1", "run 2"]
+    assert golden.misses[0]["gate"] == "coverage"
+    assert golden.misses[0]["passed"] is False
+    assert golden.misses[0]["metadata_diffs"] == [
+        "request coverage: audio samples: requested 240000 (5 s at 48000 Hz), obtained 238800 "
+        "(4.9750 s)"
+    ]
+    assert golden.commit() == []
+    assert not folder.path.exists()
+
+
+def test_a_truncated_file_under_update_is_never_committed(tmp_path, kinds):
+    folder = _folder(tmp_path / "goldens", kinds)
+    golden = Golden(folder, update=True, workdir=tmp_path / "work")
+    golden.check("audio.wav", _wav_file(tmp_path / "a.wav", 4.975), expect=_five())
+    golden.check("whole.wav", _wav_file(tmp_path / "b.wav", 5), expect=_five())
+    assert [m["artifact"] for m in golden.misses] == ["audio.wav"]
+    assert golden.commit() == []
+    assert not folder.path.exists()
+
+
+def test_a_truncated_output_fails_coverage_even_against_an_equally_truncated_golden(
+    tmp_path, kinds
+):
+    short = _wav_file(tmp_path / "a.wav", 4.975)
+    folder = _folder(tmp_path / "goldens", kinds)
+    folder.stage("audio.wav", short, None, {})
+    folder.commit()
+    golden = Golden(_folder(tmp_path / "goldens", kinds), update=False, workdir=tmp_path / "w")
+    result = golden.check("audio.wav", short, expect={"audio.wav": _five()})
+    assert result is not None
+    assert result.passed
+    assert [(m["run"], m["gate"]) for m in golden.misses] == [("obtained", "coverage")]
+
+
+def test_an_expectation_for_an_artifact_the_run_did_not_produce_is_an_error(tmp_path, kinds):
+    from pytest_lossless.errors import ConfigError
+
+    golden = Golden(_folder(tmp_path / "g", kinds), update=True, workdir=tmp_path / "w")
+    run = {"audio.wav": _wav_file(tmp_path / "a.wav", 5)}
+    with pytest.raises(ConfigError, match=r"names no artifact of the run \(it produced audio"):
+        golden.stage_run(lambda: run, expect={"auido.wav": _five()})
+    with pytest.raises(ConfigError, match="names no artifact"):
+        golden.stage_run(run, expect={"auido.wav": _five()})
+    with pytest.raises(ConfigError, match="expected a Media"):
+        golden.check("audio.wav", run["audio.wav"], expect={"audio.wav": 5})  # type: ignore[dict-item]
+
+
+# ---------------------------------------------------------------- LFS pointer stubs
+
+LFS_POINTER = (
+    b"version https://git-lfs.github.com/spec/v1\n"
+    b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+    b"size 12345\n"
+)
+
+
+def test_pointer_stubs_are_recognised_and_real_files_are_not():
+    from pytest_lossless.media.detect import stub_problem
+
+    assert stub_problem(LFS_POINTER, len(LFS_POINTER)) == ("a Git LFS pointer file", "git lfs pull")
+    annex = b"/annex/objects/SHA256E-s12--abc.wav\n"
+    assert stub_problem(annex, len(annex)) == ("a git-annex pointer file", "git annex get")
+    assert stub_problem(b"RIFF....WAVE", 12) is None
+    assert stub_problem(LFS_POINTER, 5000) is None  # too large to be a pointer
+
+
+def test_an_lfs_pointer_checked_out_as_a_stored_golden_names_git_lfs_pull(tmp_path, kinds):
+    from pytest_lossless.errors import GoldenError
+    from pytest_lossless.media.detect import GoldenStub
+
+    source = _array_file(tmp_path / "a.npy", [1.0, 2.0])
+    folder = _folder(tmp_path / "goldens", kinds)
+    folder.stage("a.npy", source, None, {})
+    folder.commit()
+    (folder.path / "a.npy").write_bytes(LFS_POINTER)
+    with pytest.raises(GoldenStub, match=r"a\.npy: is a Git LFS pointer file.*`git lfs pull`") as e:
+        _folder(tmp_path / "goldens", kinds).compare("a.npy", source, None)
+    assert isinstance(e.value, GoldenError)
+    assert e.value.path == folder.path / "a.npy"
+
+
+def test_an_lfs_pointer_checked_out_as_the_manifest_names_git_lfs_pull(tmp_path):
+    from pytest_lossless.media.detect import GoldenStub
+
+    (tmp_path / "manifest.json").write_bytes(LFS_POINTER)
+    with pytest.raises(GoldenStub, match=r"manifest\.json: is a Git LFS pointer.*git lfs pull"):
+        read_manifest(tmp_path)
+
+
+def test_a_dangling_git_annex_link_names_git_annex_get(tmp_path, kinds):
+    from pytest_lossless.media.detect import GoldenStub
+
+    source = _array_file(tmp_path / "a.npy", [1.0])
+    folder = _folder(tmp_path / "goldens", kinds)
+    folder.stage("a.npy", source, None, {})
+    folder.commit()
+    (folder.path / "a.npy").unlink()
+    (folder.path / "a.npy").symlink_to("../../.git/annex/objects/Xx/Yy/SHA256E-s1--ab.npy")
+    with pytest.raises(GoldenStub, match="git annex get"):
+        _folder(tmp_path / "goldens", kinds).compare("a.npy", source, None)
+
+
+def test_an_update_replaces_a_pointer_with_the_content_it_stood_for(tmp_path, kinds):
+    folder = _folder(tmp_path / "goldens", kinds)
+    folder.stage("a.npy", _array_file(tmp_path / "a.npy", [1.0]), None, {})
+    folder.stage("b.npy", _array_file(tmp_path / "b.npy", [2.0]), None, {})
+    folder.commit()
+    real = (folder.path / "a.npy").read_bytes()
+    (folder.path / "a.npy").write_bytes(LFS_POINTER)
+    again = _folder(tmp_path / "goldens", kinds)
+    again.stage("a.npy", _array_file(tmp_path / "a2.npy", [1.0]), None, {})  # unchanged
+    again.stage("b.npy", _array_file(tmp_path / "b2.npy", [3.0]), None, {})  # changed
+    assert {e.name: e.action for e in again.commit()} == {"a.npy": "unchanged", "b.npy": "changed"}
+    assert (folder.path / "a.npy").read_bytes() == real  # the obtained bytes, never the pointer
+
+
+# ---------------------------------------------------------------- scoped goldens
+
+SMI = Path(__file__).resolve().parents[1] / "data" / "smi"
+H200 = [{"id": "0", "backend": "cuda", "name": "NVIDIA H200", "uuid": "GPU-1"}]
+
+
+def test_the_environment_class_of_an_h200_allocation():
+    from pytest_lossless.judge.scope import Environment, environment_of, parse_runtime
+
+    header = (Path(__file__).resolve().parents[1] / "data/gpu/env.log").read_text()
+    assert parse_runtime("cuda", header) == "CUDA 13"  # the table header of plain nvidia-smi
+    assert parse_runtime("cuda", (SMI / "CAPTURED.txt").read_text()) == "CUDA 13"  # -q layout
+    npu = (SMI / "npu_smi_info_910b3_x8.txt").read_text()
+    assert parse_runtime("npu", npu) == "npu-smi 24"
+    assert parse_runtime("cuda", "no header") is None
+    env = environment_of("cuda", H200 * 2, "CUDA 13")
+    assert env == Environment("cuda", "NVIDIA H200", "CUDA 13")
+    assert env.label == "cuda / NVIDIA H200 / CUDA 13"
+    assert env.folder == "cuda__NVIDIA_H200__CUDA_13"
+    mixed = environment_of("cuda", [*H200, {"name": "NVIDIA L4"}], None)
+    assert mixed.label == "cuda / NVIDIA H200 + NVIDIA L4 / runtime unknown"
+    assert Environment.from_dict(env.to_dict()) == env
+    assert Environment.from_dict({"backend": "cuda", "model": "x\x1b[2J"}) is None
+
+
+def test_runtime_of_asks_the_backend_its_tool_or_the_machine():
+    from pytest_lossless.devices.backends import CpuBackend, CudaBackend
+    from pytest_lossless.devices.base import ToolError
+    from pytest_lossless.judge.scope import runtime_of
+
+    header = (Path(__file__).resolve().parents[1] / "data/gpu/env.log").read_text()
+    asked = []
+
+    def smi(argv):
+        asked.append(list(argv))
+        return header
+
+    assert runtime_of(CudaBackend(runner=smi)) == "CUDA 13"
+    assert asked == [["nvidia-smi"]]
+
+    def broken(argv):
+        raise ToolError("nvidia-smi not found on PATH")
+
+    assert runtime_of(CudaBackend(runner=broken)) is None
+    assert runtime_of(CpuBackend(), machine=lambda: "aarch64") == "aarch64"
+
+    class Own:
+        name = "rocm"
+
+        def runtime(self):
+            return "ROCm 6"
+
+    assert runtime_of(Own()) == "ROCm 6"
+    assert runtime_of(object()) is None
+
+
+def _scoped(root: Path, kinds: KindRegistry, env: object) -> GoldenFolder:
+    return GoldenFolder(
+        root, "test_mod", "test_y[a]", "m.py::test_y[a]", kinds, digest_above=1 << 20,
+        environment=env,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_a_device_scoped_golden_has_its_own_folder_and_says_its_scope(tmp_path, kinds):
+    from pytest_lossless.judge.scope import Environment, scoped_path
+
+    env = Environment("cuda", "NVIDIA H200", "CUDA 13")
+    folder = _scoped(tmp_path / "goldens", kinds, env)
+    assert folder.path == tmp_path / "goldens/test_mod/test_y[a]@device/cuda__NVIDIA_H200__CUDA_13"
+    assert folder.default_path == tmp_path / "goldens/test_mod/test_y[a]"
+    assert scoped_path(folder.default_path, None) == folder.default_path
+    source = _array_file(tmp_path / "a.npy", [1.0])
+    folder.stage("a.npy", source, None, {})
+    folder.commit()
+    entry = json.loads((folder.path / "manifest.json").read_text())["artifacts"]["a.npy"]
+    assert entry["scope"] == "device"
+    assert entry["environment"] == {"backend": "cuda", "model": "NVIDIA H200", "runtime": "CUDA 13"}
+    assert _scoped(tmp_path / "goldens", kinds, env).compare("a.npy", source, None).passed
+    # The default scope's entries say nothing new: manifests of before stay byte-identical.
+    plain = _folder(tmp_path / "goldens", kinds)
+    plain.stage("a.npy", source, None, {})
+    plain.commit()
+    assert (
+        "scope" not in json.loads((plain.path / "manifest.json").read_text())["artifacts"]["a.npy"]
+    )
+
+
+def test_a_scoped_manifest_moved_to_another_class_or_scope_is_refused(tmp_path, kinds):
+    import shutil
+
+    from pytest_lossless.judge.scope import Environment
+
+    h200 = Environment("cuda", "NVIDIA H200", "CUDA 13")
+    l4 = Environment("cuda", "NVIDIA L4", "CUDA 13")
+    folder = _scoped(tmp_path / "goldens", kinds, h200)
+    source = _array_file(tmp_path / "a.npy", [1.0])
+    folder.stage("a.npy", source, None, {})
+    folder.commit()
+    other = _scoped(tmp_path / "goldens", kinds, l4)
+    shutil.copytree(folder.path, other.path)
+    with pytest.raises(
+        ManifestError, match=r"NVIDIA H200.*folder of scope 'device' for cuda / NVIDIA L4"
+    ):
+        other.compare("a.npy", source, None)
+    plain = _folder(tmp_path / "goldens", kinds)
+    plain.path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(folder.path, _scoped(tmp_path / "goldens", kinds, None).path)
+    with pytest.raises(ManifestError, match=r"scope 'device'.*folder of scope 'all'"):
+        _scoped(tmp_path / "goldens", kinds, None).compare("a.npy", source, None)
+
+
+def test_no_golden_of_this_class_names_the_classes_that_have_one(tmp_path, kinds):
+    from pytest_lossless.judge.scope import Environment, missing, parse_scope
+
+    h200 = Environment("cuda", "NVIDIA H200", "CUDA 13")
+    cpu = Environment("cpu", "cpu slot", "x86_64")
+    folder = _scoped(tmp_path / "goldens", kinds, h200)
+    folder.stage("a.npy", _array_file(tmp_path / "a.npy", [1.0]), None, {})
+    folder.commit()
+    here = _scoped(tmp_path / "goldens", kinds, cpu)
+    with pytest.raises(GoldenMissing):
+        here.compare("a.npy", tmp_path / "a.npy", None)
+    error = missing(here.path, here.default_path, "a.npy", cpu, tmp_path)
+    assert isinstance(error, GoldenMissing)
+    assert error.others == ["cuda / NVIDIA H200 / CUDA 13"]
+    text = str(error)
+    assert "for this environment, cpu / cpu slot / x86_64" in text
+    assert "exist for cuda / NVIDIA H200 / CUDA 13" in text
+    assert "--update-goldens on a cpu / cpu slot / x86_64 machine" in text
+    assert parse_scope(None) == "all"
+    assert parse_scope("device") == "device"
+    from pytest_lossless.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'all' or 'device'"):
+        parse_scope("gpu")

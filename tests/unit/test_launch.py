@@ -31,6 +31,7 @@ class FakeAllocation:
     descriptors, and the processes each run reported (the runs record)."""
 
     def __init__(self) -> None:
+        self.backend = "fake"  # no device memory reader: the record says so
         self.env = {"CUDA_VISIBLE_DEVICES": "2"}
         self.finalizers: list[Callable[[], None]] = []
         self.lock_fds: tuple[int, ...] = ()
@@ -139,6 +140,8 @@ def test_environment_allocation_overrides_and_knobs(
     assert allocation.finalizers == [run.close]
     visible = run([*COMMAND, "env", "CUDA_VISIBLE_DEVICES", "{out}/v"], outputs={"v": "v"})
     assert visible["v"].read_text() == "2"
+    unread = "the fake backend offers no device memory reading"
+    assert visible.record["device_memory"] == {"unavailable": unread}
     mine = run([*COMMAND, "env", "MINE", "{out}/v"], env={"MINE": "{out}"}, outputs={"v": "v"})
     assert mine["v"].read_text() == mine.record["out_dir"]
     gone = run([*COMMAND, "env", "GONE", "{out}/v"], env={"GONE": None}, outputs={"v": "v"})

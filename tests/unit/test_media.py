@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import struct
 import subprocess
 from pathlib import Path
@@ -13,6 +15,9 @@ import soundfile
 
 from pytest_lossless import media
 from pytest_lossless.errors import ArtifactError, TruncatedArtifact
+from pytest_lossless.media import container
+from pytest_lossless.media.hashing import FingerprintCache, block_digests, digest_frames
+from pytest_lossless.media.probe import raw_frame_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -528,3 +533,236 @@ def test_write_png(tmp_path: Path) -> None:
     decoded = media.load_video_frames(out, pix_fmt="rgb24")[0]
     assert decoded.shape == (4, 6, 3)
     assert decoded.tolist() == picture.tolist()  # lossless: every pixel comes back
+
+
+# ------------------------------------------------------------------ the fast video fingerprint
+
+
+def _run(command: str, *paths: Path) -> None:
+    """ffmpeg with ``command`` (split on spaces) and then ``paths``."""
+    ffmpeg(*command.split(), *map(str, paths))
+
+
+def _general_way(monkeypatch: pytest.MonkeyPatch, path: Path) -> dict[str, object]:
+    """The fingerprint as ffmpeg's own framehash makes it (the fast way switched off)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(container, "_fast_fingerprint", lambda path, limits: None)
+        return media.fingerprint("video", path)
+
+
+_FAST_CLIPS = {
+    # B-frames (display order differs from decode order) and an AAC track, frames large enough
+    # for the hashing threads (640x480 yuv420p: 460,800 bytes).
+    "bframes.mp4": (
+        "-f lavfi -i testsrc2=s=640x480:r=25:d=2 -f lavfi -i sine=d=2 "
+        "-c:v libx264 -bf 3 -g 12 -c:a aac"
+    ),
+    "open_gop.mkv": (
+        "-f lavfi -i testsrc2=s=176x144:r=24:d=2 -c:v libx264 -bf 3 "
+        "-x264-params open-gop=1:keyint=12"
+    ),
+    "odd444.mp4": "-f lavfi -i testsrc2=s=321x177:r=25:d=1 -c:v libx264 -pix_fmt yuv444p",
+    "deep422.mkv": "-f lavfi -i testsrc2=s=320x240:r=25:d=1 -c:v libx264 -pix_fmt yuv422p10le",
+    "rgb.mkv": "-f lavfi -i testsrc2=s=160x120:r=10:d=1 -c:v libx264rgb",
+    "vfr.mp4": (
+        "-f lavfi -i testsrc2=s=160x120:r=25:d=2 -vf setpts='if(lt(N,20),N,N*2)/25/TB' "
+        "-fps_mode vfr -c:v libx264"
+    ),
+    "sar.mp4": "-f lavfi -i testsrc2=s=160x120:r=25:d=1 -vf setsar=4/3 -c:v libx264",
+}
+
+
+@pytest.mark.parametrize("name", list(_FAST_CLIPS))
+def test_fast_fingerprint_equals_ffmpeg_framehash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Raw frames hashed here, on several threads: the same fingerprint, field for field, as
+    ffmpeg's own framehash (B-frames, open GOPs, odd sizes, 10-bit, RGB, VFR, non-square SAR)."""
+    path = tmp_path / name
+    _run(_FAST_CLIPS[name], path)
+    fast = container._fast_fingerprint(path, media.MediaLimits())
+    assert fast is not None, "the fast way should apply to this clip"
+    assert fast == _general_way(monkeypatch, path) == media.fingerprint("video", path)
+    video = fast["streams"][0]
+    assert [(f["pts"], f["sha256"]) for f in video["frames"]] == cli_framehash(path, "-map", "0:v")
+
+
+def test_fast_fingerprint_steps_aside_where_it_cannot_vouch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two video streams, or rotated 4:2:2 frames of an odd width (the size is not the one
+    announced): the general way answers, with the same fingerprint as before."""
+    two = tmp_path / "two.mkv"
+    _run(
+        "-f lavfi -i testsrc2=s=160x120:r=10:d=1 -f lavfi -i testsrc=s=96x64:r=15:d=1 "
+        "-f lavfi -i sine=d=1 -map 0 -map 1 -map 2 -c:v libx264 -c:a pcm_s16le",
+        two,
+    )
+    base = tmp_path / "base422.mp4"
+    _run("-f lavfi -i testsrc2=s=322x176:r=24:d=1 -c:v libx264 -pix_fmt yuv422p", base)
+    rotated = tmp_path / "rot.mp4"
+    ffmpeg("-display_rotation:v", "90", "-i", str(base), "-c", "copy", str(rotated))
+    for path in (two, rotated):
+        assert container._fast_fingerprint(path, media.MediaLimits()) is None
+        assert media.fingerprint("video", path) == _general_way(monkeypatch, path)
+    assert len(media.fingerprint("video", two)["streams"]) == 3
+
+
+def test_fast_fingerprint_keeps_the_decode_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Raw frames read here are counted like framehash lines: past the limit the decode stops
+    (a raw MJPEG stream declares no duration, so only the count can stop it)."""
+    path = tmp_path / "big.mjpeg"
+    _run("-f lavfi -i testsrc2=s=640x480:r=25:d=2 -c:v mjpeg -f mjpeg", path)
+    monkeypatch.setenv("PYTEST_LOSSLESS_DECODE_LIMIT", "4MiB")
+    with pytest.raises(media.DecodeLimitExceeded, match=r"produced more than the 4\.0 MiB"):
+        container._fast_fingerprint(path, media.MediaLimits.from_env())
+
+
+@pytest.mark.parametrize(
+    "pix_fmt",
+    [
+        "yuv420p",
+        "yuv422p",
+        "yuv444p",
+        "yuv410p",
+        "yuv411p",
+        "yuv440p",
+        "nv12",
+        "gray",
+        "gray10le",
+        "yuv420p10le",
+        "yuva420p",
+        "gbrp",
+        "gbrap12le",
+        "p010le",
+        "rgb24",
+        "bgra",
+    ],
+)
+def test_raw_frame_bytes_is_what_ffmpeg_writes(pix_fmt: str) -> None:
+    """The table of raw frame sizes, checked against ffmpeg's rawvideo at an odd size."""
+    source = ["-f", "lavfi", "-i", "testsrc2=s=64x64:r=1:d=1", "-vf", "scale=33:17"]
+    output = ["-frames:v", "1", "-pix_fmt", pix_fmt, "-f", "rawvideo", "-"]
+    out = subprocess.run(
+        [media.ffmpeg_exe(), "-v", "error", *source, *output], check=True, capture_output=True
+    ).stdout
+    assert raw_frame_bytes(pix_fmt, 33, 17) == len(out)
+
+
+def test_raw_frame_bytes_of_an_unknown_format_is_none() -> None:
+    assert raw_frame_bytes("pal8", 16, 16) is None
+    assert raw_frame_bytes(None, 16, 16) is None
+    assert raw_frame_bytes("yuv420p", 0, 16) is None
+
+
+@pytest.mark.parametrize("threads", [0, 1, 3])
+@pytest.mark.parametrize("frame_bytes", [1000, 300_000])
+def test_digest_frames_hashes_each_frame_in_order(threads: int, frame_bytes: int) -> None:
+    rng = np.random.default_rng(threads)
+    payload = rng.integers(0, 256, size=frame_bytes * 7 + 5, dtype=np.uint8).tobytes()
+    stream = io.BytesIO(payload)
+    seen: list[int] = []
+    digests, left = digest_frames(
+        lambda view: stream.readinto(view), frame_bytes, threads=threads, on_frame=seen.append
+    )
+    assert digests == [
+        hashlib.sha256(payload[i : i + frame_bytes]).hexdigest()
+        for i in range(0, 7 * frame_bytes, frame_bytes)
+    ]
+    assert left == 5
+    assert seen == [frame_bytes] * 7
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_digest_frames_stops_when_the_budget_says_so(threads: int) -> None:
+    stream = io.BytesIO(bytes(300_000 * 10))
+
+    def budget(size: int) -> None:
+        if stream.tell() > 300_000 * 3:
+            raise media.DecodeLimitExceeded("x", "over", declared=1, allowed=0, limit="", unit="")
+
+    with pytest.raises(media.DecodeLimitExceeded):
+        digest_frames(lambda view: stream.readinto(view), 300_000, threads=threads, on_frame=budget)
+    assert stream.tell() < 300_000 * 10
+
+
+def test_bytes_fingerprint_in_parallel_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "b.bin"
+    payload = np.random.default_rng(1).integers(0, 256, 37 * media.CHUNK_BYTES + 3, np.uint8)
+    path.write_bytes(payload.tobytes())
+    fp = media.fingerprint("bytes", path)
+    data = payload.tobytes()
+    assert fp["sha256"] == hashlib.sha256(data).hexdigest()
+    step = media.CHUNK_BYTES
+    assert fp["chunk_sha256"] == [
+        hashlib.sha256(data[i : i + step]).hexdigest() for i in range(0, len(data), step)
+    ]
+    assert block_digests(memoryview(data), step, threads=4) == fp["chunk_sha256"]
+    (tmp_path / "empty").write_bytes(b"")
+    empty = media.fingerprint("bytes", tmp_path / "empty")
+    assert (empty["size"], empty["chunk_sha256"]) == (0, [])
+    assert empty["sha256"] == hashlib.sha256(b"").hexdigest()
+
+
+# ------------------------------------------------------------------ a session's fingerprints
+
+
+def test_fingerprint_cache_decodes_an_unchanged_file_once(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    cache = FingerprintCache()
+    calls: list[int] = []
+
+    def compute() -> dict[str, object]:
+        calls.append(1)
+        return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "frames": [1]}
+
+    first = cache.fingerprint("bytes", path, compute)
+    again = cache.fingerprint("bytes", path, compute)
+    assert first == again
+    assert (len(calls), cache.hits) == (1, 1)
+    again["frames"].append(2)  # type: ignore[attr-defined]
+    assert cache.fingerprint("bytes", path, compute)["frames"] == [1]  # callers get copies
+    cache.fingerprint("video", path, compute)  # another kind
+    cache.fingerprint("bytes", path, compute, key="tight")  # other limits
+    assert len(calls) == 3
+
+
+def test_fingerprint_cache_sees_a_rewrite_with_the_same_size_and_mtime(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    cache = FingerprintCache()
+
+    def compute() -> dict[str, object]:
+        return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+    before = cache.fingerprint("bytes", path, compute)
+    st = path.stat()
+    path.write_bytes(b"two")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back; ctime moves on
+    assert cache.fingerprint("bytes", path, compute) != before
+    replaced = tmp_path / "b.bin"
+    replaced.write_bytes(b"six")
+    os.replace(replaced, path)  # another inode
+    assert cache.fingerprint("bytes", path, compute)["sha256"] == hashlib.sha256(b"six").hexdigest()
+
+
+def test_fingerprint_cache_keeps_nothing_written_while_it_was_computed(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    cache = FingerprintCache()
+    count = 0
+
+    def compute_while_written() -> dict[str, object]:
+        nonlocal count
+        count += 1
+        result = {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        path.write_bytes(b"one more")
+        return result
+
+    cache.fingerprint("bytes", path, compute_while_written)
+    cache.fingerprint("bytes", path, lambda: {"sha256": "fresh"})
+    assert (count, cache.hits) == (1, 0)
+    assert cache.fingerprint("bytes", tmp_path / "missing", lambda: {"x": 1}) == {"x": 1}

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_lossless.errors import ArtifactError
+from pytest_lossless.evidence import provenance
+from pytest_lossless.evidence.arms import arm_source_lines, arm_sources
 from pytest_lossless.evidence.provenance import (
+    PUBLISH_FIX,
+    is_local_url,
+    publication_contradictions,
+    publication_problem,
+    redact_url,
     runspec,
     session_facts,
     source_revision,
@@ -71,13 +80,10 @@ def test_dirty_tree_diff_and_untracked(repo: Path) -> None:
     ).stdout
     assert state["diff_sha256"] == hashlib.sha256(expected).hexdigest()
     assert state["untracked"] == ["notes.txt"]
-    assert source_revision(repo) == {
-        **{
-            k: state[k]
-            for k in ("revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")
-        },
-        "untracked_count": 1,
-    }
+    keys = ("revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")
+    keys += ("remote_url", "remote_branch", "published_branches", "publication_detail")
+    keys += ("changed_files",)
+    assert source_revision(repo) == {**{k: state[k] for k in keys}, "untracked_count": 1}
 
 
 def test_the_plugins_own_receipts_do_not_make_the_tree_dirty(repo: Path) -> None:
@@ -96,15 +102,21 @@ def test_only_untracked_files_make_it_dirty(repo: Path) -> None:
     assert state["diff"] == ""
 
 
-def test_published_when_a_remote_branch_contains_it(repo: Path, tmp_path: Path) -> None:
+def test_a_branch_of_a_local_path_remote_is_not_publication(repo: Path, tmp_path: Path) -> None:
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
     git(repo, "remote", "add", "origin", str(remote))
     git(repo, "push", "-q", "origin", "HEAD:main")
     git(repo, "fetch", "-q", "origin")
     state = source_state(repo)
-    assert state["published"] is True
+    # A plain-path remote is another clone on this machine: nobody else can fetch from it.
     assert state["remote_branches"] == ["origin/main"]
+    assert state["published"] is False
+    assert state["local_remotes"] == ["origin"]
+    assert "local clone" in state["publication_detail"]
+    git(repo, "remote", "add", "public", REMOTE)
+    git(repo, "update-ref", "refs/remotes/public/main", "HEAD")
+    assert source_state(repo)["published"] is True
     (repo / "model.py").write_text("speed = 3\n")
     git(repo, "commit", "-qam", "local only")
     assert source_state(repo)["publication"] == "unpublished"
@@ -149,3 +161,282 @@ def test_committed_receipts_rewritten_later_do_not_make_the_tree_dirty(repo: Pat
     state = source_state(repo, ignore=(repo / "lossless-receipts",))
     assert state["dirty"] is False
     assert state["diff_bytes"] == 0
+
+
+# -- remotes, URLs and publication (a non-local remote is simulated offline: its URL is never
+# contacted, and its remote-tracking ref is made with update-ref, as a fetch would have made it)
+
+REMOTE = "https://example.invalid/x.git"
+
+
+def _publish(repo: Path, url: str = REMOTE, name: str = "origin", branch: str = "main") -> None:
+    git(repo, "remote", "add", name, url)
+    git(repo, "update-ref", f"refs/remotes/{name}/{branch}", "HEAD")
+
+
+def test_published_on_a_non_local_remote_names_the_branch_and_url(repo: Path) -> None:
+    _publish(repo)
+    state = source_state(repo)
+    assert state["published"] is True
+    assert state["publication"] == "published"
+    assert state["remote_branch"] == "origin/main"
+    assert state["remote_url"] == REMOTE
+    assert state["published_branches"] == ["origin/main"]
+    assert state["remote_urls"] == {"origin": REMOTE}
+    assert state["local_remotes"] == []
+    assert "origin/main" in state["publication_detail"]
+    compact = source_revision(repo)
+    assert compact["remote_url"] == REMOTE
+    assert compact["remote_branch"] == "origin/main"
+    assert publication_problem(compact) is None
+
+
+def test_a_local_clone_is_not_published_and_the_record_says_so(repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "backup", f"file://{remote}")
+    git(repo, "update-ref", "refs/remotes/backup/main", "HEAD")
+    state = source_state(repo)
+    assert state["remote_branches"] == ["backup/main"]
+    assert state["published_branches"] == []
+    assert state["local_remotes"] == ["backup"]
+    assert state["published"] is False
+    assert state["publication"] == "unpublished"
+    assert "local" in state["publication_detail"]
+    assert "backup" in state["publication_detail"]
+    problem = publication_problem(state)
+    assert problem is not None
+    assert "is in no remote-tracking branch of a non-local remote" in problem
+
+
+def test_url_credentials_never_reach_the_record(repo: Path) -> None:
+    _publish(repo, "https://alice:s3cr3t-t0ken@example.invalid/x.git")
+    git(
+        repo,
+        "remote",
+        "add",
+        "mirror",
+        "https://ghp_abcdef123456@example.invalid/y.git?access_token=qwerty99",
+    )
+    state = source_state(repo)
+    text = json.dumps(state)
+    for secret in ("alice", "s3cr3t-t0ken", "ghp_abcdef123456", "qwerty99"):
+        assert secret not in text
+    assert state["remote_url"] == REMOTE
+    assert state["remote_urls"]["mirror"].startswith(
+        "https://example.invalid/y.git?access_token=<redacted"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:token@host/x", "https://host/x"),
+        ("https://token@host:8443/x", "https://host:8443/x"),
+        ("ssh://git@host/x.git", "ssh://host/x.git"),
+        ("git@github.com:org/x.git", "git@github.com:org/x.git"),
+        ("/srv/git/x.git", "/srv/git/x.git"),
+        ("https://host/x", "https://host/x"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("file:///srv/x.git", True),
+        ("/srv/x.git", True),
+        ("../x.git", True),
+        ("./x", True),
+        ("x.git", True),
+        ("~/x.git", True),
+        ("C:\\repos\\x.git", True),
+        ("https://example.invalid/x.git", False),
+        ("ssh://git@host/x.git", False),
+        ("git@github.com:org/x.git", False),
+        ("host:x.git", False),
+        ("/srv/a:b.git", True),
+    ],
+)
+def test_local_urls(url: str, local: bool) -> None:
+    assert is_local_url(url) is local
+
+
+def test_a_remote_that_is_not_configured_does_not_publish(repo: Path) -> None:
+    git(repo, "update-ref", "refs/remotes/gone/main", "HEAD")  # its remote was removed
+    state = source_state(repo)
+    assert state["remote_branches"] == ["gone/main"]
+    assert state["published"] is False
+    assert "gone" in state["publication_detail"]
+
+
+def test_publication_problem_names_dirty_files_and_the_revision(repo: Path) -> None:
+    _publish(repo)
+    (repo / "model.py").write_text("speed = 9\n")
+    (repo / "new.py").write_text("x = 1\n")
+    state = source_state(repo)
+    assert state["changed_files"] == 1
+    problem = publication_problem(state)
+    assert problem == "dirty: 1 changed file and 1 untracked file"
+    assert source_revision(repo)["changed_files"] == 1
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "local")
+    state = source_state(repo)
+    revision = state["revision"][:12]
+    assert publication_problem(state) == (
+        f"revision {revision} is in no remote-tracking branch of a non-local remote"
+    )
+    assert "git push" in PUBLISH_FIX
+    outside = publication_problem({"revision": None, "git_error": "not a git repository"})
+    assert outside is not None
+    assert "not a git repository" in outside
+
+
+def test_a_git_that_times_out_leaves_publication_unknown(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _publish(repo)
+    real = provenance._git
+
+    def slow(root: Path, *args: str) -> tuple[int, bytes, str]:
+        if "--contains" in args:
+            return -1, b"", "timed out after 30 seconds"
+        return real(root, *args)
+
+    monkeypatch.setattr(provenance, "_git", slow)
+    state = source_state(repo)
+    assert state["published"] is None
+    assert state["publication"] == "unknown"
+    assert "timed out" in state["publication_detail"]
+    assert publication_problem(state) is not None
+
+
+def test_never_contacts_the_network(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _publish(repo)
+    seen: list[tuple[str, ...]] = []
+    real = provenance._git
+
+    def spy(root: Path, *args: str) -> tuple[int, bytes, str]:
+        seen.append(args)
+        return real(root, *args)
+
+    monkeypatch.setattr(provenance, "_git", spy)
+    source_state(repo)
+    used = {args[0] for args in seen}
+    assert not used & {"fetch", "pull", "ls-remote", "remote update", "push"}
+    assert ("remote", "update") not in {args[:2] for args in seen}
+
+
+# -- which arm ran which source revision, as verify prints it
+
+
+def _receipt(control_src: dict[str, Any], candidate_src: dict[str, Any]) -> dict[str, Any]:
+    runs = []
+    for number, src in enumerate((control_src, control_src, candidate_src), start=1):
+        runs.append(
+            {
+                "name": f"command-{number:02d}",
+                "outputs": {"o": {"path": f"/o/{number}/o.bin", "sha256": "ab"}},
+                "sources": {"/src/engine": src},
+            }
+        )
+    runs.append({"name": "command-04", "sources": {"/src/engine": candidate_src}})
+    runs.append({"name": "command-05", "sources": {"/src/engine": control_src}})
+    return {
+        "runs": runs,
+        "lossless": [
+            {
+                "runs": [
+                    {
+                        "role": "control",
+                        "name": "control#1",
+                        "artifacts": {"o": {"path": "/o/1/o.bin"}},
+                    },
+                    {
+                        "role": "control",
+                        "name": "control#2",
+                        "artifacts": {"o": {"path": "/o/2/o.bin"}},
+                    },
+                    {
+                        "role": "candidate",
+                        "name": "candidate",
+                        "artifacts": {"o": {"path": "/o/3/o.bin"}},
+                    },
+                ]
+            }
+        ],
+        "speed": [
+            {
+                "samples": [
+                    {"arm": "candidate", "run": "command-04", "runs": ["command-04"]},
+                    {"arm": "control", "run": "command-05", "runs": ["command-05"]},
+                ]
+            }
+        ],
+    }
+
+
+def test_arm_sources_from_lossless_and_speed_entries() -> None:
+    control = {"revision": "a" * 40, "dirty": False, "published": True,
+               "publication": "published", "remote_branch": "origin/main"}  # fmt: skip
+    candidate = {"revision": "b" * 40, "dirty": True, "published": False,
+                 "publication": "unpublished"}  # fmt: skip
+    arms = arm_sources([_receipt(control, candidate)])
+    assert set(arms) == {"control", "candidate"}
+    assert [s["revision"] for s in arms["control"]["/src/engine"]] == ["a" * 40]
+    assert [s["revision"] for s in arms["candidate"]["/src/engine"]] == ["b" * 40]
+    lines = arm_source_lines([_receipt(control, candidate)])
+    assert lines[0] == "sources per arm:"
+    assert any(
+        "control" in line and "aaaaaaaaaaaa" in line and "clean" in line and "published" in line
+        for line in lines
+    ), lines
+    assert any(
+        "candidate" in line and "bbbbbbbbbbbb" in line and "dirty" in line
+        and "unpublished" in line
+        for line in lines
+    ), lines  # fmt: skip
+    assert len(lines) == 3
+
+
+def test_runs_of_no_arm_are_listed_apart() -> None:
+    receipt = {"runs": [{"name": "command-01", "sources": {"/e": {"revision": "c" * 40}}}]}
+    assert arm_sources([receipt]) == {"other": {"/e": [{"revision": "c" * 40}]}}
+    assert arm_source_lines([{"runs": []}]) == []
+
+
+def test_publication_contradictions_hold_the_record_to_its_branches(repo: Path) -> None:
+    _publish(repo)
+    git(repo, "remote", "add", "copy", "/srv/copy.git")
+    git(repo, "update-ref", "refs/remotes/copy/main", "HEAD")
+    state = source_state(repo)
+    assert publication_contradictions(state, "runspec") == []
+    edited = {**state, "published_branches": ["copy/main"], "remote_branch": "copy/main"}
+    assert any("copy is a local remote" in c for c in publication_contradictions(edited, "x"))
+    edited = {**state, "published": False, "publication": "unpublished"}
+    assert any("contradicts" in c for c in publication_contradictions(edited, "x"))
+    edited = {**state, "published_branches": ["elsewhere/main"]}
+    assert any("not among" in c for c in publication_contradictions(edited, "x"))
+    # Receipts written before published_branches existed: any remote branch was publication.
+    old = {"revision": "a" * 40, "remote_branches": ["origin/main"], "published": True,
+           "publication": "published"}  # fmt: skip
+    assert publication_contradictions(old, "runspec") == []
+    assert publication_contradictions({**old, "remote_branches": []}, "runspec")
+    unknown = {**state, "published": None, "publication": "unknown"}
+    assert publication_contradictions(unknown, "x") == []
+    compact = source_revision(repo)  # as a run records each of its sources
+    assert publication_contradictions(compact, "runs") == []
+    assert publication_contradictions({**compact, "published": False}, "runs")
+
+
+def test_require_published_is_a_flag_and_an_ini_setting(tmp_path: Path) -> None:
+    from pytest_lossless.settings import resolve
+
+    assert resolve({}, {}, {}, rootdir=tmp_path).require_published is False
+    from_ini = resolve({}, {"require_published": "true"}, {}, rootdir=tmp_path)
+    assert from_ini.require_published is True
+    assert from_ini.sources["require_published"] == "ini lossless_require_published"
+    flag = resolve({"require_published": True}, {}, {}, rootdir=tmp_path)
+    assert flag.sources["require_published"] == "--lossless-require-published"

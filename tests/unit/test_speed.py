@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -317,3 +318,174 @@ def test_percentiles_are_refused_without_the_samples_to_support_them() -> None:
     assert isinstance(table["control"]["p50"], float)
     for p in ("p90", "p95", "p99"):
         assert "insufficient samples" in str(table["candidate"][p])
+
+
+# ------------------------------------------------------------------ before_arm
+
+
+def test_before_arm_runs_before_each_arm_and_is_recorded_in_its_sample() -> None:
+    clock = FakeClock()
+    calls: list[tuple[str, int, float]] = []
+
+    def note(arm: str, index: int) -> dict[str, Any]:
+        calls.append((arm, index, clock.monotonic()))
+        return {"arm": arm, "index": index}
+
+    verdict = gate(0.5, before_arm=note)
+    assert [(a, i) for a, i, _ in calls] == [(s["arm"], s["index"]) for s in verdict.samples]
+    for sample in verdict.samples:
+        assert sample["before_arm"] == [
+            {"name": note.__qualname__, "result": {"arm": sample["arm"], "index": sample["index"]}}
+        ]
+    assert contradictions(json.loads(json.dumps(verdict.to_dict()))) == []
+    assert "before_arm" not in gate(0.5).samples[0]  # nothing recorded without hooks
+
+
+def test_before_arm_takes_a_list_and_runs_outside_the_arms_time() -> None:
+    from pytest_lossless.judge.arms import DropPageCache
+
+    clock = FakeClock()
+    durations = itertools.repeat(1.0)
+
+    def slow_hook(arm: str, index: int) -> None:
+        clock.advance(5.0)  # a hook's own time is not the arm's
+
+    verdict = run_speed_gate(
+        timed_arm(clock, durations),
+        timed_arm(clock, itertools.repeat(0.5)),
+        target=0.3,
+        seed=3,
+        clock=clock,
+        before_arm=[slow_hook, DropPageCache(path="/nonexistent/drop_caches")],
+    )
+    assert verdict.verdict == "PASS"
+    first = verdict.samples[0]
+    assert [r["name"] for r in first["before_arm"]] == [slow_hook.__qualname__, "drop_page_cache"]
+    assert first["before_arm"][0]["result"] == "done"
+    assert first["before_arm"][1]["result"].startswith("not permitted: ")
+    assert first["arm_seconds"] == pytest.approx(first["seconds"])
+
+
+def test_a_before_arm_that_raises_keeps_its_arm_from_running_and_is_inconclusive() -> None:
+    ran: list[str] = []
+
+    def refuse(arm: str, index: int) -> None:
+        if index == 2:
+            raise RuntimeError("GPU 0 still busy")
+
+    def arm() -> float:
+        ran.append("arm")
+        return 1.0
+
+    verdict = run_speed_gate(arm, arm, target=0.3, seed=1, clock=FakeClock(), before_arm=refuse)
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert len(ran) == 2
+    assert len(verdict.samples) == 3
+    assert verdict.samples[-1]["seconds"] is None
+    assert "before_arm test_a_before_arm_that_raises" in verdict.samples[-1]["error"]
+    assert "raised RuntimeError: GPU 0 still busy" in verdict.reason
+
+
+def test_before_arm_must_be_callable() -> None:
+    with pytest.raises(ConfigError, match="before_arm"):
+        gate(0.5, before_arm=["drop caches"])
+
+
+def test_drop_page_cache_records_not_permitted_instead_of_failing(tmp_path: Any) -> None:
+    from pytest_lossless import drop_page_cache
+    from pytest_lossless.judge.arms import DropPageCache
+
+    assert drop_page_cache.path == "/proc/sys/vm/drop_caches"
+    assert drop_page_cache.name == "drop_page_cache"
+    missing = DropPageCache(path=str(tmp_path / "no-such-dir" / "drop_caches"))
+    assert missing("control", 0) == (
+        f"not permitted: No such file or directory ({tmp_path / 'no-such-dir' / 'drop_caches'})"
+    )
+    assert DropPageCache(path=str(tmp_path))("control", 0).startswith("not permitted: Is a dir")
+    target = tmp_path / "drop_caches"
+    target.write_text("")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert DropPageCache(path=str(link))("control", 0).startswith("not permitted: ")
+    assert DropPageCache(path=str(target))("control", 0) == "done"
+    assert target.read_text() == "3"
+
+
+@dataclass
+class _Backend:
+    """A backend that lists what it is told, as nvidia-smi would."""
+
+    listed: list[list[dict[str, Any]]]
+    name: str = "cuda"
+    observes_usage: bool = True
+
+    def foreign_processes(self, devices: Any) -> list[dict[str, Any]]:
+        return self.listed.pop(0) if len(self.listed) > 1 else self.listed[0]
+
+
+@dataclass
+class _Allocation:
+    devices: tuple[Any, ...]
+
+
+def _allocation() -> _Allocation:
+    from pytest_lossless.devices.base import Device
+
+    return _Allocation((Device("0", uuid="GPU-1", backend="cuda"),))
+
+
+def test_devices_idle_records_idle_devices_and_counts_this_tests_own_processes() -> None:
+    import os
+
+    from pytest_lossless import devices_idle
+
+    own = {"device": "0", "pid": os.getpid(), "process": "python"}
+    check = devices_idle(_allocation(), backend=_Backend([[own]]))
+    assert check("control", 0) == {
+        "observed": True,
+        "idle": True,
+        "devices": ["0"],
+        "own_processes": 1,
+    }
+
+
+def test_devices_idle_names_a_foreign_process_and_makes_the_verdict_inconclusive() -> None:
+    from pytest_lossless import devices_idle
+
+    foreign = {"device": "0", "pid": 1, "process": "other-job"}
+    clock = FakeClock()
+    check = devices_idle(_allocation(), backend=_Backend([[foreign]]), wait=1.0)
+    check = dataclasses.replace(check, clock=clock)
+    verdict = run_speed_gate(
+        lambda: 1.0, lambda: 1.0, target=0.3, seed=1, clock=FakeClock(), before_arm=check
+    )
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert "before_arm devices_idle raised AllocationError" in verdict.samples[0]["error"]
+    assert "pid 1 (other-job) on device 0" in verdict.samples[0]["error"]
+    assert sum(clock.sleeps) >= 1.0  # it waited for the foreign process first
+
+
+def test_devices_idle_waits_for_a_process_that_goes() -> None:
+    from pytest_lossless import devices_idle
+
+    foreign = {"device": "0", "pid": 1, "process": "other-job"}
+    check = dataclasses.replace(
+        devices_idle(_allocation(), backend=_Backend([[foreign], []]), wait=5.0),
+        clock=FakeClock(),
+    )
+    assert check("candidate", 1)["idle"] is True
+
+
+def test_devices_idle_says_when_it_cannot_observe() -> None:
+    from pytest_lossless.judge.arms import bind_backend, devices_idle
+
+    blind = _Backend([[]], name="cpu", observes_usage=False)
+    assert devices_idle(_allocation(), backend=blind)("control", 0) == {
+        "observed": False,
+        "devices": ["0"],
+        "note": "cpu devices report no processes",
+    }
+    unbound = devices_idle(_allocation())
+    assert unbound("control", 0)["observed"] is False
+    (bound,) = bind_backend([unbound], blind)
+    assert bound("control", 0)["note"] == "cpu devices report no processes"

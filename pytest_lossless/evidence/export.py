@@ -1,0 +1,182 @@
+"""The export for CI: the obtained artifacts of every failing or new check, ready for an upload.
+
+``--lossless-export DIR`` fills a folder that a CI step uploads as it is::
+
+    DIR/export.json                  one entry per exported artifact (see below)
+    DIR/artifacts/<test>/<name>      the obtained artifact (of a producer: its first run again)
+    DIR/receipts/<session>/...       a copy of each exported test's receipt (and its diff)
+    DIR/report/                      a copy of the session's HTML report
+
+An entry names the test, the artifact, the gate, the kind and fingerprint, the runs that
+produced it (a producer whose artifact mismatched ran again: the control-run count) and whether
+they agreed, and the copy of the test's receipt. ``python -m pytest_lossless accept DIR``
+(:mod:`..judge.accept`) writes goldens from it.
+
+Also here: what a GitHub Actions job shows of a session, the verdict table as Markdown for
+``$GITHUB_STEP_SUMMARY`` and the failing gates as ``::error`` workflow commands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core.clock import utc_iso
+from ..core.digests import fsync_dir, safe_name, sha256_file, write_json_atomic
+from ..core.text import printable
+from ..judge.accept import EXPORT_JSON, EXPORT_SCHEMA
+
+__all__ = [
+    "ARTIFACTS",
+    "RECEIPTS",
+    "REPORT",
+    "ExportFolder",
+    "annotation",
+    "append_step_summary",
+    "markdown_table",
+]
+
+ARTIFACTS = "artifacts"
+RECEIPTS = "receipts"
+REPORT = "report"
+
+
+class ExportFolder:
+    """The export folder: artifacts copied in atomically, ``export.json`` written last."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def add_artifact(self, test: str, run: str, name: str, source: Path) -> tuple[str, str, int]:
+        """Copy ``source`` in as the artifact ``name`` of ``test`` (``run``: which run made
+        it); returns its path relative to the export, its SHA-256 and its size."""
+        tag = hashlib.sha256(test.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        folder = self.root / ARTIFACTS / f"{safe_name(test, default='test')}-{tag}" / safe_name(run)
+        target = folder / safe_name(name, default="artifact")
+        _copy_atomic(source, target)
+        return target.relative_to(self.root).as_posix(), sha256_file(target), target.stat().st_size
+
+    def add_receipt(self, session: str, receipt: Path) -> str:
+        """Copy a receipt (and the diff stored beside it) in; returns its relative path."""
+        folder = self.root / RECEIPTS / safe_name(session or "session")
+        target = folder / receipt.name
+        _copy_atomic(receipt, target)
+        diff = receipt.with_suffix(".diff")
+        if diff.is_file():
+            _copy_atomic(diff, folder / diff.name)
+        return target.relative_to(self.root).as_posix()
+
+    def add_report(self, report: Path) -> Path | None:
+        """Copy the session's HTML report folder in (replacing an older copy)."""
+        if not report.is_dir():
+            return None
+        target = self.root / REPORT
+        staging = self.root / f".{REPORT}-{os.getpid()}-{secrets.token_hex(4)}"
+        shutil.copytree(report, staging, symlinks=True)
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(staging, target)
+        return target
+
+    def write(
+        self,
+        entries: Sequence[Mapping[str, Any]],
+        *,
+        session: str,
+        host: Mapping[str, Any],
+        source: Mapping[str, Any],
+        settings: Mapping[str, Any],
+        command: Sequence[str],
+    ) -> Path:
+        """Write ``export.json`` (atomically, last: a reader sees a complete export)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        document = {
+            "schema": EXPORT_SCHEMA,
+            "what": "pytest-lossless export: accept with python -m pytest_lossless accept DIR",
+            "written_at": utc_iso(),
+            "session": session,
+            "host": dict(host),
+            "source": {k: source.get(k) for k in ("revision", "dirty", "branch") if k in source},
+            "settings": dict(settings),
+            "command": list(command),
+            "entries": sorted(
+                (dict(e) for e in entries), key=lambda e: (str(e["test"]), str(e["artifact"]))
+            ),
+        }
+        path = self.root / EXPORT_JSON
+        write_json_atomic(path, document, default=str)
+        return path
+
+
+def _copy_atomic(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` through a temporary file beside it, flushed, renamed in."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        shutil.copyfile(source, temporary)
+        fd = os.open(temporary, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    fsync_dir(target.parent)
+
+
+# ------------------------------------------------------------------ GitHub Actions
+
+
+def _cell(text: object) -> str:
+    """A Markdown table cell: no line breaks, pipes escaped, control characters visible."""
+    shown = printable(str(text), newlines=True).replace("\n", " ")
+    return shown.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def markdown_table(rows: Iterable[Sequence[object]], *, title: str) -> str:
+    """The verdict table as GitHub-flavoured Markdown: ``rows`` of (verdict, test, check,
+    gate, key figure), in the order given."""
+    lines = [
+        f"### {title}",
+        "",
+        "| verdict | test | check | gate | key figure |",
+        "|---|---|---|---|---|",
+    ]
+    body = [
+        "| " + " | ".join(_cell(c) if i else f"**{_cell(c)}**" for i, c in enumerate(row)) + " |"
+        for row in rows
+    ]
+    lines += body or ["| - | no gate compared anything | | | |"]
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(path: Path | str, text: str) -> None:
+    """Append to ``$GITHUB_STEP_SUMMARY`` (the runner made the file; it is only appended)."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(printable(text)).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(file: str, line: int | None, message: str, *, title: str | None = None) -> str:
+    """A GitHub ``::error`` workflow command naming ``file`` (and ``line``), escaped as the
+    runner reads it: ``%``, CR and LF in the message; also ``:`` and ``,`` in properties."""
+    props = [f"file={_escape_property(file)}"]
+    if line is not None:
+        props.append(f"line={int(line)}")
+    if title:
+        props.append(f"title={_escape_property(title)}")
+    return f"::error {','.join(props)}::{_escape_data(printable(message, newlines=True))}"

@@ -1,0 +1,491 @@
+"""``accept``: goldens written from an export, as ``--update-goldens`` would have on its machine.
+
+An export (``--lossless-export DIR``, :mod:`..evidence.export`) holds the obtained artifacts of
+every failing or new check of a session, with ``export.json``: per artifact its test, gate, kind
+and fingerprint, the runs that produced it and whether they agreed, and the test's receipt.
+:func:`accept` writes goldens from it through the same machinery as ``--update-goldens``
+(:meth:`~.goldens.GoldenFolder.stage` and :meth:`~.goldens.GoldenFolder.commit`: the same
+manifest entries, with the provenance of the machine that ran the test, the same atomic folder
+swap), for the artifacts that pass every rule below; every other one is refused, with why:
+
+- it came from a producer that ran at least twice and every run agreed (the producer rule of
+  ``--update-goldens``: a flaky run is never baked into a golden);
+- its receipt passes ``verify`` (the caller's ``receipt_problems``) and records the same
+  fingerprint for it;
+- the file in the export still has the SHA-256 and fingerprint the export names;
+- its gate is the one frozen with the golden, if there is one (a gate is changed by
+  ``--update-goldens`` only, deliberately).
+
+The goldens of a test that the export does not name are kept as they are (an export holds only
+what failed or was new); each accepted test folder is replaced whole, once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.digests import canonical_sha256, loads_bounded, sha256_file
+from ..core.paths import inside_root, read_regular
+from ..core.text import printable
+from ..errors import LosslessError
+from ..kinds import Artifact, KindRegistry
+from .goldens import GoldenFolder
+from .scope import Environment
+
+__all__ = [
+    "EXPORT_JSON",
+    "EXPORT_SCHEMA",
+    "MAX_EXPORT_BYTES",
+    "Decision",
+    "ExportError",
+    "Exported",
+    "accept",
+    "keyword_matcher",
+    "read_export",
+]
+
+#: The index of an export folder, and the schema this version writes and reads.
+EXPORT_JSON = "export.json"
+EXPORT_SCHEMA = 1
+#: The largest ``export.json`` read (it names files; the artifacts lie beside it).
+MAX_EXPORT_BYTES = 64 << 20
+
+
+class ExportError(LosslessError):
+    """An export folder that cannot be read (``path``: the folder or its ``export.json``)."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(printable(f"{self.path}: {problem}"))
+
+
+@dataclass
+class Exported:
+    """One exported artifact, as ``export.json`` names it."""
+
+    test: str
+    artifact: str
+    source: str  # "golden" (a golden.check) or "lossless" (a lossless.compare)
+    status: str  # "changed", "new", "failed", "inconclusive"
+    file: str | None
+    module: str
+    test_name: str
+    gate: str | None
+    requested_gate: str | None
+    kind: str
+    fingerprint: dict[str, Any]
+    sha256: str
+    runs: list[dict[str, Any]]
+    agreed: bool | None
+    producer: bool
+    receipt: str | None = None
+    varied: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict)
+    scope: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: Path) -> Exported:
+        if not isinstance(data, Mapping):
+            raise ExportError(where, "an entry of 'entries' is not an object")
+        try:
+            runs = data.get("runs") or []
+            if not isinstance(runs, list) or not all(isinstance(r, Mapping) for r in runs):
+                raise TypeError("runs must be a list of objects")
+            fingerprint = data.get("fingerprint") or {}
+            if not isinstance(fingerprint, dict):
+                raise TypeError("fingerprint must be an object")
+            agreed = data.get("agreed")
+            if agreed is not None and not isinstance(agreed, bool):
+                raise TypeError("agreed must be true, false or null")
+            return cls(
+                test=_text(data, "test"),
+                artifact=_text(data, "artifact"),
+                source=_text(data, "source"),
+                status=_text(data, "status"),
+                file=_optional(data, "file"),
+                module=_optional(data, "module") or "",
+                test_name=_optional(data, "test_name") or "",
+                gate=_optional(data, "gate"),
+                requested_gate=_optional(data, "requested_gate"),
+                kind=_optional(data, "kind") or "",
+                fingerprint=fingerprint,
+                sha256=_optional(data, "sha256") or "",
+                runs=[dict(r) for r in runs],
+                agreed=agreed,
+                producer=bool(data.get("producer")),
+                receipt=_optional(data, "receipt"),
+                varied=_optional(data, "varied") or "",
+                provenance=dict(data.get("provenance") or {}),
+                scope=_optional(data, "scope"),
+                data=dict(data),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ExportError(where, f"an entry is malformed ({exc})") from None
+
+    @property
+    def label(self) -> str:
+        return f"{self.test} {self.artifact}"
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{key} must be a non-empty string")
+    return value
+
+
+def _optional(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{key} must be a string or null")
+    return value
+
+
+@dataclass
+class ExportDocument:
+    """``export.json`` as read: the session it came from and its entries."""
+
+    folder: Path
+    entries: list[Exported]
+    settings: dict[str, Any]
+    session: str
+
+
+def read_export(folder: Path | str) -> ExportDocument:
+    """The entries of ``folder/export.json``, read within a size and a nesting limit."""
+    folder = Path(folder)
+    path = folder / EXPORT_JSON
+    if not folder.is_dir():
+        raise ExportError(folder, "no such export folder")
+    try:
+        data = loads_bounded(read_regular(path, limit=MAX_EXPORT_BYTES))
+    except FileNotFoundError:
+        raise ExportError(
+            folder, f"holds no {EXPORT_JSON}: it is not a folder --lossless-export wrote"
+        ) from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ExportError(path, f"cannot be read ({reason})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise ExportError(path, "has no 'entries' list; it is not a pytest-lossless export")
+    if data.get("schema") != EXPORT_SCHEMA:
+        raise ExportError(
+            path, f"has schema {data.get('schema')!r}; this version reads {EXPORT_SCHEMA}"
+        )
+    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+    return ExportDocument(
+        folder,
+        [Exported.from_dict(e, path) for e in data["entries"]],
+        dict(settings or {}),
+        str(data.get("session") or ""),
+    )
+
+
+# ------------------------------------------------------------------ -k, as pytest reads it
+
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+
+def keyword_matcher(expression: str) -> Callable[[str], bool]:
+    """``-k EXPR`` as pytest reads it, over test ids: words matched as case-insensitive
+    substrings, combined with ``and``, ``or``, ``not`` and parentheses. A bad expression is a
+    ``ValueError`` naming it."""
+    tokens = [t for t in _TOKEN.findall(expression) if t]
+    position = 0
+
+    def peek() -> str | None:
+        return tokens[position] if position < len(tokens) else None
+
+    def take() -> str:
+        nonlocal position
+        token = peek()
+        if token is None:
+            raise ValueError(f"-k {expression!r}: the expression ends too early")
+        position += 1
+        return token
+
+    def disjunction() -> Callable[[str], bool]:
+        parts = [conjunction()]
+        while peek() == "or":
+            take()
+            parts.append(conjunction())
+        return lambda text: any(p(text) for p in parts)
+
+    def conjunction() -> Callable[[str], bool]:
+        parts = [negation()]
+        while peek() == "and":
+            take()
+            parts.append(negation())
+        return lambda text: all(p(text) for p in parts)
+
+    def negation() -> Callable[[str], bool]:
+        if peek() == "not":
+            take()
+            inner = negation()
+            return lambda text: not inner(text)
+        token = take()
+        if token == "(":
+            inner = disjunction()
+            if take() != ")":
+                raise ValueError(f"-k {expression!r}: a parenthesis is not closed")
+            return inner
+        if token in (")", "and", "or"):
+            raise ValueError(f"-k {expression!r}: unexpected {token!r}")
+        word = token.lower()
+        return lambda text: word in text.lower()
+
+    if not tokens:
+        return lambda text: True
+    matcher = disjunction()
+    if peek() is not None:
+        raise ValueError(f"-k {expression!r}: unexpected {peek()!r}")
+    return matcher
+
+
+# ------------------------------------------------------------------ accepting
+
+
+@dataclass
+class Decision:
+    """What accept did with one exported artifact: an :class:`UpdateEvent` (``created``,
+    ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason."""
+
+    entry: Exported
+    action: str
+    detail: str = ""
+    folder: str = ""
+
+    def to_event(self) -> dict[str, str]:
+        return {
+            "test": self.entry.test,
+            "folder": self.folder,
+            "name": self.entry.artifact,
+            "action": self.action,
+            "detail": self.detail,
+        }
+
+
+def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], list[str]]) -> str:
+    """Why ``entry`` may not become a golden ("" when it may)."""
+    if entry.source != "golden":
+        return (
+            f"a {entry.source} result ({entry.status}): a lossless.compare has no golden, so "
+            "there is nothing to accept; it is exported for review"
+        )
+    if not entry.producer or len(entry.runs) < 2:
+        return (
+            f"produced by {len(entry.runs)} run only: the test handed golden.check a file or "
+            "data, not a producer, so nothing shows that its runs agree. Hand it a producer (a "
+            "zero-argument callable), or write the golden with --update-goldens"
+        )
+    if entry.agreed is not True:
+        why = f": {entry.varied}" if entry.varied else ""
+        return (
+            f"its {len(entry.runs)} runs did not agree{why}; a flaky run is never baked into a "
+            "golden"
+        )
+    if entry.file is None:
+        return "the export holds no file for it"
+    if entry.receipt is None:
+        return "the export names no receipt for it, so nothing vouches for its runs"
+    receipt = _inside(export, entry.receipt, "receipt")
+    if not receipt.is_file():
+        return f"its receipt {receipt} is missing from the export"
+    try:
+        problems = receipt_problems(receipt)
+    except LosslessError as exc:
+        return f"its receipt {receipt} cannot be read: {exc}"
+    if problems:
+        return f"its receipt {receipt} does not pass verify: " + "; ".join(problems[:3])
+    path = _inside(export, entry.file, "exported artifact")
+    if not path.is_file() or path.is_symlink():
+        return f"the exported file {path} is missing"
+    actual = sha256_file(path)
+    if actual != entry.sha256:
+        return (
+            f"the exported file {path} has SHA-256 {actual[:16]}... but the export says "
+            f"{entry.sha256[:16]}...: it was changed after the export was written"
+        )
+    named = entry.fingerprint.get("sha256")
+    if isinstance(named, str) and len(named) == 64 and named != entry.sha256:
+        return "its fingerprint names another file than the one exported"
+    first = entry.runs[0].get("fingerprint_sha256")
+    if first is not None and first != canonical_sha256(entry.fingerprint):
+        return "its fingerprint is not the one its first run recorded"
+    return ""
+
+
+def _inside(export: Path, relative: str, what: str) -> Path:
+    path = export / relative
+    inside_root(path, export, what=what)
+    return path
+
+
+def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """The obtained fingerprint a receipt's gate block records for ``name`` (None: none)."""
+    for gate in receipt.get("gates") or []:
+        if isinstance(gate, Mapping) and gate.get("artifact") == name:
+            obtained = ((gate.get("evidence") or {}).get("obtained")) or {}
+            fingerprint = obtained.get("fingerprint")
+            if isinstance(fingerprint, dict):
+                return fingerprint
+    return None
+
+
+def accept(
+    export: Path | str,
+    *,
+    goldens: Path,
+    rootdir: Path,
+    kinds: KindRegistry,
+    receipt_problems: Callable[[Path], list[str]],
+    load_receipt: Callable[[Path], Mapping[str, Any]],
+    keyword: str | None = None,
+    store: Path | None = None,
+    digest_above: int | None = None,
+    lock_timeout: float = 120.0,
+) -> list[Decision]:
+    """Write goldens from ``export`` into ``goldens``; one :class:`Decision` per artifact.
+
+    ``receipt_problems(path)``: the contradictions ``verify`` finds in a receipt (empty:
+    consistent); ``load_receipt(path)``: the receipt as a mapping. ``keyword``: ``-k``.
+    ``digest_above``: default, the export's own setting (what its machine would have kept).
+    """
+    document = read_export(export)
+    folder = document.folder
+    wanted = keyword_matcher(keyword) if keyword else None
+    above = digest_above
+    if above is None:
+        recorded = document.settings.get("digest_above")
+        above = (
+            recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 1 << 20
+        )
+    decisions: list[Decision] = []
+    chosen: dict[tuple[str, str, str, Environment | None], list[Exported]] = {}
+    for entry in document.entries:
+        if wanted is not None and not wanted(entry.test):
+            continue
+        try:
+            why = refusal(entry, folder, receipt_problems)
+            if not why and entry.receipt is not None:
+                recorded = _recorded_fingerprint(
+                    load_receipt(_inside(folder, entry.receipt, "receipt")), entry.artifact
+                )
+                if recorded is not None and canonical_sha256(recorded) != canonical_sha256(
+                    entry.fingerprint
+                ):
+                    why = "its receipt records another fingerprint for it than the export names"
+        except LosslessError as exc:  # a path that leads out of the export, say
+            why = str(exc)
+        if why:
+            decisions.append(Decision(entry, "refused", why))
+            continue
+        environment = None
+        if entry.scope == "device":
+            environment = Environment.from_dict(entry.data.get("environment"))
+            if environment is None:
+                why = "a device-scoped golden whose export names no environment class"
+                decisions.append(Decision(entry, "refused", why))
+                continue
+        key = (entry.test, entry.module, entry.test_name, environment)
+        chosen.setdefault(key, []).append(entry)
+    for (test, module, test_name, environment), entries in chosen.items():
+        golden = GoldenFolder(
+            goldens,
+            module,
+            test_name,
+            test,
+            kinds,
+            digest_above=above,
+            rootdir=rootdir,
+            lock_timeout=lock_timeout,
+            store=store,
+            environment=environment,
+        )
+        decisions += _accept_test(golden, folder, entries)
+    return decisions
+
+
+def _accept_test(golden: GoldenFolder, export: Path, entries: Sequence[Exported]) -> list[Decision]:
+    """Stage and commit one test's accepted artifacts (its other goldens are kept)."""
+    shown = _shown(golden)
+    try:
+        golden.begin_update()
+        frozen = golden.manifest()
+    except LosslessError as exc:
+        return [
+            Decision(e, "refused", f"the golden folder cannot be updated: {exc}") for e in entries
+        ]
+    decisions: list[Decision] = []
+    staged: list[Exported] = []
+    for entry in entries:
+        before = frozen.get(entry.artifact)
+        gate = entry.requested_gate or (before.gate if before is not None else None)
+        if before is not None and entry.requested_gate and entry.requested_gate != before.gate:
+            decisions.append(
+                Decision(
+                    entry,
+                    "refused",
+                    f"its gate is frozen as {before.gate} with the golden, but the test asks for "
+                    f"{entry.requested_gate}: a gate is changed by --update-goldens only",
+                    shown,
+                )
+            )
+            continue
+        from ..gates import parse_gate
+
+        path = export / str(entry.file)
+        artifact = Artifact(
+            name=entry.artifact, kind=entry.kind, fingerprint=dict(entry.fingerprint), path=path
+        )
+        try:
+            golden.stage(
+                entry.artifact,
+                path,
+                parse_gate(gate),
+                entry.provenance,
+                artifact=artifact,
+            )
+        except LosslessError as exc:
+            decisions.append(Decision(entry, "refused", str(exc), shown))
+            continue
+        staged.append(entry)
+    if not staged:
+        return decisions
+    by_name = {e.artifact: e for e in staged}
+    try:
+        events = golden.commit(keep=True)
+    except LosslessError as exc:
+        found = getattr(exc, "events", None)
+        if found:
+            events = list(found)
+        else:
+            return decisions + [Decision(e, "refused", str(exc), shown) for e in staged]
+    decisions += [
+        Decision(by_name[e.name], e.action, e.detail, shown) for e in events if e.name in by_name
+    ]
+    return decisions
+
+
+def _shown(golden: GoldenFolder) -> str:
+    try:
+        return str(golden.path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(golden.path)
+
+
+def events(decisions: Iterable[Decision]) -> list[dict[str, str]]:
+    """The decisions as golden-update events (``report.update_lines`` prints them)."""
+    return [d.to_event() for d in decisions]
+
+
+def refused(decisions: Iterable[Decision]) -> list[Decision]:
+    return [d for d in decisions if d.action in ("refused", "conflict")]

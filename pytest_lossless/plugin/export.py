@@ -1,0 +1,551 @@
+"""``--lossless-export DIR``: the obtained artifacts of every failing or new check, for CI.
+
+:mod:`.golden` tells this module of every ``golden.check`` and ``golden.check_all``
+(:func:`watch`), and :mod:`.lossless` of every ``lossless.compare`` verdict
+(:func:`comparison`). Right after the test's call, while its fixtures still stand, each check
+that mismatched its golden or had none is settled: a producer runs again (the control-run
+count, ``--lossless-control-runs``) so that the export shows whether its runs agree, and the
+obtained file is copied into DIR. The entries ride on the teardown report (to the controller,
+under xdist), and the controller writes ``export.json`` at the session's end, with a copy of
+each test's receipt; the HTML report is copied in after the terminal summary drew it.
+``python -m pytest_lossless accept DIR`` writes goldens from it (:mod:`..judge.accept`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, final
+
+import pytest
+
+from ..core.digests import canonical_sha256, sha256_file
+from ..errors import GoldenMissing, LosslessError
+from .config import session as session_of
+from .config import settings
+from .receipts import receipt_for, source_revision
+
+if TYPE_CHECKING:
+    from ..evidence.export import ExportFolder
+    from ..judge.goldens import Golden
+
+_PLUGIN_NAME = "lossless-export"
+#: ``config.stash[EXPORT_KEY]``: the session's export, when ``--lossless-export`` is given.
+EXPORT_KEY = pytest.StashKey["ExportPlugin"]()
+#: ``item.stash[WATCHED_KEY]``: the test's golden checks, in the order it made them.
+WATCHED_KEY = pytest.StashKey[list["Watched"]]()
+#: ``item.stash[ENTRIES_KEY]``: the test's exported artifacts (``export.json`` entries).
+ENTRIES_KEY = pytest.StashKey[list[dict[str, Any]]]()
+#: Statuses of a golden check that are exported.
+EXPORTED = ("changed", "new")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if settings(config).export is None:
+        return
+    plugin = config.stash[EXPORT_KEY] = ExportPlugin(config)
+    config.pluginmanager.register(plugin, _PLUGIN_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.stash.get(EXPORT_KEY, None)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
+        del config.stash[EXPORT_KEY]
+
+
+@dataclass
+class Watched:
+    """One ``golden.check`` (``name``) or ``golden.check_all`` (``name`` None) of a test."""
+
+    golden: Golden
+    name: str | None
+    artifact: Any
+    gate: Any
+
+
+def watch(item: pytest.Item, golden: Golden, name: str | None, artifact: Any, gate: Any) -> None:
+    """Called by :mod:`.golden` for each check: remembered only when exporting."""
+    if EXPORT_KEY in item.config.stash:
+        item.stash.setdefault(WATCHED_KEY, []).append(Watched(golden, name, artifact, gate))
+
+
+def comparison(item: pytest.Item, verdict: Any) -> None:
+    """Called by :mod:`.lossless` with each verdict: a FAIL exports the candidate's differing
+    artifacts, an INCONCLUSIVE the control runs that differed (for review: no golden)."""
+    plugin = item.config.stash.get(EXPORT_KEY, None)
+    if plugin is None or str(verdict.verdict) not in ("FAIL", "INCONCLUSIVE"):
+        return
+    with _kept(item):
+        plugin.export_comparison(item, verdict)
+
+
+class _kept:
+    """An export that fails must not fail the test in other words than its own: noted."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self.item = item
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> bool:
+        if isinstance(error, Exception):  # the export is a copy: never the test's failure
+            plugin = self.item.config.stash.get(EXPORT_KEY, None)
+            if plugin is not None:
+                label = (
+                    ""
+                    if isinstance(error, (OSError, LosslessError))
+                    else f"{type(error).__name__}: "
+                )
+                plugin.problems.append(f"{self.item.nodeid} not exported: {label}{error}")
+            return True
+        return False
+
+
+def _test_name(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+
+
+def _run_record(name: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
+    fingerprint = artifact.get("fingerprint") or {}
+    digest = fingerprint.get("sha256")
+    if not (isinstance(digest, str) and len(digest) == 64) and artifact.get("path"):
+        digest = sha256_file(str(artifact["path"]))
+    return {"name": name, "sha256": digest, "fingerprint_sha256": canonical_sha256(fingerprint)}
+
+
+@final
+class ExportPlugin:
+    """Settles each test's checks after its call; the controller writes the export."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        from ..evidence.export import ExportFolder
+
+        self.config = config
+        resolved = settings(config)
+        assert resolved.export is not None
+        self.folder: ExportFolder = ExportFolder(resolved.export)
+        #: The exported entries of every test, and each test's receipt, by test id.
+        self.entries: dict[str, list[dict[str, Any]]] = {}
+        self.receipts: dict[str, str] = {}
+        self.problems: list[str] = []
+        self.written: Path | None = None
+
+    # -------------------------------------------------------------- in the test's process
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        finally:
+            watched = item.stash.get(WATCHED_KEY, [])
+            if watched:
+                with _kept(item):
+                    self._settle(item, watched)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.when == "teardown" and item.stash.get(ENTRIES_KEY, None):
+            report.lossless_export = item.stash[ENTRIES_KEY]  # type: ignore[attr-defined]
+        return report
+
+    def _add(self, item: pytest.Item, entry: dict[str, Any]) -> None:
+        path, line = item.location[0], item.location[1]
+        entry.setdefault("location", {"file": path, "line": None if line is None else line + 1})
+        item.stash.setdefault(ENTRIES_KEY, []).append(entry)
+
+    def _copy(self, item: pytest.Item, run: str, name: str, path: Path) -> dict[str, Any]:
+        relative, digest, size = self.folder.add_artifact(item.nodeid, run, name, path)
+        return {"file": relative, "sha256": digest, "size": size}
+
+    def _settle(self, item: pytest.Item, watched: list[Watched]) -> None:
+        """Each check that mismatched or had no golden: exported (a producer's run again)."""
+        from ..media.artifacts import is_producer
+
+        gates = receipt_for(item).gates
+        done: set[tuple[int, str]] = set()
+        for index, check in enumerate(watched):
+            golden = check.golden
+            if check.name is None:
+                if not is_producer(check.artifact):
+                    continue  # its artifacts are watched one by one
+                names = []
+                for later in watched[index + 1 :]:
+                    if later.name is None:
+                        break
+                    if later.golden is golden:
+                        names.append(later.name)
+                status = {n: _status(golden, n, gates) for n in names}
+                if not any(s in EXPORTED for s in status.values()):
+                    continue
+                self._rerun(item, golden, check.artifact, check.gate, status)
+                done.update((id(golden), n) for n in names)
+                continue
+            if (id(golden), check.name) in done:
+                continue
+            state = _status(golden, check.name, gates)
+            if state not in EXPORTED:
+                continue
+            done.add((id(golden), check.name))
+            if is_producer(check.artifact):
+                producer = _named(check.name, check.artifact)
+                self._rerun(item, golden, producer, check.gate, {check.name: state})
+            else:
+                self._single(item, golden, check, state)
+
+    def _base(
+        self, item: pytest.Item, golden: Golden, name: str, status: str, gate: Any
+    ) -> dict[str, Any]:
+        from ..gates import parse_gate
+
+        requested = parse_gate(gate)
+        environment = getattr(golden.folder, "environment", None)
+        return {
+            "test": item.nodeid,
+            "artifact": name,
+            "source": "golden",
+            "status": status,
+            "module": item.path.stem,
+            "test_name": _test_name(item),
+            "folder": str(golden.folder.path),
+            "requested_gate": None if requested is None else requested.spec,
+            "provenance": dict(golden.provenance),
+            "scope": "all" if environment is None else "device",
+            "environment": None if environment is None else environment.to_dict(),
+            "message": _message(golden, name),
+        }
+
+    def _single(self, item: pytest.Item, golden: Golden, check: Watched, status: str) -> None:
+        """A file or data handed over (not a producer): exported as the one run it was."""
+        from ..media.artifacts import materialize
+
+        name = str(check.name)
+        obtained = (
+            golden.folder.evidence.get(name, {}).get("obtained") if status == "changed" else None
+        )
+        if obtained is None:
+            path = materialize(check.artifact, name, golden.workdir / "export-obtained")
+            artifact = golden.folder.kinds.artifact(name, path)
+            obtained = {
+                "path": str(path),
+                "kind": artifact.kind,
+                "fingerprint": artifact.fingerprint,
+            }
+        entry = self._base(item, golden, name, status, check.gate)
+        entry.update(
+            self._copy(item, "obtained", name, Path(obtained["path"])),
+            gate=_used_gate(golden, name, check.gate, obtained["kind"]),
+            kind=obtained["kind"],
+            fingerprint=obtained["fingerprint"],
+            runs=[_run_record("checked", obtained)],
+            agreed=None,
+            producer=False,
+            varied="",
+        )
+        self._add(item, entry)
+
+    def _rerun(
+        self,
+        item: pytest.Item,
+        golden: Golden,
+        producer: Callable[[], Any],
+        gate: Any,
+        status: dict[str, str],
+    ) -> None:
+        """Run a producer again (the control-run count); export what differs from its golden."""
+        from ..gates import parse_gate
+        from ..judge.repeatability import compare_control_candidate
+
+        runs = settings(item.config).control_runs
+        frozen = _frozen_gates(golden)
+        requested = parse_gate(gate)
+        gates = {n: requested or g for n, g in frozen.items()}
+        workdir = golden.workdir / f"export-{len(item.stash.get(ENTRIES_KEY, []))}"
+        try:
+            verdict = compare_control_candidate(
+                producer,
+                None,
+                runs=runs,
+                kinds=golden.folder.kinds,
+                workdir=workdir,
+                gate=gates if requested is None else requested,
+                label="run",
+            )
+        except (Exception, pytest.fail.Exception) as exc:
+            why = f"running it again raised {type(exc).__name__}: {exc}"
+            for name, state in status.items():
+                if state in EXPORTED:
+                    self._not_rerun(item, golden, name, state, gate, why)
+            return
+        first = verdict.runs[0]["artifacts"]
+        checked = {
+            n: golden.folder.evidence[n]["obtained"]
+            for n in first
+            if status.get(n) == "changed" and n in golden.folder.evidence
+        }
+        varied = _varied(verdict)
+        for name in sorted(first):
+            spec = verdict.gates.get(name)
+            against = checked.get(name)
+            if against is not None and spec is not None:
+                again = _compare(golden, spec, name, against, first[name])
+                if again:
+                    varied.append(f"  the checked run vs run 1:\n    {again}")
+        agreed = not varied
+        for name in sorted(first):
+            chosen = requested or gates.get(name)
+            state = status.get(name) or _status_of_file(golden, name, first[name], chosen)
+            if state not in EXPORTED:
+                continue
+            entry = self._base(item, golden, name, state, gate)
+            records = [
+                _run_record(f"run {i + 1}", run["artifacts"][name])
+                for i, run in enumerate(verdict.runs)
+                if name in run["artifacts"]
+            ]
+            if name in checked:
+                records.append(_run_record("checked", checked[name]))
+            entry.update(
+                self._copy(item, "run1", name, Path(first[name]["path"])),
+                gate=verdict.gates.get(name),
+                kind=first[name]["kind"],
+                fingerprint=first[name]["fingerprint"],
+                runs=records,
+                agreed=agreed,
+                producer=True,
+                varied="\n".join(["What varied between its runs:", *varied]) if varied else "",
+            )
+            self._add(item, entry)
+
+    def _not_rerun(
+        self, item: pytest.Item, golden: Golden, name: str, status: str, gate: Any, why: str
+    ) -> None:
+        entry = self._base(item, golden, name, status, gate)
+        obtained = golden.folder.evidence.get(name, {}).get("obtained")
+        if obtained is not None:
+            entry.update(self._copy(item, "obtained", name, Path(obtained["path"])))
+            entry.update(kind=obtained["kind"], fingerprint=obtained["fingerprint"])
+            entry["runs"] = [_run_record("checked", obtained)]
+        else:
+            entry.update(file=None, kind=None, fingerprint={}, runs=[], sha256=None)
+        entry.update(agreed=False, producer=True, varied=why, gate=None)
+        self._add(item, entry)
+
+    def export_comparison(self, item: pytest.Item, verdict: Any) -> None:
+        """The artifacts of a failing or INCONCLUSIVE ``lossless.compare``, for review."""
+        runs = {r["name"]: r for r in verdict.runs}
+        pairs: list[tuple[str, str]] = []
+        if str(verdict.verdict) == "FAIL" and verdict.candidate_comparison is not None:
+            found = verdict.candidate_comparison
+            pairs += [("candidate", r.artifact) for r in found.results if not r.passed]
+            pairs += [
+                ("candidate", n) for n in found.missing if n in runs["candidate"]["artifacts"]
+            ]
+        else:
+            for compared in verdict.control_comparisons:
+                if compared.identical:
+                    continue
+                for result in compared.results:
+                    if not result.passed:
+                        pairs += [
+                            (compared.left, result.artifact),
+                            (compared.right, result.artifact),
+                        ]
+        for run, name in dict.fromkeys(pairs):
+            artifact = runs[run]["artifacts"].get(name)
+            if artifact is None:
+                continue
+            entry = {
+                "test": item.nodeid,
+                "artifact": name,
+                "source": "lossless",
+                "status": "failed" if str(verdict.verdict) == "FAIL" else "inconclusive",
+                "label": verdict.label,
+                "run": run,
+                "gate": verdict.gates.get(name),
+                "kind": artifact["kind"],
+                "fingerprint": artifact["fingerprint"],
+                "runs": [
+                    _run_record(r["name"], r["artifacts"][name])
+                    for r in verdict.runs
+                    if name in r["artifacts"]
+                ],
+                "agreed": verdict.control_repeatable,
+                "producer": True,
+                "message": verdict.summary(),
+            }
+            entry.update(self._copy(item, run, name, Path(artifact["path"])))
+            self._add(item, entry)
+
+    # -------------------------------------------------------------- on the controller
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for key, value in report.user_properties:
+            if key == "lossless_receipt":
+                self.receipts[report.nodeid] = str(value)
+        entries = getattr(report, "lossless_export", None)
+        if entries:
+            self.entries.setdefault(report.nodeid, []).extend(entries)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput"):
+            return  # the controller writes export.json
+        try:
+            self.written = self._write()
+        except (OSError, LosslessError) as exc:
+            self.problems.append(f"export.json was not written: {exc}")
+        if self.problems and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write(self) -> Path:
+        resolved = settings(self.config)
+        session_id, host = session_of(self.config)
+        entries: list[dict[str, Any]] = []
+        for test, found in sorted(self.entries.items()):
+            receipt = self.receipts.get(test)
+            copied = self.folder.add_receipt(session_id, Path(receipt)) if receipt else None
+            entries += [{**e, "receipt": copied} for e in found]
+        goldens = resolved.goldens
+        shown = (
+            goldens.relative_to(resolved.rootdir)
+            if goldens.is_relative_to(resolved.rootdir)
+            else goldens
+        )
+        return self.folder.write(
+            entries,
+            session=session_id,
+            host=host,
+            source=source_revision(self.config),
+            settings={
+                "control_runs": resolved.control_runs,
+                "digest_above": resolved.digest_above,
+                "goldens": str(shown),
+            },
+            command=["pytest", *self.config.invocation_params.args],
+        )
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        finally:
+            if not hasattr(self.config, "workerinput"):
+                self._summary(terminalreporter)
+
+    def _summary(self, terminalreporter: Any) -> None:
+        from .html_report import REPORT_KEY
+
+        html = self.config.stash.get(REPORT_KEY, None)
+        if html is not None and html.path is not None and self.written is not None:
+            try:
+                self.folder.add_report(html.path.parent)
+            except OSError as exc:
+                self.problems.append(f"the report was not copied in: {exc}")
+        for problem in self.problems:
+            terminalreporter.write_line(f"pytest-lossless export: {problem}", red=True)
+        if self.written is None:
+            return
+        count = sum(len(e) for e in self.entries.values())
+        root = self.folder.root
+        rootdir = settings(self.config).rootdir
+        shown = root.relative_to(rootdir) if root.is_relative_to(rootdir) else root
+        terminalreporter.write_line(
+            f"pytest-lossless export: {shown} ({count} artifact{'s' if count != 1 else ''} of "
+            f"{len(self.entries)} test{'s' if len(self.entries) != 1 else ''}); accept with "
+            f"python -m pytest_lossless accept {shown}"
+        )
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _named(name: str, producer: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
+    """A ``golden.check`` producer as a run of one named artifact."""
+    return lambda: {name: producer()}
+
+
+def _status(golden: Golden, name: str, gates: list[dict[str, Any]]) -> str:
+    """What became of the check ``name``: ``changed``, ``new``, ``pass``, ``error`` or
+    ``unchecked`` (the test stopped before it)."""
+    for result in reversed(golden.results):
+        if result.artifact == name:
+            return "pass" if result.passed else "changed"
+    for gate in reversed(gates):
+        if gate.get("artifact") == name and gate.get("error"):
+            return "new" if gate["error"] in ("GoldenMissing", "ScopeMissing") else "error"
+    return "unchecked"
+
+
+def _status_of_file(golden: Golden, name: str, run: Mapping[str, Any], gate: Any) -> str:
+    """An artifact of a re-run that the test never reached: compared with its golden here."""
+    try:
+        result = golden.folder.compare(name, Path(run["path"]), gate)
+    except GoldenMissing:
+        return "new"
+    except LosslessError:
+        return "error"
+    return "pass" if result.passed else "changed"
+
+
+def _frozen_gates(golden: Golden) -> dict[str, Any]:
+    from ..gates import parse_gate
+
+    try:
+        manifest = golden.folder.manifest()
+    except LosslessError:
+        return {}
+    return {n: g for n, e in manifest.items() if (g := parse_gate(e.gate)) is not None}
+
+
+def _used_gate(golden: Golden, name: str, gate: Any, kind: str) -> str:
+    from ..gates import parse_gate
+
+    requested = parse_gate(gate)
+    if requested is not None:
+        return requested.spec
+    frozen = _frozen_gates(golden).get(name)
+    return frozen.spec if frozen is not None else golden.folder.kinds.default_gate(kind).spec
+
+
+def _message(golden: Golden, name: str) -> str:
+    for result in reversed(golden.results):
+        if result.artifact == name:
+            return result.message().splitlines()[0]
+    return ""
+
+
+def _varied(verdict: Any) -> list[str]:
+    lines = []
+    for compared in verdict.control_comparisons:
+        if compared.identical:
+            continue
+        left = compared.left.replace("control#", "run ")
+        right = compared.right.replace("control#", "run ")
+        lines.append(f"  {left} vs {right}:")
+        lines += ["    " + d.replace("\n", "\n    ") for d in compared.differences()]
+    return lines
+
+
+def _compare(
+    golden: Golden, spec: str, name: str, left: Mapping[str, Any], right: Mapping[str, Any]
+) -> str:
+    """How two runs of ``name`` differ under ``spec`` ("" when they agree)."""
+    from ..gates import parse_gate
+    from ..kinds import Artifact
+
+    gate = parse_gate(spec)
+    assert gate is not None
+
+    def artifact(run: Mapping[str, Any]) -> Artifact:
+        return Artifact(
+            name=name, kind=run["kind"], fingerprint=run["fingerprint"], path=Path(run["path"])
+        )
+
+    result = golden.folder.kinds.compare(gate, artifact(left), artifact(right))
+    return "" if result.passed else result.message()

@@ -1,0 +1,328 @@
+"""End to end: an export accepted on another checkout, and the refusals of accept.
+
+A changed model's ``--lossless --lossless-export`` on checkout A fails and exports its new
+outputs; ``python -m pytest_lossless accept`` on checkout B (the same change, the old goldens)
+writes them as ``--update-goldens`` would have on A, so ``--lossless`` passes on B. An export
+from a producer whose runs disagree, or whose files or receipts were changed, is refused and
+the exit status says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_lossless.__main__ import accept_command
+from pytest_lossless.judge.accept import keyword_matcher
+from tests.e2e.mediagen import gray_frames, write_video
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+MODEL = """
+import itertools
+
+import numpy as np
+
+VERSION = {version}
+RUNS = itertools.count()
+
+def model():
+    latent = np.arange(16, dtype=np.float32) * VERSION
+    return {{"latent.npy": latent, "tokens.bin": b"v%d" % VERSION}}
+
+def flaky():
+    return {{"noise.npy": np.full(4, next(RUNS), dtype=np.int32)}}
+"""
+
+SUITE = """
+import pytest
+
+from model import flaky, model
+
+@pytest.mark.lossless
+def test_model(golden):
+    golden.check_all(model)
+
+@pytest.mark.lossless
+def test_flaky(golden):
+    golden.check("noise.npy", lambda: flaky()["noise.npy"])
+
+@pytest.mark.lossless
+def test_file(golden, tmp_path):
+    path = tmp_path / "out.bin"
+    path.write_bytes(b"file %d" % __import__("model").VERSION)
+    golden.check("out.bin", path)
+"""
+
+
+def _checkout(root: Path, version: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "model.py").write_text(MODEL.format(version=version))
+    (root / "test_suite.py").write_text(SUITE)
+    return root
+
+
+def _set_version(root: Path, version: int) -> None:
+    (root / "model.py").write_text(MODEL.format(version=version))
+    for cached in root.rglob("__pycache__"):
+        shutil.rmtree(cached)
+
+
+def _run(pytester: pytest.Pytester, root: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(str(root), "-p", "no:cacheprovider", *args)
+
+
+@pytest.fixture
+def exported(pytester: pytest.Pytester) -> tuple[Path, Path]:
+    """Checkout A: goldens of version 1, the model changed to version 2, run with an export;
+    checkout B: the same change, with A's goldens of version 1."""
+    a = _checkout(pytester.path / "a", 1)
+    # test_flaky cannot write its golden (its runs disagree): it is new in the export too.
+    _run(pytester, a, "--update-goldens").assert_outcomes(passed=2, failed=1)
+    b = _checkout(pytester.path / "b", 2)
+    shutil.copytree(a / "goldens", b / "goldens")
+    _set_version(a, 2)
+    result = _run(pytester, a, "--lossless", "--lossless-export", "export")
+    result.assert_outcomes(failed=3)
+    assert "pytest-lossless export: export (" in result.stdout.str()
+    return a / "export", b
+
+
+def _accept(
+    export: Path, checkout: Path, monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str]:
+    import io
+
+    monkeypatch.chdir(checkout)
+    out = io.StringIO()
+    keyword = args[1] if args[:1] == ("-k",) else None
+    code = accept_command(export, keyword=keyword, out=out, entry_points=False)
+    return code, out.getvalue()
+
+
+def test_an_export_accepted_on_another_checkout_makes_it_pass(exported, pytester, monkeypatch):
+    export, b = exported
+    before = _run(pytester, b, "--lossless")
+    before.assert_outcomes(failed=3)
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 0, out
+    assert "CHANGED goldens/test_suite/test_model/latent.npy" in out
+    assert "CHANGED goldens/test_suite/test_model/tokens.bin" in out
+    after = _run(pytester, b, "--lossless", "-k", "model")
+    after.assert_outcomes(passed=1)
+    # The manifest entries are those --update-goldens wrote on A (provenance included).
+    manifest = json.loads((b / "goldens/test_suite/test_model/manifest.json").read_text())
+    entry = manifest["artifacts"]["latent.npy"]
+    assert entry["provenance"]["command"][0] == "pytest"
+    assert "--lossless-export" in entry["provenance"]["command"]
+    # Accepting again changes nothing.
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 0, out
+    assert "UNCHANGED goldens/test_suite/test_model/latent.npy" in out, out
+
+
+def test_a_non_repeatable_producer_and_a_plain_file_are_refused(exported, monkeypatch):
+    export, b = exported
+    code, out = _accept(export, b, monkeypatch)
+    assert code == 1, out
+    flaky = [line for line in out.splitlines() if "noise.npy" in line]
+    assert flaky, out
+    assert flaky[0].startswith("REFUSED"), out
+    assert "runs did not agree" in flaky[0]
+    plain = [line for line in out.splitlines() if "out.bin" in line]
+    assert plain, out
+    assert plain[0].startswith("REFUSED"), out
+    assert "not a producer" in plain[0], out
+    # What may be accepted still is, in the same call.
+    assert "CHANGED goldens/test_suite/test_model/latent.npy" in out
+    assert not (b / "goldens/test_suite/test_flaky").exists()
+
+
+def test_the_export_records_the_runs_and_whether_they_agreed(exported):
+    export, _ = exported
+    document = json.loads((export / "export.json").read_text())
+    entries = {(e["test"].split("::")[-1], e["artifact"]): e for e in document["entries"]}
+    model = entries[("test_model", "latent.npy")]
+    assert model["status"] == "changed"
+    assert model["agreed"] is True
+    assert [r["name"] for r in model["runs"]] == ["run 1", "run 2", "checked"]
+    assert (export / model["file"]).is_file()
+    assert (export / model["receipt"]).is_file()
+    assert model["location"]["file"] == "test_suite.py"
+    flaky = entries[("test_flaky", "noise.npy")]
+    assert flaky["status"] == "new"
+    assert flaky["agreed"] is False
+    assert "run 1 vs run 2" in flaky["varied"]
+    plain = entries[("test_file", "out.bin")]
+    assert plain["producer"] is False
+    assert len(plain["runs"]) == 1
+    assert (export / "report" / "index.html").is_file()
+
+
+def test_a_changed_file_or_receipt_in_the_export_is_refused(exported, monkeypatch):
+    export, b = exported
+    document = json.loads((export / "export.json").read_text())
+    model = next(e for e in document["entries"] if e["artifact"] == "latent.npy")
+    (export / model["file"]).write_bytes(b"\x93NUMPY tampered")
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 1
+    assert "was changed after the export was written" in out
+    tokens = next(e for e in document["entries"] if e["artifact"] == "tokens.bin")
+    receipt = export / tokens["receipt"]
+    data = json.loads(receipt.read_text())
+    data["gates"][0]["passed"] = True
+    receipt.write_text(json.dumps(data))
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 1
+    assert "does not pass verify" in out
+    for entry in document["entries"]:
+        entry["file"] = "../../outside.npy"
+    (export / "export.json").write_text(json.dumps(document))
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 1
+    assert "REFUSED" in out
+    assert not (b / "goldens/test_suite/test_model/outside.npy").exists()
+
+
+def test_the_command_line(exported):
+    export, b = exported
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_lossless",
+            "accept",
+            str(export),
+            "-k",
+            "model and not flaky",
+        ],
+        cwd=b,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 of 2 artifacts accepted" in result.stdout
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_lossless", "accept", str(b / "nowhere")],
+        cwd=b,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "no such export folder" in result.stderr
+
+
+def test_a_frozen_gate_is_not_changed_by_accept(pytester, monkeypatch):
+    """Checkout B froze another gate than the one A's test asks for: accept refuses to change
+    it (a gate is changed by --update-goldens only)."""
+    gated = SUITE.replace(
+        "golden.check_all(model)",
+        "golden.check_all(lambda: {'t.npy': model()['latent.npy']}, gate)",
+    )
+    a = _checkout(pytester.path / "a", 1)
+    (a / "test_suite.py").write_text("gate = 'elementwise'\n" + gated)
+    _run(pytester, a, "--update-goldens", "-k", "model").assert_outcomes(passed=1)
+    b = _checkout(pytester.path / "b", 2)
+    (b / "test_suite.py").write_text("gate = 'bytes'\n" + gated)
+    _run(pytester, b, "--update-goldens", "-k", "model").assert_outcomes(passed=1)
+    _set_version(a, 2)
+    _run(pytester, a, "--lossless", "--lossless-export", "export", "-k", "model")
+    code, out = _accept(a / "export", b, monkeypatch)
+    assert code == 1, out
+    assert "frozen as bytes" in out, out
+    assert "asks for elementwise" in out, out
+
+
+def test_a_video_round_trips(pytester, monkeypatch):
+    """A real video through export and accept: the decoded gate passes after."""
+    suite = """
+import pytest
+from pathlib import Path
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_clip(golden):
+    golden.check("clip.mp4", lambda: HERE / "clip.mp4")
+"""
+    a, b = pytester.path / "a", pytester.path / "b"
+    for root in (a, b):
+        root.mkdir()
+        (root / "pytest.ini").write_text("[pytest]\n")
+        (root / "test_clip.py").write_text(suite)
+    frames = gray_frames()
+    write_video(a / "clip.mp4", frames)
+    _run(pytester, a, "--update-goldens").assert_outcomes(passed=1)
+    shutil.copytree(a / "goldens", b / "goldens")
+    frames[3][100] += 4
+    write_video(a / "clip.mp4", frames)
+    shutil.copy(a / "clip.mp4", b / "clip.mp4")
+    _run(pytester, a, "--lossless", "--lossless-export", "export").assert_outcomes(failed=1)
+    code, out = _accept(a / "export", b, monkeypatch)
+    assert code == 0, out
+    assert "CHANGED goldens/test_clip/test_clip/clip.mp4" in out, out
+    _run(pytester, b, "--lossless").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("expression", "test_id", "expected"),
+    [
+        ("model", "t.py::test_model", True),
+        ("MODEL", "t.py::test_model", True),
+        ("model and not flaky", "t.py::test_model", True),
+        ("model and not flaky", "t.py::test_model_flaky", False),
+        ("flaky or clip", "t.py::test_clip", True),
+        ("not (a or b)", "x.py::test_ab", False),
+        ("not (a or b)", "x.py::test_c", True),
+        ("(clip)", "x.py::test_model", False),
+    ],
+)
+def test_keyword_expressions_read_like_pytest(expression, test_id, expected):
+    assert keyword_matcher(expression)(test_id) is expected
+
+
+@pytest.mark.parametrize("expression", ["and", "model and", "(model", "model)"])
+def test_a_bad_keyword_expression_is_an_error(expression):
+    with pytest.raises(ValueError, match="-k"):
+        keyword_matcher(expression)
+
+
+SCOPED = """
+import numpy as np
+import pytest
+
+VERSION = {version}
+
+@pytest.mark.npu
+@pytest.mark.lossless
+def test_scoped(golden, devices):
+    golden.check("out.npy", lambda: np.full(4, VERSION, dtype=np.float32), scope="device")
+"""
+
+
+def test_a_device_scoped_golden_is_accepted_into_its_class(pytester, monkeypatch):
+    a, b = pytester.path / "a", pytester.path / "b"
+    for root in (a, b):
+        root.mkdir()
+        (root / "pytest.ini").write_text("[pytest]\n")
+        (root / "test_scoped.py").write_text(SCOPED.format(version=1))
+    cpu = ("--lossless-backend", "cpu")
+    _run(pytester, a, "--update-goldens", *cpu).assert_outcomes(passed=1)
+    shutil.copytree(a / "goldens", b / "goldens")
+    for root in (a, b):
+        (root / "test_scoped.py").write_text(SCOPED.format(version=2))
+    _run(pytester, a, "--lossless", "--lossless-export", "export", *cpu).assert_outcomes(failed=1)
+    (entry,) = json.loads((a / "export" / "export.json").read_text())["entries"]
+    assert entry["scope"] == "device"
+    code, out = _accept(a / "export", b, monkeypatch)
+    assert code == 0, out
+    assert "CHANGED goldens/test_scoped/test_scoped@device/cpu__" in out
+    _run(pytester, b, "--lossless", *cpu).assert_outcomes(passed=1)

@@ -1,0 +1,346 @@
+"""Frozen plans without pytest: the plan file, its integrity, its place beside the goldens, and
+the manifest's entry hashes that cover each golden's gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_lossless.errors import (
+    ArtifactError,
+    ConfigError,
+    GateChanged,
+    GoldenIntegrityError,
+    ManifestError,
+)
+from pytest_lossless.judge.goldens import GoldenFolder, artifact_name, read_manifest
+from pytest_lossless.judge.manifest import MANIFEST, PLAN, check_integrity, unhashed
+from pytest_lossless.judge.plans import (
+    PlanBook,
+    entry_sha256,
+    lossless_plan,
+    plan_folder,
+    read_plans,
+    receipt_contradictions,
+    speed_plan,
+)
+from pytest_lossless.kinds import KindRegistry
+
+TEST_ID = "test_mod.py::test_y"
+
+
+def _speed(target: float = 0.3, pairs: int = 8, **kw: object) -> dict:
+    return speed_plan(
+        target=target,
+        pairs=pairs,
+        design=str(kw.get("design", "ABBA")),
+        confidence=0.95,
+        workload=kw.get("workload", "5s"),  # type: ignore[arg-type]
+    )
+
+
+def _book(root: Path, *, update: bool) -> PlanBook:
+    return PlanBook(plan_folder(root, "test_mod", "test_y"), TEST_ID, boundary=root, update=update)
+
+
+def _freeze(root: Path, plans: dict) -> PlanBook:
+    book = _book(root, update=True)
+    for (section, name), plan in plans.items():
+        book.check(section, name, plan)
+    book.commit()
+    return book
+
+
+def _golden_folder(root: Path, kinds: KindRegistry) -> GoldenFolder:
+    return GoldenFolder(root, "test_mod", "test_y", TEST_ID, kinds, digest_above=1 << 20)
+
+
+def _stage_golden(folder: GoldenFolder, tmp_path: Path, values: list[float]) -> None:
+    path = tmp_path / "a.npy"
+    np.save(path, np.array(values, dtype=np.float32), allow_pickle=False)
+    folder.begin_update()
+    folder.stage("a.npy", path, None, {"when": "now"})
+
+
+# ------------------------------------------------------------------ plans
+
+
+def test_a_frozen_plan_passes_and_a_changed_target_is_gate_changed(tmp_path):
+    _freeze(tmp_path, {("speed", "5s"): _speed(), ("lossless", "cmp"): lossless_plan("decoded")})
+    book = _book(tmp_path, update=False)
+    record = book.check("speed", "5s", _speed())
+    assert record["frozen"] is True
+    assert record["plan"]["target"] == 0.3
+    assert record["sha256"] == entry_sha256("speed", "5s", record["plan"])
+    with pytest.raises(GateChanged) as caught:
+        _book(tmp_path, update=False).check("speed", "5s", _speed(target=0.2))
+    message = str(caught.value)
+    assert "speed_gate '5s'" in message
+    assert "target=0.3" in message
+    assert "target=0.2" in message
+    assert "--update-goldens" in message
+    assert str(tmp_path / "test_mod/test_y" / PLAN) in message
+    assert caught.value.frozen == "target=0.3"
+    assert caught.value.requested == "target=0.2"
+
+
+def test_a_changed_compare_gate_and_tolerance_are_gate_changed(tmp_path):
+    from pytest_lossless import tolerance
+
+    _freeze(tmp_path, {("lossless", "cmp"): lossless_plan(tolerance(atol=1e-5))})
+    book = _book(tmp_path, update=False)
+    assert book.check("lossless", "cmp", lossless_plan("tolerance(atol=1e-05)"))["frozen"]
+    for other in (tolerance(atol=1e-3), "decoded", None, {"a.npy": "elementwise"}):
+        with pytest.raises(GateChanged, match=r"lossless.compare 'cmp'.*gate="):
+            _book(tmp_path, update=False).check("lossless", "cmp", lossless_plan(other))
+
+
+def test_no_plan_file_is_not_frozen_and_never_fails(tmp_path):
+    book = _book(tmp_path, update=False)
+    assert book.check("speed", "5s", _speed()) == {"frozen": False}
+    assert book.unfrozen() == [("speed", "5s")]
+    assert book.unused() == []
+    assert not (tmp_path / "test_mod").exists()
+
+
+def test_one_label_with_two_plans_in_one_test_is_refused(tmp_path):
+    book = _book(tmp_path, update=True)
+    book.check("speed", "5s", _speed())
+    book.check("speed", "5s", _speed())  # the same plan twice: fine
+    with pytest.raises(ConfigError, match="used twice"):
+        book.check("speed", "5s", _speed(target=0.5))
+
+
+def test_a_hand_edited_target_is_an_integrity_error_naming_the_file(tmp_path):
+    book = _freeze(tmp_path, {("speed", "5s"): _speed()})
+    data = json.loads(book.path.read_text())
+    data["plans"]["speed"]["5s"]["plan"]["target"] = 0.05
+    book.path.write_text(json.dumps(data))
+    with pytest.raises(GoldenIntegrityError) as caught:
+        _book(tmp_path, update=False).check("speed", "5s", _speed(target=0.05))
+    assert str(book.path) in str(caught.value)
+    assert "speed_gate '5s'" in str(caught.value)
+    assert "edited by hand" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", '{"schema": 1}', '{"schema": 9, "plans": {}}', '{"schema": 1, "plans": []}'],
+)
+def test_what_is_not_a_plan_file_is_named(tmp_path, text):
+    folder = plan_folder(tmp_path, "test_mod", "test_y")
+    folder.mkdir(parents=True)
+    (folder / PLAN).write_text(text)
+    with pytest.raises(ManifestError, match=PLAN):
+        read_plans(folder)
+
+
+def test_unused_plans_are_reported_and_dropped_only_by_an_update(tmp_path):
+    _freeze(tmp_path, {("speed", "5s"): _speed(), ("speed", "15s"): _speed(workload="15s")})
+    book = _book(tmp_path, update=False)
+    book.check("speed", "5s", _speed())
+    assert book.unused() == [("speed", "15s")]
+    update = _book(tmp_path, update=True)
+    update.check("speed", "5s", _speed())
+    events = update.commit()
+    assert {(e.action, e.detail.split(":")[0]) for e in events} == {
+        ("unchanged", "speed_gate '5s'"),
+        ("removed", "speed_gate '15s'"),
+    }
+    assert set(read_plans(update.folder)) == {("speed", "5s")}
+
+
+def test_an_unchanged_update_writes_nothing_and_no_plan_left_removes_the_file(tmp_path):
+    book = _freeze(tmp_path, {("speed", "5s"): _speed()})
+    before = book.path.stat().st_mtime_ns
+    again = _freeze(tmp_path, {("speed", "5s"): _speed()})
+    assert again.path.stat().st_mtime_ns == before
+    empty = _book(tmp_path, update=True)
+    assert [e.action for e in empty.commit()] == ["removed"]
+    assert not empty.path.exists()
+    assert not empty.folder.exists()
+
+
+def test_the_plan_lives_in_the_tests_golden_folder(tmp_path, kinds):
+    folder = GoldenFolder(
+        tmp_path, "test_mod", "TestX::test_y[a/b]", TEST_ID, kinds, digest_above=1 << 20
+    )
+    assert plan_folder(tmp_path, "test_mod", "TestX::test_y[a/b]") == folder.path
+
+
+def test_plan_json_is_a_reserved_artifact_name():
+    with pytest.raises(ArtifactError, match="reserved"):
+        artifact_name(PLAN)
+
+
+# ------------------------------------------------------------------ plan and golden together
+
+
+@pytest.mark.parametrize("order", ["golden-then-plan", "plan-then-golden"])
+def test_plan_and_golden_survive_each_others_write(tmp_path, kinds, order):
+    goldens = tmp_path / "goldens"
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [1.0, 2.0])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed())
+    if order == "golden-then-plan":
+        folder.commit()
+        book.commit()
+    else:
+        book.commit()
+        folder.commit()
+    assert set(read_manifest(folder.path)) == {"a.npy"}
+    assert set(read_plans(folder.path)) == {("speed", "5s")}
+    # A later golden change swaps the folder again: the plan stays; and a later plan change
+    # rewrites the plan: the golden stays.
+    again = _golden_folder(goldens, kinds)
+    _stage_golden(again, tmp_path, [1.0, 3.0])
+    assert [e.action for e in again.commit()] == ["changed"]
+    assert set(read_plans(folder.path)) == {("speed", "5s")}
+    _freeze(goldens, {("speed", "5s"): _speed(target=0.5)})
+    assert read_plans(folder.path)[("speed", "5s")]["target"] == 0.5
+    entries = read_manifest(folder.path)
+    check_integrity(folder.path, entries["a.npy"], kinds=kinds)
+
+
+def test_a_plan_killed_golden_update_left_is_recovered_before_the_plan_is_written(tmp_path, kinds):
+    goldens = tmp_path / "goldens"
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [1.0])
+    folder.commit()
+    # What a kill between the two renames of the fallback leaves: the live folder retired.
+    work = folder.path.parent / f".{folder.path.name}.tmp-999999-deadbeef"
+    work.mkdir()
+    folder.path.rename(work / "old")
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed())
+    events = book.commit()
+    assert "restored" in [e.action for e in events]
+    assert set(read_manifest(folder.path)) == {"a.npy"}
+    assert set(read_plans(folder.path)) == {("speed", "5s")}
+
+
+def test_a_link_planted_as_plan_json_is_not_carried_by_the_golden_swap(tmp_path, kinds):
+    goldens = tmp_path / "goldens"
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [1.0])
+    folder.commit()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a plan")
+    (folder.path / PLAN).symlink_to(secret)
+    again = _golden_folder(goldens, kinds)
+    _stage_golden(again, tmp_path, [2.0])
+    with pytest.raises(Exception, match="cannot be replaced"):
+        again.commit()
+    assert (folder.path / PLAN).is_symlink()  # the previous golden is kept as it was
+
+
+# ------------------------------------------------------------------ manifest entry hashes
+
+
+def test_a_hand_edited_gate_in_the_manifest_is_an_integrity_error(tmp_path, kinds):
+    folder = _golden_folder(tmp_path, kinds)
+    _stage_golden(folder, tmp_path, [1.0, 2.0])
+    folder.commit()
+    path = folder.path / MANIFEST
+    data = json.loads(path.read_text())
+    assert len(data["artifacts"]["a.npy"]["entry_sha256"]) == 64
+    data["artifacts"]["a.npy"]["gate"] = "tolerance(atol=1, rtol=0)"
+    path.write_text(json.dumps(data))
+    entry = read_manifest(folder.path)["a.npy"]
+    with pytest.raises(GoldenIntegrityError) as caught:
+        check_integrity(folder.path, entry, kinds=kinds)
+    assert str(path) in str(caught.value)
+    assert "'a.npy'" in str(caught.value)
+    assert "tolerance" in str(caught.value)
+    # The compare path meets it before any comparison, with gate=None too.
+    fresh = _golden_folder(tmp_path, kinds)
+    obtained = tmp_path / "o.npy"
+    np.save(obtained, np.array([1.0, 2.0], dtype=np.float32), allow_pickle=False)
+    with pytest.raises(GoldenIntegrityError):
+        fresh.compare("a.npy", obtained, None)
+
+
+@pytest.mark.parametrize("field", ["kind", "stored", "size", "scope"])
+def test_every_other_field_is_covered_but_provenance(tmp_path, kinds, field):
+    folder = _golden_folder(tmp_path, kinds)
+    _stage_golden(folder, tmp_path, [1.0])
+    folder.commit()
+    path = folder.path / MANIFEST
+    data = json.loads(path.read_text())
+    data["artifacts"]["a.npy"]["provenance"] = {"when": "edited"}
+    path.write_text(json.dumps(data))
+    check_integrity(folder.path, read_manifest(folder.path)["a.npy"], kinds=kinds)
+    edits = {"kind": "bytes", "stored": "digest", "size": 1, "scope": "all"}
+    data["artifacts"]["a.npy"][field] = edits[field]
+    path.write_text(json.dumps(data))
+    entry = read_manifest(folder.path)["a.npy"]
+    if field == "scope":  # "all" is the default and not written: the same entry
+        check_integrity(folder.path, entry, kinds=kinds)
+        return
+    # A size or kind edit already disagrees with the stored file, and is named by that check.
+    by_hand = "edited by hand" if field == "stored" else None
+    with pytest.raises(GoldenIntegrityError, match=by_hand):
+        check_integrity(folder.path, entry, kinds=kinds)
+
+
+def test_a_manifest_without_entry_hashes_is_accepted_and_noted(tmp_path, kinds):
+    folder = _golden_folder(tmp_path, kinds)
+    _stage_golden(folder, tmp_path, [1.0])
+    folder.commit()
+    path = folder.path / MANIFEST
+    data = json.loads(path.read_text())
+    del data["artifacts"]["a.npy"]["entry_sha256"]
+    path.write_text(json.dumps(data))
+    entries = read_manifest(folder.path)
+    assert unhashed(entries) == ["a.npy"]
+    check_integrity(folder.path, entries["a.npy"], kinds=kinds)
+
+
+def test_the_committed_goldens_still_read(kinds):
+    root = Path(__file__).resolve().parents[2] / "goldens"
+    for manifest in root.rglob(MANIFEST):
+        for entry in read_manifest(manifest.parent).values():
+            check_integrity(manifest.parent, entry)
+
+
+# ------------------------------------------------------------------ receipts
+
+
+def _receipt(section: str, entry: dict, name: str, plan: dict) -> dict:
+    record = {
+        "frozen": True,
+        "section": section,
+        "name": name,
+        "plan": plan,
+        "sha256": entry_sha256(section, name, plan),
+    }
+    return {section: [{**entry, "gate_plan": record}]}
+
+
+def test_a_receipt_that_ran_another_target_than_its_frozen_plan_is_a_contradiction():
+    plan = _speed()
+    entry = {"workload": "5s", "target": 0.3, "pairs": 8, "design": "ABBA", "confidence": 0.95}
+    assert receipt_contradictions(_receipt("speed", entry, "5s", plan)) == []
+    found = receipt_contradictions(_receipt("speed", {**entry, "target": 0.1}, "5s", plan))
+    assert found == ["speed[0]: ran target=0.1 but the frozen plan says target=0.3"]
+    edited = _receipt("speed", entry, "5s", plan)
+    edited["speed"][0]["gate_plan"]["plan"] = {**plan, "target": 0.1}
+    assert "does not hash" in receipt_contradictions(edited)[0]
+    other = receipt_contradictions(_receipt("speed", entry, "15s", _speed(workload="15s")))
+    assert "not of '5s'" in other[0]
+
+
+def test_a_receipt_whose_compare_gate_differs_from_its_frozen_plan_is_a_contradiction():
+    plan = lossless_plan("decoded")
+    entry = {"label": "cmp", "gates": {"clip.mp4": "decoded"}}
+    assert receipt_contradictions(_receipt("lossless", entry, "cmp", plan)) == []
+    lossy = {"label": "cmp", "gates": {"clip.mp4": "tolerance(atol=1, rtol=0)"}}
+    found = receipt_contradictions(_receipt("lossless", lossy, "cmp", plan))
+    assert found
+    assert "frozen plan says 'decoded'" in found[0]
+    unfrozen = {"lossless": [{**lossy, "gate_plan": {"frozen": False}}]}
+    assert receipt_contradictions(unfrozen) == []
