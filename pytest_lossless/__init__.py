@@ -24,7 +24,7 @@ _EXPORTS = {
     "LosslessVerdict": "judge.repeatability",
     "compare_control_candidate": "judge.repeatability",
     "GoldenFolder": "judge.goldens",
-    "Golden": "judge.goldens",
+    "Golden": "judge.golden_checks",
     "Settings": "settings",
     "LosslessError": "errors",
     "ArtifactError": "errors",

@@ -293,8 +293,7 @@ def _accept_parser(commands: Any) -> None:
         type=Path,
         metavar="DIR",
         default=None,
-        help="also keep every accepted artifact in this content-addressed store "
-        "(lossless_store)",
+        help="also keep every accepted artifact in this content-addressed store (lossless_store)",
     )
     accept.add_argument(
         "-p",

@@ -426,6 +426,12 @@ class Settings:
     sources: Mapping[str, str]
 
     @property
+    def written_folders(self) -> tuple[Path, ...]:
+        """What a session writes into (receipts, export, store): never part of the source tree's
+        state, or a session inside a clean checkout would call it dirty by its own output."""
+        return tuple(p for p in (self.receipts, self.export, self.store) if p is not None)
+
+    @property
     def determinism_knobs(self) -> tuple[str, ...]:
         return DETERMINISM_KNOBS + tuple(
             n for n in self.determinism_env if n not in DETERMINISM_KNOBS

@@ -140,6 +140,19 @@ class CudaBackend(_ToolBackend):
         )
 
 
+@dataclass(frozen=True)
+class NpuDevice(Device):
+    """An npu chip; ``chip`` is set where its card's chips share one bus id (a 310P3 card
+    lists both of its chips at one PCI function), so that each chip has a lock of its own."""
+
+    chip: int | None = None
+
+    @property
+    def lock_key(self) -> str:
+        key = super().lock_key
+        return key if self.chip is None or not self.bus_id else f"{key}/chip{self.chip}"
+
+
 class NpuBackend(_ToolBackend):
     """Ascend NPUs through ``npu-smi``; children see them by logical id, ascending."""
 
@@ -166,11 +179,11 @@ class NpuBackend(_ToolBackend):
                 self._logic = {}
         if self._logic:
             return self._logic
-        # Older npu-smi without -m: the runtime numbers chips in the table's order.
+        # Older npu-smi without -m: the runtime numbers the chips it sees 0..n-1 in the table's
+        # order. Not by Phy-ID: that is the driver's physical number, which in a container
+        # differs from the runtime's (sgl-project/sglang#14266; tests/unit/test_npu_tables.py).
         ordered = sorted(chips, key=lambda c: (c.npu, c.chip))
-        return {
-            (c.npu, c.chip): c.phy_id if c.phy_id is not None else i for i, c in enumerate(ordered)
-        }
+        return {(c.npu, c.chip): i for i, c in enumerate(ordered)}
 
     def _serial(self, npu: int) -> str | None:
         if npu not in self._serials:
@@ -190,13 +203,14 @@ class NpuBackend(_ToolBackend):
 
     def discover(self) -> list[Device]:
         chips, _, logic = self._table()
-        devices = []
+        buses = [c.bus_id for c in chips]
+        devices: list[Device] = []
         for chip in chips:
             logical = logic.get((chip.npu, chip.chip))
             if logical is None:
                 continue
             devices.append(
-                Device(
+                NpuDevice(
                     id=str(logical),
                     bus_id=chip.bus_id,
                     name=chip.name,
@@ -204,6 +218,7 @@ class NpuBackend(_ToolBackend):
                     utilization_pct=chip.aicore_pct,
                     serial=self._serial(chip.npu),
                     backend="npu",
+                    chip=chip.chip if chip.bus_id and buses.count(chip.bus_id) > 1 else None,
                 )
             )
         devices.sort(key=lambda d: int(d.id))

@@ -21,7 +21,12 @@ from ..core.redact import MARKER_RE
 from ..errors import ReceiptError
 from ..kinds import KindRegistry
 from ..run import lifecycle_verdict
-from .crosscheck import check_lossless_outputs, check_run_sequence, check_speed_runs
+from .crosscheck import (
+    check_lossless_outputs,
+    check_run_requests,
+    check_run_sequence,
+    check_speed_runs,
+)
 from .provenance import publication_contradictions
 from .receipts import derive_verdicts, load, load_all, raw_sha256
 from .summary import check_summaries
@@ -444,6 +449,7 @@ def default_checkers() -> dict[str, Checker]:
         "canary": check_canary,
         # Cross-checks between blocks: the same fact recorded twice must agree.
         "runs/sequence": check_run_sequence,
+        "runs/requests": check_run_requests,
         "speed/runs": check_speed_runs,
         "lossless/outputs": check_lossless_outputs,
         "lossless+speed/plans": check_frozen_plans,

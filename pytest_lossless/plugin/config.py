@@ -91,7 +91,7 @@ def _check_published(config: pytest.Config, resolved: Settings) -> None:
         return
     from ..evidence.provenance import PUBLISH_FIX, publication_problem, source_state
 
-    state = source_state(resolved.rootdir, ignore=(resolved.receipts,))
+    state = source_state(resolved.rootdir, ignore=resolved.written_folders)
     problem = publication_problem(state)
     if problem is None:
         return

@@ -28,7 +28,7 @@ from .receipts import receipt_for, source_revision
 
 if TYPE_CHECKING:
     from ..evidence.export import ExportFolder
-    from ..judge.goldens import Golden
+    from ..judge.golden_checks import Golden
 
 _PLUGIN_NAME = "lossless-export"
 #: ``config.stash[EXPORT_KEY]``: the session's export, when ``--lossless-export`` is given.

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
     from ..gates import Gate, GateResult
     from ..judge.coverage import Expect
-    from ..judge.goldens import Golden, ManifestEntry, UpdateEvent
+    from ..judge.golden_checks import Golden
+    from ..judge.goldens import ManifestEntry, UpdateEvent
     from ..judge.scope import Environment
 
 #: The runtime of each backend, read once per session (``nvidia-smi`` is not asked per test).
@@ -218,7 +219,8 @@ class GoldenFixture:
 @pytest.fixture
 def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFixture, None, None]:
     """Compare artifacts with this test's committed goldens; writes them under --update-goldens."""
-    from ..judge.goldens import Golden, GoldenFolder
+    from ..judge.golden_checks import Golden
+    from ..judge.goldens import GoldenFolder
 
     item = request.node
     resolved = settings(request.config)

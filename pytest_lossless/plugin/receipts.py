@@ -74,7 +74,7 @@ def source_revision(config: pytest.Config) -> dict[str, Any]:
     if revision is None:
         resolved = settings(config)
         revision = config.stash[REVISION_KEY] = dict(
-            read_revision(resolved.rootdir, ignore=(resolved.receipts,))
+            read_revision(resolved.rootdir, ignore=resolved.written_folders)
         )
     return revision
 
@@ -101,7 +101,7 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
         provenance.runspec(
             resolved.rootdir,
             knobs=resolved.determinism_knobs,
-            ignore=(resolved.receipts,),
+            ignore=resolved.written_folders,
             inputs=inputs,
             facts=facts,
             host=host,

@@ -4,8 +4,10 @@ The ref2va model's torch build (``fixtures/ref2va/torch_model.py``, ``--device c
 allocation's GPU as a command and as an HTTP server; its frames, PCM and latent are gated against
 GPU goldens (``scope="device"``: one set per device kind and runtime, kept as digests); the
 ``fast`` build (conditioning hoisted, one step captured as a CUDA graph and replayed) must be
-lossless (with request coverage and its dispatch proof) and at least 30% faster end to end on
-the 5 s and 15 s workloads (paired ABBA timing inside one allocation: one lock for every arm);
+lossless (with request coverage and its dispatch proof) and at least 30% faster per request
+on the 5 s and 15 s workloads (paired ABBA timing of requests to a control and a fast server,
+both inside the test's one allocation: one lock for every arm; a worker loads torch, the GPU and
+the weights once, as in production, where a command would pay ~9 s of imports on every run);
 ``tf32`` must FAIL against the fp32 control, and pass only a declared tolerance as LOSSY-PASS;
 ``atomics`` (float ``index_add_``) must leave its control INCONCLUSIVE.
 

@@ -23,9 +23,9 @@ from pytest_lossless.core.text import printable
 from pytest_lossless.errors import ArtifactError, GoldenIntegrityError, ManifestError
 from pytest_lossless.evidence.receipts import derive_verdicts, load_all, raw_sha256
 from pytest_lossless.evidence.verify import verify
+from pytest_lossless.judge.golden_checks import Golden
 from pytest_lossless.judge.goldens import (
     MAX_MANIFEST_BYTES,
-    Golden,
     GoldenFolder,
     artifact_name,
     read_manifest,

@@ -17,8 +17,8 @@ from pytest_lossless.errors import (
     NondeterministicProducer,
 )
 from pytest_lossless.gates import parse_gate
+from pytest_lossless.judge.golden_checks import Golden
 from pytest_lossless.judge.goldens import (
-    Golden,
     GoldenFolder,
     artifact_name,
     read_manifest,
