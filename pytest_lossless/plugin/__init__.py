@@ -9,16 +9,18 @@ from __future__ import annotations
 
 #: Registered by pytest when it loads this entry point (in this order).
 pytest_plugins = [
+    # Each after the modules it imports, so that pytest imports (and may rewrite) each one
+    # itself: a module imported early by another cannot be rewritten, and pytest says so.
     "pytest_lossless.plugin.config",
-    "pytest_lossless.plugin.outcomes",
     "pytest_lossless.plugin.receipts",
+    "pytest_lossless.plugin.outcomes",
     "pytest_lossless.plugin.devices",
     "pytest_lossless.plugin.model_run",
+    "pytest_lossless.plugin.export",
     "pytest_lossless.plugin.golden",
     "pytest_lossless.plugin.lossless",
     "pytest_lossless.plugin.canary",
     "pytest_lossless.plugin.speed",
     "pytest_lossless.plugin.summary",
     "pytest_lossless.plugin.html_report",
-    "pytest_lossless.plugin.export",
 ]

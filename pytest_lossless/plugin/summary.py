@@ -224,12 +224,12 @@ class SummaryPlugin:
         test (printed on stdout, where the runner reads workflow commands)."""
         import os
 
+        target = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not target or not self.rows:
+            return  # not on GitHub, or a session with no gate: nothing to summarise
         from ..evidence.export import annotation, append_step_summary, markdown_table
         from ..report.html import ordered
 
-        target = os.environ.get("GITHUB_STEP_SUMMARY")
-        if not target:
-            return
         rows = [self.rows[i] for i in ordered(self.rows)]
         cells = [(r.verdict, r.test, r.check, r.gate, r.detail) for r in rows]
         try:

@@ -71,14 +71,15 @@ def test_plain_tests_get_nothing_of_ours(pytester: pytest.Pytester) -> None:
 
 def test_a_plain_session_loads_no_domain_module(tmp_path: Path) -> None:
     """Loading the plugin for a session of plain tests imports none of numpy, the media, the
-    judges or the evidence: the import is what every plain session pays (collection 1.02x)."""
+    judges, the comparers or the receipts: the import is what every plain session pays."""
     (tmp_path / "test_plain.py").write_text("def test_one():\n    pass\n")
     probe = (
         "import sys, pytest\n"
         "code = pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]])\n"
         "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith(("
-        "'pytest_lossless.media', 'pytest_lossless.judge', 'pytest_lossless.evidence', "
-        "'pytest_lossless.report.html', 'pytest_lossless.kinds')))\n"
+        "'pytest_lossless.media', 'pytest_lossless.judge', 'pytest_lossless.gates.exact', 'pytest_lossless.gates.lossy', "
+        "'pytest_lossless.evidence.receipts', 'pytest_lossless.evidence.export', "
+        "'pytest_lossless.evidence.verify', 'pytest_lossless.report.html')))\n"
         "print('HEAVY', heavy)\n"
         "sys.exit(code)\n"
     )
@@ -88,7 +89,10 @@ def test_a_plain_session_loads_no_domain_module(tmp_path: Path) -> None:
         text=True,
         check=False,
         cwd=tmp_path,
-        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+        env={k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "CI")}
+        | {"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "HEAVY []" in done.stdout, done.stdout
+    # Our plugin modules are imported by pytest in order, each before any other needs it.
+    assert "PytestAssertRewriteWarning" not in done.stdout, done.stdout
