@@ -49,17 +49,20 @@ def safe_name(text: str, *, default: str = "_", max_length: int = 150) -> str:
     return stem
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Write ``data`` to a temporary file beside ``path``, flush it to disk, rename it into place.
 
     A reader sees the old file or the whole new one, never half of it; a failure leaves no
-    temporary file behind.
+    temporary file behind. The file is private (0600, as the temporary file is made) unless
+    ``mode`` says otherwise (0644 for what is committed beside the goldens).
     """
     handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed before the rename
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
     )
     try:
         with handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

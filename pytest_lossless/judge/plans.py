@@ -388,7 +388,7 @@ class PlanBook:
             return
         try:
             os.makedirs(self.folder, exist_ok=True)
-            write_atomic(self.path, self._text())
+            write_atomic(self.path, self._text(), mode=0o644)  # committed, like manifest.json
         except OSError as exc:
             raise GoldenUpdateError(
                 self.path, f"cannot be written ({exc.strerror or exc}): the previous plan is kept"
