@@ -132,7 +132,9 @@ class GoldenFixture:
         or a producer returning one. Under --update-goldens a producer runs at least twice and
         nothing is written when its runs disagree, or when any run misses ``expect``."""
         __tracebackhide__ = True
-        from ..judge.coverage import check_names, expectation_for
+        from ..core.expect import Media
+        from ..errors import ConfigError
+        from ..judge.coverage import MEDIA_KINDS, RunMedia, check_names, expectation_for
 
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             golden = self._of(scope)
@@ -151,11 +153,24 @@ class GoldenFixture:
         results = []
         for name, value in named.items():
             wanted = expectation_for(expect, name)
+            if isinstance(expect, Media):
+                wanted = RunMedia.of(expect)  # the run's clip and track, not its tensors
             result = self.check(
                 name, value, gate, expect=wanted, scope=scope, allow_empty=allow_empty
             )
             if result is not None:
                 results.append(result)
+        if (
+            isinstance(expect, Media)
+            and results
+            and all(r.kind not in MEDIA_KINDS for r in results)
+        ):
+            with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
+                raise ConfigError(
+                    "golden.check_all(expect=...)",
+                    expect,
+                    "the run produced no video or audio artifact, so the Media checked nothing",
+                )
         return results
 
     def _fail_misses(self, misses: list[dict[str, Any]], result: GateResult | None = None) -> None:

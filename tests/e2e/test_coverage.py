@@ -128,3 +128,34 @@ def test_a_truncated_run_is_refused_as_a_golden_and_fails_against_one(pytester, 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 of 1 receipts consistent" in done.stdout
     assert "verdict FAIL" in done.stdout
+
+
+def test_one_media_for_a_run_with_a_tensor_checks_the_clip_and_track(
+    pytester: pytest.Pytester,
+) -> None:
+    """golden.check_all(run, expect=Media(...)) over a clip, a track and a latent: the media
+    are checked, the tensor is not held to a duration; a short track still fails."""
+    pytester.makepyfile(
+        test_outputs="""
+        import numpy as np, soundfile as sf
+        from pytest_lossless import Media
+
+        def run(tmp_path, samples):
+            wav = tmp_path / f"audio-{samples}.wav"
+            sf.write(wav, np.zeros((samples, 2), dtype=np.int16), 48000, subtype="PCM_16")
+            return {"audio.wav": wav, "latent.npy": np.arange(6, dtype=np.float32)}
+
+        def test_full(golden, tmp_path):
+            golden.check_all(run(tmp_path, 240000), expect=Media(5, sample_rate=48000))
+
+        def test_short(golden, tmp_path):
+            golden.check_all(run(tmp_path, 238800), expect=Media(5, sample_rate=48000))
+        """
+    )
+    result = pytester.runpytest("--update-goldens", "-p", "no:cacheprovider", "-k", "test_full")
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "test_full")
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest("--update-goldens", "-p", "no:cacheprovider", "-k", "test_short")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*audio samples: requested 240000*obtained 238800*"])

@@ -78,3 +78,19 @@ def test_one_sample_short_or_long_is_always_caught(seconds: int, rate: int, delt
     expect = Media(seconds, sample_rate=rate)
     missed = coverage.misses(expect, _wav(seconds * rate + delta, rate=rate))
     assert bool(missed) is (delta != 0)
+
+
+def test_one_media_for_a_run_checks_its_clip_and_track_not_its_tensors() -> None:
+    """One ``Media`` for a whole run (clip, track and latent) covers the media artifacts; a
+    tensor has no duration to check. A run with no media artifact at all is still a miss."""
+    latent = Artifact("latent.npy", "tensor", {"dtype": "<f4", "shape": [4, 4]})
+    asked = Media(5, fps=24, sample_rate=48000, channels=2)
+    run = {"clip.mp4": _clip(120, 240000), "audio.wav": _wav(240000), "latent.npy": latent}
+    assert coverage.run_misses(asked, run, "control#1") == []
+    short = {**run, "audio.wav": _wav(238800)}
+    assert [m["artifact"] for m in coverage.run_misses(asked, short, "control#1")] == ["audio.wav"]
+    alone = coverage.run_misses(asked, {"latent.npy": latent}, "control#1")
+    assert [m["artifact"] for m in alone] == ["latent.npy"]
+    # Named explicitly, a tensor is checked as asked (and misses).
+    named = coverage.run_misses({"latent.npy": asked}, run, "control#1")
+    assert [m["artifact"] for m in named] == ["latent.npy"]
