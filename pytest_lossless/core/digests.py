@@ -73,6 +73,28 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
     fsync_dir(path.parent)
 
 
+def write_new(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Create ``path`` (never an existing file, never through a link) with ``data``, flushed to
+    disk: a file of a folder being staged, which is renamed into place whole afterwards."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path | str) -> None:
+    """Flush a file just written (a copy) to disk before it is renamed or swapped into place."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(folder: Path) -> None:
     """Make a rename in ``folder`` durable (best effort: some file systems refuse)."""
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import utc_iso
-from ..core.digests import fsync_dir, safe_name, sha256_file, write_json_atomic
+from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_json_atomic
 from ..core.text import printable
 from ..judge.accept import EXPORT_JSON, EXPORT_SCHEMA
 
@@ -119,11 +119,7 @@ def _copy_atomic(source: Path, target: Path) -> None:
     temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     try:
         shutil.copyfile(source, temporary)
-        fd = os.open(temporary, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(temporary)
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.digests import canonical_sha256, sha256_file
+from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult, parse_gate
@@ -403,7 +403,7 @@ class GoldenFolder:
                 _copy_durably(source, staging / entry.file)
             document = manifest_document(entries, self.test_id)
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-            _write_durably(staging / MANIFEST, text.encode("utf-8"))
+            write_new(staging / MANIFEST, text.encode("utf-8"))
             carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
 
         try:
@@ -442,19 +442,4 @@ def _what_changed(before: ManifestEntry, after: ManifestEntry) -> str:
 def _copy_durably(source: Path, target: Path) -> None:
     """Copy a stored golden and flush it to disk before the folder is swapped into place."""
     shutil.copyfile(source, target)
-    fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(target: Path, data: bytes) -> None:
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_file(target)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.digests import canonical_sha256, loads_bounded, write_atomic
+from ..core.digests import canonical_sha256, loads_bounded, write_atomic, write_new
 from ..core.paths import folder_problem, inside_root, read_regular
 from ..core.text import has_control, printable
 from ..errors import GateChanged, GoldenIntegrityError, ManifestError
@@ -225,17 +225,7 @@ def carry_plan(live: Path, staging: Path) -> None:
     source = live / PLAN
     if not os.path.lexists(source) or os.path.lexists(staging / PLAN):
         return
-    data = read_regular(source, limit=MAX_PLAN_BYTES)
-    fd = os.open(
-        staging / PLAN, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
-    )
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_new(staging / PLAN, read_regular(source, limit=MAX_PLAN_BYTES))
 
 
 # ------------------------------------------------------------------ one test's plans
