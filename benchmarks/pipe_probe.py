@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from pytest_lossless import media  # noqa: E402
+from pytest_lossless.media import container  # noqa: E402
 from pytest_lossless.media.ffmpeg import RAW_PIPE_BYTES, OutputPipe  # noqa: E402
 from pytest_lossless.media.hashing import digest_frames, hash_threads  # noqa: E402
 
@@ -63,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         f"raw pipe, read + SHA-256 on {hash_threads()} threads": raw_python(True),
         "raw pipe, read + SHA-256 inline": raw_python(True, 0),
         "fast fingerprint (media.fingerprint)": lambda: media.fingerprint("video", clip),
+        **{
+            f"fast fingerprint, {n} raw pipe(s)": (
+                lambda n=n: container._fast_fingerprint(clip, media.MediaLimits(), stripes=n)
+            )
+            for n in (1, 2, 4)
+        },
     }
     times: dict[str, list[float]] = {name: [] for name in arms}
     for fn in arms.values():

@@ -146,10 +146,12 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
         },
         repeats,
     )
+    # Issue #16: at most 1.5x on two cores, at most 1.25x on sixteen (the H200 host's CPUs).
+    goal = 1.25 if len(os.sched_getaffinity(0)) >= 16 else 1.5
     video = fp["streams"][0]
     label = f"{seconds:g} s {video['width']}x{video['height']} {video['frame_count']} frames"
     return [
-        (f"golden.check, decoded gate ({label})", times["check"], times["decode"], 1.5, "decode"),
+        (f"golden.check, decoded gate ({label})", times["check"], times["decode"], goal, "decode"),
         (
             "  the same with its declared-size probe merged into the fingerprint",
             times["merged"],
@@ -193,7 +195,7 @@ def memory_rows(folder: Path) -> list[Row]:
     short = make_clip(folder / "m5.mp4", 5)
     long = make_clip(folder / "m15.mp4", 15)
     peaks = {
-        name: [peak_memory(path) for _ in range(3)] for name, path in (("5", short), ("15", long))
+        name: [peak_memory(path) for _ in range(5)] for name, path in (("5", short), ("15", long))
     }
     med = {
         name: {key: statistics.median(p[key] for p in runs) for key in ("self_kib", "ffmpeg_kib")}

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from .gates import Gate, GateResult
     from .media import MediaLimits
+    from .media.hashing import FingerprintCache
     from .settings import Settings
 
     #: What :attr:`KindRegistry.observers` are called with: gate, expected, obtained, result.
@@ -324,6 +325,9 @@ class KindRegistry:
         #: Called after every :meth:`compare` with ``(gate, expected, obtained, result)``; it may
         #: raise (the plugin's canary, :mod:`~.judge.canary`, raises CanaryError there).
         self.observers: list[Observer] = []
+        #: The session's fingerprints by file identity: a file compared several times (a
+        #: candidate against its control runs and a golden) is decoded once. Made on first use.
+        self.fingerprints: FingerprintCache | None = None
 
     def detect(self, path: Path) -> str:
         """The kind of the artifact at ``path``, from its content."""
@@ -340,7 +344,13 @@ class KindRegistry:
 
         path = Path(path)
         media.read_head(path, 1)  # a missing file is named as such, whatever the kind
-        result = self.hook.pytest_lossless_fingerprint(kind=kind, path=path)
+        if self.fingerprints is None:
+            from .media.hashing import FingerprintCache
+
+            self.fingerprints = FingerprintCache()
+        result = self.fingerprints.fingerprint(
+            kind, path, lambda: self.hook.pytest_lossless_fingerprint(kind=kind, path=path)
+        )
         if result is None:
             raise LosslessError(
                 f"no plugin fingerprints artifacts of kind {kind!r} ({path}): implement "

@@ -26,7 +26,7 @@ from .ffmpeg import (
     run_ffmpeg,
     stderr_tail,
 )
-from .hashing import FINGERPRINT_VERSION, digest_frames, file_digest
+from .hashing import FINGERPRINT_VERSION, digest_frames, file_digest, raw_stripes
 from .limits import MediaLimits, refuse
 from .probe import (
     SAMPLE_FORMATS,
@@ -36,6 +36,7 @@ from .probe import (
     layout_channels,
     packed_sample_format,
     parse_framehash,
+    parse_output_stream,
     parse_probe,
     raw_frame_bytes,
 )
@@ -267,22 +268,27 @@ def fingerprint_container(
     return _assemble(path, info, hashed, limits, video=video)
 
 
-def _fast_fingerprint(path: Path, limits: MediaLimits) -> dict[str, Any] | None:
+def _fast_fingerprint(
+    path: Path, limits: MediaLimits, *, stripes: int | None = None
+) -> dict[str, Any] | None:
     """The fingerprint with the first video stream's raw frames hashed here, on several threads
     (:func:`~.ffmpeg.fast_video_args`), and the audio streams hashed by a second ffmpeg run at
     the same time; or None where this way cannot vouch for the result: a run failed (the
     general way reports why), the file has several video streams, the frame size is not known
     in advance, or the frames ffmpeg timed differ in size from those read. The declared sizes
-    are checked while ffmpeg starts, before a frame is read."""
-    raw = OutputPipe(size=RAW_PIPE_BYTES, drain=False)
+    are checked while ffmpeg starts, before a frame is read. ``stripes``: raw pipes
+    (:func:`~.hashing.raw_stripes` when None)."""
+    raws = [OutputPipe(size=RAW_PIPE_BYTES, drain=False) for _ in range(stripes or raw_stripes())]
     timing = OutputPipe()
     counter = DecodeCounter(path, limits)
-    args = fast_video_args(path, limits.frame_pixels, raw.write_fd, timing.write_fd)
+    args = fast_video_args(
+        path, limits.frame_pixels, [raw.write_fd for raw in raws], timing.write_fd
+    )
     # Left in reverse order: the decode is killed (if it still runs) before the audio is awaited.
     with (
         ThreadPoolExecutor(max_workers=1) as audio_pool,
         FFmpegRun(
-            args, path=path, limits=limits, what="framehash decode", outputs=(raw, timing)
+            args, path=path, limits=limits, what="framehash decode", outputs=(*raws, timing)
         ) as run,
     ):
         # The declared sizes are checked by a probe that decodes nothing, while this decode
@@ -317,28 +323,33 @@ def _fast_fingerprint(path: Path, limits: MediaLimits) -> dict[str, Any] | None:
                 on_output=FramehashBudget(path, limits, counter),
             )
         try:
-            digests, left = digest_frames(raw.readinto, frame_bytes, on_frame=counter.add)
+            striped = _read_stripes(run, raws, frame_bytes, counter)
         finally:
             run.check_expired()
         code, stderr = run.finish()
         sound = audio.result() if audio is not None else None
-    if code != 0 or left or (sound is not None and sound.returncode != 0):
+    if code != 0 or striped is None or (sound is not None and sound.returncode != 0):
         return None
+    digests = striped
     info = opened(path, stderr)
     timed = parse_framehash(timing.data.decode("ascii", "replace")).get(0)
-    if timed is None or len(timed.lines) != len(digests) or not digests:
+    written = parse_output_stream(stderr.decode("utf-8", "replace"), 0)
+    if timed is None or written is None or len(timed.lines) != len(digests) or not digests:
         return None
-    if any(size != frame_bytes for _pts, _dur, size, _adler in timed.lines):
+    # The raw frames are all of the size announced (ffmpeg scales any later frame to the first
+    # one's size), and the count of frames and bytes read says the same.
+    if raw_frame_bytes(written.pix_fmt, written.width, written.height) != frame_bytes:
         return None
     if len(info.of_type("video")) != 1 or len(info.of_type("audio")) != len(audio_streams):
         return None
+    header = {**timed.header, "dimensions": f"{written.width}x{written.height}"}
     hashed = {
         0: FramehashStream(
             0,
-            timed.header,
+            header,
             [
-                (pts, dur, size, sha)
-                for (pts, dur, size, _), sha in zip(timed.lines, digests, strict=True)
+                (pts, dur, frame_bytes, sha)
+                for (pts, dur, _size, _adler), sha in zip(timed.lines, digests, strict=True)
             ],
         )
     }
@@ -346,6 +357,35 @@ def _fast_fingerprint(path: Path, limits: MediaLimits) -> dict[str, Any] | None:
         for pos, stream in parse_framehash(sound.stdout.decode("ascii", "replace")).items():
             hashed[pos + 1] = FramehashStream(pos + 1, stream.header, stream.lines)
     return _assemble(path, info, hashed, limits, video=True)
+
+
+def _read_stripes(
+    run: FFmpegRun, raws: list[OutputPipe], frame_bytes: int, counter: DecodeCounter
+) -> list[str] | None:
+    """The SHA-256 of every raw frame, in order, read from one pipe or from several (frame
+    ``n`` from pipe ``n`` modulo their number, each read and hashed by a thread of its own);
+    None when what came is not whole frames dealt out so."""
+    if len(raws) == 1:
+        digests, left = digest_frames(raws[0].readinto, frame_bytes, on_frame=counter.add)
+        return None if left else digests
+
+    def read(pipe: OutputPipe) -> tuple[list[str], int]:
+        try:
+            return digest_frames(pipe.readinto, frame_bytes, threads=0, on_frame=counter.add)
+        except BaseException:
+            run.kill()  # the other readers see their pipes end
+            raise
+
+    with ThreadPoolExecutor(max_workers=len(raws)) as pool:
+        parts = list(pool.map(read, raws))
+    counts = [len(digests) for digests, _left in parts]
+    total = sum(counts)
+    n = len(raws)
+    if any(left for _digests, left in parts) or counts != [
+        (total - k + n - 1) // n for k in range(n)
+    ]:
+        return None
+    return [parts[i % n][0][i // n] for i in range(total)]
 
 
 def _assemble(

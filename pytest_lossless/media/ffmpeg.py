@@ -101,23 +101,38 @@ def container_framehash_args(path: Path, max_pixels: int, *, video: bool) -> lis
     ]
 
 
-def fast_video_args(path: Path, max_pixels: int, raw_fd: int, timing_fd: int) -> list[str]:
+#: The timing output of :func:`fast_video_args` hashes frames cropped to this (a corner of
+#: 4x4 pixels: whole chroma samples of every common subsampling), so that its hashing costs
+#: nothing; cropping keeps each frame's timestamps, duration and sample aspect ratio.
+TIMING_CROP = "crop=4:4:0:0"
+
+
+def fast_video_args(
+    path: Path, max_pixels: int, raw_fds: Sequence[int], timing_fd: int
+) -> list[str]:
     """The first video stream for the fast video fingerprint (``media.container``): its raw
-    frames on ``pipe:raw_fd`` and, through ffmpeg's tee muxer, the same packets' framehash
-    lines on ``pipe:timing_fd`` (timestamps, durations, sizes; their adler32 is cheap: the
-    SHA-256 of each frame is computed by the reader, on several threads). Same decoder, same
-    timestamps, same frame bytes as :func:`container_framehash_args`; the stream description
-    is on stderr. (Audio goes to a run of its own: an output of no stream here would cost more
-    CPU than the whole decode.)"""
-    slaves = (
-        f"[select=0:f=rawvideo]pipe:{raw_fd}"
-        f"|[select=0:f=framehash:hash=adler32:format_version=2]pipe:{timing_fd}"
-    )
+    frames on the ``pipe:N`` of ``raw_fds`` (the reader computes each frame's SHA-256), and on
+    ``pipe:timing_fd`` the framehash lines of the same frames cropped to a corner
+    (:data:`TIMING_CROP`): their timestamps and durations, with a hash that costs nothing.
+    With several raw pipes, frame ``n`` goes to pipe ``n`` modulo their number (the stream is
+    decoded once; each pipe has its own writer thread in ffmpeg, so the copies through the
+    pipes run in parallel). Same decoder, same timestamps, same frame bytes as
+    :func:`container_framehash_args`; the description of the input and of the raw output is on
+    stderr. (Audio goes to a run of its own: an output of no stream here would cost more CPU
+    than the whole decode.)"""
+    stripes = len(raw_fds)
+    raw: list[str] = []
+    for k, fd in enumerate(raw_fds):
+        pick = ("-vf", f"select='eq(mod(n,{stripes}),{k})'") if stripes > 1 else ()
+        raw += [*_maps(["0:v:0"]), *pick, *_RAW_FRAMES, "-f", "rawvideo", f"pipe:{fd}"]
     return [
         *_decode_input(path, max_pixels, log="info"),
+        *raw,
         *_maps(["0:v:0"]),
+        *("-vf", TIMING_CROP),
         *_RAW_FRAMES,
-        *("-f", "tee", slaves),
+        *_FRAMEHASH_OUTPUT[:-1],
+        f"pipe:{timing_fd}",
     ]
 
 
@@ -250,7 +265,12 @@ class FFmpegRun:
         self._tail = bytearray()
         self._dropped = False
         self.outputs = list(outputs)
-        command = _command(args, stdin=input_bytes is not None)
+        try:
+            command = _command(args, stdin=input_bytes is not None)
+        except BaseException:
+            for pipe in self.outputs:
+                pipe.close()
+            raise
         try:
             self.proc = subprocess.Popen(
                 command,

@@ -42,6 +42,12 @@ def hash_threads() -> int:
     return 0 if cores < 2 else max(1, min(MAX_HASH_THREADS, cores // 2))
 
 
+def raw_stripes() -> int:
+    """Raw pipes for one decode: one per four cores, at most four (one ffmpeg writer thread
+    and one reading thread each); one below eight cores, where the CPU, not the pipe, binds."""
+    return max(1, min(4, _cores() // 4))
+
+
 def _fill(read_into: Callable[[memoryview], int], view: memoryview) -> int:
     """Read into all of ``view`` unless the stream ends first; the bytes read."""
     got = 0

@@ -269,6 +269,28 @@ def parse_probe(text: str) -> ProbeInfo | None:
     return ProbeInfo(container=container, duration=duration, streams=tuple(streams))
 
 
+_OUTPUT_RE = re.compile(r"^Output #(?P<n>\d+), ")
+
+
+def parse_output_stream(text: str, output: int = 0) -> StreamInfo | None:
+    """The first stream of output ``output`` as ffmpeg describes it on stderr (``-v info``)
+    when it writes that output's header: the frames as they are written (after autorotation,
+    say); None when the text has no such description."""
+    inside = False
+    for line in text.splitlines():
+        head = _OUTPUT_RE.match(line)
+        if head:
+            inside = int(head["n"]) == output
+            continue
+        if inside:
+            stream = _STREAM_RE.match(line.replace(f"Stream #{output}:", "Stream #0:", 1))
+            if stream:
+                return _parse_stream(line, stream)
+            if not line.startswith(" "):
+                inside = False
+    return None
+
+
 @dataclass
 class FramehashStream:
     """One output stream of ffmpeg's ``framehash`` muxer: header fields and per-frame lines."""

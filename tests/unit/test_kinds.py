@@ -228,3 +228,28 @@ def test_each_builtin_kind_is_one_trylast_plugin_answering_only_for_itself(
         other = "video" if kind.name != "video" else "audio"
         assert kind.pytest_lossless_default_gate(other) is None
         assert kind.pytest_lossless_fingerprint(other, files["audio"]) is None
+
+
+def test_a_file_compared_many_times_is_fingerprinted_once(tmp_path: Path) -> None:
+    """A candidate judged against several control runs and a golden is decoded once: the
+    registry keeps fingerprints by file identity, and a file changed since is read again."""
+    calls: list[str] = []
+
+    class Counting:
+        @hookimpl(tryfirst=True)
+        def pytest_lossless_fingerprint(self, kind: str, path: Path) -> dict[str, Any] | None:
+            calls.append(Path(path).name)
+            return None  # the built-in kind answers
+
+    registry = KindRegistry()
+    assert registry.plugin_manager is not None
+    registry.plugin_manager.register(Counting())
+    path = tmp_path / "out.npy"
+    np.save(path, np.arange(8, dtype=np.float32))
+    first = registry.fingerprint("tensor", path)
+    for _ in range(3):
+        assert registry.fingerprint("tensor", path) == first
+    assert calls == ["out.npy"]
+    np.save(path, np.arange(8, dtype=np.float64))  # changed: read again, never served stale
+    assert registry.fingerprint("tensor", path) != first
+    assert calls == ["out.npy", "out.npy"]
