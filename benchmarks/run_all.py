@@ -2,7 +2,8 @@
 reference measured in the same run (interleaved arms, medians).
 
     python benchmarks/run_all.py [--seconds 15] [--repeats 7] [--big-mib 1024]
-                                 [--only video,memory,pair,bytes,peers] [--peers PYTHON]
+                                 [--only video,memory,pair,bytes,peers,idle,speed]
+                                 [--peers PYTHON]
 
 - video: ``golden.check`` of an H.264 clip (1344x768, 24 fps, ``--seconds``) against its
   digest golden (what the fixture does after pytest start-up: the declared-size check against
@@ -18,6 +19,10 @@ reference measured in the same run (interleaved arms, medians).
 - peers: pytest-regressions ``file_regression`` and ``ndarrays_regression`` and syrupy's
   single-file extension on the same artifacts, run by ``--peers PYTHON`` (a throwaway venv that
   has them, see ``benchmarks/peers_bench.py``), against our checks of the same files.
+- idle: 2,000 trivial tests with the plugin installed against ``-p no:lossless``, run and
+  collection only (``benchmarks/bench_idle.py``).
+- speed: the speed gate's error rates with 3% of arms 3x slower, from the gate's own decision
+  code (``benchmarks/sim_speed_gate.py``, fewer sessions per cell than its default).
 """
 
 from __future__ import annotations
@@ -337,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--big-mib", type=int, default=1024)
-    parser.add_argument("--only", default="video,memory,pair,bytes,peers")
+    parser.add_argument("--only", default="video,memory,pair,bytes,peers,idle,speed")
     parser.add_argument("--peers", default=None, help="a python that has the peers installed")
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--folder", default=None, help="work here instead of a temp folder")
@@ -371,6 +376,13 @@ def main(argv: list[str] | None = None) -> int:
             if not (folder / "clip.mp4").exists():
                 make_clip(folder / "clip.mp4", args.seconds)
             show(peer_rows(folder, args.peers, args.repeats, kinds))
+    for name, script, extra in (
+        ("idle", "bench_idle.py", ["--repeats", str(args.repeats)]),
+        ("speed", "sim_speed_gate.py", ["--trials", "20000", "--replay", "60"]),
+    ):
+        if name in wanted:  # tables of their own: printed as they are
+            print(flush=True)
+            subprocess.run([sys.executable, str(HERE / script), *extra], check=False)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps([list(r) for r in rows], indent=1))
