@@ -24,6 +24,8 @@ MAX_DEVICES = 4096
 BUSY_POLICIES = ("wait", "fail")
 #: What a session does with a process an earlier allocation left running on a device it wants.
 ORPHAN_POLICIES = ("wait", "kill")
+#: Whether a progress line is shown during long model runs and server startups.
+PROGRESS_MODES = ("auto", "off", "always")
 
 #: Environment variables that change numerics; recorded in every receipt when present.
 DETERMINISM_KNOBS = (
@@ -390,6 +392,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "model_run(sources=...) when its run starts (nothing is fetched)",
         is_flag=True,
     ),
+    OptionSpec(
+        "progress",
+        "--lossless-progress",
+        "lossless_progress",
+        None,
+        "auto",
+        _parse_choice(PROGRESS_MODES),
+        "a progress line during long model runs and server startups (stage, elapsed, "
+        "requests): auto redraws it on a terminal and writes a line after 10 s, then every "
+        "30 s, to a log; never under -qq or on xdist workers; always also under -qq; off",
+        choices=PROGRESS_MODES,
+    ),
 )
 
 
@@ -422,6 +436,8 @@ class Settings:
     no_canary: bool
     #: --lossless-require-published: a dirty or unpublished source tree is an error.
     require_published: bool
+    #: --lossless-progress: auto, off or always (:mod:`.plugin.progress`).
+    progress: str
     rootdir: Path
     sources: Mapping[str, str]
 

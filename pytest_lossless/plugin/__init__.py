@@ -15,6 +15,7 @@ pytest_plugins = [
     "pytest_lossless.plugin.receipts",
     "pytest_lossless.plugin.outcomes",
     "pytest_lossless.plugin.devices",
+    "pytest_lossless.plugin.progress",
     "pytest_lossless.plugin.model_run",
     "pytest_lossless.plugin.export",
     "pytest_lossless.plugin.golden",

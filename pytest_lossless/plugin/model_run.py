@@ -18,6 +18,7 @@ from ..core.text import printable
 from .config import settings
 from .devices import holds_devices
 from .outcomes import failing_on_errors
+from .progress import progress_for
 from .receipts import receipt_for
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         on_record=receipt.add_run,
         redactor=redactor,
         describe_source=partial(_describe_source, required=resolved.require_published),
+        progress=progress_for(item),
     )
     try:
         yield launcher

@@ -28,6 +28,7 @@ from .failure import failure_message, format_status
 from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
 from .kernel import child_subreaper
 from .lifecycle import lifecycle_verdict
+from .progress import Progress, waiting
 from .server import REQUEST_RECORDS, Server
 
 #: Seconds between SIGTERM and SIGKILL when a run times out or a server is stopped.
@@ -154,6 +155,7 @@ class Launcher:
         memory_interval: float | None = None,
         memory_timeout: float | None = None,
         request_records: int = REQUEST_RECORDS,
+        progress: Progress | None = None,
     ) -> None:
         self.allocation = allocation
         #: How each run's device memory is read, or why it cannot be (default: the backend's).
@@ -178,6 +180,8 @@ class Launcher:
         #: Every secret value seen in this launcher's argv and environments, scrubbed from text.
         self._secrets: set[str] = set()
         self.records: list[dict[str, Any]] = []
+        #: Where a long run's stage and elapsed time are shown (None: nowhere).
+        self.progress = progress
         self._servers: list[Server] = []
         self._groups: list[ProcessGroup] = []
         self._count = 0
@@ -421,7 +425,8 @@ class Launcher:
             record["sources"] = described
         out = Path(record["out_dir"])
         group = self._spawn(record, args, child_env, cwd_path, run_dir)
-        finished = group.wait_main(limit)
+        stage = f"run {str(record['name']).split('-')[-1]}"
+        finished = waiting(self.progress, stage, group.wait_main, limit, self.clock)
         record["timed_out"] = not finished
         if not finished:
             group.send(signal.SIGTERM, forced=True, reason=f"timeout after {limit:g} s", group=True)

@@ -22,6 +22,7 @@ from .arguments import check_seconds
 from .failure import failure_message
 from .group import ProcessGroup
 from .lifecycle import lifecycle_verdict
+from .progress import Progress
 from .request_body import CHUNK, encode_body
 
 #: Response bodies larger than this are streamed to a file in the run's folder.
@@ -67,6 +68,9 @@ class ServerHost(Protocol):
 
     @property
     def request_records(self) -> int: ...
+
+    @property
+    def progress(self) -> Progress | None: ...
 
     def clean_text(self, text: str) -> str: ...
 
@@ -125,6 +129,15 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self._run_dir = run_dir
         self._stopped = False
+        #: The progress line (``server 01 starting``, then ``ready, N requests``), if any.
+        progress = self._progress = host.progress
+        self._stage = f"server {str(record.get('name', '')).split('-')[-1]}"
+        self._progress_token = progress.begin(f"{self._stage} starting") if progress else 0
+
+    def _tick(self, stage: str | None = None, **counts: int) -> None:
+        if self._progress is not None:
+            self._progress.update(stage, token=self._progress_token, **counts)
+            self._progress.tick()
 
     @property
     def pid(self) -> int:
@@ -191,6 +204,7 @@ class Server:
             if ready:
                 break
             last_failed = ended
+            self._tick()
             if ended >= limit:
                 note(None)
                 self._fail_startup(
@@ -200,6 +214,7 @@ class Server:
             clock.sleep(max(0.0, min(interval, limit - ended)))
         self.record["startup_seconds"] = round(ended, 6)
         note(ended)
+        self._tick(f"{self._stage} ready", requests=0)
         if workers_expected:
             while (
                 len([p for p in group.alive() if p.role == "descendant"]) < workers_expected
@@ -366,6 +381,8 @@ class Server:
                 self.record["warmup_seconds" if entry["warmup"] else "measured_seconds"].append(
                     entry["seconds"]
                 )
+            done, failed = int(totals["requests"]), int(totals["failed"])
+        self._tick(requests=done, failed=failed)
 
     def stop(self, grace: float | None = None, *, reason: str = "stop") -> dict[str, Any]:
         """SIGTERM the server, wait ``grace`` s, SIGKILL the group if needed; return the record.
@@ -393,6 +410,8 @@ class Server:
 
     def _finish(self, *, grace: float, reason: str) -> dict[str, Any]:
         self._stopped = True
+        if self._progress is not None:
+            self._progress.end(self._progress_token)
         group = self._group
         group.sample()
         main_alive = not group.main_done
