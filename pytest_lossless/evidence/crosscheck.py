@@ -16,6 +16,8 @@ from typing import Any
 
 #: How far a sample's start may lie from its run's start (the two clocks are read apart).
 _START_SLACK_SECONDS = 0.5
+#: Run records give their start to the millisecond (ISO-8601), samples theirs in full.
+_ROUNDING_SECONDS = 0.002
 _RUN_NAME = re.compile(r"^(command|server)-(\d+)$")
 
 
@@ -285,13 +287,17 @@ def _unsampled_runs(
     ]
     if not starts or not ends:
         return []
-    first, last = min(starts) - _START_SLACK_SECONDS, max(ends) + _START_SLACK_SECONDS
+    # A run of the gate starts after its sample did (the sample's clock is read first), so
+    # the span opens at the first sample, less the run records' millisecond rounding; a run
+    # that had ended by then (the lossless.compare before the gate) is not the gate's.
+    first, last = min(starts) - _ROUNDING_SECONDS, max(ends) + _START_SLACK_SECONDS
     dropped = sorted(
         name
         for name, run in runs.items()
         if name not in sampled
         and (began := _epoch(run.get("started_at"))) is not None
         and first <= began <= last
+        and not ((ended := _epoch(run.get("ended_at"))) is not None and ended <= min(starts))
     )
     if not dropped:
         return []

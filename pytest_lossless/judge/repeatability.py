@@ -252,11 +252,8 @@ def compare_control_candidate(
         seconds = clock.monotonic() - started
         paths = materialize_all(result, name, workdir / f"run{index}-{safe_name(name)}")
         fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
-        for artifact_name, artifact in fingerprints[name].items():
-            wanted = coverage.expectation_for(expect, artifact_name)
-            missed = coverage.result(wanted, artifact) if wanted is not None else None
-            if missed is not None:
-                misses.append({"run": name, **missed.to_dict()})
+        # One Media for the whole run covers its clip and track, not a tensor beside them.
+        misses += coverage.run_misses(expect, fingerprints[name], name)
         records.append(
             {
                 "role": "candidate" if name == "candidate" else "control",

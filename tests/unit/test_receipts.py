@@ -316,3 +316,38 @@ def test_the_summary_is_generated_and_verify_refuses_an_edited_one(
     assert main(["verify", str(tmp_path)]) == 1
     assert "SUMMARY.md: does not match the receipts" in capsys.readouterr().out
     assert main(["summary", str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_run_that_ended_before_the_speed_gate_began_is_not_one_of_its_samples() -> None:
+    """A lossless.compare run just before a speed gate (0.49 s before its first sample, ended
+    by then) is not a dropped sample; a run started inside the gate with no sample is."""
+    from pytest_lossless.evidence.crosscheck import check_speed_runs
+
+    def iso(t: float) -> str:
+        import datetime
+
+        moment = datetime.datetime.fromtimestamp(t, tz=datetime.timezone.utc)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    t0 = 1_800_000_000.0
+    runs = [
+        {"name": "command-03", "kind": "command", "started_at": iso(t0 - 0.49),
+         "ended_at": iso(t0 - 0.01), "wall_seconds": 0.48},
+    ]  # fmt: skip
+    samples = []
+    for i in range(4):
+        name = f"command-{i + 4:02d}"
+        start = t0 + i * 0.3
+        runs.append({"name": name, "kind": "command", "started_at": iso(start + 0.001),
+                     "ended_at": iso(start + 0.25), "wall_seconds": 0.25})  # fmt: skip
+        samples.append({"index": i, "block": 0, "position": i,
+                        "arm": ("control", "candidate", "candidate", "control")[i],
+                        "started_at": start, "arm_seconds": 0.26, "seconds": 0.25,
+                        "run": name, "runs": [name]})  # fmt: skip
+    receipt = {"runs": runs, "speed": [{"design": "ABBA", "samples": samples}]}
+    assert check_speed_runs(None, receipt, None) == []
+    # A run inside the gate's span that no sample names: its sample was removed.
+    runs.append({"name": "command-08", "kind": "command", "started_at": iso(t0 + 0.5),
+                 "ended_at": iso(t0 + 0.55), "wall_seconds": 0.05})  # fmt: skip
+    found = check_speed_runs(None, receipt, None)
+    assert any("command-08" in f and "samples were removed" in f for f in found), found

@@ -80,3 +80,32 @@ def test_rederive_agrees_with_the_table(c1, c2, cand):
         "candidate_comparison": {"results": [{"passed": cand}]},
     }
     assert rederive(block) == lossless_table(c1 and c2, cand)
+
+
+def test_one_media_for_the_run_holds_its_track_not_its_latent(tmp_path, kinds):
+    """lossless.compare(expect=Media(...)) over a track and a latent: the latent is not held to a
+    duration (the README's example); a short track still misses, in every run."""
+    import soundfile as sf
+
+    from pytest_lossless import Media
+
+    def run(samples):
+        def produce():
+            wav = tmp_path / f"a{samples}.wav"
+            sf.write(wav, np.zeros((samples, 2), dtype=np.int16), 48000, subtype="PCM_16")
+            return {"audio.wav": wav, "latent.npy": np.arange(4, dtype=np.float32)}
+
+        return produce
+
+    asked = Media(5, sample_rate=48000, channels=2)
+    whole = compare_control_candidate(
+        run(240000), run(240000), runs=2, kinds=kinds, workdir=tmp_path / "w", expect=asked
+    )
+    assert whole.verdict == "PASS"
+    assert whole.coverage == []
+    short = compare_control_candidate(
+        run(238800), run(238800), runs=2, kinds=kinds, workdir=tmp_path / "s", expect=asked
+    )
+    assert short.verdict == "FAIL"
+    assert sorted({m["artifact"] for m in short.coverage}) == ["audio.wav"]
+    assert len(short.coverage) == 3  # two control runs and the candidate
