@@ -9,17 +9,25 @@ session or unreadable receipt, 2 when there is nothing to verify or a bad argume
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from .core.text import printable
-from .errors import LosslessError, ReceiptError
+from .errors import ConfigError, LosslessError, ReceiptError
 from .evidence.index import INDEX_NAME, read_key
 from .evidence.receipts import load_all
 from .evidence.sessions import check_campaign
-from .evidence.summary import check_summaries, summary_lines, verdict_counts, write_summary
+from .evidence.summary import (
+    check_summaries,
+    summary_lines,
+    unfrozen_plans,
+    verdict_counts,
+    write_summary,
+)
 from .evidence.verify import verify_receipt
 from .kinds import KindRegistry, plugin_manager
 
@@ -118,6 +126,21 @@ def verify_command(
     print(f"merged: {total} receipts: {verdict_counts(merged)}", file=stream)
     for line in campaign.seen_lines():
         print(line, file=stream)
+    unfrozen = {
+        str(data.get("test_id")): len(found)
+        for data in merged.values()
+        if isinstance(data, dict) and (found := unfrozen_plans(data))
+    }
+    if unfrozen:
+        count, names = sum(unfrozen.values()), ", ".join(sorted(unfrozen))
+        print(
+            printable(
+                f"NOT FROZEN: {count} gate plan{'s' if count != 1 else ''} in {len(unfrozen)} "
+                f"receipt{'s' if len(unfrozen) != 1 else ''} checked against no plan.json "
+                f"({names}): freeze them with --update-goldens --lossless"
+            ),
+            file=stream,
+        )
     return 1 if bad or summaries or campaign.findings else 0
 
 
@@ -143,11 +166,21 @@ def accept_command(
             keyword_matcher(keyword)
         document = read_export(directory)
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
-        folder = goldens or Path.cwd() / str(document.settings.get("goldens") or "goldens")
+        root = Path.cwd()
+        folder = local_goldens(root, goldens)
+        exported = document.settings.get("goldens")
+        if exported is not None and Path(str(exported)) != folder.relative_to(root):
+            print(
+                printable(
+                    f"pytest-lossless accept: the export's machine wrote its goldens to "
+                    f"{exported}; writing this project's, {folder.relative_to(root)}"
+                ),
+                file=stream,
+            )
         decisions = accept(
             directory,
             goldens=folder,
-            rootdir=Path.cwd(),
+            rootdir=root,
             kinds=kinds,
             receipt_problems=lambda path: verify_receipt(path, kinds=kinds),
             load_receipt=load,
@@ -171,8 +204,93 @@ def accept_command(
     return 1 if refused else 0
 
 
+#: The files pytest reads its ini options from, in its order, and the section of each.
+_INI_FILES = (
+    ("pytest.ini", "pytest"),
+    (".pytest.ini", "pytest"),
+    ("pyproject.toml", "tool.pytest.ini_options"),
+    ("tox.ini", "pytest"),
+    ("setup.cfg", "tool:pytest"),
+)
+
+
+def _ini_goldens(root: Path) -> str | None:
+    """``lossless_goldens`` of the project's ini file at ``root`` (the first file of
+    :data:`_INI_FILES` that pytest would use there), or None when it sets none."""
+    import configparser
+    import importlib
+
+    for name, section in _INI_FILES:
+        path = root / name
+        if not path.is_file():
+            continue
+        if name == "pyproject.toml":
+            try:
+                toml: Any = importlib.import_module("tomllib")
+            except ModuleNotFoundError:  # Python 3.10: pytest reads it with tomli
+                try:
+                    toml = importlib.import_module("tomli")
+                except ModuleNotFoundError:
+                    continue
+            try:
+                data = toml.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(
+                    str(path), "lossless_goldens", f"cannot be read ({exc})"
+                ) from None
+            options = data.get("tool", {}).get("pytest", {}).get("ini_options")
+            if not isinstance(options, dict):
+                continue
+            value = options.get("lossless_goldens")
+            return None if value is None else str(value)
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read(path, encoding="utf-8")
+        except (OSError, configparser.Error) as exc:
+            raise ConfigError(str(path), "lossless_goldens", f"cannot be read ({exc})") from None
+        if not parser.has_section(section):
+            if name.endswith("pytest.ini"):
+                return None  # a pytest.ini is pytest's file even without its section
+            continue
+        return parser.get(section, "lossless_goldens", fallback=None)
+    return None
+
+
+def local_goldens(root: Path, given: Path | None) -> Path:
+    """The goldens folder ``accept`` writes: ``--goldens`` (``given``), else the project's
+    ``lossless_goldens`` (its ini file at ``root``), else ``goldens``; relative to ``root``,
+    and inside it (never a folder an export names)."""
+    from .core.paths import inside_root, is_under
+
+    source = "--goldens" if given is not None else f"{root} ini lossless_goldens"
+    chosen = given if given is not None else Path(_ini_goldens(root) or "goldens")
+    folder = Path(os.path.abspath(root / chosen))
+    if not is_under(folder, root) or folder == Path(os.path.abspath(root)):
+        raise ConfigError(
+            source,
+            str(chosen),
+            f"the goldens folder is not inside the project {root}: run accept from the "
+            "checkout's rootdir, with a goldens folder below it",
+        )
+    inside_root(folder, root, what="goldens folder")
+    return folder
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point (``pytest-lossless``) and ``python -m pytest_lossless``."""
+    """Console entry point (``pytest-lossless``) and ``python -m pytest_lossless``; a reader
+    that stops early (``verify DIR | head``) ends it quietly, as CLI tools do."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at nothing so that raises no more.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports it
+    return code
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_lossless",
         description="pytest-lossless tools: re-derive and check receipts.",
@@ -286,7 +404,8 @@ def _accept_parser(commands: Any) -> None:
         type=Path,
         metavar="PATH",
         default=None,
-        help="the goldens folder to write (default: the export's, under the current folder)",
+        help="the goldens folder to write, inside the current folder (default: the project's "
+        "lossless_goldens from its ini file here, else goldens); never the export's",
     )
     accept.add_argument(
         "--store",

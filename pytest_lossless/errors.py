@@ -99,8 +99,9 @@ class GateChanged(GoldenError):
         if subject is not None:
             super().__init__(
                 f"plan changed for {subject} in {file or folder}: --update-goldens froze "
-                f"{frozen} but the test now asks for {requested}. Gates and targets are frozen "
-                "with the goldens: run with --update-goldens to change them deliberately"
+                f"{frozen} but this run asks for {requested} (in the test code, or for pairs "
+                "the --lossless-speed-pairs default). Gates and targets are frozen with the "
+                "goldens: run with --update-goldens --lossless to change them deliberately"
             )
             return
         super().__init__(

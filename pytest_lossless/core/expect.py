@@ -20,9 +20,11 @@ from ..errors import ConfigError
 def _fraction(value: float | Fraction | str | None, what: str) -> Fraction | None:
     if value is None:
         return None
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigError(f"Media({what})", value, "expected a finite number above 0")
     try:
         number = Fraction(value).limit_denominator(1_000_000)
-    except (TypeError, ValueError, ZeroDivisionError):
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
         raise ConfigError(f"Media({what})", value, "expected a number") from None
     if number <= 0:
         raise ConfigError(f"Media({what})", value, "expected a number above 0")
@@ -41,6 +43,9 @@ class Media:
     audio_quantum: float | Fraction | None = None
 
     def __post_init__(self) -> None:
+        for name in ("seconds", "fps"):  # a number, not its text ("5" is a mistake here)
+            if isinstance(getattr(self, name), str):
+                raise ConfigError(f"Media({name})", getattr(self, name), "expected a number")
         _fraction(self.seconds, "seconds")
         _fraction(self.fps, "fps")
         _fraction(self.audio_quantum, "audio_quantum")

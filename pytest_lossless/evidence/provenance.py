@@ -176,10 +176,35 @@ def is_local_url(url: str) -> bool:
     """Whether a remote's URL is a path on this machine (``file://``, ``/srv/x.git``, ``../x``,
     ``C:\\x``): a clone there is another copy here, not a publication others can fetch."""
     if _SCHEME.match(url):
-        return url.lower().startswith("file://")
+        if url.lower().startswith("file://"):
+            return True
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:
+            return False
+        return _loopback(host)
     if _WINDOWS_PATH.match(url) or url.startswith(("/", ".", "~")):
         return True
-    return _SCP.match(url) is None
+    scp = _SCP.match(url)
+    if scp is None:
+        return True
+    host = scp.group(0)[:-1].rpartition("@")[2]
+    return _loopback(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
+
+
+def _loopback(host: str | None) -> bool:
+    """``localhost``, 127.0.0.0/8 and ::1: a server on this machine, not a publication."""
+    import ipaddress
+
+    if not host:
+        return False
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _remote_urls(root: Path) -> dict[str, str]:

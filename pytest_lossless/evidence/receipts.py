@@ -32,7 +32,7 @@ READABLE_VERSIONS = (1, 2)
 #: The raw blocks, covered by ``integrity.raw_sha256``; everything else is derived.
 RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "speed", "outcome")
 #: Raw blocks that only a receipt holding them covers (older receipts hash without them).
-OPTIONAL_BLOCKS = ("canary",)
+OPTIONAL_BLOCKS = ("canary", "export")
 #: The largest receipt read back: a long video's frame digests, twice, fit many times over.
 MAX_RECEIPT_BYTES = 256 << 20
 
@@ -145,6 +145,9 @@ class Receipt:
         self.speed: list[dict[str, Any]] = []
         #: The canaries that ran in this test (:mod:`..judge.canary`), or were skipped.
         self.canary: list[dict[str, Any]] = []
+        #: The producers run again for ``--lossless-export``: per artifact, its runs and
+        #: whether they agreed (what ``accept`` requires of an exported artifact).
+        self.export: list[dict[str, Any]] = []
         self.outcome: dict[str, str] = {}
 
     @property
@@ -177,6 +180,9 @@ class Receipt:
 
     def add_canary(self, record: _HasToDict | Mapping[str, Any]) -> None:
         self.canary.append(_plain(record))
+
+    def add_export(self, record: Mapping[str, Any]) -> None:
+        self.export.append(_plain(record))
 
     def set_outcome(self, phase: str, outcome: str) -> None:
         self.outcome[phase] = outcome
@@ -217,6 +223,8 @@ class Receipt:
         }
         if self.canary:
             data["canary"] = list(self.canary)
+        if self.export:
+            data["export"] = list(self.export)
         data = json.loads(json.dumps(data, default=_json_default))  # what a reader will see
         data["verdicts"] = derive_verdicts(data)
         covers = [*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data)]

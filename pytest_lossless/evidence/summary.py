@@ -86,6 +86,8 @@ def _session_facts(receipts: list[dict[str, Any]]) -> tuple[str, str]:
 def summary_lines(
     directory: Path | str,
     loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
+    *,
+    sections: bool = True,
 ) -> list[str]:
     """The summary of a receipts folder, generated from the receipts alone (never by hand):
     one row per test with its outcome and the verdicts re-derived from its raw blocks.
@@ -133,7 +135,59 @@ def summary_lines(
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     of = f" of {len(sessions)} session{'s' if len(sessions) != 1 else ''}" if merged else ""
     lines += ["", f"{len(rows)} receipts{of}: {_counted(words)}", ""]
-    return lines
+    if not sections:  # the summary as the first version wrote it (see check_summary)
+        return lines
+    readable = [r for r in loaded.values() if isinstance(r, dict)]
+    return lines + _canary_lines(readable) + _plan_lines(readable)
+
+
+#: The canary status a (kind, gate) is summarised by when receipts disagree: the worst.
+_CANARY_ORDER = ("cannot-fail", "skipped", "proved")
+
+
+def _canary_lines(receipts: list[dict[str, Any]]) -> list[str]:
+    """One line per (kind, gate) a canary ran for, with its status (the worst any receipt
+    records), from the receipts' ``canary`` blocks alone."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for receipt in receipts:
+        block = receipt.get("canary")
+        for record in block if isinstance(block, list) else []:
+            if isinstance(record, Mapping):
+                key = (_cell(record.get("kind")), _cell(record.get("gate")))
+                seen.setdefault(key, set()).add(_cell(record.get("status")))
+    lines = []
+    for (kind, gate), statuses in sorted(seen.items()):
+        known = [s for s in _CANARY_ORDER if s in statuses]
+        status = known[0] if known else ", ".join(sorted(statuses))
+        lines.append(f"- canary {kind}/{gate}: {status}")
+    return ["Canary (each gate seen to fail):", "", *lines, ""] if lines else []
+
+
+def unfrozen_plans(receipt: Mapping[str, Any]) -> list[str]:
+    """The lossless and speed entries of a receipt whose plan (gate, target) was not frozen in
+    a ``plan.json``: checked against nothing (``gate_plan.frozen`` false, not being frozen)."""
+    found = []
+    for block, key in (("lossless", "label"), ("speed", "workload")):
+        entries = receipt.get(block)
+        for entry in entries if isinstance(entries, list) else []:
+            record = entry.get("gate_plan") if isinstance(entry, Mapping) else None
+            frozen = isinstance(record, Mapping) and record.get("frozen") is not False
+            if isinstance(record, Mapping) and not frozen and not record.get("freezing"):
+                found.append(f"{block} {_cell(entry.get(key))}")
+    return found
+
+
+def _plan_lines(receipts: list[dict[str, Any]]) -> list[str]:
+    count = sum(len(unfrozen_plans(r)) for r in receipts)
+    if not count:
+        return []
+    tests = sum(1 for r in receipts if unfrozen_plans(r))
+    plans = "gate plan was" if count == 1 else "gate plans were"
+    return [
+        f"{count} {plans} not frozen (in {tests} receipt{'s' if tests != 1 else ''}): checked "
+        "against no plan.json; freeze them with --update-goldens --lossless",
+        "",
+    ]
 
 
 def _session_of(folder: Path, path: Path) -> str:
@@ -207,7 +261,10 @@ def check_summary(
     except OSError as exc:
         return [f"{path}: cannot be read: {exc.strerror or exc}"]
     generated = "\n".join(summary_lines(directory, loaded))
-    if written != generated:
+    # A session written before the canary and frozen-plan sections existed has the table only;
+    # its INDEX.json still holds that file's hash, so nothing can be cut from a newer one.
+    earlier = "\n".join(summary_lines(directory, loaded, sections=False))
+    if written not in (generated, earlier):
         if os.path.lexists(Path(directory) / INDEX_NAME):
             # A session's summary is evidence too: the index says what changed since.
             hint = f"its session's {INDEX_NAME} names what changed after the session ended"

@@ -25,15 +25,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..core.digests import canonical_sha256, loads_bounded, sha256_file
-from ..core.paths import inside_root, read_regular
+from ..core.paths import inside_root, is_under, read_regular
 from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds import Artifact, KindRegistry
 from .goldens import GoldenFolder
+from .manifest import artifact_name
 from .scope import Environment
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ExportError",
     "Exported",
     "accept",
+    "golden_names",
     "keyword_matcher",
     "read_export",
 ]
@@ -273,8 +275,22 @@ class Decision:
         }
 
 
+def golden_names(test_id: str) -> tuple[str, str]:
+    """The module and test folders of ``test_id``'s goldens (``<goldens>/<module>/<test>/``):
+    the stem of the test file and the rest of the id, as the ``golden`` fixture names them
+    (``item.path.stem`` and the id after its first ``::``). A ``ValueError`` when the id names
+    no test of a file."""
+    file, separator, name = test_id.partition("::")
+    module = PurePosixPath(file).stem
+    if not separator or not name or not module:
+        raise ValueError(f"the test id {test_id!r} names no test of a file")
+    return module, name
+
+
 def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], list[str]]) -> str:
-    """Why ``entry`` may not become a golden ("" when it may)."""
+    """Why ``entry`` may not become a golden, from what ``export.json`` itself says ("" when
+    nothing there refuses it). What it claims only ever refuses: :func:`vouched` checks the
+    runs against the receipt and the file against its own fingerprint."""
     if entry.source != "golden":
         return (
             f"a {entry.source} result ({entry.status}): a lossless.compare has no golden, so "
@@ -314,18 +330,75 @@ def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], li
             f"the exported file {path} has SHA-256 {actual[:16]}... but the export says "
             f"{entry.sha256[:16]}...: it was changed after the export was written"
         )
-    named = entry.fingerprint.get("sha256")
-    if isinstance(named, str) and len(named) == 64 and named != entry.sha256:
-        return "its fingerprint names another file than the one exported"
-    first = entry.runs[0].get("fingerprint_sha256")
-    if first is not None and first != canonical_sha256(entry.fingerprint):
-        return "its fingerprint is not the one its first run recorded"
     return ""
+
+
+def vouched(
+    entry: Exported, export: Path, receipt: Mapping[str, Any], kinds: KindRegistry
+) -> tuple[str, Artifact | None]:
+    """The exported file fingerprinted here, when the receipt (which passed ``verify``) vouches
+    for it: ``("", artifact)``; else ``(why, None)``.
+
+    The receipt must be the entry's test's, and record the export's re-run of this artifact
+    (its ``export`` block, covered by the receipt's integrity hash): the same runs as
+    ``export.json`` names, at least two, agreeing; the file must fingerprint, through this
+    machine's kinds, to what its first run recorded and to the fingerprint the export names.
+    """
+    if receipt.get("test_id") != entry.test:
+        return (
+            f"its receipt is the receipt of {printable(str(receipt.get('test_id')))}, "
+            f"not of {entry.test}",
+            None,
+        )
+    blocks = [
+        b
+        for b in receipt.get("export") or []
+        if isinstance(b, Mapping) and b.get("artifact") == entry.artifact
+    ]
+    if not blocks:
+        return (
+            "the receipt does not vouch for these runs: it records no re-run of "
+            f"{entry.artifact} for the export",
+            None,
+        )
+    block = blocks[-1]
+    runs = block.get("runs")
+    if not isinstance(runs, list) or runs != entry.runs:
+        return (
+            "the receipt does not vouch for these runs: export.json names other runs than the "
+            "receipt records",
+            None,
+        )
+    if block.get("agreed") is not True or len(runs) < 2:
+        return f"its receipt records that its {len(runs)} runs did not agree", None
+    first = runs[0] if isinstance(runs[0], Mapping) else {}
+    path = _inside(export, str(entry.file), "exported artifact")
+    artifact = kinds.artifact(entry.artifact, path)
+    digest = canonical_sha256(artifact.fingerprint)
+    if artifact.kind != entry.kind:
+        return f"the exported file is a {artifact.kind} here, not the {entry.kind} it names", None
+    if digest != canonical_sha256(entry.fingerprint):
+        return (
+            "the exported file does not have the fingerprint the export names (fingerprinted "
+            "here): it was changed after the export was written",
+            None,
+        )
+    named = artifact.fingerprint.get("sha256")
+    sha256 = named if isinstance(named, str) and len(named) == 64 else sha256_file(path)
+    if first.get("fingerprint_sha256") != digest or first.get("sha256") != sha256:
+        return (
+            "the exported file is not the one its receipt records for its first run: it was "
+            "changed after the export was written",
+            None,
+        )
+    return "", artifact
 
 
 def _inside(export: Path, relative: str, what: str) -> Path:
     path = export / relative
     inside_root(path, export, what=what)
+    if not is_under(path, export):
+        raise ExportError(path, f"names a {what} outside the export folder {export}")
     return path
 
 
@@ -338,6 +411,29 @@ def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> dict[str, An
             if isinstance(fingerprint, dict):
                 return fingerprint
     return None
+
+
+def _check(
+    entry: Exported,
+    export: Path,
+    kinds: KindRegistry,
+    receipt_problems: Callable[[Path], list[str]],
+    load_receipt: Callable[[Path], Mapping[str, Any]],
+) -> tuple[str, Artifact | None]:
+    """Every rule of :func:`refusal` and :func:`vouched`, and the receipt's gate block."""
+    try:
+        golden_names(entry.test)
+        artifact_name(entry.artifact)
+    except (ValueError, LosslessError) as exc:
+        return f"it names no golden of a test: {exc}", None
+    why = refusal(entry, export, receipt_problems)
+    if why:
+        return why, None
+    receipt = load_receipt(_inside(export, str(entry.receipt), "receipt"))
+    recorded = _recorded_fingerprint(receipt, entry.artifact)
+    if recorded is not None and canonical_sha256(recorded) != canonical_sha256(entry.fingerprint):
+        return "its receipt records another fingerprint for it than the export names", None
+    return vouched(entry, export, receipt, kinds)
 
 
 def accept(
@@ -355,6 +451,8 @@ def accept(
 ) -> list[Decision]:
     """Write goldens from ``export`` into ``goldens``; one :class:`Decision` per artifact.
 
+    ``goldens``: this project's goldens folder (the caller's; the export's own is never
+    used). Each test's folder is derived from its test id (:func:`golden_names`).
     ``receipt_problems(path)``: the contradictions ``verify`` finds in a receipt (empty:
     consistent); ``load_receipt(path)``: the receipt as a mapping. ``keyword``: ``-k``.
     ``digest_above``: default, the export's own setting (what its machine would have kept).
@@ -369,23 +467,15 @@ def accept(
             recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 1 << 20
         )
     decisions: list[Decision] = []
-    chosen: dict[tuple[str, str, str, Environment | None], list[Exported]] = {}
+    chosen: dict[tuple[str, Environment | None], list[tuple[Exported, Artifact]]] = {}
     for entry in document.entries:
         if wanted is not None and not wanted(entry.test):
             continue
         try:
-            why = refusal(entry, folder, receipt_problems)
-            if not why and entry.receipt is not None:
-                recorded = _recorded_fingerprint(
-                    load_receipt(_inside(folder, entry.receipt, "receipt")), entry.artifact
-                )
-                if recorded is not None and canonical_sha256(recorded) != canonical_sha256(
-                    entry.fingerprint
-                ):
-                    why = "its receipt records another fingerprint for it than the export names"
+            why, artifact = _check(entry, folder, kinds, receipt_problems, load_receipt)
         except LosslessError as exc:  # a path that leads out of the export, say
-            why = str(exc)
-        if why:
+            why, artifact = str(exc), None
+        if why or artifact is None:
             decisions.append(Decision(entry, "refused", why))
             continue
         environment = None
@@ -395,28 +485,37 @@ def accept(
                 why = "a device-scoped golden whose export names no environment class"
                 decisions.append(Decision(entry, "refused", why))
                 continue
-        key = (entry.test, entry.module, entry.test_name, environment)
-        chosen.setdefault(key, []).append(entry)
-    for (test, module, test_name, environment), entries in chosen.items():
-        golden = GoldenFolder(
-            goldens,
-            module,
-            test_name,
-            test,
-            kinds,
-            digest_above=above,
-            rootdir=rootdir,
-            lock_timeout=lock_timeout,
-            store=store,
-            environment=environment,
-        )
-        decisions += _accept_test(golden, folder, entries)
+        chosen.setdefault((entry.test, environment), []).append((entry, artifact))
+    for (test, environment), accepted in chosen.items():
+        module, test_name = golden_names(test)
+        try:
+            golden = GoldenFolder(
+                goldens,
+                module,
+                test_name,
+                test,
+                kinds,
+                digest_above=above,
+                rootdir=rootdir,
+                lock_timeout=lock_timeout,
+                store=store,
+                environment=environment,
+            )
+        except LosslessError as exc:
+            decisions += [Decision(e, "refused", str(exc)) for e, _ in accepted]
+            continue
+        decisions += _accept_test(golden, accepted)
     return decisions
 
 
-def _accept_test(golden: GoldenFolder, export: Path, entries: Sequence[Exported]) -> list[Decision]:
-    """Stage and commit one test's accepted artifacts (its other goldens are kept)."""
+def _accept_test(
+    golden: GoldenFolder, accepted: Sequence[tuple[Exported, Artifact]]
+) -> list[Decision]:
+    """Stage and commit one test's accepted artifacts (its other goldens are kept), each with
+    the fingerprint accept computed for it."""
     shown = _shown(golden)
+    entries = [entry for entry, _ in accepted]
+    fingerprinted = {id(entry): artifact for entry, artifact in accepted}
     try:
         golden.begin_update()
         frozen = golden.manifest()
@@ -442,14 +541,12 @@ def _accept_test(golden: GoldenFolder, export: Path, entries: Sequence[Exported]
             continue
         from ..gates import parse_gate
 
-        path = export / str(entry.file)
-        artifact = Artifact(
-            name=entry.artifact, kind=entry.kind, fingerprint=dict(entry.fingerprint), path=path
-        )
+        artifact = fingerprinted[id(entry)]
+        assert artifact.path is not None  # fingerprinted from the exported file
         try:
             golden.stage(
                 entry.artifact,
-                path,
+                artifact.path,
                 parse_gate(gate),
                 entry.provenance,
                 artifact=artifact,

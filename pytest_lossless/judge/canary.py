@@ -185,11 +185,15 @@ class Canary:
         record.status = "proved" if proved else "cannot-fail"
 
     def _plan(self, kind: str, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
-        """A perturbed copy: the kind's own hook first, then the built-in perturbation."""
+        """A perturbed copy: a plugin kind's own hook first, then the built-in perturbation.
+        A built-in kind is always perturbed by the built-in code: a hook (a conftest's too)
+        never replaces it, or it could make every canary "prove" with a copy of its choice."""
         assert artifact.path is not None
         path = artifact.path
         out = folder / f"changed{path.suffix}"
         hook = getattr(self.registry.hook, "pytest_lossless_perturb", None)  # a foreign relay
+        if kind in BUILTIN_KIND_NAMES:
+            hook = None
         described = None if hook is None else hook(kind=kind, gate=gate, path=path, out=out)
         if described is not None:
             if not out.is_file():

@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..core.artifact import Artifact
-from ..core.expect import Media
+from ..core.expect import Media, _fraction
 from ..errors import ConfigError
 from ..gates import GateResult
 
@@ -67,6 +67,7 @@ def misses(expect: Media, artifact: Artifact) -> list[str]:
     fps: Fraction | None = None
     for stream in videos[:1]:
         fps = _rate(stream.get("frame_rate"))
+        found += _rate_misses(expect, fps, stream.get("frame_count"))
         wanted = expect.frames(fps)
         got = stream.get("frame_count")
         if wanted is not None and got != wanted:
@@ -105,6 +106,25 @@ def misses(expect: Media, artifact: Artifact) -> list[str]:
             )
     if not videos and not audios:
         found.append(f"a {artifact.kind} artifact has no video or audio stream to check")
+    return found
+
+
+def _rate_misses(expect: Media, fps: Fraction | None, count: object) -> list[str]:
+    """With ``expect.fps``: the stream must run at that rate, and last ``seconds`` within one
+    frame (120 frames at 48 fps are the frames of 5 s at 24 fps, but only 2.5 s)."""
+    wanted = _fraction(expect.fps, "fps") if expect.fps is not None else None
+    if wanted is None:
+        return []
+    found = []
+    if fps is None or fps != wanted:
+        shown = f"{float(fps):g} fps" if fps else "no frame rate"
+        found.append(f"frame rate: requested {float(wanted):g} fps, obtained {shown}")
+    seconds, obtained = _fraction(expect.seconds, "seconds"), _seconds(count, fps)
+    if seconds is not None and obtained is not None and fps and abs(obtained - seconds) > 1 / fps:
+        found.append(
+            f"duration: requested {expect.seconds} s, obtained {float(obtained):.3f} s "
+            f"({count} frames at {float(fps):g} fps)"
+        )
     return found
 
 

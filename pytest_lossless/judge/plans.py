@@ -30,7 +30,7 @@ from typing import Any
 from ..core.digests import canonical_sha256, loads_bounded, write_atomic, write_new
 from ..core.paths import folder_problem, inside_root, read_regular
 from ..core.text import has_control, printable
-from ..errors import GateChanged, GoldenIntegrityError, ManifestError
+from ..errors import GateChanged, GoldenError, GoldenIntegrityError, ManifestError
 from .manifest import PLAN, safe_component
 from .replace import FolderLock, GoldenUpdateError, UpdateEvent, lock_path, recover
 
@@ -231,6 +231,21 @@ def carry_plan(live: Path, staging: Path) -> None:
 # ------------------------------------------------------------------ one test's plans
 
 
+class PlanNotFrozen(GateChanged):
+    """``--lossless-require-published`` (for CI): a ``lossless.compare`` gate or ``speed_gate``
+    target that no ``plan.json`` froze is checked against nothing, so it is refused."""
+
+    def __init__(self, folder: Path, name: str, asked: str, *, subject: str, file: Path) -> None:
+        self.folder, self.name, self.file, self.subject = folder, name, file, subject
+        self.frozen, self.requested = "nothing", asked
+        GoldenError.__init__(
+            self,
+            f"plan not frozen for {subject}: {file} does not freeze it, and "
+            "--lossless-require-published refuses a gate or target checked against nothing. "
+            "Freeze it with --update-goldens --lossless and commit the plan.json",
+        )
+
+
 @dataclass
 class PlanBook:
     """The frozen plans of one test: each call is checked against them, or (``update``)
@@ -241,6 +256,8 @@ class PlanBook:
     boundary: Path
     update: bool
     lock_timeout: float = 120.0
+    #: ``--lossless-require-published``: a plan not frozen is a :class:`PlanNotFrozen`.
+    require_frozen: bool = False
     #: What the test asked for this run, by (section, label).
     asked: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     _frozen: dict[tuple[str, str], dict[str, Any]] | None = None
@@ -280,6 +297,10 @@ class PlanBook:
             return {"frozen": False, "freezing": True, "file": str(self.path)}
         frozen = self.frozen().get(key)
         if frozen is None:
+            if self.require_frozen:
+                raise PlanNotFrozen(
+                    self.folder, name, _brief(plan), subject=describe(section, name), file=self.path
+                )
             return {"frozen": False}
         if not same_plan(frozen, plan):
             was, now = differences(frozen, plan)

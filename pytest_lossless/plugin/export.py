@@ -104,10 +104,6 @@ class _kept:
         return False
 
 
-def _test_name(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-
-
 def _run_record(name: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
     fingerprint = artifact.get("fingerprint") or {}
     digest = fingerprint.get("sha256")
@@ -210,8 +206,7 @@ class ExportPlugin:
             "artifact": name,
             "source": "golden",
             "status": status,
-            "module": item.path.stem,
-            "test_name": _test_name(item),
+            **_folder_names(item),
             "folder": str(golden.folder.path),
             "requested_gate": None if requested is None else requested.spec,
             "provenance": dict(golden.provenance),
@@ -310,6 +305,9 @@ class ExportPlugin:
             ]
             if name in checked:
                 records.append(_run_record("checked", checked[name]))
+            # The receipt vouches for the runs (its integrity hash covers the block): accept
+            # takes their agreement from it, never from export.json alone.
+            receipt_for(item).add_export({"artifact": name, "runs": records, "agreed": agreed})
             entry.update(
                 self._copy(item, "run1", name, Path(first[name]["path"])),
                 gate=verdict.gates.get(name),
@@ -463,6 +461,18 @@ class ExportPlugin:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _folder_names(item: pytest.Item) -> dict[str, str]:
+    """The module and test folders of the test's goldens, as ``accept`` derives them from the
+    test id (:func:`..judge.accept.golden_names`); empty when the id does not name them."""
+    from ..judge.accept import golden_names
+
+    try:
+        module, test_name = golden_names(item.nodeid)
+    except ValueError:
+        return {}
+    return {"module": module, "test_name": test_name}
 
 
 def _named(name: str, producer: Callable[[], Any]) -> Callable[[], dict[str, Any]]:

@@ -64,6 +64,7 @@ def plan_book(item: pytest.Item) -> PlanBook:
             item.nodeid,
             boundary=resolved.rootdir if is_under(root, resolved.rootdir) else root,
             update=resolved.update_goldens,
+            require_frozen=resolved.require_published,
         )
     return book
 

@@ -326,3 +326,187 @@ def test_a_device_scoped_golden_is_accepted_into_its_class(pytester, monkeypatch
     assert code == 0, out
     assert "CHANGED goldens/test_scoped/test_scoped@device/cpu__" in out
     _run(pytester, b, "--lossless", *cpu).assert_outcomes(passed=1)
+
+
+# ------------------------------------------------------------------ forged exports (review H1, H2)
+
+
+def _document(export: Path) -> dict:
+    return json.loads((export / "export.json").read_text())
+
+
+def _save(export: Path, document: dict) -> None:
+    (export / "export.json").write_text(json.dumps(document))
+
+
+def _entry(document: dict, artifact: str) -> dict:
+    return next(e for e in document["entries"] if e["artifact"] == artifact)
+
+
+def _write_receipt(path: Path, data: dict) -> None:
+    """A receipt edited consistently (its integrity hash recomputed, as a forger would)."""
+    from pytest_lossless.evidence.receipts import derive_verdicts, raw_sha256
+
+    data["verdicts"] = derive_verdicts(data)
+    data["integrity"]["raw_sha256"] = raw_sha256(data)
+    path.write_text(json.dumps(data))
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_the_receipt_records_the_runs_of_the_export(exported):
+    export, _ = exported
+    model = _entry(_document(export), "latent.npy")
+    receipt = json.loads((export / model["receipt"]).read_text())
+    (block,) = [b for b in receipt["export"] if b["artifact"] == "latent.npy"]
+    assert block["agreed"] is True
+    assert block["runs"] == model["runs"]
+    assert "export" in receipt["integrity"]["covers"]
+
+
+def test_a_forged_producer_claim_is_refused(exported, monkeypatch):
+    """export.json edited to say a plain file came from a producer whose two runs agreed: the
+    receipt records no such runs, so nothing is written."""
+    export, b = exported
+    document = _document(export)
+    plain = _entry(document, "out.bin")
+    run = dict(plain["runs"][0])
+    plain.update(
+        producer=True, agreed=True, runs=[{**run, "name": "run 1"}, {**run, "name": "run 2"}]
+    )
+    _save(export, document)
+    code, out = _accept(export, b, monkeypatch, "-k", "test_file")
+    assert code == 1, out
+    (line,) = [line for line in out.splitlines() if "out.bin" in line]
+    assert line.startswith("REFUSED"), out
+    assert "the receipt does not vouch for these runs" in line, out
+    assert not (b / "goldens/test_suite/test_file/out.bin").read_bytes().startswith(b"file 2")
+
+
+def test_a_swapped_file_with_a_matching_export_json_is_refused(exported, monkeypatch):
+    """The artifact replaced, and export.json's SHA-256, fingerprint and runs updated to match
+    it: accept fingerprints the file itself and the receipt's runs do not name it."""
+    import numpy as np
+
+    from pytest_lossless.core.digests import canonical_sha256, sha256_file
+    from pytest_lossless.kinds import KindRegistry, plugin_manager
+
+    export, b = exported
+    before = _snapshot(b / "goldens/test_suite/test_model")
+    document = _document(export)
+    model = _entry(document, "latent.npy")
+    path = export / model["file"]
+    with open(path, "wb") as handle:
+        np.save(handle, np.full(16, 42.0, dtype=np.float32))
+    kinds = KindRegistry(plugin_manager((), entry_points=False).hook)
+    forged = kinds.artifact("latent.npy", path)
+    model.update(sha256=sha256_file(path), fingerprint=forged.fingerprint)
+    model["runs"] = [
+        {
+            "name": f"run {i}",
+            "sha256": sha256_file(path),
+            "fingerprint_sha256": canonical_sha256(forged.fingerprint),
+        }
+        for i in (1, 2)
+    ]
+    _save(export, document)
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 1, out
+    (line,) = [line for line in out.splitlines() if "latent.npy" in line]
+    assert line.startswith("REFUSED"), out
+    assert "another fingerprint" in line or "does not vouch for these runs" in line, out
+    # With the receipt's gate block silent on it, the receipt's runs still refuse it.
+    receipt = export / model["receipt"]
+    data = json.loads(receipt.read_text())
+    data["gates"] = [g for g in data["gates"] if g.get("artifact") != "latent.npy"]
+    _write_receipt(receipt, data)
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    (line,) = [line for line in out.splitlines() if "latent.npy" in line]
+    assert line.startswith("REFUSED"), out
+    assert "does not vouch for these runs" in line, out
+    after = _snapshot(b / "goldens/test_suite/test_model")
+    latent = [json.loads(s["manifest.json"])["artifacts"]["latent.npy"] for s in (before, after)]
+    assert latent[0] == latent[1]  # tokens.bin was accepted: only latent.npy is compared
+    assert after.get("latent.npy") == before.get("latent.npy")
+
+
+def test_a_redirect_to_another_tests_golden_is_ignored_or_refused(exported, monkeypatch):
+    """test_name and module edited to another test's folder (and a path out of the goldens):
+    the folder comes from the test id; a test id or artifact name edited is refused."""
+    export, b = exported
+    other = b / "goldens/test_suite/test_file"
+    before = _snapshot(other)
+    document = _document(export)
+    for entry in document["entries"]:
+        if entry["test"].endswith("::test_model"):
+            entry.update(test_name="test_file", module="../../../evil")
+    _save(export, document)
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 0, out
+    assert "CHANGED goldens/test_suite/test_model/latent.npy" in out, out
+    assert _snapshot(other) == before
+    assert not (b.parent / "evil").exists()
+    assert not (b / "evil").exists()
+    # The test id itself edited to the other test's: its receipt names test_model.
+    document = _document(export)
+    entry = _entry(document, "tokens.bin")
+    entry["test"] = entry["test"].replace("test_model", "test_file")
+    _save(export, document)
+    code, out = _accept(export, b, monkeypatch, "-k", "test_file")
+    assert code == 1, out
+    assert "its receipt is the receipt of" in out, out
+    # The artifact renamed to the other test's: the receipt records no re-run of it.
+    document = _document(export)
+    entry = _entry(document, "latent.npy")
+    entry.update(artifact="out.bin")
+    _save(export, document)
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert "REFUSED" in out, out
+    assert "does not vouch for these runs" in out, out
+    assert _snapshot(other) == before
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot"])
+def test_the_exports_goldens_folder_is_ignored(exported, monkeypatch, tmp_path, where):
+    export, b = exported
+    outside = tmp_path / "outside_goldens"
+    document = _document(export)
+    document["settings"]["goldens"] = str(outside) if where == "absolute" else "../outside2"
+    _save(export, document)
+    code, out = _accept(export, b, monkeypatch, "-k", "model")
+    assert code == 0, out
+    assert "CHANGED goldens/test_suite/test_model/latent.npy" in out, out
+    assert "writing this project's, goldens" in out, out
+    assert not outside.exists()
+    assert not (b.parent / "outside2").exists()
+
+
+def test_the_goldens_folder_is_the_projects_and_inside_it(tmp_path, monkeypatch):
+    import io
+
+    from pytest_lossless.__main__ import local_goldens
+    from pytest_lossless.errors import ConfigError
+
+    root = tmp_path / "project"
+    root.mkdir()
+    assert local_goldens(root, None) == root / "goldens"
+    (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\nlossless_goldens = "g/p"\n')
+    assert local_goldens(root, None) == root / "g" / "p"
+    (root / "pytest.ini").write_text("[pytest]\nlossless_goldens = data/goldens\n")
+    assert local_goldens(root, None) == root / "data" / "goldens"
+    assert local_goldens(root, Path("mine")) == root / "mine"
+    for bad in (Path("../x"), tmp_path / "elsewhere", Path(".")):
+        with pytest.raises(ConfigError, match="not inside the project"):
+            local_goldens(root, bad)
+    (root / "pytest.ini").write_text("[pytest]\nlossless_goldens = ../out\n")
+    with pytest.raises(ConfigError, match="lossless_goldens"):
+        local_goldens(root, None)
+    # Through the command: exit 2, nothing written.
+    monkeypatch.chdir(root)
+    (root / "export").mkdir()
+    (root / "export" / "export.json").write_text('{"schema": 1, "entries": []}')
+    out = io.StringIO()
+    assert accept_command(root / "export", out=out, entry_points=False) == 2
+    assert not (tmp_path / "out").exists()

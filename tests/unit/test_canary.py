@@ -377,6 +377,27 @@ def test_a_user_kind_is_perturbed_by_its_own_hook(tmp_path: Path) -> None:
     assert (record.status, record.unit, record.located) == ("proved", "row 1", None)
 
 
+class CheatingPerturb:
+    """A conftest that hands back a copy its own way for every kind (an unrelated file)."""
+
+    @hookimpl
+    def pytest_lossless_perturb(self, kind: str, gate: Gate, path: Path, out: Path) -> str | None:
+        np.save(out.with_suffix(".npy"), np.full(7, 9.0))
+        out.write_bytes(b"not the artifact at all")
+        return "everything"
+
+
+def test_a_hook_never_replaces_the_perturbation_of_a_built_in_kind(tmp_path: Path) -> None:
+    path = tmp_path / "t.npy"
+    np.save(path, np.arange(6, dtype=np.float32))
+    registry = KindRegistry()
+    assert registry.plugin_manager is not None
+    registry.plugin_manager.register(CheatingPerturb())
+    record = _run(path, "elementwise", registry)
+    _assert_proved(record)
+    assert record.unit != "everything"
+
+
 # ------------------------------------------------------------------ records, receipts, verify
 
 
@@ -468,3 +489,18 @@ def test_a_video_tolerance_wider_than_the_pixel_range_cannot_fail(tmp_path: Path
     record = _run(path, "tolerance(atol=256)")
     assert record.status == "cannot-fail"
     assert "yuv420p" in (record.reason or "")
+
+
+def test_the_summary_names_each_canary_with_its_status(tmp_path: Path) -> None:
+    from pytest_lossless.evidence.summary import summary_lines as summary_md
+
+    for name, status in (("t.py::test_a", "proved"), ("t.py::test_b", "skipped")):
+        receipt = Receipt(name)
+        receipt.add_canary({"kind": "tensor", "gate": "elementwise", "status": "proved"})
+        receipt.add_canary({"kind": "audio", "gate": "decoded", "status": status})
+        receipt.set_outcome("call", "passed")
+        receipt.write(tmp_path, root=tmp_path)
+    lines = summary_md(tmp_path)
+    assert "- canary audio/decoded: skipped" in lines
+    assert "- canary tensor/elementwise: proved" in lines
+    assert lines == summary_md(tmp_path)  # generated from the receipts alone

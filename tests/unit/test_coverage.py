@@ -94,3 +94,28 @@ def test_one_media_for_a_run_checks_its_clip_and_track_not_its_tensors() -> None
     # Named explicitly, a tensor is checked as asked (and misses).
     named = coverage.run_misses({"latent.npy": asked}, run, "control#1")
     assert [m["artifact"] for m in named] == ["latent.npy"]
+
+
+def test_a_clip_at_another_frame_rate_is_a_miss() -> None:
+    # 120 frames at 48 fps is 2.5 s: not the 5 s at 24 fps asked for.
+    missed = coverage.misses(Media(seconds=5, fps=24), _clip(120, fps="48/1"))
+    assert "frame rate: requested 24 fps, obtained 48 fps" in missed
+    assert any(m.startswith("duration: requested 5 s") for m in missed), missed
+    assert coverage.misses(Media(seconds=5, fps=24), _clip(120, fps="24/1")) == []
+    # NTSC rates given as a float are the stream's rational rate.
+    assert coverage.misses(Media(seconds=5, fps=24000 / 1001), _clip(120, fps="24000/1001")) == []
+    assert coverage.misses(Media(seconds=5), _clip(240, fps="48/1")) == []
+
+
+@pytest.mark.parametrize("bad", [True, False, "5", float("inf"), float("nan"), -1.0, 0])
+def test_seconds_must_be_a_finite_positive_number(bad: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Media(seconds=bad)  # type: ignore[arg-type]
+    assert "Media(seconds)" in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", [True, "24", float("inf"), float("nan")])
+def test_fps_must_be_a_finite_positive_number(bad: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Media(seconds=5, fps=bad)  # type: ignore[arg-type]
+    assert "Media(fps)" in str(caught.value)

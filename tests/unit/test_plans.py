@@ -344,3 +344,43 @@ def test_a_receipt_whose_compare_gate_differs_from_its_frozen_plan_is_a_contradi
     assert "frozen plan says 'decoded'" in found[0]
     unfrozen = {"lossless": [{**lossy, "gate_plan": {"frozen": False}}]}
     assert receipt_contradictions(unfrozen) == []
+
+
+def test_require_published_refuses_a_plan_not_frozen_naming_label_and_fix(tmp_path):
+    from pytest_lossless.judge.plans import PlanNotFrozen
+
+    book = PlanBook(
+        plan_folder(tmp_path, "test_mod", "test_y"),
+        TEST_ID,
+        boundary=tmp_path,
+        update=False,
+        require_frozen=True,
+    )
+    with pytest.raises(PlanNotFrozen) as caught:
+        book.check("speed", "5s", _speed())
+    assert isinstance(caught.value, GateChanged)
+    assert "speed_gate '5s'" in str(caught.value)
+    assert "--update-goldens --lossless" in str(caught.value)
+    # A frozen plan passes in that mode.
+    _freeze(tmp_path, {("speed", "5s"): _speed()})
+    book = PlanBook(book.folder, TEST_ID, boundary=tmp_path, update=False, require_frozen=True)
+    assert book.check("speed", "5s", _speed())["frozen"] is True
+
+
+def test_summary_and_verify_name_the_plans_not_frozen(tmp_path):
+    import io
+
+    from pytest_lossless.__main__ import verify_command
+    from pytest_lossless.evidence.receipts import Receipt
+    from pytest_lossless.evidence.summary import summary_lines
+
+    receipt = Receipt("t.py::test_x")
+    receipt.add_speed({"workload": "5s", "gate_plan": {"frozen": False}})
+    receipt.set_outcome("call", "passed")
+    receipt.write(tmp_path, root=tmp_path)
+    assert any(line.startswith("1 gate plan was not frozen") for line in summary_lines(tmp_path))
+    out = io.StringIO()
+    verify_command([tmp_path], entry_points=False, out=out)
+    assert "NOT FROZEN: 1 gate plan in 1 receipt checked against no plan.json (t.py::test_x)" in (
+        out.getvalue()
+    )

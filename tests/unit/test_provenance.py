@@ -258,6 +258,16 @@ def test_redact_url(url: str, shown: str) -> None:
         ("git@github.com:org/x.git", False),
         ("host:x.git", False),
         ("/srv/a:b.git", True),
+        ("localhost:/tmp/bare.git", True),
+        ("LOCALHOST:x.git", True),
+        ("user@localhost:x.git", True),
+        ("ssh://127.0.0.1/x.git", True),
+        ("ssh://git@127.1.2.3:22/x.git", True),
+        ("http://[::1]/x.git", True),
+        ("https://localhost:8080/x.git", True),
+        ("[::1]:x.git", True),
+        ("ssh://128.0.0.1/x.git", False),
+        ("https://localhost.example.com/x.git", False),
     ],
 )
 def test_local_urls(url: str, local: bool) -> None:
