@@ -138,7 +138,7 @@ def summary_lines(
     if not sections:  # the summary as the first version wrote it (see check_summary)
         return lines
     readable = [r for r in loaded.values() if isinstance(r, dict)]
-    return lines + _canary_lines(readable) + _plan_lines(readable)
+    return lines + _canary_lines(readable) + _plan_lines(readable) + _request_lines(readable)
 
 
 #: The canary status a (kind, gate) is summarised by when receipts disagree: the worst.
@@ -175,6 +175,28 @@ def unfrozen_plans(receipt: Mapping[str, Any]) -> list[str]:
             if isinstance(record, Mapping) and not frozen and not record.get("freezing"):
                 found.append(f"{block} {_cell(entry.get(key))}")
     return found
+
+
+def _request_lines(receipts: list[dict[str, Any]]) -> list[str]:
+    """One line per server run whose requests did not all succeed (errors, timeouts, non-2xx):
+    counted in its receipt, named here, so that a failed request is never only a number."""
+    found = []
+    for receipt in sorted(receipts, key=lambda r: str(r.get("test_id"))):
+        for run in receipt.get("runs") or []:
+            totals = run.get("request_totals") if isinstance(run, Mapping) else None
+            if not isinstance(totals, Mapping) or not totals.get("failed"):
+                continue
+            statuses = totals.get("statuses") or {}
+            shown = ", ".join(
+                f"{code}: {count}" for code, count in sorted(statuses.items(), key=str)
+            )
+            found.append(
+                f"- {_cell(receipt.get('test_id'))}: {_cell(run.get('name'))}: "
+                f"{totals.get('failed')} of {totals.get('requests')} requests failed "
+                f"(statuses {_cell(shown or 'none')}; {totals.get('errors', 0)} errors, "
+                f"{totals.get('timeouts', 0)} timeouts)"
+            )
+    return ["Failed server requests:", "", *found, ""] if found else []
 
 
 def _plan_lines(receipts: list[dict[str, Any]]) -> list[str]:

@@ -351,3 +351,24 @@ def test_a_run_that_ended_before_the_speed_gate_began_is_not_one_of_its_samples(
                  "ended_at": iso(t0 + 0.55), "wall_seconds": 0.05})  # fmt: skip
     found = check_speed_runs(None, receipt, None)
     assert any("command-08" in f and "samples were removed" in f for f in found), found
+
+
+def test_failed_server_requests_are_named_in_the_summary() -> None:
+    """A server run whose requests did not all succeed gets its own SUMMARY.md line (the
+    receipt counts them; the summary must not leave them a number nobody reads)."""
+    from pytest_lossless.evidence.summary import _request_lines
+
+    totals = {"requests": 4, "failed": 2, "statuses": {"200": 2, "500": 2}, "errors": 0,
+              "timeouts": 0}  # fmt: skip
+    receipts = [
+        {"test_id": "t.py::test_ok", "runs": [{"name": "server-01", "request_totals": {
+            "requests": 3, "failed": 0, "statuses": {"200": 3}}}]},
+        {"test_id": "t.py::test_bad", "runs": [{"name": "server-01", "request_totals": totals}]},
+    ]  # fmt: skip
+    lines = _request_lines(receipts)
+    assert lines[0] == "Failed server requests:"
+    assert [line for line in lines if line.startswith("- ")] == [
+        "- t.py::test_bad: server-01: 2 of 4 requests failed (statuses 200: 2, 500: 2; "
+        "0 errors, 0 timeouts)"
+    ]
+    assert _request_lines(receipts[:1]) == []
