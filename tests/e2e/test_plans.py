@@ -111,7 +111,7 @@ def test_a_changed_speed_target_is_refused_until_goldens_are_updated(suite):
     result.stdout.fnmatch_lines(
         [
             "*GateChanged: plan changed for speed_gate '5s' in *test_gates/plan.json: "
-            "--update-goldens froze target=0.3 but the test now asks for target=0.2*"
+            "--update-goldens froze target=0.3 but this run asks for target=0.2*"
             "--update-goldens*"
         ]
     )
@@ -130,7 +130,7 @@ def test_a_changed_compare_gate_is_refused_until_goldens_are_updated(suite):
     result.stdout.fnmatch_lines(
         [
             "*GateChanged: plan changed for lossless.compare 'cmp' in *plan.json: --update-goldens"
-            ' froze gate="elementwise" but the test now asks for '
+            ' froze gate="elementwise" but this run asks for '
             'gate="tolerance(atol=0.5, rtol=0)"*'
         ]
     )
