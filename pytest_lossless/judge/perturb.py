@@ -110,6 +110,10 @@ def beyond(value: Any, dtype: np.dtype[Any], bound: float, step: int = 1) -> Any
         if bound > 0:
             ladder = [bound * (1 + 2.0**-i) for i in range(60, -1, -1)]
             ladder += [bound * 2.0**j for j in range(1, 64)]
+            # A bound far below the value's own step (atol=1e-36 at 1.0): the next float out.
+            component = np.finfo(dtype)
+            step = float(component.eps) * max(abs(x), float(component.tiny))
+            ladder += [d for d in (step * 2.0**j for j in range(-2, 64)) if d > ladder[-1]]
         else:  # any change at all: from far below one step up to the value itself
             component = np.finfo(dtype)  # a complex dtype's: its parts' format
             base = max(abs(x), float(component.tiny))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_lossless.errors import CanaryError
@@ -150,6 +150,7 @@ def test_npz_keeps_every_member_and_changes_one(tmp_path: Path) -> None:
     atol=st.floats(0, 10, width=32),
     rtol=st.sampled_from([0.0, 1e-6, 1e-3, 0.5]),
 )
+@example(x=1.0, atol=1.78566499215568e-36, rtol=0.0)  # a bound far below the value's own step
 def test_beyond_is_the_nearest_float_past_the_bound(x: float, atol: float, rtol: float) -> None:
     dtype = np.dtype(np.float32)
     value = np.float32(x)
