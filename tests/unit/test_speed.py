@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from pytest_lossless.core.clock import FakeClock
 from pytest_lossless.errors import ConfigError
 from pytest_lossless.judge import stats
+from pytest_lossless.judge.arm_results import measured_seconds
 from pytest_lossless.judge.speed import (
     SpeedVerdict,
     contradictions,
-    measured_seconds,
     rederive,
     run_speed_gate,
 )
