@@ -396,6 +396,13 @@ class KindRegistry:
             media.check_declared(found, path, media_limits(self.settings).for_golden(golden))
         return Artifact(name=name, kind=found, fingerprint=self.fingerprint(found, path), path=path)
 
+    def gate_for(self, gate: Gate | str | None, kind: str) -> Gate:
+        """``gate`` parsed, or the default gate of ``kind`` when the test names none."""
+        from .gates import parse_gate
+
+        parsed = parse_gate(gate)
+        return self.default_gate(kind) if parsed is None else parsed
+
     def compare(
         self,
         gate: Gate | str | None,
@@ -409,11 +416,7 @@ class KindRegistry:
         pictures (video) or listings (audio, tensors) are written there and named in the result.
         Each of :attr:`observers` is then told of the comparison.
         """
-        from .gates import parse_gate
-
-        parsed = parse_gate(gate)
-        if parsed is None:
-            parsed = self.default_gate(expected.kind)
+        parsed = self.gate_for(gate, expected.kind)
         result = self.compare_only(parsed, expected, obtained, diagnostics_dir)
         for observer in list(self.observers):
             observer(parsed, expected, obtained, result)
@@ -428,11 +431,9 @@ class KindRegistry:
     ) -> GateResult:
         """:meth:`compare` without telling the observers (the canary judges its copies so)."""
         from . import gates
-        from .gates import GateResult, parse_gate
+        from .gates import GateResult
 
-        parsed = parse_gate(gate)
-        if parsed is None:
-            parsed = self.default_gate(expected.kind)
+        parsed = self.gate_for(gate, expected.kind)
         if expected.kind != obtained.kind and parsed.name != "bytes":
             return GateResult(
                 artifact=expected.name,

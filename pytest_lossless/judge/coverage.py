@@ -208,9 +208,10 @@ def describe(misses: Iterable[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def varied_runs(verdict: Any) -> str:
-    """What differed between a producer's runs, in a producer's words (run 1 vs run 2)."""
-    lines = ["What varied between its runs:"]
+def varied_lines(verdict: Any) -> list[str]:
+    """What differed between a producer's runs, in a producer's words (run 1 vs run 2), one
+    indented line per difference under each pair of runs that differed."""
+    lines = []
     for comparison in verdict.control_comparisons:
         if comparison.identical:
             continue
@@ -218,4 +219,9 @@ def varied_runs(verdict: Any) -> str:
         right = comparison.right.replace("control#", "run ")
         lines.append(f"  {left} vs {right}:")
         lines += ["    " + d.replace("\n", "\n    ") for d in comparison.differences()]
-    return "\n".join(lines)
+    return lines
+
+
+def varied_runs(verdict: Any) -> str:
+    """:func:`varied_lines` under a heading: the message of a producer that disagreed."""
+    return "\n".join(["What varied between its runs:", *varied_lines(verdict)])

@@ -32,7 +32,7 @@ from typing import Any
 from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
-from ..gates import Gate, GateResult, parse_gate
+from ..gates import Gate, GateResult
 from ..kinds import Artifact, KindRegistry
 from ..media.detect import not_the_kind
 from .manifest import (
@@ -169,7 +169,7 @@ class GoldenFolder:
         if gate is None:
             # The test named no gate: the one frozen with the golden applies, whatever the
             # obtained file turned out to be (never a "gate changed" for an empty output).
-            requested = parse_gate(entry.gate) or self.kinds.default_gate(entry.kind)
+            requested = self.kinds.gate_for(entry.gate, entry.kind)
         else:
             requested = gate
             if requested.spec != entry.gate:

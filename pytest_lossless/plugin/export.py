@@ -254,6 +254,7 @@ class ExportPlugin:
     ) -> None:
         """Run a producer again (the control-run count); export what differs from its golden."""
         from ..gates import parse_gate
+        from ..judge.coverage import varied_lines
         from ..judge.repeatability import compare_control_candidate
 
         runs = settings(item.config).control_runs
@@ -283,7 +284,7 @@ class ExportPlugin:
             for n in first
             if status.get(n) == "changed" and n in golden.folder.evidence
         }
-        varied = _varied(verdict)
+        varied = varied_lines(verdict)
         for name in sorted(first):
             spec = verdict.gates.get(name)
             against = checked.get(name)
@@ -528,18 +529,6 @@ def _message(golden: Golden, name: str) -> str:
         if result.artifact == name:
             return result.message().splitlines()[0]
     return ""
-
-
-def _varied(verdict: Any) -> list[str]:
-    lines = []
-    for compared in verdict.control_comparisons:
-        if compared.identical:
-            continue
-        left = compared.left.replace("control#", "run ")
-        right = compared.right.replace("control#", "run ")
-        lines.append(f"  {left} vs {right}:")
-        lines += ["    " + d.replace("\n", "\n    ") for d in compared.differences()]
-    return lines
 
 
 def _compare(
