@@ -29,29 +29,36 @@ OUTPUTS = {
 WORKLOADS = [pytest.param(5, id="5s"), pytest.param(15, id="15s")]
 
 
+def generate_argv(variant: str, seconds: int, *more: str) -> list[str]:
+    """The demo's ``generate`` command line for one build and workload (``more``: e.g. the
+    GPU suite's ``--device cuda``)."""
+    return [
+        *MODEL,
+        "generate",
+        *more,
+        "--image",
+        str(REFERENCE),
+        "--prompt",
+        PROMPT,
+        "--seed",
+        SEED,
+        "--duration",
+        str(seconds),
+        "--size",
+        SIZE,
+        "--steps",
+        STEPS,
+        "--variant",
+        variant,
+        "--out",
+        "{out}",
+    ]
+
+
 def generate(model_run: Any, variant: str, seconds: int) -> Any:
     """One command-line run of the model; returns the model_run result (artifacts + record)."""
     return model_run(
-        [
-            *MODEL,
-            "generate",
-            "--image",
-            str(REFERENCE),
-            "--prompt",
-            PROMPT,
-            "--seed",
-            SEED,
-            "--duration",
-            str(seconds),
-            "--size",
-            SIZE,
-            "--steps",
-            STEPS,
-            "--variant",
-            variant,
-            "--out",
-            "{out}",
-        ],
+        generate_argv(variant, seconds),
         outputs=OUTPUTS,
         cwd=REPO,
         timeout=300,

@@ -30,7 +30,17 @@ import pytest
 
 from pytest_lossless import Media, tolerance
 from pytest_lossless.run import lifecycle_verdict
-from tests.gates.ref2va import MODEL, OUTPUTS, PROMPT, REFERENCE, REPO, SEED, SIZE, STEPS
+from tests.gates.ref2va import (
+    MODEL,
+    OUTPUTS,
+    PROMPT,
+    REFERENCE,
+    REPO,
+    SEED,
+    SIZE,
+    STEPS,
+    generate_argv,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu(devices=1), pytest.mark.lossless]
 
@@ -111,28 +121,7 @@ def _write_figures(
 def generate(model_run: Any, variant: str, seconds: int) -> Any:
     """One command-line run of the torch model on the allocation's GPU."""
     result = model_run(
-        [
-            *MODEL,
-            "generate",
-            "--device",
-            "cuda",
-            "--image",
-            str(REFERENCE),
-            "--prompt",
-            PROMPT,
-            "--seed",
-            SEED,
-            "--duration",
-            str(seconds),
-            "--size",
-            SIZE,
-            "--steps",
-            STEPS,
-            "--variant",
-            variant,
-            "--out",
-            "{out}",
-        ],
+        generate_argv(variant, seconds, "--device", "cuda"),
         outputs=OUTPUTS,
         env=GPU_ENV,
         cwd=REPO,
