@@ -136,6 +136,12 @@ def _read_png(path: Path) -> np.ndarray:
 @pytest.fixture
 def perturbed(pytester: pytest.Pytester) -> pytest.Pytester:
     """Goldens written from clean media, then the media perturbed in one place each."""
+    return perturb_suite(pytester)
+
+
+def perturb_suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    """:data:`SUITE` with goldens written from clean media, then the clip, the track and the
+    latent each changed in one place (frame FRAME at ROW, COLUMN; sample 700; element [3, 4])."""
     root = pytester.path
     frames = gray_frames()
     write_video(root / "clip.mp4", frames)

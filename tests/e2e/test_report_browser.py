@@ -26,11 +26,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import numpy as np
 import pytest
 
-from tests.e2e.mediagen import gray_frames, tone, write_video, write_wav
-from tests.e2e.test_html_report import COLUMN, FRAME, ROW, SUITE
+from tests.e2e.test_html_report import perturb_suite
 
 pytestmark = [
     pytest.mark.slow,
@@ -199,21 +197,7 @@ class _Sources(HTMLParser):
 def failing_report(pytester: pytest.Pytester) -> Path:
     """The report of a suite with a failing frame, audio window and tensor, a speed gate and
     an INCONCLUSIVE (the suite of test_html_report, perturbed the same way)."""
-    root = pytester.path
-    frames = gray_frames()
-    write_video(root / "clip.mp4", frames)
-    samples = tone()
-    write_wav(root / "audio.wav", samples)
-    latent = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
-    np.save(root / "latent.npy", latent)
-    pytester.makepyfile(test_suite=SUITE)
-    pytester.runpytest("--update-goldens").assert_outcomes(passed=3, skipped=2)
-    frames[FRAME][ROW * 64 + COLUMN] += 9
-    write_video(root / "clip.mp4", frames)
-    samples[700] += 5
-    write_wav(root / "audio.wav", samples)
-    latent[3, 4] = np.nextafter(latent[3, 4], np.float32(2))
-    np.save(root / "latent.npy", latent)
+    root = perturb_suite(pytester).path
     result = pytester.runpytest("--lossless")
     outcomes = result.parseoutcomes()
     assert (outcomes.get("failed"), outcomes.get("inconclusive")) == (3, 1), outcomes
