@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from pytest_lossless import media  # noqa: E402
 from pytest_lossless.core.artifact import Artifact  # noqa: E402
-from pytest_lossless.kinds import KindRegistry  # noqa: E402
+from pytest_lossless.kinds.registry import KindRegistry  # noqa: E402
 from pytest_lossless.media import container  # noqa: E402
 from pytest_lossless.media.hashing import FingerprintCache  # noqa: E402
 

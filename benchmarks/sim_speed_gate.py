@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from pytest_lossless.judge import speed, stats
 
 from pytest_lossless.core.clock import FakeClock
-from pytest_lossless.judge import speed, stats
 
 PAIRS = 8
 NOISE = 0.05  # sd of log time per arm: 5% lognormal noise

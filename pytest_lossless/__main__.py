@@ -21,7 +21,7 @@ from .errors import ConfigError, LosslessError, ReceiptError
 from .evidence.index import INDEX_NAME, read_key
 from .evidence.receipts import load_all
 from .evidence.sessions import check_campaign
-from .evidence.summary import (
+from .evidence.summary_md import (
     check_summaries,
     summary_lines,
     unfrozen_plans,
@@ -29,7 +29,7 @@ from .evidence.summary import (
     write_summary,
 )
 from .evidence.verify import verify_receipt
-from .kinds import KindRegistry, plugin_manager
+from .kinds.registry import KindRegistry, plugin_manager
 
 
 def _describe(data: dict[str, Any]) -> str:
@@ -158,7 +158,7 @@ def accept_command(
     ``--update-goldens`` would have on the machine that made it; 1 when anything is refused,
     2 when the export cannot be read or nothing in it matches ``-k``."""
     from .evidence.receipts import load
-    from .judge.accept import ExportError, accept, keyword_matcher, read_export
+    from .goldens.accept import ExportError, accept, keyword_matcher, read_export
 
     stream = sys.stdout if out is None else out
     try:

@@ -64,7 +64,7 @@ def pytest_lossless_perturb(kind: str, gate: Gate, path: Path, out: Path) -> str
     return a description of that unit (``"row 2"``); ``None`` leaves it to the built-in
     perturbation (one decoded frame byte, PCM sample or tensor bit for the built-in kinds; one
     flipped byte of the file for any other). The kind's compare must then say FAIL, or the gate
-    cannot fail (:mod:`pytest_lossless.judge.canary`).
+    cannot fail (:mod:`pytest_lossless.compare.canary`).
     """
 
 

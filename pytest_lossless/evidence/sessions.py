@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.text import printable
 from ..errors import ReceiptError
-from .arms import arm_source_lines, publication_word
+from .arm_sources import arm_source_lines, publication_word
 from .index import (
     HMAC_ALGORITHM,
     INDEX_NAME,

@@ -19,7 +19,7 @@ from ..core.artifact import Artifact
 from ..core.digests import sha256_file
 from ..core.redact import MARKER_RE
 from ..errors import ReceiptError
-from ..kinds import KindRegistry
+from ..kinds.registry import KindRegistry
 from ..run import lifecycle_verdict
 from .crosscheck import (
     check_lossless_outputs,
@@ -29,7 +29,7 @@ from .crosscheck import (
 )
 from .provenance import publication_contradictions
 from .receipts import derive_verdicts, load, load_all, raw_sha256
-from .summary import check_summaries
+from .summary_md import check_summaries
 
 
 @dataclass
@@ -222,7 +222,7 @@ def check_verdicts(block: Any, receipt: Mapping[str, Any], context: Context) -> 
 def check_speed(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """Each speed verdict re-derived from its raw samples (``speed.contradictions``)."""
     try:
-        from ..judge.speed import contradictions
+        from ..speed.runner import contradictions
     except ImportError:  # the speed module is optional for reading receipts
         return []
     if not isinstance(block, list):
@@ -350,7 +350,7 @@ def _check_stored_golden(kinds: KindRegistry, name: str, evidence: Mapping[str, 
     manifest (bytes, SHA-256, recomputed fingerprint) and the manifest with the receipt. A
     golden that is gone or was updated since cannot be re-checked and is skipped."""
     from ..errors import GoldenError
-    from ..judge.manifest import check_integrity, load_manifest
+    from ..goldens.manifest import check_integrity, load_manifest
 
     golden = evidence.get("golden")
     if not isinstance(golden, Mapping) or golden.get("stored") != "full":
@@ -377,7 +377,7 @@ def _check_stored_golden(kinds: KindRegistry, name: str, evidence: Mapping[str, 
 
 def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """Each lossless verdict re-derived: comparisons from the runs' fingerprints, then the table."""
-    from ..judge.repeatability import rederive
+    from ..compare.repeatability import rederive
 
     if block is None:
         return []
@@ -423,15 +423,15 @@ def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> 
 
 
 def check_canary(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
-    """The canary block's shape and statuses (:func:`..judge.canary.check_records`)."""
-    from ..judge.canary import check_records
+    """The canary block's shape and statuses (:func:`..compare.canary.check_records`)."""
+    from ..compare.canary import check_records
 
     return check_records(block, receipt)
 
 
 def check_frozen_plans(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """Each lossless and speed entry ran what the frozen plan it records says (``gate_plan``)."""
-    from ..judge.plans import receipt_contradictions
+    from ..goldens.plans import receipt_contradictions
 
     return receipt_contradictions(receipt)
 

@@ -12,16 +12,16 @@ pytest_plugins = [
     # Each after the modules it imports, so that pytest imports (and may rewrite) each one
     # itself: a module imported early by another cannot be rewritten, and pytest says so.
     "pytest_lossless.plugin.config",
-    "pytest_lossless.plugin.receipts",
+    "pytest_lossless.plugin.evidence",
     "pytest_lossless.plugin.outcomes",
     "pytest_lossless.plugin.devices",
-    "pytest_lossless.plugin.progress",
+    "pytest_lossless.plugin.terminal_progress",
     "pytest_lossless.plugin.model_run",
     "pytest_lossless.plugin.export",
     "pytest_lossless.plugin.golden",
     "pytest_lossless.plugin.lossless",
-    "pytest_lossless.plugin.canary",
-    "pytest_lossless.plugin.speed",
-    "pytest_lossless.plugin.summary",
+    "pytest_lossless.plugin.canary_watch",
+    "pytest_lossless.plugin.speed_gate",
+    "pytest_lossless.plugin.session",
     "pytest_lossless.plugin.html_report",
 ]

@@ -20,7 +20,7 @@ from ..settings import OPTIONS, Settings, resolve
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..kinds import KindRegistry
+    from ..kinds.registry import KindRegistry
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 KINDS_KEY = pytest.StashKey["KindRegistry"]()
@@ -65,7 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from ..kinds import register_builtin_kinds  # light: media and gates load on first use
+    from ..kinds.registry import register_builtin_kinds  # light: media and gates load on first use
 
     resolved = settings(config)  # a bad value is a usage error now, not an error in every test
     # The built-in kinds answer our own hooks like any plugin, last (trylast), and decode within
@@ -247,7 +247,7 @@ def settings(config: pytest.Config) -> Settings:
 
 def kinds(config: pytest.Config) -> KindRegistry:
     """The session's kinds registry, over pytest's own hooks (so conftest kinds answer)."""
-    from ..kinds import KindRegistry
+    from ..kinds.registry import KindRegistry
 
     registry = config.stash.get(KINDS_KEY, None)
     if registry is None:

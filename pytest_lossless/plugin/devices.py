@@ -18,8 +18,8 @@ import pytest
 
 from ..errors import ConfigError
 from .config import settings
+from .evidence import ALLOCATION_KEY
 from .outcomes import failing_on_errors
-from .receipts import ALLOCATION_KEY
 
 if TYPE_CHECKING:
     from ..devices import Allocation, Allocator, Backend

@@ -8,7 +8,7 @@ count, ``--lossless-control-runs``) so that the export shows whether its runs ag
 obtained file is copied into DIR. The entries ride on the teardown report (to the controller,
 under xdist), and the controller writes ``export.json`` at the session's end, with a copy of
 each test's receipt; the HTML report is copied in after the terminal summary drew it.
-``python -m pytest_lossless accept DIR`` writes goldens from it (:mod:`..judge.accept`).
+``python -m pytest_lossless accept DIR`` writes goldens from it (:mod:`..goldens.accept`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from ..core.digests import canonical_sha256, sha256_file
 from ..errors import GoldenMissing, LosslessError
 from .config import session as session_of
 from .config import settings
-from .receipts import receipt_for, source_revision
+from .evidence import receipt_for, source_revision
 
 if TYPE_CHECKING:
-    from ..evidence.export import ExportFolder
-    from ..judge.golden_checks import Golden
+    from ..evidence.export_index import ExportFolder
+    from ..goldens.checks import Golden
 
 _PLUGIN_NAME = "lossless-export"
 #: ``config.stash[EXPORT_KEY]``: the session's export, when ``--lossless-export`` is given.
@@ -117,7 +117,7 @@ class ExportPlugin:
     """Settles each test's checks after its call; the controller writes the export."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from ..evidence.export import ExportFolder
+        from ..evidence.export_index import ExportFolder
 
         self.config = config
         resolved = settings(config)
@@ -253,9 +253,9 @@ class ExportPlugin:
         status: dict[str, str],
     ) -> None:
         """Run a producer again (the control-run count); export what differs from its golden."""
+        from ..compare.coverage import varied_lines
+        from ..compare.repeatability import compare_control_candidate
         from ..gates import parse_gate
-        from ..judge.coverage import varied_lines
-        from ..judge.repeatability import compare_control_candidate
 
         runs = settings(item.config).control_runs
         frozen = _frozen_gates(golden)
@@ -466,8 +466,8 @@ class ExportPlugin:
 
 def _folder_names(item: pytest.Item) -> dict[str, str]:
     """The module and test folders of the test's goldens, as ``accept`` derives them from the
-    test id (:func:`..judge.accept.golden_names`); empty when the id does not name them."""
-    from ..judge.accept import golden_names
+    test id (:func:`..goldens.accept.golden_names`); empty when the id does not name them."""
+    from ..goldens.accept import golden_names
 
     try:
         module, test_name = golden_names(item.nodeid)
@@ -536,7 +536,7 @@ def _compare(
 ) -> str:
     """How two runs of ``name`` differ under ``spec`` ("" when they agree)."""
     from ..gates import parse_gate
-    from ..kinds import Artifact
+    from ..kinds.registry import Artifact
 
     gate = parse_gate(spec)
     assert gate is not None

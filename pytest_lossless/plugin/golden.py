@@ -9,7 +9,7 @@ since the test started is a CONFLICT: nothing is written and the test fails.
 ``expect=Media(...)`` checks every obtained run against the request (each run of a producer
 under ``--update-goldens`` too): a miss is its own FAIL row and receipt entry, and nothing is
 written. ``scope="device"`` keeps the golden of the allocation's environment class
-(:mod:`..judge.scope`), in a folder of its own, made at the first such check.
+(:mod:`..goldens.scope`), in a folder of its own, made at the first such check.
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from ..errors import ConfigError, GoldenMissing, LosslessError
 from . import export
 from .config import kinds, settings
 from .devices import allocator, holds_devices
+from .evidence import ALLOCATION_KEY, receipt_for, source_revision
 from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, failing_on_errors
-from .receipts import ALLOCATION_KEY, receipt_for, source_revision
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from ..compare.coverage import Expect
     from ..gates import Gate, GateResult
-    from ..judge.coverage import Expect
-    from ..judge.golden_checks import Golden
-    from ..judge.goldens import ManifestEntry, UpdateEvent
-    from ..judge.scope import Environment
+    from ..goldens.checks import Golden
+    from ..goldens.folder import ManifestEntry, UpdateEvent
+    from ..goldens.scope import Environment
 
 #: The runtime of each backend, read once per session (``nvidia-smi`` is not asked per test).
 RUNTIMES_KEY = pytest.StashKey[dict[str, "str | None"]]()
@@ -69,7 +69,7 @@ class GoldenFixture:
         return [self._golden] + ([self._scoped] if self._scoped is not None else [])
 
     def _of(self, scope: object) -> Golden:
-        from ..judge.scope import parse_scope
+        from ..goldens.scope import parse_scope
 
         if parse_scope(scope) == "all":
             return self._golden
@@ -132,9 +132,9 @@ class GoldenFixture:
         or a producer returning one. Under --update-goldens a producer runs at least twice and
         nothing is written when its runs disagree, or when any run misses ``expect``."""
         __tracebackhide__ = True
+        from ..compare.coverage import MEDIA_KINDS, RunMedia, check_names, expectation_for
         from ..core.expect import Media
         from ..errors import ConfigError
-        from ..judge.coverage import MEDIA_KINDS, RunMedia, check_names, expectation_for
 
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             golden = self._of(scope)
@@ -176,7 +176,7 @@ class GoldenFixture:
     def _fail_misses(self, misses: list[dict[str, Any]], result: GateResult | None = None) -> None:
         """Each miss of the request: its own FAIL row and receipt entry; then the test fails."""
         __tracebackhide__ = True
-        from ..judge.coverage import describe
+        from ..compare.coverage import describe
 
         if not misses:
             return
@@ -234,8 +234,8 @@ class GoldenFixture:
 @pytest.fixture
 def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFixture, None, None]:
     """Compare artifacts with this test's committed goldens; writes them under --update-goldens."""
-    from ..judge.golden_checks import Golden
-    from ..judge.goldens import GoldenFolder
+    from ..goldens.checks import Golden
+    from ..goldens.folder import GoldenFolder
 
     item = request.node
     resolved = settings(request.config)
@@ -294,7 +294,7 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
 
 def _environment(request: pytest.FixtureRequest) -> Environment:
     """The environment class of the test's allocation, for ``scope="device"``."""
-    from ..judge.scope import environment_of, runtime_of
+    from ..goldens.scope import environment_of, runtime_of
 
     item = request.node
     allocation = item.stash.get(ALLOCATION_KEY, None)
@@ -316,7 +316,7 @@ def _environment(request: pytest.FixtureRequest) -> Environment:
 
 def _scope_missing(golden: Golden, error: GoldenMissing) -> GoldenMissing:
     """A device-scoped check with no golden of its class: which class, which exist, and how."""
-    from ..judge.scope import ScopeMissing, missing
+    from ..goldens.scope import ScopeMissing, missing
 
     folder = golden.folder
     if folder.environment is None or isinstance(error, ScopeMissing):
@@ -331,7 +331,7 @@ def _commit(item: pytest.Item, golden: Golden, rootdir: Path, *, moved: bool = F
     another session changed the folder meanwhile (CONFLICT: nothing written, the test fails).
     ``moved``: the test staged goldens in another scope, so a folder of this one that it no
     longer checks at all has its entries removed (a test moved to ``scope="device"``)."""
-    from ..judge.goldens import GoldenConflict
+    from ..goldens.folder import GoldenConflict
 
     try:
         if golden.staged or not moved or golden.misses or not golden.folder.manifest():

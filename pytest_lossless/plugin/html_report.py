@@ -18,7 +18,7 @@ import pytest
 from .. import report
 from ..errors import LosslessError
 from .config import settings
-from .receipts import session_folder, source_revision
+from .evidence import session_folder, source_revision
 
 _PLUGIN_NAME = "lossless-html-report"
 #: ``config.stash[REPORT_KEY]``: the session's report, on the controller of a gate session.

@@ -1,6 +1,6 @@
 """The ``lossless`` fixture: a candidate compared with a control that first proves repeatable.
 
-This module also keeps each test's frozen plans (:mod:`..judge.plans`): the gate of every
+This module also keeps each test's frozen plans (:mod:`..goldens.plans`): the gate of every
 ``lossless.compare`` and the target of every ``speed_gate`` are checked against the test's
 ``plan.json`` when called (a change is a ``GateChanged`` error) and, under ``--update-goldens``,
 written there once the test passed, after every fixture's teardown (the golden's commit
@@ -22,6 +22,7 @@ from ..errors import LosslessError
 from ..settings import Settings
 from . import export
 from .config import kinds, settings
+from .evidence import receipt_for
 from .golden import _record_events, _test_name
 from .outcomes import (
     CALL_PASSED_KEY,
@@ -31,15 +32,14 @@ from .outcomes import (
     is_media_expectation,
     record_verdict,
 )
-from .receipts import receipt_for
 
 if TYPE_CHECKING:
+    from ..compare.proof import Proof
+    from ..compare.repeatability import LosslessVerdict
     from ..core.expect import Media
     from ..gates import Gate
-    from ..judge.plans import PlanBook
-    from ..judge.proof import Proof
-    from ..judge.repeatability import LosslessVerdict
-    from ..kinds import KindRegistry
+    from ..goldens.plans import PlanBook
+    from ..kinds.registry import KindRegistry
 
 #: ``item.stash[PLANS_KEY]``: the test's frozen plans, made by its first compare or speed gate.
 PLANS_KEY = pytest.StashKey["PlanBook"]()
@@ -53,7 +53,7 @@ _NOTES_PLUGIN = "lossless-plan-notes"
 def plan_book(item: pytest.Item) -> PlanBook:
     """The test's frozen plans, made on first use (reading ``plan.json`` waits until asked)."""
     from ..core.paths import is_under
-    from ..judge.plans import PlanBook, plan_folder
+    from ..goldens.plans import PlanBook, plan_folder
 
     book = item.stash.get(PLANS_KEY, None)
     if book is None:
@@ -71,7 +71,7 @@ def plan_book(item: pytest.Item) -> PlanBook:
 
 def check_plan(item: pytest.Item, section: str, name: str, plan: Mapping[str, Any]) -> Any:
     """One call's plan checked against the frozen one; the receipt's ``gate_plan`` record."""
-    from ..judge.plans import describe
+    from ..goldens.plans import describe
 
     record = plan_book(item).check(section, name, plan)
     if record.get("frozen") is False and not record.get("freezing"):
@@ -124,7 +124,7 @@ def _settle_plans(item: pytest.Item) -> None:
 
 def _note_unhashed(item: pytest.Item) -> None:
     """A golden manifest written before its entries were hashed: noted once in the terminal."""
-    from ..judge.manifest import load_manifest, unhashed
+    from ..goldens.manifest import load_manifest, unhashed
 
     if "golden" not in getattr(item, "fixturenames", ()) or settings(item.config).update_goldens:
         return
@@ -140,7 +140,7 @@ def _note_unhashed(item: pytest.Item) -> None:
 def _fail_unused(item: pytest.Item, unused: list[tuple[str, str]], path: Path) -> None:
     """A frozen plan the test stopped using would otherwise go unnoticed (like a golden)."""
     __tracebackhide__ = True
-    from ..judge.plans import describe
+    from ..goldens.plans import describe
 
     names = [describe(section, name) for section, name in unused]
     for name in names:
@@ -252,8 +252,8 @@ class LosslessFixture:
         __tracebackhide__ = True
         media = expect if is_media_expectation(expect) else None
         wanted = None if media is not None else expected_verdicts(expect)  # type: ignore[arg-type]
+        from ..compare.repeatability import compare_control_candidate
         from ..gates import parse_gate
-        from ..judge.repeatability import compare_control_candidate
 
         self._count += 1
         name = label or f"compare#{self._count}"
@@ -263,8 +263,8 @@ class LosslessFixture:
             }
         else:
             gates = parse_gate(gate)
-        from ..judge.plans import lossless_plan
-        from ..judge.proof import check_rule, describe
+        from ..compare.proof import check_rule, describe
+        from ..goldens.plans import lossless_plan
 
         with failing_on_errors(
             f"lossless.compare {name}: ", on_error=plan_error_row(self._item, name, "plan")

@@ -17,9 +17,9 @@ import pytest
 from ..core.text import printable
 from .config import settings
 from .devices import holds_devices
+from .evidence import receipt_for
 from .outcomes import failing_on_errors
-from .progress import progress_for
-from .receipts import receipt_for
+from .terminal_progress import progress_for
 
 if TYPE_CHECKING:
     from ..run import Launcher

@@ -17,7 +17,7 @@ import pytest
 from .. import report
 from ..core.verdict import Verdict
 from ..errors import Inconclusive, LosslessError
-from . import receipts
+from . import evidence as receipts
 from .config import settings
 
 #: ``item.stash[ROWS_KEY]``: the test's rows of the verdict table.

@@ -158,7 +158,7 @@ class Details:
             return stored_side(self.store, golden.get("sha256"), fingerprint)
         if not isinstance(folder, str):
             return Side("golden", None, fingerprint, "the receipt names no golden folder")
-        from ..judge.manifest import read_manifest
+        from ..goldens.manifest import read_manifest
 
         try:
             entry = read_manifest(Path(folder), root=self.root).get(name)
@@ -192,7 +192,7 @@ class Details:
                 blocks.append(Text("The control is repeatable, but the candidate differs from it:"))
             proof = mapping(entry.get("proof"))
             if proof and str(entry.get("verdict")) == "INCONCLUSIVE":
-                from ..judge.proof import reason
+                from ..compare.proof import reason
 
                 findings = [f for f in proof.get("runs") or [] if isinstance(f, Mapping)]
                 blocks.append(Text(f"INCONCLUSIVE: {reason(findings)} (rule {proof.get('rule')})"))
@@ -326,7 +326,7 @@ def stored_side(store: Path | None, sha256: object, fingerprint: Mapping[str, An
     if store is None:
         why = "kept as digests only: the golden pixels were not kept (no lossless_store)"
         return Side("golden", None, fingerprint, why)
-    from ..judge.store import ContentStore, StoreError
+    from ..goldens.store import ContentStore, StoreError
 
     try:
         path = ContentStore(store).get(str(sha256))

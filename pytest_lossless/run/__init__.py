@@ -25,10 +25,10 @@ from .group import SAMPLE_INTERVAL as SAMPLE_INTERVAL
 from .launcher import DEFAULT_GRACE as DEFAULT_GRACE
 from .launcher import AllocationLike as AllocationLike
 from .launcher import Launcher as Launcher
+from .launcher import RunResult as RunResult
 from .launcher import free_port as free_port
 from .launcher import hash_inputs as hash_inputs
 from .lifecycle import lifecycle_verdict as lifecycle_verdict
-from .result import RunResult as RunResult
 from .server import STREAM_TO_FILE_ABOVE as STREAM_TO_FILE_ABOVE
 from .server import Response as Response
 from .server import Server as Server

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lossless.__main__ import accept_command
-from pytest_lossless.judge.accept import keyword_matcher
+from pytest_lossless.goldens.accept import keyword_matcher
 from tests.e2e.mediagen import gray_frames, write_video
 
 pytestmark = [
@@ -391,7 +391,7 @@ def test_a_swapped_file_with_a_matching_export_json_is_refused(exported, monkeyp
     import numpy as np
 
     from pytest_lossless.core.digests import canonical_sha256, sha256_file
-    from pytest_lossless.kinds import KindRegistry, plugin_manager
+    from pytest_lossless.kinds.registry import KindRegistry, plugin_manager
 
     export, b = exported
     before = _snapshot(b / "goldens/test_suite/test_model")

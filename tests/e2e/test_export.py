@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lossless.__main__ import accept_command
-from pytest_lossless.evidence.export import annotation, markdown_table
+from pytest_lossless.evidence.export_index import annotation, markdown_table
 
 SUITE = """
 import numpy as np

@@ -42,7 +42,7 @@ def test_plain_tests_get_nothing_of_ours(pytester: pytest.Pytester) -> None:
 
         from pytest_lossless.plugin.devices import ALLOCATION_KEY
         from pytest_lossless.plugin.outcomes import ROWS_KEY
-        from pytest_lossless.plugin.receipts import RECEIPT_KEY
+        from pytest_lossless.plugin.evidence import RECEIPT_KEY
 
         def test_plain(request):
             assert request.fixturenames == ["request"], request.fixturenames
@@ -79,7 +79,7 @@ def test_a_plain_session_loads_no_domain_module(tmp_path: Path) -> None:
         "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith(("
         "'pytest_lossless.media', 'pytest_lossless.judge', "
         "'pytest_lossless.gates.exact', 'pytest_lossless.gates.lossy', "
-        "'pytest_lossless.evidence.receipts', 'pytest_lossless.evidence.export', "
+        "'pytest_lossless.evidence.receipts', 'pytest_lossless.evidence.export_index', "
         "'pytest_lossless.evidence.verify', 'pytest_lossless.report.html')))\n"
         "print('HEAVY', heavy)\n"
         "sys.exit(code)\n"

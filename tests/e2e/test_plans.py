@@ -215,7 +215,7 @@ from pathlib import Path
 
 import pytest
 from pytest_lossless import devices_idle
-from pytest_lossless.judge.arms import DropPageCache
+from pytest_lossless.speed.before_arm import DropPageCache
 
 CALLS = []
 

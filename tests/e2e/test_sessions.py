@@ -31,7 +31,7 @@ from pytest_lossless.evidence.index import (
     write_index,
 )
 from pytest_lossless.evidence.receipts import Receipt
-from pytest_lossless.evidence.summary import write_summary
+from pytest_lossless.evidence.summary_md import write_summary
 
 PROJECT = """
 import os, sys, time

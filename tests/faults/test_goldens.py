@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pytest_lossless.goldens import swap as replace
 
-from pytest_lossless.judge import replace
-from pytest_lossless.judge.goldens import GoldenConflict, GoldenFolder, read_manifest
-from pytest_lossless.judge.replace import GoldenUpdateError
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_manifest
+from pytest_lossless.goldens.swap import GoldenUpdateError
+from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row, update_lines, verdict_table
 
 # ------------------------------------------------------------------ helpers

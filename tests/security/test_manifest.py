@@ -23,14 +23,14 @@ from pytest_lossless.core.text import printable
 from pytest_lossless.errors import ArtifactError, GoldenIntegrityError, ManifestError
 from pytest_lossless.evidence.receipts import derive_verdicts, load_all, raw_sha256
 from pytest_lossless.evidence.verify import verify
-from pytest_lossless.judge.golden_checks import Golden
-from pytest_lossless.judge.goldens import (
+from pytest_lossless.goldens.checks import Golden
+from pytest_lossless.goldens.folder import (
     MAX_MANIFEST_BYTES,
     GoldenFolder,
     artifact_name,
     read_manifest,
 )
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row, update_lines, verdict_table
 
 ESC = "\x1b"

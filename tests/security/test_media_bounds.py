@@ -25,7 +25,7 @@ import pytest
 
 from pytest_lossless import media
 from pytest_lossless.errors import ArtifactError, ConfigError, TruncatedArtifact
-from pytest_lossless.kinds import KindRegistry, builtin_kinds
+from pytest_lossless.kinds.registry import KindRegistry, builtin_kinds
 from pytest_lossless.settings import resolve
 
 MIB = 1 << 20

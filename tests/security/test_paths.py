@@ -22,9 +22,9 @@ import pytest
 from pytest_lossless.core.paths import PathOutsideRoot, inside_root, read_regular
 from pytest_lossless.errors import GoldenIntegrityError, ManifestError, ReceiptError
 from pytest_lossless.evidence.receipts import Receipt, load_all
-from pytest_lossless.evidence.summary import check_summary, write_summary
-from pytest_lossless.judge.goldens import GoldenFolder, read_manifest
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.evidence.summary_md import check_summary, write_summary
+from pytest_lossless.goldens.folder import GoldenFolder, read_manifest
+from pytest_lossless.kinds.registry import KindRegistry
 
 GOLDEN_TEST = """
 import numpy as np

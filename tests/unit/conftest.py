@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.kinds.registry import KindRegistry
 
 
 @pytest.fixture(scope="session")

@@ -13,15 +13,15 @@ import pytest
 import soundfile as sf
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pytest_lossless.compare import perturb
 
+from pytest_lossless.compare.canary import Canary, CanaryRecord, check_records, summary_lines
 from pytest_lossless.errors import CanaryError
 from pytest_lossless.evidence.receipts import RAW_BLOCKS, Receipt, raw_sha256
 from pytest_lossless.evidence.verify import verify_receipt
 from pytest_lossless.gates import Gate, GateResult, parse_gate
 from pytest_lossless.hookspecs import hookimpl
-from pytest_lossless.judge import perturb
-from pytest_lossless.judge.canary import Canary, CanaryRecord, check_records, summary_lines
-from pytest_lossless.kinds import Artifact, KindRegistry
+from pytest_lossless.kinds.registry import Artifact, KindRegistry
 
 
 def _canary(registry: KindRegistry | None = None, **kwargs: Any) -> Canary:
@@ -493,7 +493,7 @@ def test_a_video_tolerance_wider_than_the_pixel_range_cannot_fail(tmp_path: Path
 
 
 def test_the_summary_names_each_canary_with_its_status(tmp_path: Path) -> None:
-    from pytest_lossless.evidence.summary import summary_lines as summary_md
+    from pytest_lossless.evidence.summary_md import summary_lines as summary_md
 
     for name, status in (("t.py::test_a", "proved"), ("t.py::test_b", "skipped")):
         receipt = Receipt(name)

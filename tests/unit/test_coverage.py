@@ -7,11 +7,11 @@ from fractions import Fraction
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest_lossless.compare import coverage
 
 from pytest_lossless import Media
 from pytest_lossless.core.artifact import Artifact
 from pytest_lossless.errors import ConfigError
-from pytest_lossless.judge import coverage
 
 
 def _wav(samples: int, rate: int = 48000, channels: int = 2) -> Artifact:

@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 from pytest_lossless import media
 from pytest_lossless.errors import LosslessError
 from pytest_lossless.gates import Gate, GateResult, parse_gate, tolerance
-from pytest_lossless.kinds import Artifact, KindRegistry, builtin_kinds
+from pytest_lossless.kinds.registry import Artifact, KindRegistry, builtin_kinds
 
 PROPERTY = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

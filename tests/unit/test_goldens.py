@@ -17,14 +17,14 @@ from pytest_lossless.errors import (
     NondeterministicProducer,
 )
 from pytest_lossless.gates import parse_gate
-from pytest_lossless.judge.golden_checks import Golden
-from pytest_lossless.judge.goldens import (
+from pytest_lossless.goldens.checks import Golden
+from pytest_lossless.goldens.folder import (
     GoldenFolder,
     artifact_name,
     read_manifest,
     safe_component,
 )
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.kinds.registry import KindRegistry
 
 
 def _folder(root: Path, kinds: KindRegistry, digest_above: int = 1 << 20) -> GoldenFolder:
@@ -339,7 +339,7 @@ H200 = [{"id": "0", "backend": "cuda", "name": "NVIDIA H200", "uuid": "GPU-1"}]
 
 
 def test_the_environment_class_of_an_h200_allocation():
-    from pytest_lossless.judge.scope import Environment, environment_of, parse_runtime
+    from pytest_lossless.goldens.scope import Environment, environment_of, parse_runtime
 
     header = (Path(__file__).resolve().parents[1] / "data/gpu/env.log").read_text()
     assert parse_runtime("cuda", header) == "CUDA 13"  # the table header of plain nvidia-smi
@@ -360,7 +360,7 @@ def test_the_environment_class_of_an_h200_allocation():
 def test_runtime_of_asks_the_backend_its_tool_or_the_machine():
     from pytest_lossless.devices.backends import CpuBackend, CudaBackend
     from pytest_lossless.devices.base import ToolError
-    from pytest_lossless.judge.scope import runtime_of
+    from pytest_lossless.goldens.scope import runtime_of
 
     header = (Path(__file__).resolve().parents[1] / "data/gpu/env.log").read_text()
     asked = []
@@ -396,7 +396,7 @@ def _scoped(root: Path, kinds: KindRegistry, env: object) -> GoldenFolder:
 
 
 def test_a_device_scoped_golden_has_its_own_folder_and_says_its_scope(tmp_path, kinds):
-    from pytest_lossless.judge.scope import Environment, scoped_path
+    from pytest_lossless.goldens.scope import Environment, scoped_path
 
     env = Environment("cuda", "NVIDIA H200", "CUDA 13")
     folder = _scoped(tmp_path / "goldens", kinds, env)
@@ -422,7 +422,7 @@ def test_a_device_scoped_golden_has_its_own_folder_and_says_its_scope(tmp_path, 
 def test_a_scoped_manifest_moved_to_another_class_or_scope_is_refused(tmp_path, kinds):
     import shutil
 
-    from pytest_lossless.judge.scope import Environment
+    from pytest_lossless.goldens.scope import Environment
 
     h200 = Environment("cuda", "NVIDIA H200", "CUDA 13")
     l4 = Environment("cuda", "NVIDIA L4", "CUDA 13")
@@ -444,7 +444,7 @@ def test_a_scoped_manifest_moved_to_another_class_or_scope_is_refused(tmp_path, 
 
 
 def test_no_golden_of_this_class_names_the_classes_that_have_one(tmp_path, kinds):
-    from pytest_lossless.judge.scope import Environment, missing, parse_scope
+    from pytest_lossless.goldens.scope import Environment, missing, parse_scope
 
     h200 = Environment("cuda", "NVIDIA H200", "CUDA 13")
     cpu = Environment("cpu", "cpu slot", "x86_64")

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_lossless.compare.repeatability import compare_control_candidate
 from pytest_lossless.core.paths import PathOutsideRoot
 from pytest_lossless.core.text import printable
-from pytest_lossless.judge.repeatability import compare_control_candidate
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row
 from pytest_lossless.report.html import page, write_report
 from pytest_lossless.report.mismatch import max_ulps

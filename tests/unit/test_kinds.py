@@ -17,7 +17,12 @@ from pytest_lossless import hookspecs, media
 from pytest_lossless.errors import ArtifactError, LosslessError
 from pytest_lossless.gates import Gate, GateResult, tolerance
 from pytest_lossless.hookspecs import hookimpl
-from pytest_lossless.kinds import Artifact, KindRegistry, builtin_kinds, register_builtin_kinds
+from pytest_lossless.kinds.registry import (
+    Artifact,
+    KindRegistry,
+    builtin_kinds,
+    register_builtin_kinds,
+)
 
 
 @pytest.fixture

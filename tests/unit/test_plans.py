@@ -16,9 +16,9 @@ from pytest_lossless.errors import (
     GoldenIntegrityError,
     ManifestError,
 )
-from pytest_lossless.judge.goldens import GoldenFolder, artifact_name, read_manifest
-from pytest_lossless.judge.manifest import MANIFEST, PLAN, check_integrity, unhashed
-from pytest_lossless.judge.plans import (
+from pytest_lossless.goldens.folder import GoldenFolder, artifact_name, read_manifest
+from pytest_lossless.goldens.manifest import MANIFEST, PLAN, check_integrity, unhashed
+from pytest_lossless.goldens.plans import (
     PlanBook,
     entry_sha256,
     lossless_plan,
@@ -27,7 +27,7 @@ from pytest_lossless.judge.plans import (
     receipt_contradictions,
     speed_plan,
 )
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.kinds.registry import KindRegistry
 
 TEST_ID = "test_mod.py::test_y"
 
@@ -347,7 +347,7 @@ def test_a_receipt_whose_compare_gate_differs_from_its_frozen_plan_is_a_contradi
 
 
 def test_require_published_refuses_a_plan_not_frozen_naming_label_and_fix(tmp_path):
-    from pytest_lossless.judge.plans import PlanNotFrozen
+    from pytest_lossless.goldens.plans import PlanNotFrozen
 
     book = PlanBook(
         plan_folder(tmp_path, "test_mod", "test_y"),
@@ -372,7 +372,7 @@ def test_summary_and_verify_name_the_plans_not_frozen(tmp_path):
 
     from pytest_lossless.__main__ import verify_command
     from pytest_lossless.evidence.receipts import Receipt
-    from pytest_lossless.evidence.summary import summary_lines
+    from pytest_lossless.evidence.summary_md import summary_lines
 
     receipt = Receipt("t.py::test_x")
     receipt.add_speed({"workload": "5s", "gate_plan": {"frozen": False}})

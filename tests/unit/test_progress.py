@@ -168,7 +168,7 @@ def test_counts_from_threads() -> None:
 
 def test_off_is_no_progress_at_all(tmp_path: Path) -> None:
     """``--lossless-progress=off``: the plugin passes no Progress; the launcher waits as before."""
-    from pytest_lossless.plugin.progress import progress_mode
+    from pytest_lossless.plugin.terminal_progress import progress_mode
 
     assert progress_mode("off", tty=True, verbosity=0, worker=False) is None
     assert progress_mode("auto", tty=True, verbosity=0, worker=False) == "tty"
@@ -253,7 +253,7 @@ class FakeCapture:
 
 
 def test_terminal_sink_writes_between_pytest_outputs_with_capture_suspended() -> None:
-    from pytest_lossless.plugin.progress import terminal_sink
+    from pytest_lossless.plugin.terminal_progress import terminal_sink
 
     reporter = FakeReporter()
     sink = terminal_sink(reporter, FakeCapture(reporter.events))
@@ -281,7 +281,7 @@ def test_terminal_sink_writes_between_pytest_outputs_with_capture_suspended() ->
 
 
 def test_short_id() -> None:
-    from pytest_lossless.plugin.progress import short_id
+    from pytest_lossless.plugin.terminal_progress import short_id
 
     assert short_id("tests/e2e/test_x.py::TestA::test_b[1]") == "test_x.py::TestA::test_b[1]"
     assert short_id("test_x.py") == "test_x.py"
@@ -310,7 +310,7 @@ def test_drawn_line_ends_before_pytest_reports_the_call() -> None:
     call's status; a passing setup (which pytest does not write) leaves it."""
     from types import SimpleNamespace
 
-    from pytest_lossless.plugin.progress import ACTIVE_KEY, pytest_report_teststatus
+    from pytest_lossless.plugin.terminal_progress import ACTIVE_KEY, pytest_report_teststatus
 
     progress, clock, out = make(interactive=True)
     config: Any = SimpleNamespace(stash=pytest.Stash())

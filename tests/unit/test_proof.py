@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_lossless.compare import proof
 
 from pytest_lossless.core.verdict import Verdict
 from pytest_lossless.errors import ConfigError
-from pytest_lossless.judge import proof
 
 
 class _Run:

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_lossless.errors import ArtifactError
 from pytest_lossless.evidence import provenance
-from pytest_lossless.evidence.arms import arm_source_lines, arm_sources
+from pytest_lossless.evidence.arm_sources import arm_source_lines, arm_sources
 from pytest_lossless.evidence.provenance import (
     PUBLISH_FIX,
     is_local_url,

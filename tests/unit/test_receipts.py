@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_lossless.__main__ import main
+from pytest_lossless.compare.repeatability import compare_control_candidate
 from pytest_lossless.errors import ReceiptError
 from pytest_lossless.evidence.index import build_index, write_index
 from pytest_lossless.evidence.receipts import (
@@ -20,10 +21,9 @@ from pytest_lossless.evidence.receipts import (
     load,
     receipt_name,
 )
-from pytest_lossless.evidence.summary import write_summary
+from pytest_lossless.evidence.summary_md import write_summary
 from pytest_lossless.evidence.verify import Context, default_checkers, verify, verify_receipt
-from pytest_lossless.judge.repeatability import compare_control_candidate
-from pytest_lossless.kinds import KindRegistry
+from pytest_lossless.kinds.registry import KindRegistry
 
 DIFF = "diff --git a/m.py b/m.py\n-old\n+new \udcff\n"
 
@@ -356,7 +356,7 @@ def test_a_run_that_ended_before_the_speed_gate_began_is_not_one_of_its_samples(
 def test_failed_server_requests_are_named_in_the_summary() -> None:
     """A server run whose requests did not all succeed gets its own SUMMARY.md line (the
     receipt counts them; the summary must not leave them a number nobody reads)."""
-    from pytest_lossless.evidence.summary import _request_lines
+    from pytest_lossless.evidence.summary_md import _request_lines
 
     totals = {"requests": 4, "failed": 2, "statuses": {"200": 2, "500": 2}, "errors": 0,
               "timeouts": 0}  # fmt: skip

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_lossless.errors import ConfigError
-from pytest_lossless.judge.repeatability import (
+from pytest_lossless.compare.repeatability import (
     compare_control_candidate,
     lossless_table,
     rederive,
     varied,
 )
+from pytest_lossless.errors import ConfigError
 
 
 def test_the_table():

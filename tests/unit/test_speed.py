@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytest_lossless.speed import stats
 
 from pytest_lossless.core.clock import FakeClock
 from pytest_lossless.errors import ConfigError
-from pytest_lossless.judge import stats
-from pytest_lossless.judge.arm_results import measured_seconds
-from pytest_lossless.judge.speed import (
+from pytest_lossless.speed.runner import (
     SpeedVerdict,
     contradictions,
+    measured_seconds,
     rederive,
     run_speed_gate,
 )
@@ -342,7 +342,7 @@ def test_before_arm_runs_before_each_arm_and_is_recorded_in_its_sample() -> None
 
 
 def test_before_arm_takes_a_list_and_runs_outside_the_arms_time() -> None:
-    from pytest_lossless.judge.arms import DropPageCache
+    from pytest_lossless.speed.before_arm import DropPageCache
 
     clock = FakeClock()
     durations = itertools.repeat(1.0)
@@ -393,7 +393,7 @@ def test_before_arm_must_be_callable() -> None:
 
 def test_drop_page_cache_records_not_permitted_instead_of_failing(tmp_path: Any) -> None:
     from pytest_lossless import drop_page_cache
-    from pytest_lossless.judge.arms import DropPageCache
+    from pytest_lossless.speed.before_arm import DropPageCache
 
     assert drop_page_cache.path == "/proc/sys/vm/drop_caches"
     assert drop_page_cache.name == "drop_page_cache"
@@ -477,7 +477,7 @@ def test_devices_idle_waits_for_a_process_that_goes() -> None:
 
 
 def test_devices_idle_says_when_it_cannot_observe() -> None:
-    from pytest_lossless.judge.arms import bind_backend, devices_idle
+    from pytest_lossless.speed.before_arm import bind_backend, devices_idle
 
     blind = _Backend([[]], name="cpu", observes_usage=False)
     assert devices_idle(_allocation(), backend=blind)("control", 0) == {

@@ -9,8 +9,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pytest_lossless.judge import stats
+from pytest_lossless.speed import stats
 
 # ------------------------------------------------------------------ schedule
 
@@ -300,7 +299,7 @@ def test_median_needs_one_sample_and_p100_is_refused() -> None:
 def test_receipts_say_which_block_summary_derived_them() -> None:
     """A receipt re-derives with the summary it records; one from before the robust summary
     (no ``block_summary``) with the mean, so old receipts stay consistent under verify."""
-    from pytest_lossless.judge import speed
+    from pytest_lossless.speed import runner as speed
 
     samples = []
     schedule = stats.block_schedule(8, seed=3)

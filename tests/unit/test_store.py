@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lossless.judge.store import ContentStore, StoreError, StoreIntegrityError
+from pytest_lossless.goldens.store import ContentStore, StoreError, StoreIntegrityError
 
 
 def _file(tmp_path: Path, data: bytes, name: str = "artifact.bin") -> tuple[Path, str]:

@@ -23,7 +23,7 @@ from pytest_lossless.evidence.verify import Context, check_gates
 from pytest_lossless.gates import Gate, GateResult, lossy_figure, parse_gate, tolerance
 from pytest_lossless.gates.lossy import Spread
 from pytest_lossless.gates.ulps import FORMATS, INFINITE_STEPS, float_bits, ulp_distance
-from pytest_lossless.kinds import Artifact, KindRegistry
+from pytest_lossless.kinds.registry import Artifact, KindRegistry
 from pytest_lossless.report import gate_row
 
 PROPERTY = settings(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.artifact import Artifact
 from ..errors import ArtifactError, CanaryError, LosslessError
-from ..kinds import BUILTIN_KIND_NAMES, KindRegistry, media_limits
+from ..kinds.registry import BUILTIN_KIND_NAMES, KindRegistry, media_limits
 from . import perturb
 from .perturb import Plan, Unavailable, Unfailable
 

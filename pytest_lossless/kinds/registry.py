@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pluggy
 
-from . import hookspecs
-from .core.artifact import Artifact
-from .errors import ArtifactError, LosslessError
-from .hookspecs import hookimpl
+from .. import hookspecs
+from ..core.artifact import Artifact
+from ..errors import ArtifactError, LosslessError
+from ..hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from .gates import Gate, GateResult
-    from .media import MediaLimits
-    from .media.hashing import FingerprintCache
-    from .settings import Settings
+    from ..gates import Gate, GateResult
+    from ..media import MediaLimits
+    from ..media.hashing import FingerprintCache
+    from ..settings import Settings
 
     #: What :attr:`KindRegistry.observers` are called with: gate, expected, obtained, result.
     Observer = Callable[[Gate, Artifact, Artifact, GateResult], None]
@@ -53,7 +53,7 @@ __all__ = [
 def media_limits(settings: Settings | None) -> MediaLimits:
     """The limits on decoding work: the session's settings, or (without a session, as under
     ``verify``) the defaults and the environment, read now."""
-    from .media import MediaLimits
+    from ..media import MediaLimits
 
     return MediaLimits.from_settings(settings) if settings else MediaLimits.from_env()
 
@@ -93,14 +93,14 @@ class BuiltinKind:
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
         """Metadata and digests of the file; ArtifactError for a damaged one."""
-        from . import media
+        from .. import media
 
         result: dict[str, Any] = getattr(media, self.fingerprinter)(path, limits=self.limits())
         return result
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         """The kind's own exact gate (``decoded``, ``elementwise``)."""
-        from . import gates
+        from .. import gates
 
         result: GateResult = getattr(gates, self.comparer)(
             gate, expected, obtained, self.name, limits=self.limits()
@@ -109,7 +109,7 @@ class BuiltinKind:
 
     def check_gate(self, gate: Gate, artifact: str = "") -> None:
         """Refuse a gate that means nothing for this kind, naming the ones that do."""
-        from .gates import check_gate_applies
+        from ..gates import check_gate_applies
 
         check_gate_applies(self.name, gate, self.gates, artifact, self.hints.get(gate.name, ""))
 
@@ -131,7 +131,7 @@ class BuiltinKind:
     ) -> GateResult | None:
         if kind != self.name:
             return None
-        from . import gates
+        from .. import gates
 
         self.check_gate(gate, expected.name)
         if gate.name == "bytes":
@@ -157,7 +157,7 @@ class VideoKind(BuiltinKind):
     comparer = "compare_container"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        from . import media
+        from .. import media
 
         return media.detect_kind(path, head, limits=self.limits()) == "video"
 
@@ -176,7 +176,7 @@ class AudioKind(BuiltinKind):
     comparer = "compare_audio_file"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        from . import media
+        from .. import media
 
         # The header test is cheap; a container is probed only when no header says audio.
         return (
@@ -199,7 +199,7 @@ class TensorKind(BuiltinKind):
     comparer = "compare_tensor"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        from . import media
+        from .. import media
 
         return media.is_tensor_file(path, head)
 
@@ -221,7 +221,7 @@ class BytesKind(BuiltinKind):
     def pytest_lossless_compare(
         self, kind: str, gate: Gate, expected: Artifact, obtained: Artifact
     ) -> GateResult | None:
-        from . import gates
+        from .. import gates
 
         if kind == self.name:
             self.check_gate(gate, expected.name)
@@ -323,7 +323,7 @@ class KindRegistry:
             hook = self.plugin_manager.hook
         self.hook = hook
         #: Called after every :meth:`compare` with ``(gate, expected, obtained, result)``; it may
-        #: raise (the plugin's canary, :mod:`~.judge.canary`, raises CanaryError there).
+        #: raise (the plugin's canary, :mod:`~.compare.canary`, raises CanaryError there).
         self.observers: list[Observer] = []
         #: The session's fingerprints by file identity: a file compared several times (a
         #: candidate against its control runs and a golden) is decoded once. Made on first use.
@@ -331,7 +331,7 @@ class KindRegistry:
 
     def detect(self, path: Path) -> str:
         """The kind of the artifact at ``path``, from its content."""
-        from . import media
+        from .. import media
 
         path = Path(path)
         head = media.read_head(path)
@@ -340,12 +340,12 @@ class KindRegistry:
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
         """The fingerprint of ``path`` as ``kind``; ArtifactError for a damaged file."""
-        from . import media
+        from .. import media
 
         path = Path(path)
         media.read_head(path, 1)  # a missing file is named as such, whatever the kind
         if self.fingerprints is None:
-            from .media.hashing import FingerprintCache
+            from ..media.hashing import FingerprintCache
 
             self.fingerprints = FingerprintCache()
         result = self.fingerprints.fingerprint(
@@ -365,7 +365,7 @@ class KindRegistry:
 
     def default_gate(self, kind: str) -> Gate:
         """The gate used when a test names none."""
-        from .gates import Gate, parse_gate
+        from ..gates import Gate, parse_gate
 
         spec = self.hook.pytest_lossless_default_gate(kind=kind)
         gate = parse_gate(spec) if spec is not None else None
@@ -391,14 +391,14 @@ class KindRegistry:
             raise ArtifactError(path, f"artifact {name!r} does not exist (was it written?)")
         found = kind or self.detect(path)
         if golden is not None and found in ("video", "audio"):
-            from . import media
+            from .. import media
 
             media.check_declared(found, path, media_limits(self.settings).for_golden(golden))
         return Artifact(name=name, kind=found, fingerprint=self.fingerprint(found, path), path=path)
 
     def gate_for(self, gate: Gate | str | None, kind: str) -> Gate:
         """``gate`` parsed, or the default gate of ``kind`` when the test names none."""
-        from .gates import parse_gate
+        from ..gates import parse_gate
 
         parsed = parse_gate(gate)
         return self.default_gate(kind) if parsed is None else parsed
@@ -430,8 +430,8 @@ class KindRegistry:
         diagnostics_dir: Path | None = None,
     ) -> GateResult:
         """:meth:`compare` without telling the observers (the canary judges its copies so)."""
-        from . import gates
-        from .gates import GateResult
+        from .. import gates
+        from ..gates import GateResult
 
         parsed = self.gate_for(gate, expected.kind)
         if expected.kind != obtained.kind and parsed.name != "bytes":

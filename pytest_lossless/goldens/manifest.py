@@ -22,7 +22,7 @@ from ..core.text import has_control, printable
 from ..errors import ArtifactError, GoldenIntegrityError, ManifestError
 
 if TYPE_CHECKING:
-    from ..kinds import KindRegistry
+    from ..kinds.registry import KindRegistry
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"

@@ -32,8 +32,8 @@ from ..core.digests import canonical_sha256, loads_bounded, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
 from ..core.text import printable
 from ..errors import LosslessError
-from ..kinds import Artifact, KindRegistry
-from .goldens import GoldenFolder
+from ..kinds.registry import Artifact, KindRegistry
+from .folder import GoldenFolder
 from .manifest import artifact_name
 from .scope import Environment
 

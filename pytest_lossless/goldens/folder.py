@@ -33,7 +33,7 @@ from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult
-from ..kinds import Artifact, KindRegistry
+from ..kinds.registry import Artifact, KindRegistry
 from ..media.detect import not_the_kind
 from .manifest import (
     MANIFEST,
@@ -51,7 +51,9 @@ from .manifest import (
     unhashed,
 )
 from .plans import carry_plan
-from .replace import (
+from .scope import Environment, check_scope, scoped_path
+from .store import ContentStore
+from .swap import (
     FolderLock,
     GoldenConflict,
     GoldenUpdateError,
@@ -61,8 +63,6 @@ from .replace import (
     recover,
     replace_folder,
 )
-from .scope import Environment, check_scope, scoped_path
-from .store import ContentStore
 
 __all__ = [
     "MANIFEST",

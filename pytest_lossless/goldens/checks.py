@@ -14,10 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core.expect import Media
-from ..gates import Gate, GateResult
-from ..kinds import Artifact
-from .coverage import (
+from ..compare.coverage import (
     Expect,
     RunMedia,
     check_names,
@@ -26,9 +23,12 @@ from .coverage import (
     run_misses,
     varied_runs,
 )
-from .goldens import GoldenFolder
+from ..core.expect import Media
+from ..gates import Gate, GateResult
+from ..kinds.registry import Artifact
+from .folder import GoldenFolder
 from .manifest import ManifestEntry, artifact_name
-from .replace import UpdateEvent
+from .swap import UpdateEvent
 
 
 class Golden:
@@ -150,9 +150,9 @@ class Golden:
         expect: Expect = None,
     ) -> list[ManifestEntry]:
         """Run a producer at least twice; stage its first run only if every run agreed."""
+        from ..compare.repeatability import compare_control_candidate
         from ..core.verdict import Verdict
         from ..errors import NondeterministicProducer
-        from .repeatability import compare_control_candidate
 
         verdict = compare_control_candidate(
             producer,

@@ -14,14 +14,14 @@ import pytest
 from .. import report
 from ..settings import Settings
 from .config import settings
+from .evidence import receipt_for
 from .lossless import check_plan, plan_error_row
 from .outcomes import expected_verdicts, failing_on_errors, record_verdict
-from .receipts import receipt_for
 
 if TYPE_CHECKING:
-    from ..judge.arms import BeforeArm
-    from ..judge.proof import Proof
-    from ..judge.speed import SpeedVerdict
+    from ..compare.proof import Proof
+    from ..speed.before_arm import BeforeArm
+    from ..speed.runner import SpeedVerdict
 
 
 class SpeedGateFixture:
@@ -62,7 +62,7 @@ class SpeedGateFixture:
         """
         __tracebackhide__ = True
         wanted = expected_verdicts(expect)
-        from ..judge.speed import run_speed_gate
+        from ..speed.runner import run_speed_gate
 
         self._count += 1
         name = workload or f"speed#{self._count}"
@@ -75,9 +75,9 @@ class SpeedGateFixture:
             sample["runs"] = [str(run.get("name")) for run in receipt.runs[seen:]]
             seen = len(receipt.runs)
 
-        from ..judge.arms import hooks_of
-        from ..judge.plans import speed_plan
-        from ..judge.proof import check_rule, describe
+        from ..compare.proof import check_rule, describe
+        from ..goldens.plans import speed_plan
+        from ..speed.before_arm import hooks_of
 
         chosen_pairs = pairs if pairs is not None else self._settings.speed_pairs
         with failing_on_errors(
@@ -114,7 +114,7 @@ class SpeedGateFixture:
 
     def _bound(self, hooks: tuple[BeforeArm, ...]) -> tuple[BeforeArm, ...]:
         """``devices_idle(devices)`` asks the session's backend when it names none."""
-        from ..judge.arms import DevicesIdle, bind_backend
+        from ..speed.before_arm import DevicesIdle, bind_backend
 
         if not any(isinstance(h, DevicesIdle) and h.backend is None for h in hooks):
             return hooks

@@ -32,7 +32,7 @@ from ..core.paths import folder_problem, inside_root, read_regular
 from ..core.text import has_control, printable
 from ..errors import GateChanged, GoldenError, GoldenIntegrityError, ManifestError
 from .manifest import PLAN, safe_component
-from .replace import FolderLock, GoldenUpdateError, UpdateEvent, lock_path, recover
+from .swap import FolderLock, GoldenUpdateError, UpdateEvent, lock_path, recover
 
 PLAN_SCHEMA = 1
 #: The largest ``plan.json`` read: a plan is a few hundred bytes per label.

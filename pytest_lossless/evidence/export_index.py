@@ -10,7 +10,7 @@
 An entry names the test, the artifact, the gate, the kind and fingerprint, the runs that
 produced it (a producer whose artifact mismatched ran again: the control-run count) and whether
 they agreed, and the copy of the test's receipt. ``python -m pytest_lossless accept DIR``
-(:mod:`..judge.accept`) writes goldens from it.
+(:mod:`..goldens.accept`) writes goldens from it.
 
 Also here: what a GitHub Actions job shows of a session, the verdict table as Markdown for
 ``$GITHUB_STEP_SUMMARY`` and the failing gates as ``::error`` workflow commands.
@@ -29,7 +29,7 @@ from typing import Any
 from ..core.clock import utc_iso
 from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_json_atomic
 from ..core.text import printable
-from ..judge.accept import EXPORT_JSON, EXPORT_SCHEMA
+from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA
 
 __all__ = [
     "ARTIFACTS",

@@ -1,7 +1,7 @@
 """The built-in canary in a session: every gate is seen to fail once before its PASS counts.
 
 The session's kinds registry tells :func:`_observe` of every comparison; the first one of each
-(kind, gate) runs :class:`~..judge.canary.Canary` there, inside the test that made it, and the
+(kind, gate) runs :class:`~..compare.canary.Canary` there, inside the test that made it, and the
 record goes into that test's receipt. A gate that cannot fail raises
 :class:`~..errors.CanaryError` in that test and in every later test that uses it. Under xdist
 each worker runs its own canaries (once per worker, not once per session); the records ride on
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .config import on_kinds, settings
-from .receipts import receipt_for
+from .evidence import receipt_for
 
 if TYPE_CHECKING:
+    from ..compare.canary import Canary
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
-    from ..judge.canary import Canary
-    from ..kinds import KindRegistry
+    from ..kinds.registry import KindRegistry
 
 #: ``config.stash[CANARY_KEY]``: the session's canaries and where their records go.
 CANARY_KEY = pytest.StashKey["CanaryState"]()
@@ -63,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _attach(state: CanaryState, registry: KindRegistry) -> None:
     """When the session's kinds registry is made: the canary watches its comparisons."""
-    from ..judge.canary import Canary
+    from ..compare.canary import Canary
 
     state.canary = Canary(registry, skip=state.skip)
     state.observer = partial(_observe, state)
@@ -134,6 +134,6 @@ def summary_lines(config: pytest.Config) -> list[str]:
     state = config.stash.get(CANARY_KEY, None)
     if state is None or (not state.gathered and state.canary is None):
         return []  # no comparison in this session (nor on a worker): nothing was loaded
-    from ..judge.canary import summary_lines as lines
+    from ..compare.canary import summary_lines as lines
 
     return lines(state.gathered)

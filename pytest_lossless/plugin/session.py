@@ -18,10 +18,10 @@ import pytest
 from .. import report
 from ..core.verdict import Verdict
 from ..errors import LosslessError
-from .canary import summary_lines as canary_lines
+from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .receipts import KEY_KEY, session_folder, source_revision
+from .evidence import KEY_KEY, session_folder, source_revision
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -102,7 +102,7 @@ class SummaryPlugin:
         evidence that cannot be written fails the session."""
         from ..core.paths import inside_root
         from ..evidence.index import build_index, session_state, write_index
-        from ..evidence.summary import write_summary
+        from ..evidence.summary_md import write_summary
 
         resolved = settings(self.config)
         folder = session_folder(self.config)
@@ -227,7 +227,7 @@ class SummaryPlugin:
         target = os.environ.get("GITHUB_STEP_SUMMARY")
         if not target or not self.rows:
             return  # not on GitHub, or a session with no gate: nothing to summarise
-        from ..evidence.export import annotation, append_step_summary, markdown_table
+        from ..evidence.export_index import annotation, append_step_summary, markdown_table
         from ..report.html import ordered
 
         rows = [self.rows[i] for i in ordered(self.rows)]

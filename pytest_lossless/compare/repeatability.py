@@ -27,7 +27,7 @@ from ..core.expect import Media
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate, GateResult
-from ..kinds import Artifact, KindRegistry
+from ..kinds.registry import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
 from . import coverage
 from . import proof as dispatch

@@ -1,1 +1,0 @@
-"""Judging: goldens, the repeatability of a control, statistics, and the speed gate."""

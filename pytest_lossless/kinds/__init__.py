@@ -1,0 +1,19 @@
+"""Artifact kinds: the interface a kind implements, the registry, one module per built-in kind."""
+
+from __future__ import annotations
+
+from .registry import (
+    BUILTIN_KIND_NAMES as BUILTIN_KIND_NAMES,
+)
+from .registry import (
+    Artifact as Artifact,
+)
+from .registry import (
+    KindRegistry as KindRegistry,
+)
+from .registry import (
+    media_limits as media_limits,
+)
+from .registry import (
+    plugin_manager as plugin_manager,
+)
