@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from pytest_lossless.judge import speed, stats
+from pytest_lossless.speed import runner as speed
+from pytest_lossless.speed import stats
 
 from pytest_lossless.core.clock import FakeClock
 
