@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from pytest_lossless.speed import runner as speed
-from pytest_lossless.speed import stats
 
 from pytest_lossless.core.clock import FakeClock
+from pytest_lossless.speed import runner as speed
+from pytest_lossless.speed import stats
 
 PAIRS = 8
 NOISE = 0.05  # sd of log time per arm: 5% lognormal noise

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy  # noqa: F401  (imported before in-process pytester runs: numpy cannot load twice)
 import pytest
-from pytest_lossless.speed import runner as speed
 
 from pytest_lossless.compare.repeatability import rederive
 from pytest_lossless.evidence.receipts import derive_verdicts, raw_sha256
+from pytest_lossless.speed import runner as speed
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 import soundfile as sf
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from pytest_lossless.compare import perturb
 
+from pytest_lossless.compare import perturb
 from pytest_lossless.compare.canary import Canary, CanaryRecord, check_records, summary_lines
 from pytest_lossless.errors import CanaryError
 from pytest_lossless.evidence.receipts import RAW_BLOCKS, Receipt, raw_sha256

@@ -7,9 +7,9 @@ from fractions import Fraction
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pytest_lossless.compare import coverage
 
 from pytest_lossless import Media
+from pytest_lossless.compare import coverage
 from pytest_lossless.core.artifact import Artifact
 from pytest_lossless.errors import ConfigError
 

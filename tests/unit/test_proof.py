@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pytest_lossless.compare import proof
 
+from pytest_lossless.compare import proof
 from pytest_lossless.core.verdict import Verdict
 from pytest_lossless.errors import ConfigError
 

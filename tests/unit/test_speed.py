@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pytest_lossless.speed import stats
 
 from pytest_lossless.core.clock import FakeClock
 from pytest_lossless.errors import ConfigError
+from pytest_lossless.speed import stats
 from pytest_lossless.speed.runner import (
     SpeedVerdict,
     contradictions,
