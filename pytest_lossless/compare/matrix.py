@@ -651,3 +651,48 @@ def explanation_line(
     elif unrepeatable:
         line += " (its own runs disagree: not repeatable)"
     return line
+
+
+# ------------------------------------------------------------------ what the test expects
+
+#: An expected grid: one verdict word for the whole grid, or ``{cell name: word}`` (a cell not
+#: named is expected to pass: PASS or LOSSY-PASS).
+Expected = str | dict[str, str]
+_PASSES = (Verdict.PASS.value, Verdict.LOSSY_PASS.value)
+
+
+def expected_grid(expect: object, found: Sequence[Cell]) -> Expected | None:
+    """``expect=`` of ``lossless.matrix``, checked: one verdict for the grid, or a mapping of
+    cells (by name, tuple of values or mapping of axes) to verdicts, normalised to names."""
+    if expect is None:
+        return None
+    if isinstance(expect, Mapping):
+        return {
+            find_cell(found, key, "lossless.matrix(expect)").name: _word(word, key)
+            for key, word in expect.items()
+        }
+    return _word(expect, None)
+
+
+def _word(word: object, key: object) -> str:
+    verdict = Verdict.parse(word)
+    if verdict is None:
+        where = "lossless.matrix(expect)" + ("" if key is None else f"[{key!r}]")
+        raise ConfigError(where, word, "give PASS, LOSSY-PASS, FAIL or INCONCLUSIVE")
+    return verdict.value
+
+
+def unmet(expected: Expected, grid: Grid) -> list[str]:
+    """What of ``expected`` the grid does not give: one line per cell (or for the grid)."""
+    if isinstance(expected, str):
+        got = grid.verdict.value
+        return [] if got == expected else [f"the grid: expected {expected}, got {got}"]
+    lines = []
+    for cell in grid.cells:
+        want = expected.get(cell.name)
+        got = cell.verdict.value
+        if want is None and got not in _PASSES:
+            lines.append(f"{cell.name}: expected a pass (not named in expect), got {got}")
+        elif want is not None and want != got:
+            lines.append(f"{cell.name}: expected {want}, got {got}")
+    return lines
