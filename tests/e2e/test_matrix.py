@@ -119,6 +119,11 @@ def test_one_row_per_cell_and_the_grid_acts(suite):
     folder = next(suite.path.glob("lossless-receipts/*/"))
     checked = _verify(folder)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    page = (folder / "report" / "index.html").read_text()
+    assert "<th>threads \\ batch</th><th>1</th><th>8</th>" in page  # the grid, drawn
+    assert "<td>threads=1</td><td>PASS (reference)</td><td>PASS</td>" in page
+    assert "<td>threads=4</td><td>INCONCLUSIVE</td><td>INCONCLUSIVE</td>" in page
+    assert "its own runs disagree, so it cannot be judged" in page
     summary = (folder / "SUMMARY.md").read_text()
     assert "| test_suite.py::test_expected_cells | knobs | threads=4, batch=8 | INCONCLUSIVE |" in (
         summary

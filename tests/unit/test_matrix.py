@@ -349,3 +349,23 @@ def test_an_ignored_axis_never_matters(grid):
             for value in axes[axis]:
                 other = (*cell[:i], value_text(value), *cell[i + 1 :])
                 assert (cell in bad) == (other in bad)
+
+
+def test_the_grid_as_a_table_for_the_report(tmp_path, kinds):
+    from pytest_lossless.report.grid import grid_table
+
+    grid = run_matrix(
+        _Model().make_run,
+        {"threads": [1, 2], "batch": [1, 4]},
+        runs=2,
+        kinds=kinds,
+        workdir=tmp_path,
+    )
+    table = grid_table(json.loads(json.dumps(grid.to_dict(), default=str)))
+    assert table is not None
+    assert table.head == ("threads \\ batch", "1", "4")
+    assert list(table.rows) == [
+        ("threads=1", "PASS (reference)", "PASS"),
+        ("threads=2", "FAIL", "FAIL"),
+    ]
+    assert grid_table({"axes": {"x": "not a list"}}) is None  # a receipt is read, not trusted
