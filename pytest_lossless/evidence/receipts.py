@@ -32,7 +32,7 @@ READABLE_VERSIONS = (1, 2)
 #: The raw blocks, covered by ``integrity.raw_sha256``; everything else is derived.
 RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "speed", "outcome")
 #: Raw blocks that only a receipt holding them covers (older receipts hash without them).
-OPTIONAL_BLOCKS = ("canary", "export")
+OPTIONAL_BLOCKS = ("canary", "export", "matrix")
 #: The largest receipt read back: a long video's frame digests, twice, fit many times over.
 MAX_RECEIPT_BYTES = 256 << 20
 
@@ -93,9 +93,10 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     ]
     speed = [str(v.get("verdict")) for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
     unclean = [Verdict.FAIL.value for lc in lifecycles if lc.get("clean") is not True]
-    worst = Verdict.worst(gate_verdicts + lossless + speed + unclean)  # unknown words: FAIL
+    matrix = [_matrix_verdict(m) for m in receipt.get("matrix") or [] if isinstance(m, Mapping)]
+    worst = Verdict.worst(gate_verdicts + lossless + speed + unclean + matrix)  # unknown: FAIL
     overall = None if worst is None else worst.value
-    return {
+    derived: dict[str, Any] = {
         "lifecycle": {
             "clean": all(lc["clean"] for lc in lifecycles) if lifecycles else None,
             "runs": lifecycles,
@@ -110,12 +111,22 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
         "speed": speed,
         "overall": overall,
     }
+    if "matrix" in receipt:  # only receipts with a determinism matrix (#24) have this key
+        derived["matrix"] = matrix
+    return derived
 
 
 def _gate_verdict(gate: Mapping[str, Any]) -> str:
     if gate.get("passed") is not True:
         return Verdict.FAIL.value
     return Verdict.PASS.value if gate.get("lossless") is True else Verdict.LOSSY_PASS.value
+
+
+def _matrix_verdict(grid: Mapping[str, Any]) -> str:
+    """A determinism matrix counts as its worst cell (each cell re-derived by ``verify``)."""
+    cells = [c.get("verdict") for c in grid.get("cells") or [] if isinstance(c, Mapping)]
+    worst = Verdict.worst(cells)
+    return Verdict.FAIL.value if worst is None else worst.value  # a grid of no cells: FAIL
 
 
 def _lossless_verdict(entry: Mapping[str, Any]) -> str:
@@ -148,6 +159,8 @@ class Receipt:
         #: The producers run again for ``--lossless-export``: per artifact, its runs and
         #: whether they agreed (what ``accept`` requires of an exported artifact).
         self.export: list[dict[str, Any]] = []
+        #: The determinism matrices of the test (``lossless.matrix``): every cell's evidence.
+        self.matrix: list[dict[str, Any]] = []
         self.outcome: dict[str, str] = {}
 
     @property
@@ -184,6 +197,9 @@ class Receipt:
     def add_export(self, record: Mapping[str, Any]) -> None:
         self.export.append(_plain(record))
 
+    def add_matrix(self, grid: _HasToDict | Mapping[str, Any]) -> None:
+        self.matrix.append(_plain(grid))
+
     def set_outcome(self, phase: str, outcome: str) -> None:
         self.outcome[phase] = outcome
 
@@ -194,7 +210,7 @@ class Receipt:
 
     @property
     def empty(self) -> bool:
-        return not (self.runs or self.gates or self.lossless or self.speed)
+        return not (self.runs or self.gates or self.lossless or self.speed or self.matrix)
 
     def _runspec_block(self) -> dict[str, Any] | None:
         if self.runspec is None:
@@ -225,6 +241,8 @@ class Receipt:
             data["canary"] = list(self.canary)
         if self.export:
             data["export"] = list(self.export)
+        if self.matrix:
+            data["matrix"] = list(self.matrix)
         data = json.loads(json.dumps(data, default=_json_default))  # what a reader will see
         data["verdicts"] = derive_verdicts(data)
         covers = [*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data)]

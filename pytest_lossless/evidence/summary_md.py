@@ -138,7 +138,54 @@ def summary_lines(
     if not sections:  # the summary as the first version wrote it (see check_summary)
         return lines
     readable = [r for r in loaded.values() if isinstance(r, dict)]
-    return lines + _canary_lines(readable) + _plan_lines(readable) + _request_lines(readable)
+    return (
+        lines
+        + _canary_lines(readable)
+        + _plan_lines(readable)
+        + _request_lines(readable)
+        + _matrix_lines(readable)
+    )
+
+
+def _matrix_lines(receipts: list[dict[str, Any]]) -> list[str]:
+    """One row per cell of every determinism matrix (``lossless.matrix``, #24), each cell named
+    in full, with its recorded verdict (``verify`` re-derives it) and the grid's line."""
+    rows = []
+    for receipt in sorted(receipts, key=lambda r: str(r.get("test_id"))):
+        grids = receipt.get("matrix")
+        for grid in grids if isinstance(grids, list) else []:
+            if not isinstance(grid, Mapping):
+                continue
+            test, label = _cell(receipt.get("test_id")), _cell(grid.get("label"))
+            rows.append(f"| {test} | {label} | (grid) | {_cell(grid.get('verdict'))} | "
+                        f"{_cell(grid.get('explanation'))} |")  # fmt: skip
+            for cell in grid.get("cells") or []:
+                if isinstance(cell, Mapping):
+                    rows.append(
+                        f"| {test} | {label} | {_cell(cell.get('name'))} | "
+                        f"{_cell(cell.get('verdict'))} | {_cell(_cell_detail(cell))} |"
+                    )
+    if not rows:
+        return []
+    head = ["Determinism matrices:", "", "| test | matrix | cell | verdict | detail |"]
+    return [*head, "|---|---|---|---|---|", *rows, ""]
+
+
+def _cell_detail(cell: Mapping[str, Any]) -> str:
+    runs = len(cell.get("runs") or [])
+    if cell.get("repeatable") is False:
+        return f"not repeatable over {runs} runs"
+    against = cell.get("reference_comparison")
+    if not isinstance(against, Mapping):
+        return f"reference cell, {runs} runs"
+    if cell.get("identical") is False:
+        differing = [
+            str(r.get("artifact"))
+            for r in against.get("results") or []
+            if isinstance(r, Mapping) and r.get("passed") is not True
+        ] + [str(n) for n in against.get("missing") or []]
+        return f"differs from the reference: {', '.join(differing)}"
+    return f"{runs} runs identical, identical to the reference"
 
 
 #: The canary status a (kind, gate) is summarised by when receipts disagree: the worst.

@@ -422,6 +422,72 @@ def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> 
     return found
 
 
+def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    """Each determinism matrix (#24) re-derived: every comparison from the runs' fingerprints,
+    every cell's verdict from its comparisons (:func:`..compare.matrix.rederive`), the grid's
+    verdict as its worst cell and its explanation line from the cells' verdicts."""
+    from ..compare.matrix import explanation_line, rederive
+    from ..core.verdict import Verdict
+
+    if block is None:
+        return []
+    if not isinstance(block, list):
+        return ["matrix is not a list"]
+    found: list[str] = []
+    for index, grid in enumerate(block):
+        where = f"matrix[{index}]"
+        if not isinstance(grid, Mapping):
+            found.append(f"{where} is not a mapping")
+            continue
+        cells = [c for c in grid.get("cells") or [] if isinstance(c, Mapping)]
+        runs = {
+            str(r.get("name")): r.get("artifacts") or {}
+            for c in cells
+            for r in c.get("runs") or []
+            if isinstance(r, Mapping)
+        }
+        gates = grid.get("gates") or {}
+        for cell in cells:
+            comparisons = list(cell.get("repeat_comparisons") or [])
+            if cell.get("reference_comparison"):
+                comparisons.append(cell["reference_comparison"])
+            for comparison in comparisons:
+                pair = f"{where} {comparison.get('left')} vs {comparison.get('right')}"
+                left, right = runs.get(comparison.get("left")), runs.get(comparison.get("right"))
+                if left is None or right is None:
+                    found.append(f"{pair}: names a run that is not recorded")
+                    continue
+                for result in comparison.get("results") or []:
+                    name = result["artifact"]
+                    gate = str(gates.get(name, result.get("gate")))
+                    again = _rejudge(context.kinds, gate, name, left[name], right[name])
+                    if again is not None and again != result.get("passed"):
+                        found.append(
+                            f"{pair} {name}: recorded passed={result.get('passed')} but the "
+                            f"fingerprints give {again}"
+                        )
+        verdicts = rederive(grid)
+        for cell in cells:
+            again_word = verdicts.get(str(cell.get("name")))
+            if again_word != cell.get("verdict"):
+                found.append(
+                    f"{where} cell {cell.get('name')}: recorded {cell.get('verdict')} but its "
+                    f"comparisons give {again_word}"
+                )
+        worst = Verdict.worst(verdicts.values())
+        if worst is not None and grid.get("verdict") != worst:
+            found.append(f"{where}: recorded {grid.get('verdict')} but its cells give {worst}")
+        axes = grid.get("axes")
+        if isinstance(axes, Mapping) and verdicts:
+            line = explanation_line(axes, verdicts, str(grid.get("reference")))
+            if grid.get("explanation") != line:
+                found.append(
+                    f"{where}: the explanation {grid.get('explanation')!r} is not the one its "
+                    f"cells give ({line!r})"
+                )
+    return found
+
+
 def check_canary(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """The canary block's shape and statuses (:func:`..compare.canary.check_records`)."""
     from ..compare.canary import check_records
@@ -447,6 +513,7 @@ def default_checkers() -> dict[str, Checker]:
         "lossless": check_lossless,
         "verdicts": check_verdicts,
         "canary": check_canary,
+        "matrix": check_matrix,
         # Cross-checks between blocks: the same fact recorded twice must agree.
         "runs/sequence": check_run_sequence,
         "runs/requests": check_run_requests,

@@ -40,7 +40,7 @@ MAX_PLAN_BYTES = 4 << 20
 #: The longest label or workload name kept in a plan (it is printed and hashed, never a path).
 MAX_LABEL_CHARS = 200
 #: What each section freezes: the call it comes from, as a message names it.
-SECTIONS = {"lossless": "lossless.compare", "speed": "speed_gate"}
+SECTIONS = {"lossless": "lossless.compare", "speed": "speed_gate", "matrix": "lossless.matrix"}
 
 
 # ------------------------------------------------------------------ what a plan is
@@ -63,6 +63,55 @@ def _spec(gate: Any) -> str | None:
 
     parsed = parse_gate(gate)
     return None if parsed is None else parsed.spec
+
+
+def matrix_plan(
+    axes: Mapping[str, Any], reference: str, gate: Any, grid: Any = None
+) -> dict[str, Any]:
+    """The plan of one ``lossless.matrix`` (#24): its axes, its reference cell, its gate, and
+    the grid it expects (``{cell: verdict}``, or one verdict for the whole grid; None: none).
+    ``--update-goldens`` freezes the grid the run gave, so a change in which knob breaks
+    equality fails later runs."""
+    return {
+        "axes": {str(axis): list(values) for axis, values in axes.items()},
+        "reference": reference,
+        "gate": lossless_plan(gate)["gate"],
+        "grid": grid,
+    }
+
+
+def matrix_changes(frozen: Mapping[str, Any], asked: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(frozen, asked) in words when a matrix asks for another plan than the frozen one: its
+    axes, reference or gate, or an ``expect=`` grid that disagrees with the frozen grid (a cell
+    named with another verdict; a cell left out, which is expected to pass, that froze
+    otherwise; one verdict for the grid that is not the frozen grid's worst). None: it agrees."""
+    fixed = ("axes", "reference", "gate")
+    if not all(_same(frozen.get(k), asked.get(k)) for k in fixed):
+        return differences({k: frozen.get(k) for k in fixed}, {k: asked.get(k) for k in fixed})
+    wanted, grid = asked.get("grid"), frozen.get("grid")
+    if wanted is None or not isinstance(grid, Mapping):
+        return None
+    if isinstance(wanted, str):
+        from ..core.verdict import Verdict
+
+        worst = Verdict.worst(grid.values())
+        if worst is not None and worst.value != wanted:
+            return f"a grid whose worst cell is {worst.value}", f"expect={wanted!r}"
+        return None
+    was, now = [], []
+    for cell, verdict in grid.items():
+        expected = wanted.get(cell) if isinstance(wanted, Mapping) else None
+        if expected is None and verdict not in ("PASS", "LOSSY-PASS"):
+            was.append(f"{cell}: {verdict}")
+            now.append(f"{cell}: a pass (not named in expect=)")
+        elif expected is not None and expected != verdict:
+            was.append(f"{cell}: {verdict}")
+            now.append(f"{cell}: {expected}")
+    if isinstance(wanted, Mapping):
+        for cell in sorted(set(wanted) - set(grid)):
+            was.append(f"{cell}: no such cell")
+            now.append(f"{cell}: {wanted[cell]}")
+    return ("grid " + "; ".join(was), "grid " + "; ".join(now)) if was else None
 
 
 def speed_plan(
@@ -269,6 +318,10 @@ class PlanBook:
     def exists(self) -> bool:
         return os.path.lexists(self.path)
 
+    def frozen_plan(self, section: str, name: str) -> dict[str, Any] | None:
+        """The plan frozen for one call, or None (none frozen, or under ``--update-goldens``)."""
+        return None if self.update else self.frozen().get((section, name))
+
     def frozen(self) -> dict[tuple[str, str], dict[str, Any]]:
         if self._frozen is None:
             self._frozen = read_plans(self.folder, root=self.boundary)
@@ -419,7 +472,7 @@ def receipt_contradictions(receipt: Mapping[str, Any]) -> list[str]:
     (``gate_plan``): the record must hash to itself and name the entry's own label, and the
     entry must have run what the plan froze (gate, target, pairs, design, confidence)."""
     found: list[str] = []
-    for section, block in (("lossless", "lossless"), ("speed", "speed")):
+    for section, block in (("lossless", "lossless"), ("speed", "speed"), ("matrix", "matrix")):
         entries = receipt.get(block)
         if not isinstance(entries, list):
             continue
@@ -444,7 +497,7 @@ def _record_contradictions(
         return [f"gate_plan is a {record.get('section')!r} plan in a {section} entry"]
     if entry_sha256(section, name, plan) != record.get("sha256"):
         return ["gate_plan's plan does not hash to its recorded sha256: it was edited"]
-    own = entry.get("label") if section == "lossless" else entry.get("workload")
+    own = entry.get("workload") if section == "speed" else entry.get("label")
     if own is not None and own != name:
         return [f"gate_plan is the frozen plan of {name!r}, not of {own!r}"]
     if section == "speed":
@@ -453,7 +506,12 @@ def _record_contradictions(
             for key in ("target", "pairs", "design", "confidence", "workload")
             if key in plan and not _same(plan[key], entry.get(key))
         ]
-    return _gate_contradictions(plan.get("gate"), entry.get("gates"))
+    found = _gate_contradictions(plan.get("gate"), entry.get("gates"))
+    if section == "matrix":
+        for key, ran in (("axes", entry.get("axes")), ("reference", entry.get("reference"))):
+            if not _same(plan.get(key), ran):
+                found.append(f"ran {key}={_text(ran)} but the frozen plan says {_text(plan[key])}")
+    return found
 
 
 def _gate_contradictions(frozen: Any, ran: Any) -> list[str]:

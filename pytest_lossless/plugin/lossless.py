@@ -10,7 +10,8 @@ terminal says how many plans were not frozen, and how to freeze them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+import contextlib
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from .evidence import receipt_for
 from .golden import _record_events, _test_name
 from .outcomes import (
     CALL_PASSED_KEY,
+    act_on_verdict,
     add_row,
     expected_verdicts,
     failing_on_errors,
@@ -34,6 +36,7 @@ from .outcomes import (
 )
 
 if TYPE_CHECKING:
+    from ..compare.matrix import AxisValue, Cell, CellContext, Grid
     from ..compare.proof import Proof
     from ..compare.repeatability import LosslessVerdict
     from ..core.expect import Media
@@ -289,6 +292,183 @@ class LosslessFixture:
         row = report.Row(self._item.nodeid, name, gate_text, verdict.verdict, verdict.summary())
         record_verdict(self._item, row, verdict, act=act, expect=wanted, lossy=verdict.lossy)
         return verdict
+
+    def matrix(
+        self,
+        make_run: Callable[..., Callable[[], Any]],
+        axes: Mapping[str, Sequence[AxisValue]],
+        *,
+        reference: object = None,
+        runs: int | None = None,
+        gate: Gate | str | Mapping[str, Gate | str] | None = None,
+        label: str | None = None,
+        act: bool = True,
+        expect: object = None,
+        trace: bool = False,
+    ) -> Grid:
+        """Which knob breaks equality: every cell of the product of ``axes`` runs ``runs``
+        times (``make_run(**cell)`` gives its producer) and is judged against the reference
+        cell (the first unless named): PASS, FAIL, or INCONCLUSIVE when its own runs disagree.
+
+        ``expect`` is one verdict for the grid or ``{cell: verdict}`` (a cell not named must
+        pass); without it the grid frozen in ``plan.json`` (``--update-goldens --lossless``) is
+        expected, and an ``expect`` that disagrees with that is a ``GateChanged`` error. A
+        ``devices`` axis gives each cell that many of the test's own devices.
+        """
+        __tracebackhide__ = True
+        from ..compare.matrix import cells, expected_grid, run_matrix
+        from ..errors import GateChanged
+        from ..gates import parse_gate
+        from ..goldens.plans import describe, matrix_changes, matrix_plan
+
+        self._count += 1
+        name = label or f"matrix#{self._count}"
+        prefix = f"lossless.matrix {name}: "
+        book = plan_book(self._item)
+        with failing_on_errors(prefix, on_error=plan_error_row(self._item, name, "plan")):
+            found = cells(axes)
+            wanted = expected_grid(expect, found)
+            if isinstance(gate, Mapping):
+                gates: Gate | Mapping[str, Gate] | None = {
+                    k: g for k, v in gate.items() if (g := parse_gate(v)) is not None
+                }
+            else:
+                gates = parse_gate(gate)
+            if reference is None:
+                ref_name = found[0].name
+            else:
+                from ..compare.matrix import find_cell
+
+                ref_name = find_cell(found, reference, "lossless.matrix(reference)").name
+            asked = matrix_plan(axes, ref_name, gates, wanted)
+            frozen = book.frozen_plan("matrix", name)
+            goal: Any = wanted
+            record: dict[str, Any] = {}
+            if frozen is not None:
+                change = matrix_changes(frozen, asked)
+                if change is not None:
+                    raise GateChanged(
+                        book.folder,
+                        name,
+                        change[0],
+                        change[1],
+                        subject=describe("matrix", name),
+                        file=book.path,
+                    )
+                goal = frozen.get("grid")
+                record = check_plan(self._item, "matrix", name, {**asked, "grid": goal})
+            elif not self._settings.update_goldens:
+                record = check_plan(self._item, "matrix", name, asked)
+            context = self._device_cells(axes)
+        with failing_on_errors(prefix):
+            grid = run_matrix(
+                make_run,
+                axes,
+                runs=runs or self._settings.control_runs,
+                kinds=self._kinds,
+                workdir=self._workdir / safe_name(name, default="matrix"),
+                reference=reference,
+                gate=gates,
+                label=name,
+                trace=trace,
+                cell_context=context,
+            )
+        if self._settings.update_goldens:
+            # The grid this run gave is what --update-goldens freezes (once the test passed).
+            with failing_on_errors(prefix):
+                frozen_grid = {c.name: c.verdict.value for c in grid}
+                record = check_plan(self._item, "matrix", name, {**asked, "grid": frozen_grid})
+        receipt_for(self._item).add_matrix({**grid.to_dict(), "gate_plan": record})
+        self._settle_grid(grid, goal, act=act, frozen=frozen is not None)
+        return grid
+
+    def _settle_grid(self, grid: Grid, goal: Any, *, act: bool, frozen: bool) -> None:
+        """One row per cell and one for the grid; then the test asserts ``goal`` (the expected
+        grid), or, with none, acts on the grid's verdict as ``lossless.compare`` does."""
+        __tracebackhide__ = True
+        from ..compare.matrix import unmet
+
+        gate_text = ", ".join(sorted(set(grid.gates.values())))
+        misses = unmet(goal, grid) if goal is not None else []
+        named = goal if isinstance(goal, Mapping) else {}
+        for cell in grid:
+            shown = str(cell.verdict)
+            if cell.name in named and named[cell.name] == shown:
+                shown += " (expected)"
+            # The check column may be clipped in a narrow terminal; the detail never is, so it
+            # names the cell in full too.
+            row = report.Row(
+                self._item.nodeid,
+                f"{grid.label}: {cell.name}",
+                gate_text,
+                shown,
+                f"{cell.name}: {cell.summary()}",
+            )
+            add_row(self._item, row)
+        overall = str(grid.verdict)
+        if goal is not None and not misses:
+            overall += " (expected)"
+        add_row(
+            self._item,
+            report.Row(self._item.nodeid, grid.label, gate_text, overall, grid.explanation),
+        )
+        if misses:
+            source = "the grid frozen in plan.json" if frozen else "expect="
+            pytest.fail(
+                f"lossless.matrix {grid.label}: not the expected grid ({source}):\n  "
+                + "\n  ".join(misses)
+                + "\n"
+                + grid.message(),
+                pytrace=False,
+            )
+        if goal is None and act:
+            act_on_verdict(grid)
+
+    def _device_cells(self, axes: Mapping[str, Sequence[AxisValue]]) -> CellContext | None:
+        """For a ``devices`` axis: each cell's runs see only the first N of the test's own
+        devices (the allocation's visibility environment, narrowed while the cell runs), so a
+        matrix never waits on the pool mid-test."""
+        if "devices" not in axes:
+            return None
+        from ..errors import ConfigError
+        from .devices import allocator
+        from .evidence import ALLOCATION_KEY
+
+        where = "lossless.matrix(axes['devices'])"
+        counts = [n for n in axes["devices"] if isinstance(n, int) and not isinstance(n, bool)]
+        if len(counts) != len(axes["devices"]) or not counts or min(counts) < 1:
+            raise ConfigError(where, axes["devices"], "give device counts, e.g. [1, 2, 4]")
+        most = max(counts)
+        allocation = self._item.stash.get(ALLOCATION_KEY, None)
+        if allocation is None:
+            raise ConfigError(
+                where,
+                counts,
+                f"a devices axis gives each cell some of the test's own devices: mark the test "
+                f"npu(devices={most}) or gpu(devices={most})",
+            )
+        held = list(allocation.devices)
+        if most > len(held):
+            raise ConfigError(
+                where,
+                counts,
+                f"the test holds {len(held)} device(s) but a cell asks for {most}: mark it "
+                f"with devices={most} (a matrix never waits on the pool mid-test)",
+            )
+        backend = allocator(self._item.config).chosen
+
+        @contextlib.contextmanager
+        def narrowed(cell: Cell) -> Iterator[Mapping[str, Any]]:
+            chosen = held[: int(cell["devices"] or 0)]
+            env = backend.visibility_env(chosen)
+            saved = allocation.env
+            allocation.env = {**saved, **env}
+            try:
+                yield {"devices": [d.id for d in chosen], "env": dict(env)}
+            finally:
+                allocation.env = saved
+
+        return narrowed
 
 
 @pytest.fixture

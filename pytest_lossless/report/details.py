@@ -60,6 +60,12 @@ def needs_receipt(row: Row) -> bool:
     return is_speed(row) or (row.verdict not in _QUIET and row.verdict not in _UPDATES)
 
 
+def drawn(row: Row, found: Found | None) -> bool:
+    """Whether the row gets a section: :func:`needs_receipt`, or a determinism matrix's own row
+    (its grid is drawn whatever its verdict)."""
+    return needs_receipt(row) or (found is not None and found.kind == "matrix")
+
+
 class _Blocks:
     """One receipt's blocks, handed out to its rows in the order the test recorded them."""
 
@@ -67,6 +73,7 @@ class _Blocks:
         self.gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
         self.lossless = [v for v in receipt.get("lossless") or [] if isinstance(v, Mapping)]
         self.speed = [v for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
+        self.matrix = [v for v in receipt.get("matrix") or [] if isinstance(v, Mapping)]
         self.servers = tuple(
             r
             for r in receipt.get("runs") or []
@@ -82,6 +89,13 @@ class _Blocks:
         for n, entry in enumerate(self.gates):
             if entry.get("artifact") == row.check:
                 return Found("gate", self.gates.pop(n), self.servers)
+        for grid in self.matrix:  # a matrix's row (its label), or one of its cells' rows
+            label = str(grid.get("label"))
+            if row.check == label:
+                return Found("matrix", grid, self.servers)
+            if row.check.startswith(label + ": "):
+                cell = row.check[len(label) + 2 :]
+                return Found("matrix-cell", {"grid": grid, "cell": cell}, self.servers)
         return None
 
 
@@ -119,6 +133,12 @@ class Details:
                 detail.blocks += self._speed(row, found[1])
             elif found[0] == "lossless":
                 detail.blocks += self._lossless(row, found[1])
+            elif found[0] == "matrix":
+                from .grid import grid_blocks
+
+                detail.blocks += grid_blocks(found[1])
+            elif found[0] == "matrix-cell":
+                detail.blocks += self._matrix_cell(row, found[1])
             else:
                 detail.blocks += self._gate(row, found[1])
         except Exception as exc:  # one row that cannot be drawn must not lose the others
@@ -209,6 +229,61 @@ class Details:
                 ("run", "role", "seconds", "artifacts (digest)"),
                 [_run_row(r) for r in runs.values()],
             )
+        )
+        drawn = [(c, r) for c in differing for r in _failing(c)][:COMPARISONS_DRAWN]
+        for comparison, result in drawn:
+            name = str(result.get("artifact"))
+            left = _run_side(runs, str(comparison.get("left")), name)
+            right = _run_side(runs, str(comparison.get("right")), name)
+            blocks.append(Text(f"{name}: {left.label} vs {right.label}"))
+            blocks += self._draw(result, left, right, f"{row.test}-{row.check}-{name}")
+            blocks += self._files(result.get("diagnostic_files") or [])
+        return blocks
+
+    # -------------------------------------------------------------- determinism matrix cells
+
+    def _matrix_cell(self, row: Row, found: Mapping[str, Any]) -> list[Block]:
+        """One cell of a matrix: its place in the grid, its runs, and where it differs (from
+        its own first run when it is not repeatable, else from the reference's first run)."""
+        from .grid import find_cell, grid_table
+
+        grid = mapping(found.get("grid"))
+        cell = find_cell(grid, str(found.get("cell")))
+        if cell is None:
+            return [Text("the receipt's matrix holds no such cell")]
+        reference = find_cell(grid, str(grid.get("reference"))) or {}
+        runs = {
+            str(r.get("name")): r
+            for c in (cell, reference)
+            for r in c.get("runs") or []
+            if isinstance(r, Mapping)
+        }
+        repeats = [c for c in cell.get("repeat_comparisons") or [] if isinstance(c, Mapping)]
+        against = mapping(cell.get("reference_comparison"))
+        if cell.get("repeatable") is False:
+            lead = "its own runs disagree, so it cannot be judged. Which runs differed, and where:"
+            differing = [c for c in repeats if not _identical(c)]
+        else:
+            differing = [against] if against and not _identical(against) else []
+            lead = f"it differs from the reference cell {grid.get('reference')}:"
+        blocks: list[Block] = [Text(f"{cell.get('name')}: {cell.get('verdict')}: {lead}")]
+        table = grid_table(grid)
+        if table is not None:
+            blocks.append(table)
+        where = [_where(c, r) for c in differing for r in _failing(c)]
+        where += [
+            (_pair(c), str(name), "present in one run only", "")
+            for c in differing
+            for name in c.get("missing") or []
+        ]
+        if where:
+            blocks.append(Table(("runs", "artifact", "first difference", "how many"), where))
+        shown = [dict(r, role="cell") for r in cell.get("runs") or [] if isinstance(r, Mapping)]
+        first = (reference.get("runs") or [None])[0]
+        if isinstance(first, Mapping) and cell is not reference:
+            shown.insert(0, dict(first, role="reference"))
+        blocks.append(
+            Table(("run", "role", "seconds", "artifacts (digest)"), [_run_row(r) for r in shown])
         )
         drawn = [(c, r) for c in differing for r in _failing(c)][:COMPARISONS_DRAWN]
         for comparison, result in drawn:

@@ -21,7 +21,7 @@ from ..core.clock import utc_iso
 from ..core.paths import inside_root
 from ..core.text import printable
 from .blocks import Assets, Block, Detail, Figure, Pre, Table, Text
-from .details import Details, match_rows, needs_receipt
+from .details import Details, drawn, match_rows
 from .table import _UPDATE_ACTIONS, Row, _order_key
 
 #: The report's folder inside the receipts folder, and its files.
@@ -233,9 +233,9 @@ def write_report(
         blocks = match_rows(rows, receipts)
         chosen: dict[int, Detail] = {}
         for n, i in enumerate(ordered(rows), start=1):
-            if len(chosen) < MAX_DETAILS and needs_receipt(rows[i]):
+            if len(chosen) < MAX_DETAILS and drawn(rows[i], blocks[i]):
                 chosen[i] = builder.build(f"detail-{n}", rows[i], blocks[i])
-        wanted = sum(1 for row in rows if needs_receipt(row))
+        wanted = sum(1 for row, found in zip(rows, blocks, strict=True) if drawn(row, found))
         notes = list(context)
         if wanted > len(chosen):
             notes.append(

@@ -29,7 +29,7 @@ OUTPUTS = {
 WORKLOADS = [pytest.param(5, id="5s"), pytest.param(15, id="15s")]
 
 
-def generate_argv(variant: str, seconds: int, *more: str) -> list[str]:
+def generate_argv(variant: str, seconds: float, *more: str) -> list[str]:
     """The demo's ``generate`` command line for one build and workload (``more``: e.g. the
     GPU suite's ``--device cuda``)."""
     return [

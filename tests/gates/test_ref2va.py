@@ -11,7 +11,17 @@ import pytest
 
 from pytest_lossless import Media
 from pytest_lossless.run import lifecycle_verdict
-from tests.gates.ref2va import WORKLOADS, arm, generate, request_clip, start_server
+from tests.gates.ref2va import (
+    OUTPUTS,
+    REFERENCE,
+    REPO,
+    WORKLOADS,
+    arm,
+    generate,
+    generate_argv,
+    request_clip,
+    start_server,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.npu(devices=1), pytest.mark.lossless]
 
@@ -115,3 +125,33 @@ def test_a_a_is_not_a_gain(model_run, speed_gate):
         workload="A/A 1s",
         expect=("FAIL", "INCONCLUSIVE"),
     )
+
+
+# Which knob breaks it (#24): the racy build has two knobs, its split-K reduction's thread count
+# and its frames per batch. One thread is the fast path's order (PASS); two always add the same
+# two partial sums, in either order the same result but not the reference's (FAIL); four race
+# (INCONCLUSIVE: a cell's own runs disagree). The chunk never matters. Half a second of video
+# keeps the 12 runs cheap.
+KNOB_CELLS = {
+    "threads=2, chunk=1": "FAIL",
+    "threads=2, chunk=4": "FAIL",
+    "threads=4, chunk=1": "INCONCLUSIVE",
+    "threads=4, chunk=4": "INCONCLUSIVE",
+}
+
+
+def test_matrix_of_the_racy_knobs(model_run, lossless):
+    def make_run(threads, chunk):
+        argv = [*generate_argv("racy", 0.5), "--threads", str(threads), "--chunk", str(chunk)]
+        return lambda: model_run(
+            argv, outputs=OUTPUTS, cwd=REPO, timeout=300, inputs={"reference": REFERENCE}
+        )
+
+    grid = lossless.matrix(
+        make_run,
+        {"threads": [1, 2, 4], "chunk": [1, 4]},
+        runs=2,
+        label="racy knobs 0.5s",
+        expect=KNOB_CELLS,
+    )
+    assert grid.explanation.startswith("differs whenever threads > 1, whatever the chunk")

@@ -1,0 +1,698 @@
+"""The determinism matrix: which knob breaks equality, one verdict per cell.
+
+``lossless.matrix(make_run, axes)`` runs every cell of the cartesian product of ``axes`` (in the
+order given) ``runs`` times. A cell's verdict comes from the contract's table
+(:func:`.repeatability.lossless_table`, the one place a lossless verdict is decided), with the
+reference cell (the first, unless named) as its control:
+
+- INCONCLUSIVE when the cell's own runs disagree, or the reference's do (nothing can be judged
+  against a reference that is not repeatable);
+- PASS when its first run is identical to the reference's first run (LOSSY-PASS under a lossy
+  gate), FAIL when it is not.
+
+The grid's overall verdict is the worst of its cells. :func:`explain` finds the axes that
+explain the cells that do not pass ("differs whenever threads > 1, whatever the batch") and
+says when two axes interact; it is pure and exact (:meth:`Explanation.covers` is true of a cell
+exactly when it does not pass), so the line never says more than the grid shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import keyword
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.digests import safe_name
+from ..core.text import printable
+from ..core.verdict import Verdict
+from ..errors import ConfigError
+from ..gates import Gate
+from ..kinds.registry import Artifact, KindRegistry
+from ..media.artifacts import materialize_all
+from .repeatability import Comparison, _compare_runs, _resolve_gates, lossless_table
+
+#: The JSON scalars an axis value may be: it names the cell and is frozen in ``plan.json``.
+AxisValue = str | int | float | bool | None
+#: Cells listed by name in a message before "and N more".
+LISTED = 8
+_WHERE = "lossless.matrix(axes)"
+
+
+# ------------------------------------------------------------------ cells
+
+
+def value_text(value: AxisValue) -> str:
+    """An axis value as a cell's name shows it (``4``, ``fast``, ``True``, ``None``)."""
+    if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+        return repr(value)  # 2.0 stays "2.0": never the same name as the int 2
+    return printable(str(value))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One setting of every axis, in the axes' order: ``(("threads", 4), ("batch", 2))``."""
+
+    values: tuple[tuple[str, AxisValue], ...]
+
+    @property
+    def name(self) -> str:
+        """``threads=4, batch=2``: the cell named in full, as every row shows it."""
+        return ", ".join(f"{axis}={value_text(value)}" for axis, value in self.values)
+
+    @property
+    def kwargs(self) -> dict[str, AxisValue]:
+        """What ``make_run(**cell)`` is called with."""
+        return dict(self.values)
+
+    def key(self) -> tuple[AxisValue, ...]:
+        return tuple(value for _, value in self.values)
+
+    def __getitem__(self, axis: str) -> AxisValue:
+        return dict(self.values)[axis]
+
+
+def check_axes(axes: Mapping[str, Sequence[AxisValue]]) -> dict[str, list[AxisValue]]:
+    """``axes`` checked: a non-empty mapping of keyword names to non-empty lists of distinct
+    JSON scalars (each names a cell and is frozen in ``plan.json``)."""
+    if not isinstance(axes, Mapping) or not axes:
+        raise ConfigError(_WHERE, axes, 'give a mapping of axes, e.g. {"threads": [1, 2, 4]}')
+    checked: dict[str, list[AxisValue]] = {}
+    for axis, values in axes.items():
+        if not isinstance(axis, str) or not axis.isidentifier() or keyword.iskeyword(axis):
+            raise ConfigError(_WHERE, axis, "an axis name must be a keyword argument name")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ConfigError(
+                f"{_WHERE}[{axis!r}]", values, "give a non-empty list of values, e.g. [1, 2, 4]"
+            )
+        names: set[str] = set()
+        for value in values:
+            if value is not None and not isinstance(value, (str, int, float, bool)):
+                raise ConfigError(
+                    f"{_WHERE}[{axis!r}]",
+                    value,
+                    "an axis value must be a string, a number, a boolean or None: it names the "
+                    "cell and is frozen in plan.json",
+                )
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{_WHERE}[{axis!r}]", value, "a value must be finite")
+            text = value_text(value)
+            if text in names:
+                raise ConfigError(f"{_WHERE}[{axis!r}]", value, "this value is given twice")
+            names.add(text)
+        checked[axis] = list(values)
+    return checked
+
+
+def cells(axes: Mapping[str, Sequence[AxisValue]]) -> list[Cell]:
+    """Every cell: the cartesian product of the axes, the first axis varying slowest."""
+    checked = check_axes(axes)
+    return [
+        Cell(tuple(zip(checked, combination, strict=True)))
+        for combination in itertools.product(*checked.values())
+    ]
+
+
+def find_cell(found: Sequence[Cell], key: object, what: str) -> Cell:
+    """The cell ``key`` names: its full name (``"threads=4, batch=2"``), a tuple of its values
+    in the axes' order, or a mapping of every axis to its value."""
+    for cell in found:
+        if _names(cell, key):
+            return cell
+    shown = "; ".join(c.name for c in found[:LISTED]) + ("; ..." if len(found) > LISTED else "")
+    raise ConfigError(what, key, f"names no cell of the matrix (its cells: {shown})")
+
+
+def _names(cell: Cell, key: object) -> bool:
+    if isinstance(key, str):
+        return _squash(key) == _squash(cell.name)
+    if isinstance(key, tuple):
+        return len(key) == len(cell.values) and all(
+            _same_value(a, b) for a, b in zip(key, cell.key(), strict=True)
+        )
+    if isinstance(key, Mapping):
+        return set(key) == {axis for axis, _ in cell.values} and all(
+            _same_value(key[axis], value) for axis, value in cell.values
+        )
+    return False
+
+
+def _squash(name: str) -> str:
+    return "".join(name.split())
+
+
+def _same_value(a: object, b: object) -> bool:
+    return type(a) is type(b) and a == b
+
+
+# ------------------------------------------------------------------ running it
+
+
+@dataclass
+class CellResult:
+    """One cell: its runs, its runs compared with its first, and its first compared with the
+    reference's first (None for the reference itself), and the verdict they give."""
+
+    cell: Cell
+    verdict: Verdict
+    runs: list[dict[str, Any]]
+    repeat_comparisons: list[Comparison]
+    reference_comparison: Comparison | None
+    #: What the cell ran under, besides its axes (the devices it was given).
+    context: dict[str, Any] = field(default_factory=dict)
+    #: With ``trace=True``: the first divergence from the reference, when one was found.
+    divergence: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.cell.name
+
+    @property
+    def repeatable(self) -> bool:
+        return all(c.identical for c in self.repeat_comparisons)
+
+    @property
+    def identical(self) -> bool:
+        """Its first run identical to the reference's first (the reference is to itself)."""
+        return self.reference_comparison is None or self.reference_comparison.identical
+
+    def summary(self) -> str:
+        """The cell's line in the verdict table."""
+        if not self.repeatable:
+            varied = sorted(
+                {n for c in self.repeat_comparisons for n in c.missing}
+                | {r.artifact for c in self.repeat_comparisons for r in c.results if not r.passed}
+            )
+            return f"not repeatable over {len(self.runs)} runs: {', '.join(varied)} varied"
+        if self.verdict == Verdict.INCONCLUSIVE:
+            return f"{len(self.runs)} runs identical; the reference is not repeatable"
+        if self.reference_comparison is None:
+            return f"reference cell: {len(self.runs)} runs identical"
+        if not self.identical:
+            comparison = self.reference_comparison
+            parts = [f"{n} missing" for n in comparison.missing] + [
+                f"{r.artifact} ({r.mismatch_count} of {r.total} {r.unit}s, first "
+                f"{r.first_mismatch})"
+                if not r.metadata_diffs
+                else f"{r.artifact} ({r.metadata_diffs[0]})"
+                for r in comparison.results
+                if not r.passed
+            ]
+            line = "differs from the reference: " + "; ".join(parts)
+            if self.divergence:
+                line += f"; first divergence: {self.divergence}"
+            return line
+        how = "within tolerance" if self.verdict == Verdict.LOSSY_PASS else "bit for bit"
+        return f"{len(self.runs)} runs identical; identical to the reference {how}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cell": self.cell.kwargs,
+            "verdict": self.verdict,
+            "repeatable": self.repeatable,
+            "identical": self.identical,
+            "runs": self.runs,
+            "repeat_comparisons": [c.to_dict() for c in self.repeat_comparisons],
+            "reference_comparison": (
+                None if self.reference_comparison is None else self.reference_comparison.to_dict()
+            ),
+            "context": dict(self.context),
+            "divergence": self.divergence,
+        }
+
+
+@dataclass
+class Grid:
+    """What ``lossless.matrix`` returns: a verdict per cell, the evidence of each, the overall
+    verdict (the worst cell) and the line naming the axes that explain the differences."""
+
+    label: str
+    axes: dict[str, list[AxisValue]]
+    reference: Cell
+    cells: list[CellResult]
+    gates: dict[str, str]
+    lossy: bool
+    runs: int
+    trace: bool = False
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.worst(c.verdict for c in self.cells) or Verdict.PASS
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    @property
+    def verdicts(self) -> dict[str, Verdict]:
+        """``{"threads=4, batch=2": Verdict.FAIL, ...}``: every cell's verdict, by name."""
+        return {c.name: c.verdict for c in self.cells}
+
+    @property
+    def explanation(self) -> str:
+        return explanation_line(self.axes, self.verdicts, self.reference.name)
+
+    def __getitem__(self, key: object) -> CellResult:
+        """A cell's result, by its name, its tuple of values or a mapping of its axes."""
+        cell = find_cell([c.cell for c in self.cells], key, "grid[...]")
+        return next(c for c in self.cells if c.cell == cell)
+
+    def __iter__(self) -> Iterator[CellResult]:
+        return iter(self.cells)
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def message(self) -> str:
+        head = f"lossless matrix {self.label + ' ' if self.label else ''}verdict: {self.verdict}"
+        lines = [f"{head}: {self.explanation}"]
+        lines += [f"  {c.name}: {c.verdict}: {c.summary()}" for c in self.cells]
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        return self.explanation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "axes": {axis: list(values) for axis, values in self.axes.items()},
+            "reference": self.reference.name,
+            "runs_per_cell": self.runs,
+            "gates": dict(self.gates),
+            "lossy": self.lossy,
+            "trace": self.trace,
+            "verdict": self.verdict,
+            "explanation": self.explanation,
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+
+#: Given a cell, the context its runs happen in; what it yields is recorded with the cell.
+CellContext = Callable[[Cell], AbstractContextManager[Mapping[str, Any]]]
+
+
+@contextlib.contextmanager
+def _no_context(cell: Cell) -> Iterator[Mapping[str, Any]]:
+    yield {}
+
+
+def run_matrix(
+    make_run: Callable[..., Callable[[], Any]],
+    axes: Mapping[str, Sequence[AxisValue]],
+    *,
+    runs: int,
+    kinds: KindRegistry,
+    workdir: Path,
+    reference: object = None,
+    gate: Gate | Mapping[str, Gate] | None = None,
+    label: str = "",
+    trace: bool = False,
+    cell_context: CellContext | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Grid:
+    """Run every cell ``runs`` times (``make_run(**cell)`` gives its producer) and judge each
+    against the reference cell. ``cell_context`` wraps each cell's runs (the plugin narrows
+    the test's devices there for a ``devices`` axis)."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ConfigError(
+            "lossless.matrix(runs=...)", runs, "a cell must run at least twice to show it repeats"
+        )
+    if not callable(make_run):
+        raise ConfigError("lossless.matrix(make_run)", make_run, "give a function of the axes")
+    found = cells(axes)
+    ref = (
+        found[0] if reference is None else find_cell(found, reference, "lossless.matrix(reference)")
+    )
+    around = cell_context or _no_context
+    fingerprints: dict[str, dict[str, Artifact]] = {}
+    records: dict[Cell, list[dict[str, Any]]] = {}
+    contexts: dict[Cell, dict[str, Any]] = {}
+    # The reference first: every other cell is compared with its first run.
+    for index, cell in enumerate([ref, *(c for c in found if c != ref)]):
+        with around(cell) as context:
+            contexts[cell] = dict(context)
+            producer = make_run(**cell.kwargs)
+            if not callable(producer):
+                raise ConfigError(
+                    f"lossless.matrix(make_run) for {cell.name}",
+                    producer,
+                    "make_run(**cell) must return a producer (a zero-argument callable)",
+                )
+            records[cell] = []
+            for n in range(runs):
+                name = run_name(cell, n)
+                started = clock.monotonic()
+                result = producer()
+                seconds = clock.monotonic() - started
+                folder = workdir / f"cell{index}-{safe_name(cell.name, default='cell')}" / f"r{n}"
+                paths = materialize_all(result, name, folder)
+                fingerprints[name] = {k: kinds.artifact(k, p) for k, p in paths.items()}
+                records[cell].append(
+                    {
+                        "name": name,
+                        "seconds": seconds,
+                        "artifacts": {
+                            k: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
+                            for k, a in fingerprints[name].items()
+                        },
+                    }
+                )
+    reference_first = run_name(ref, 0)
+    gates = _resolve_gates(gate, fingerprints[reference_first], kinds)
+    lossy = any(not g.lossless for g in gates.values())
+    diagnostics = workdir / "diagnostics"
+
+    def compare(left: str, right: str) -> Comparison:
+        return _compare_runs(
+            left, fingerprints[left], right, fingerprints[right], gates, kinds, diagnostics
+        )
+
+    results: dict[Cell, CellResult] = {}
+    for cell in [ref, *(c for c in found if c != ref)]:
+        first = run_name(cell, 0)
+        repeats = [compare(first, run_name(cell, n)) for n in range(1, runs)]
+        against = None if cell == ref else compare(reference_first, first)
+        results[cell] = CellResult(cell, Verdict.PASS, records[cell], repeats, against)
+        results[cell].context = contexts[cell]
+    reference_repeatable = results[ref].repeatable
+    for result in results.values():
+        result.verdict = cell_verdict(
+            reference_repeatable, result.repeatable, result.identical, lossy=lossy
+        )
+    return Grid(
+        label=label,
+        axes=check_axes(axes),
+        reference=ref,
+        cells=[results[c] for c in found],
+        gates={name: g.spec for name, g in gates.items()},
+        lossy=lossy,
+        runs=runs,
+        trace=trace,
+    )
+
+
+def run_name(cell: Cell, index: int) -> str:
+    """``threads=4, batch=2 #1``: a run's name, unique across the grid."""
+    return f"{cell.name} #{index + 1}"
+
+
+def cell_verdict(
+    reference_repeatable: bool, repeatable: bool, identical: bool, *, lossy: bool
+) -> Verdict:
+    """The contract's table with the reference as control and the cell as candidate; a cell's
+    own runs that disagree make it INCONCLUSIVE too. A lossy gate's match is LOSSY-PASS."""
+    verdict = lossless_table(reference_repeatable and repeatable, identical)
+    return Verdict.LOSSY_PASS if verdict == Verdict.PASS and lossy else verdict
+
+
+# ------------------------------------------------------------------ re-derived from a receipt
+
+
+def _recorded_identical(comparison: object) -> bool:
+    if not isinstance(comparison, Mapping):
+        return False
+    results = comparison.get("results") or []
+    return not comparison.get("missing") and all(
+        isinstance(r, Mapping) and r.get("passed") is True for r in results
+    )
+
+
+def rederive(block: Mapping[str, Any]) -> dict[str, Verdict]:
+    """Every cell's verdict, recomputed from a receipt's recorded comparisons (``matrix[i]``):
+    the same table, fed from the raw records instead of live results."""
+    entries = [c for c in block.get("cells") or [] if isinstance(c, Mapping)]
+    reference = next((c for c in entries if c.get("name") == block.get("reference")), None)
+
+    def repeatable(entry: Mapping[str, Any] | None) -> bool:
+        return entry is not None and all(
+            _recorded_identical(c) for c in entry.get("repeat_comparisons") or []
+        )
+
+    lossy = block.get("lossy") is not False
+    found: dict[str, Verdict] = {}
+    for entry in entries:
+        against = entry.get("reference_comparison")
+        is_reference = entry is reference
+        identical = is_reference or _recorded_identical(against)
+        if not is_reference and against is None:
+            identical = False  # a cell never compared with the reference matches nothing
+        found[str(entry.get("name"))] = cell_verdict(
+            repeatable(reference), repeatable(entry), identical, lossy=lossy
+        )
+    return found
+
+
+# ------------------------------------------------------------------ the explanation
+
+
+@dataclass(frozen=True)
+class Clause:
+    """``threads > 1``: an axis and the values of it that the clause holds for."""
+
+    axis: str
+    values: frozenset[str]  # value_text of each value
+    text: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Which cells do not pass, as the axes explain them.
+
+    ``form``: ``none`` (every cell passes), ``all`` (no cell passes), ``axis`` (one clause
+    holds exactly for them), ``and``/``or`` (two clauses on two axes that interact),
+    ``cells`` (they are listed, restricted to the ``relevant`` axes). ``ignored`` are the axes
+    whose value does not matter.
+    """
+
+    form: str
+    clauses: tuple[Clause, ...] = ()
+    relevant: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    listed: tuple[tuple[tuple[str, str], ...], ...] = ()
+
+    def covers(self, cell: Mapping[str, str]) -> bool:
+        """Whether the explanation says ``cell`` (axis -> value text) does not pass."""
+        if self.form == "none":
+            return False
+        if self.form == "all":
+            return True
+        hits = [cell[c.axis] in c.values for c in self.clauses]
+        if self.form == "axis":
+            return hits[0]
+        if self.form == "and":
+            return all(hits)
+        if self.form == "or":
+            return any(hits)
+        return tuple((axis, cell[axis]) for axis in self.relevant) in self.listed
+
+    @property
+    def interacting(self) -> bool:
+        return self.form in ("and", "or", "cells") and len(self.relevant) > 1
+
+    def text(self, verb: str = "differs") -> str:
+        whatever = ""
+        if self.ignored:
+            whatever = ", whatever the " + _and([a for a in self.ignored])
+        if self.form == "none":
+            return f"no cell {verb}"
+        if self.form == "all":
+            return f"every cell {verb}"
+        if self.form == "axis":
+            return f"{verb} whenever {self.clauses[0].text}{whatever}"
+        interact = f" ({_and(list(self.relevant))} interact)" if self.interacting else ""
+        if self.form == "and":
+            joined = " and ".join(c.text for c in self.clauses)
+            return f"{verb} only when {joined}{whatever}{interact}"
+        if self.form == "or":
+            joined = " or ".join(c.text for c in self.clauses)
+            return f"{verb} whenever {joined}{whatever}{interact}"
+        shown = [", ".join(f"{a}={v}" for a, v in combo) for combo in self.listed[:LISTED]]
+        if len(self.relevant) > 1:
+            shown = [f"({cell})" for cell in shown]
+        more = f" and {len(self.listed) - LISTED} more" if len(self.listed) > LISTED else ""
+        return f"{verb} at {', '.join(shown)}{more}{whatever}{interact}"
+
+
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def explain(axes: Mapping[str, Sequence[AxisValue]], bad: set[tuple[str, ...]]) -> Explanation:
+    """The axes that explain ``bad`` (the cells, as tuples of value texts in the axes' order,
+    that do not pass). Pure: the result :meth:`~Explanation.covers` exactly the ``bad`` cells.
+    """
+    names = list(axes)
+    texts = {a: [value_text(v) for v in axes[a]] for a in names}
+    every = list(itertools.product(*(texts[a] for a in names)))
+    bad = {c for c in bad if c in set(every)}
+    if not bad:
+        return Explanation("none")
+    if len(bad) == len(every):
+        return Explanation("all")
+    relevant = [i for i, a in enumerate(names) if _depends(every, bad, i)]
+    ignored = tuple(a for i, a in enumerate(names) if i not in relevant and len(texts[a]) > 1)
+    rel_names = tuple(names[i] for i in relevant)
+    projected = {tuple(c[i] for i in relevant) for c in bad}
+    if len(relevant) == 1:
+        (i,) = relevant
+        values = frozenset(c[0] for c in projected)
+        return Explanation("axis", (_clause(names[i], axes[names[i]], values),), rel_names, ignored)
+    if len(relevant) == 2:
+        a, b = relevant
+        left = frozenset(c[0] for c in projected)
+        right = frozenset(c[1] for c in projected)
+        all_pairs = set(itertools.product(texts[names[a]], texts[names[b]]))
+        clauses = (
+            _clause(names[a], axes[names[a]], left),
+            _clause(names[b], axes[names[b]], right),
+        )
+        if projected == set(itertools.product(left, right)):
+            return Explanation("and", clauses, rel_names, ignored)
+        # Whole rows and whole columns of bad pairs: their union may be exactly the bad ones.
+        rows = frozenset(
+            x for x in texts[names[a]] if all((x, y) in projected for y in texts[names[b]])
+        )
+        cols = frozenset(
+            y for y in texts[names[b]] if all((x, y) in projected for x in texts[names[a]])
+        )
+        union = {p for p in all_pairs if p[0] in rows or p[1] in cols}
+        if rows and cols and union == projected:
+            clauses = (
+                _clause(names[a], axes[names[a]], rows),
+                _clause(names[b], axes[names[b]], cols),
+            )
+            return Explanation("or", clauses, rel_names, ignored)
+    listed = tuple(
+        tuple(zip(rel_names, combo, strict=True))
+        for combo in sorted(projected, key=lambda c: _order(axes, rel_names, c))
+    )
+    return Explanation("cells", (), rel_names, ignored, listed)
+
+
+def _order(
+    axes: Mapping[str, Sequence[AxisValue]], names: Sequence[str], combo: Sequence[str]
+) -> tuple[int, ...]:
+    return tuple(
+        [value_text(v) for v in axes[a]].index(text) for a, text in zip(names, combo, strict=True)
+    )
+
+
+def _depends(every: Sequence[tuple[str, ...]], bad: set[tuple[str, ...]], index: int) -> bool:
+    """Whether changing only axis ``index`` ever changes whether a cell passes."""
+    groups: dict[tuple[str, ...], set[bool]] = {}
+    for cell in every:
+        rest = cell[:index] + cell[index + 1 :]
+        groups.setdefault(rest, set()).add(cell in bad)
+    return any(len(seen) > 1 for seen in groups.values())
+
+
+def _is_number(value: AxisValue) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _clause(axis: str, values: Sequence[AxisValue], chosen: frozenset[str]) -> Clause:
+    """``threads = 4`` (one value), ``threads > 1`` (a numeric axis whose chosen values are all
+    above the others), ``batch < 8``, ``mode in {a, b}``."""
+    inside = [v for v in values if value_text(v) in chosen]
+    outside = [v for v in values if value_text(v) not in chosen]
+    numeric = all(_is_number(v) for v in values)
+    if len(inside) == 1:
+        text = f"{axis} = {value_text(inside[0])}"
+    elif numeric and outside and min(_num(v) for v in inside) > max(_num(v) for v in outside):
+        text = f"{axis} > {value_text(max(outside, key=_num))}"
+    elif numeric and outside and max(_num(v) for v in inside) < min(_num(v) for v in outside):
+        text = f"{axis} < {value_text(min(outside, key=_num))}"
+    else:
+        text = f"{axis} in {{{', '.join(value_text(v) for v in inside)}}}"
+    return Clause(axis, chosen, text)
+
+
+def _num(value: AxisValue) -> float:
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def explanation_line(
+    axes: Mapping[str, Sequence[AxisValue]], verdicts: Mapping[str, Verdict], reference: str
+) -> str:
+    """The grid's line: which axes explain the cells that do not pass ("differs whenever
+    threads > 1, whatever the batch"), and, where some cells are INCONCLUSIVE, which ones
+    could not be judged. ``verdicts`` maps each cell's name to its verdict."""
+    found = cells(axes)
+    by_name = {c.name: c for c in found}
+
+    def tuples(words: set[Verdict]) -> set[tuple[str, ...]]:
+        return {
+            tuple(value_text(v) for v in by_name[name].key())
+            for name, verdict in verdicts.items()
+            if name in by_name and Verdict.parse(verdict) in words
+        }
+
+    ref_verdict = Verdict.parse(verdicts.get(reference))
+    if ref_verdict == Verdict.INCONCLUSIVE:
+        return (
+            f"the reference cell {reference} is not repeatable, so no cell can be judged against it"
+        )
+    failing = tuples({Verdict.FAIL, Verdict.INCONCLUSIVE})
+    if not failing:
+        lossy = tuples({Verdict.LOSSY_PASS})
+        how = "within tolerance" if lossy else "bit for bit"
+        return f"every cell matches the reference ({reference}) {how}"
+    line = explain(axes, failing).text("differs")
+    unrepeatable = tuples({Verdict.INCONCLUSIVE})
+    if unrepeatable and unrepeatable != failing:
+        line += "; " + explain(axes, unrepeatable).text("not repeatable")
+    elif unrepeatable:
+        line += " (its own runs disagree: not repeatable)"
+    return line
+
+
+# ------------------------------------------------------------------ what the test expects
+
+#: An expected grid: one verdict word for the whole grid, or ``{cell name: word}`` (a cell not
+#: named is expected to pass: PASS or LOSSY-PASS).
+Expected = str | dict[str, str]
+_PASSES = (Verdict.PASS.value, Verdict.LOSSY_PASS.value)
+
+
+def expected_grid(expect: object, found: Sequence[Cell]) -> Expected | None:
+    """``expect=`` of ``lossless.matrix``, checked: one verdict for the grid, or a mapping of
+    cells (by name, tuple of values or mapping of axes) to verdicts, normalised to names."""
+    if expect is None:
+        return None
+    if isinstance(expect, Mapping):
+        return {
+            find_cell(found, key, "lossless.matrix(expect)").name: _word(word, key)
+            for key, word in expect.items()
+        }
+    return _word(expect, None)
+
+
+def _word(word: object, key: object) -> str:
+    verdict = Verdict.parse(word)
+    if verdict is None:
+        where = "lossless.matrix(expect)" + ("" if key is None else f"[{key!r}]")
+        raise ConfigError(where, word, "give PASS, LOSSY-PASS, FAIL or INCONCLUSIVE")
+    return verdict.value
+
+
+def unmet(expected: Expected, grid: Grid) -> list[str]:
+    """What of ``expected`` the grid does not give: one line per cell (or for the grid)."""
+    if isinstance(expected, str):
+        got = grid.verdict.value
+        return [] if got == expected else [f"the grid: expected {expected}, got {got}"]
+    lines = []
+    for cell in grid.cells:
+        want = expected.get(cell.name)
+        got = cell.verdict.value
+        if want is None and got not in _PASSES:
+            lines.append(f"{cell.name}: expected a pass (not named in expect), got {got}")
+        elif want is not None and want != got:
+            lines.append(f"{cell.name}: expected {want}, got {got}")
+    return lines
