@@ -83,7 +83,8 @@ def test_runs_but_compares_nothing(model_run):
 def test_the_receipt_outcome_does_not_depend_on_hook_names_or_registration_order() -> None:
     """One makereport wrapper decides the outcome and then records it: no second wrapper whose
     place in the call order could make the receipt see the outcome before it was decided."""
-    from pytest_lossless.plugin import outcomes, receipts
+    from pytest_lossless.plugin import evidence as receipts
+    from pytest_lossless.plugin import outcomes
 
     wrappers = [
         name
