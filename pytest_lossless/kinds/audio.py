@@ -31,10 +31,13 @@ class AudioKind(BuiltinKind):
     }
 
     def detect(self, path: Path, head: bytes) -> bool:
-        from ..media.detect import detect_kind
+        from ..media.detect import detect_kind, may_be_container
 
         # The header test is cheap; a container is probed only when no header says audio.
-        return is_audio_header(head) or detect_kind(path, head, limits=self.limits()) == "audio"
+        return is_audio_header(head) or (
+            may_be_container(path, head)
+            and detect_kind(path, head, limits=self.limits()) == "audio"
+        )
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
         from ..media.audio import fingerprint_audio

@@ -39,9 +39,12 @@ class VideoKind(BuiltinKind):
     }
 
     def detect(self, path: Path, head: bytes) -> bool:
-        from ..media.detect import detect_kind
+        from ..media.detect import detect_kind, may_be_container
 
-        return detect_kind(path, head, limits=self.limits()) == "video"
+        # Only a file with a container's signature or suffix is probed (under the limits).
+        return may_be_container(path, head) and (
+            detect_kind(path, head, limits=self.limits()) == "video"
+        )
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
         from ..media.container import fingerprint_container
