@@ -64,8 +64,25 @@ def pytest_lossless_perturb(kind: str, gate: Gate, path: Path, out: Path) -> str
     return a description of that unit (``"row 2"``); ``None`` leaves it to the built-in
     perturbation (one decoded frame byte, PCM sample or tensor bit for the built-in kinds; one
     flipped byte of the file for any other). The kind's compare must then say FAIL, or the gate
-    cannot fail (:mod:`pytest_lossless.compare.canary`).
+    cannot fail (:mod:`pytest_lossless.kinds.canary`).
     """
+
+
+@hookspec(firstresult=True)
+def pytest_lossless_pictures(
+    kind: str, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
+) -> list[str] | None:
+    """Write into ``folder`` what a person looks at when ``result`` failed (PNG pictures, shown
+    in the HTML report; text listings, linked) and return their paths; ``None`` for a kind this
+    implementation does not know. Built-ins draw the first differing frame (video, image) or
+    list the first differing samples (audio) or elements (tensor)."""
+
+
+@hookspec
+def pytest_lossless_kinds() -> list[Any]:  # type: ignore[empty-body]
+    """Kinds this plugin provides, each a :class:`~pytest_lossless.kinds.Kind` (one object
+    answering the kind hooks above for its own name), registered before the first comparison,
+    ahead of the built-in kinds."""
 
 
 @hookspec

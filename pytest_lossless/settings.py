@@ -432,7 +432,7 @@ class Settings:
     redact: tuple[str, ...]
     store: Path | None
     export: Path | None
-    #: --lossless-no-canary: the canary (:mod:`.compare.canary`) is skipped, and says so.
+    #: --lossless-no-canary: the canary (:mod:`.kinds.canary`) is skipped, and says so.
     no_canary: bool
     #: --lossless-require-published: a dirty or unpublished source tree is an error.
     require_published: bool

@@ -154,7 +154,7 @@ class Receipt:
         self.gates: list[dict[str, Any]] = []
         self.lossless: list[dict[str, Any]] = []
         self.speed: list[dict[str, Any]] = []
-        #: The canaries that ran in this test (:mod:`..compare.canary`), or were skipped.
+        #: The canaries that ran in this test (:mod:`..kinds.canary`), or were skipped.
         self.canary: list[dict[str, Any]] = []
         #: The producers run again for ``--lossless-export``: per artifact, its runs and
         #: whether they agreed (what ``accept`` requires of an exported artifact).

@@ -489,8 +489,8 @@ def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> li
 
 
 def check_canary(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
-    """The canary block's shape and statuses (:func:`..compare.canary.check_records`)."""
-    from ..compare.canary import check_records
+    """The canary block's shape and statuses (:func:`..kinds.canary.check_records`)."""
+    from ..kinds.canary import check_records
 
     return check_records(block, receipt)
 

@@ -28,9 +28,7 @@ from .spec import tolerance as tolerance
 from .spec import ulp as ulp
 
 if TYPE_CHECKING:
-    from .diagnostics import write_diagnostics as write_diagnostics
     from .exact import compare_audio_file as compare_audio_file
-    from .exact import compare_bytes as compare_bytes
     from .exact import compare_container as compare_container
     from .exact import compare_tensor as compare_tensor
     from .lossy import compare_tolerance as compare_tolerance
@@ -40,13 +38,11 @@ if TYPE_CHECKING:
 #: lives in ``lossy``: a submodule named ``tolerance`` would replace the gate :func:`tolerance`
 #: on this package once imported; for the same reason the ``ulp`` comparer lives in ``ulps``.)
 _LAZY = {
-    "compare_bytes": "exact",
     "compare_container": "exact",
     "compare_audio_file": "exact",
     "compare_tensor": "exact",
     "compare_tolerance": "lossy",
     "compare_ulp": "ulps",
-    "write_diagnostics": "diagnostics",
 }
 
 __all__ = [
@@ -55,7 +51,6 @@ __all__ = [
     "GateResult",
     "check_gate_applies",
     "compare_audio_file",
-    "compare_bytes",
     "compare_container",
     "compare_tensor",
     "compare_tolerance",
@@ -64,7 +59,6 @@ __all__ = [
     "parse_gate",
     "tolerance",
     "ulp",
-    "write_diagnostics",
 ]
 
 

@@ -8,7 +8,6 @@ side it names the smallest block known to differ.
 from __future__ import annotations
 
 from itertools import zip_longest
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,70 +32,6 @@ from .result import GateResult
 from .spec import Gate
 
 # ------------------------------------------------------------------ bytes
-
-
-def compare_bytes(gate: Gate, expected: Artifact, obtained: Artifact, kind: str) -> GateResult:
-    """Identical file bytes: SHA-256 and size; the first differing byte when both are present."""
-    result = new_result(expected, gate, kind, "byte")
-    efp, ofp = expected.fingerprint, obtained.fingerprint
-    esize, osize = efp.get("size"), ofp.get("size")
-    result.total = esize if isinstance(esize, int) else None
-    if efp.get("sha256") == ofp.get("sha256") and esize == osize and efp.get("sha256"):
-        result.mismatch_count = 0
-        return settle(result)
-    note_meta(result.metadata_diffs, "size (bytes)", esize, osize)
-    if expected.path is not None and obtained.path is not None:
-        first, count, pair = _diff_files(expected.path, obtained.path)
-        if first is not None:
-            result.first_mismatch = f"offset {first} ({pair})"
-            result.location = {"offset": first}
-        result.mismatch_count = count
-        if count == 0 and not result.metadata_diffs:  # digests disagreed with the bytes
-            result.notes.append("file contents are identical; the recorded digests differ")
-            result.first_mismatch = "SHA-256 of the file"
-            result.mismatch_count = None
-    else:
-        chunk = first_difference(efp.get("chunk_sha256", []), ofp.get("chunk_sha256", []))
-        step = int(efp.get("chunk_bytes", media.CHUNK_BYTES))
-        if chunk is not None and efp.get("chunk_sha256") is not None:
-            result.first_mismatch = (
-                f"within bytes [{chunk * step}, {(chunk + 1) * step}) (only digests are kept: "
-                "the exact offset is unknown)"
-            )
-            result.location = {"offset_range": [chunk * step, (chunk + 1) * step]}
-        else:
-            result.first_mismatch = (
-                f"SHA-256 of the file: expected {efp.get('sha256')}, obtained {ofp.get('sha256')}"
-            )
-    return settle(result)
-
-
-def _diff_files(a: Path, b: Path) -> tuple[int | None, int, str]:
-    """First differing offset, number of differing bytes (extra length counts), and that pair."""
-    first: int | None = None
-    pair = ""
-    count = 0
-    offset = 0
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            ca, cb = fa.read(media.CHUNK_BYTES), fb.read(media.CHUNK_BYTES)
-            if not ca and not cb:
-                break
-            n = min(len(ca), len(cb))
-            va = np.frombuffer(ca[:n], dtype=np.uint8)
-            vb = np.frombuffer(cb[:n], dtype=np.uint8)
-            where = np.flatnonzero(va != vb)
-            count += int(where.size) + abs(len(ca) - len(cb))
-            if first is None and where.size:
-                i = int(where[0])
-                first = offset + i
-                pair = f"expected 0x{va[i]:02x}, obtained 0x{vb[i]:02x}"
-            elif first is None and len(ca) != len(cb):
-                first = offset + n
-                pair = "expected " + ("end of file" if len(ca) == n else f"0x{ca[n]:02x}")
-                pair += ", obtained " + ("end of file" if len(cb) == n else f"0x{cb[n]:02x}")
-            offset += max(len(ca), len(cb))
-    return first, count, pair
 
 
 # ------------------------------------------------------------------ decoded: containers

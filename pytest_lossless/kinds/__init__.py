@@ -1,7 +1,9 @@
-"""Artifact kinds: the interface a kind implements, the registry, one module per built-in kind."""
+"""Artifact kinds: the interface a kind implements (:class:`Kind`), the registry, the canary,
+and one module per built-in kind (video, audio, tensor, image, bytes)."""
 
 from __future__ import annotations
 
+from .base import Kind as Kind
 from .registry import (
     BUILTIN_KIND_NAMES as BUILTIN_KIND_NAMES,
 )

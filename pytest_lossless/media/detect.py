@@ -109,6 +109,12 @@ def _maybe_container(path: Path, head: bytes) -> bool:
     return path.suffix.lower() in _WEAK_CONTAINER_SUFFIXES
 
 
+def may_be_container(path: Path, head: bytes) -> bool:
+    """Whether :func:`detect_kind` would probe ``path`` (a container's signature or a media
+    suffix): without either, a file is neither video nor container audio, and costs nothing."""
+    return has_container_signature(head) or _maybe_container(path, head)
+
+
 def detect_kind(path: Path, head: bytes | None = None, *, limits: MediaLimits | None = None) -> str:
     """The built-in kind of ``path`` from its content: video, audio, tensor or bytes (a probe
     runs under ``limits``: the ffmpeg time limit and the frame-size limit)."""

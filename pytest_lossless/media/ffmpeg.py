@@ -156,13 +156,31 @@ def first_frame_framehash_args(path: Path, max_pixels: int, selector: str) -> li
     ]
 
 
-def rawvideo_args(path: Path, max_pixels: int, selector: str, *, rgb24: bool = False) -> list[str]:
-    """One video stream's raw frames on stdout, natively or (``rgb24``) converted for pictures."""
+def rawvideo_args(
+    path: Path,
+    max_pixels: int,
+    selector: str,
+    *,
+    rgb24: bool = False,
+    seek: float | None = None,
+    count: int | None = None,
+) -> list[str]:
+    """One video stream's raw frames on stdout, natively or (``rgb24``) converted for pictures.
+
+    ``seek`` (seconds) starts at the key frame at or before that time, decoding nothing before
+    it (``-noaccurate_seek``: the caller finds which frames came by their digests); ``count``
+    stops after that many frames."""
     convert = ("-pix_fmt", "rgb24") if rgb24 else ()
+    start = ("-noaccurate_seek", "-ss", f"{seek:.6f}") if seek is not None else ()
+    frames = ("-frames:v", str(count)) if count is not None else ()
+    decode = _decode_input(path, max_pixels)
     return [
-        *_decode_input(path, max_pixels),
+        *decode[:-2],
+        *start,
+        *decode[-2:],
         *_maps([selector]),
         *("-fps_mode", "passthrough"),
+        *frames,
         *convert,
         *("-f", "rawvideo", "-"),
     ]

@@ -68,6 +68,8 @@ def iter_video_frames(
     frame_bytes: int | None = None,
     dtype: npt.DTypeLike | None = None,
     limits: MediaLimits | None = None,
+    seek: float | None = None,
+    count: int | None = None,
 ) -> Generator[npt.NDArray[Any], None, None]:
     """Decode a video stream frame by frame, with passthrough timing.
 
@@ -75,7 +77,9 @@ def iter_video_frames(
     ``dtype`` (bytes unless given; ``frame_bytes`` from the fingerprint, or found by decoding
     the first frame); with ``pix_fmt="rgb24"`` (for pictures) as ``(height, width, 3)`` uint8
     arrays. ffmpeg runs under ``limits``: its time limit, the frame-size limit, and the decode
-    limit on the bytes read (a ``frame_bytes`` that no frame can have is refused).
+    limit on the bytes read (a ``frame_bytes`` that no frame can have is refused). ``seek`` and
+    ``count``: only ``count`` frames from the key frame at or before ``seek`` seconds
+    (:func:`~.ffmpeg.rawvideo_args`).
     """
     path = Path(path)
     limits = limits or MediaLimits.from_env()
@@ -101,7 +105,7 @@ def iter_video_frames(
         )
     sample = np.dtype(np.uint8) if rgb24 or dtype is None else np.dtype(dtype)
     read = 0
-    args = rawvideo_args(path, limits.frame_pixels, selector, rgb24=rgb24)
+    args = rawvideo_args(path, limits.frame_pixels, selector, rgb24=rgb24, seek=seek, count=count)
     with FFmpegRun(args, path=path, limits=limits, what="raw frame decode") as run:
         while True:
             raw = run.stdout.read(frame_bytes)
@@ -155,14 +159,23 @@ def load_video_frames(
     indices: Sequence[int] | None = None,
     frame_bytes: int | None = None,
     limits: MediaLimits | None = None,
+    seek: float | None = None,
 ) -> dict[int, npt.NDArray[Any]]:
     """Decoded frames by index (all, or only ``indices``); see :func:`iter_video_frames`
-    (``frame_bytes`` from the fingerprint spares the decode that would find it)."""
+    (``frame_bytes`` from the fingerprint spares the decode that would find it). With ``seek``
+    the indices count from the key frame at or before ``seek`` seconds, and ffmpeg decodes no
+    frame past the last one wanted."""
     wanted = set(indices) if indices is not None else None
     last = max(wanted) if wanted else None
     frames: dict[int, npt.NDArray[Any]] = {}
     decoded = iter_video_frames(
-        path, stream_index=stream_index, pix_fmt=pix_fmt, frame_bytes=frame_bytes, limits=limits
+        path,
+        stream_index=stream_index,
+        pix_fmt=pix_fmt,
+        frame_bytes=frame_bytes,
+        limits=limits,
+        seek=seek,
+        count=None if seek is None or last is None else last + 1,
     )
     try:
         for n, frame in enumerate(decoded):

@@ -18,14 +18,10 @@ from ..errors import ConfigError
 from ..settings import OPTIONS, Settings, resolve
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ..kinds.registry import KindRegistry
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 KINDS_KEY = pytest.StashKey["KindRegistry"]()
-#: ``config.stash[ON_KINDS_KEY]``: what to call with the kinds registry when it is made.
-ON_KINDS_KEY = pytest.StashKey[list["Callable[[KindRegistry], None]"]]()
 #: The session's id and host identity, decided once by the controller (see :func:`session`).
 SESSION_KEY = pytest.StashKey[tuple[str, dict[str, Any]]]()
 #: The ``workerinput`` key by which pytest-xdist hands the controller's session to workers.
@@ -246,29 +242,21 @@ def settings(config: pytest.Config) -> Settings:
 
 
 def kinds(config: pytest.Config) -> KindRegistry:
-    """The session's kinds registry, over pytest's own hooks (so conftest kinds answer)."""
-    from ..kinds.registry import KindRegistry
+    """The session's kinds registry, over pytest's own hooks (so conftest kinds answer), made
+    when a test first compares something (a session of plain tests never loads numpy or the
+    kinds' code): the plugins' :class:`~..kinds.Kind` objects are registered then, and the
+    registry runs the canary after each comparison (``--lossless-no-canary``: recorded as
+    skipped)."""
+    from ..kinds.registry import KindRegistry, register_plugin_kinds
 
     registry = config.stash.get(KINDS_KEY, None)
     if registry is None:
-        registry = KindRegistry(config.hook, settings=settings(config))
+        resolved = settings(config)
+        register_plugin_kinds(config.pluginmanager, resolved)
+        canary = "skip" if resolved.no_canary else "on"
+        registry = KindRegistry(config.hook, settings=resolved, canary=canary)
         config.stash[KINDS_KEY] = registry
-        for attach in config.stash.get(ON_KINDS_KEY, []):
-            attach(registry)
     return registry
-
-
-def on_kinds(config: pytest.Config, attach: Callable[[KindRegistry], None]) -> None:
-    """Call ``attach`` with the session's kinds registry when it is made (at once if it is).
-
-    The registry is made when a test first compares something, so that a session of plain
-    tests never loads numpy, the kinds or their observers (the canary).
-    """
-    registry = config.stash.get(KINDS_KEY, None)
-    if registry is not None:
-        attach(registry)
-    else:
-        config.stash.setdefault(ON_KINDS_KEY, []).append(attach)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

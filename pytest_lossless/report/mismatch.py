@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import media
-from .blocks import Assets, Block, Side, Table, Text, mapping
+from .blocks import Assets, Block, Figure, Side, Table, Text, mapping
 from .pictures import frame_triptych, histogram, waveforms
 
 #: Differing frames drawn per failing video (the first, and a few more).
@@ -52,7 +52,35 @@ def draw(
         blocks += _audio(left, right, sides, assets, stem)
     elif kind == "tensor":
         blocks += _tensor(mapping(result.get("location")), left, right, sides, assets, stem)
+    else:
+        blocks += kind_pictures(result, assets)
     return blocks
+
+
+def kind_pictures(result: Mapping[str, Any], assets: Assets) -> list[Block]:
+    """The PNG pictures a plugin's kind wrote for its mismatch (``pytest_lossless_pictures``),
+    copied into the report and shown; the built-in kinds are drawn from their files above."""
+    figures: list[Block] = []
+    for path in result.get("diagnostic_files") or []:
+        if not isinstance(path, str) or not path.lower().endswith(".png"):
+            continue
+        size = _png_size(path)
+        name, src, _note = assets.copy(path)
+        if src is not None and size is not None:
+            figures.append(Figure(src, f"{result.get('artifact')}: {name}", *size))
+    return figures
+
+
+def _png_size(path: str) -> tuple[int, int] | None:
+    """Width and height from a PNG's header, or None when the file is no PNG."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(24)
+    except OSError:
+        return None
+    if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
 Limits = tuple[media.MediaLimits, media.MediaLimits]

@@ -14,13 +14,13 @@ import soundfile as sf
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pytest_lossless.compare import perturb
-from pytest_lossless.compare.canary import Canary, CanaryRecord, check_records, summary_lines
 from pytest_lossless.errors import CanaryError
 from pytest_lossless.evidence.receipts import RAW_BLOCKS, Receipt, raw_sha256
 from pytest_lossless.evidence.verify import verify_receipt
 from pytest_lossless.gates import Gate, GateResult, parse_gate
 from pytest_lossless.hookspecs import hookimpl
+from pytest_lossless.kinds import audio, canary, tensor
+from pytest_lossless.kinds.canary import Canary, CanaryRecord, check_records, summary_lines
 from pytest_lossless.kinds.registry import Artifact, KindRegistry
 
 
@@ -47,18 +47,40 @@ def _assert_proved(record: CanaryRecord) -> None:
 # ------------------------------------------------------------------ the registry hook
 
 
-def test_the_registry_tells_its_observers_of_every_compare_but_not_of_compare_only(
+def test_the_registry_runs_the_canary_after_compare_but_not_after_compare_only(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "t.npy"
     np.save(path, np.arange(4, dtype=np.int32))
-    registry = KindRegistry()
-    seen: list[tuple[str, bool]] = []
-    registry.observers.append(lambda gate, e, o, result: seen.append((gate.spec, result.passed)))
+    registry = KindRegistry(canary="on")
+    assert registry.canary is not None
     artifact = registry.artifact("t", path)
-    registry.compare(None, artifact, artifact)
     registry.compare_only(None, artifact, artifact)
-    assert seen == [("elementwise", True)]
+    assert registry.canary.take() == []
+    registry.compare(None, artifact, artifact)
+    taken = registry.canary.take()
+    assert [(r.gate, r.status) for r in taken] == [("elementwise", "proved")]
+    assert registry.canary.take() == []  # each record is taken once
+    registry.compare(None, artifact, artifact)
+    assert registry.canary.take() == []  # once per (kind, gate) and session
+    assert KindRegistry().canary is None  # verify and unit tests: no canary unless asked
+    skipping = KindRegistry(canary="skip")
+    skipping.compare(None, artifact, artifact)
+    assert skipping.canary is not None
+    assert [r.status for r in skipping.canary.take()] == ["skipped"]
+
+
+def test_a_gate_that_cannot_fail_raises_from_compare_itself(tmp_path: Path) -> None:
+    path = tmp_path / "t.npy"
+    np.save(path, np.arange(4, dtype=np.int32))
+    registry = KindRegistry(canary="on")
+    assert registry.plugin_manager is not None
+    registry.plugin_manager.register(AlwaysPasses())
+    artifact = registry.artifact("t", path)
+    with pytest.raises(CanaryError):
+        registry.compare("bytes", artifact, artifact)
+    with pytest.raises(CanaryError):  # every later use too
+        registry.compare("bytes", artifact, artifact)
 
 
 # ------------------------------------------------------------------ tensors
@@ -96,7 +118,7 @@ def _changed_copy(tmp_path: Path, array: np.ndarray, gate: str) -> tuple[np.ndar
     np.save(path, array)
     parsed = parse_gate(gate)
     assert parsed is not None
-    plan = perturb.perturb_tensor(path, out, parsed, None)
+    plan = tensor.perturb_tensor(path, out, parsed, None)
     return np.load(out), plan.location["index"]
 
 
@@ -155,7 +177,7 @@ def test_beyond_is_the_nearest_float_past_the_bound(x: float, atol: float, rtol:
     dtype = np.dtype(np.float32)
     value = np.float32(x)
     bound = atol + rtol * abs(float(value))
-    y = perturb.beyond(value, dtype, bound)
+    y = canary.beyond(value, dtype, bound)
     assert y is not None
     assert abs(float(y) - float(value)) > bound
     toward = np.nextafter(y, value, dtype=np.float32)
@@ -216,7 +238,7 @@ def test_an_audio_canary_changes_one_sample_by_one_lsb_in_the_same_subtype(
     out = tmp_path / f"x{suffix}"
     parsed = parse_gate(gate)
     assert parsed is not None
-    plan = perturb.perturb_audio(path, out, parsed, None)
+    plan = audio.perturb_audio(path, out, parsed, None)
     a, _ = sf.read(path, dtype="float64", always_2d=True)
     b, _ = sf.read(out, dtype="float64", always_2d=True)
     assert np.flatnonzero((a != b).any(axis=1)).tolist() == [plan.location["sample"]]

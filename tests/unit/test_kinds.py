@@ -204,7 +204,7 @@ def test_registry_over_a_foreign_hook_relay(files: dict[str, Path]) -> None:
     pm.add_hookspecs(hookspecs)
     register_builtin_kinds(pm)
     register_builtin_kinds(pm)  # twice is once
-    assert len(pm.get_plugins()) == 4
+    assert len(pm.get_plugins()) == 5  # tensor, image, video, audio, bytes
     registry = KindRegistry(pm.hook)
     assert registry.plugin_manager is None
     artifact = registry.artifact("a", files["audio"])
@@ -221,13 +221,15 @@ def test_each_builtin_kind_is_one_trylast_plugin_answering_only_for_itself(
     files: dict[str, Path],
 ) -> None:
     names = [kind.name for kind in builtin_kinds()]
-    assert names == ["tensor", "video", "audio", "bytes"]
+    assert names == ["tensor", "image", "video", "audio", "bytes"]
     for kind in builtin_kinds():
         for hook in (
             "pytest_lossless_detect_kind",
             "pytest_lossless_fingerprint",
             "pytest_lossless_default_gate",
             "pytest_lossless_compare",
+            "pytest_lossless_perturb",
+            "pytest_lossless_pictures",
         ):
             assert getattr(type(kind), hook).pytest_impl["trylast"] is True
         other = "video" if kind.name != "video" else "audio"

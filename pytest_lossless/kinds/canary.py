@@ -1,33 +1,175 @@
-"""The built-in canary: a gate must be seen to fail before its PASS means anything.
+"""The canary: a gate must be seen to fail before its PASS means anything.
 
 Once per session for each (kind, gate) in use, :class:`Canary` takes the real artifact a
-comparison was just made on, writes a copy with exactly one unit changed
-(:mod:`.perturb`: one byte of one decoded video frame, one PCM sample by one LSB, the last bit
-of one tensor element, one byte of any other file; for a lossy gate a change just beyond its
-bound), and has the same comparator, through the same registry, judge the copy. It must say
-FAIL and name that unit; otherwise the gate cannot fail, which :class:`~..errors.CanaryError`
-reports. A kind a plugin adds is perturbed by its ``pytest_lossless_perturb`` hook, or by one
-flipped byte of the file; its compare must then say FAIL.
+comparison was just made on, writes a copy with exactly one unit changed, and has the same
+comparator, through the same registry, judge the copy. It must say FAIL and name that unit;
+otherwise the gate cannot fail, which :class:`~..errors.CanaryError` reports. The copy is the
+kind's own business: a built-in kind's :meth:`~.base.BuiltinKind.plan` (one byte of one decoded
+video frame, one PCM sample by one LSB, the last bit of one tensor element; for a lossy gate a
+change just beyond its bound), a plugin kind's ``pytest_lossless_perturb`` hook, or one flipped
+bit of the file (:func:`flip_byte`, also the ``bytes`` gate's change for every kind).
 
-Every attempt is a :class:`CanaryRecord` for the receipt of the test it ran in.
+:meth:`~.registry.KindRegistry.compare` runs it after each comparison (the golden and the
+lossless flows both compare through it); its records wait in :attr:`Canary.fresh` until the
+plugin puts them in the receipt of the test they ran in.
 """
 
 from __future__ import annotations
 
+import math
+import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.artifact import Artifact
 from ..errors import ArtifactError, CanaryError, LosslessError
-from ..kinds.registry import BUILTIN_KIND_NAMES, KindRegistry, media_limits
-from . import perturb
-from .perturb import Plan, Unavailable, Unfailable
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from ..gates import Gate, GateResult
+    from .registry import KindRegistry
+
+
+class Unavailable(Exception):
+    """No copy with one unit changed can be made of this artifact (``reason`` says why)."""
+
+
+class Unfailable(Exception):
+    """No change of one unit goes beyond the gate's bound: the gate cannot fail."""
+
+
+@dataclass
+class Plan:
+    """A perturbed copy: the file to judge, what to judge it against, and where it differs.
+
+    ``expected`` is None when the copy is judged against the artifact itself; a video copy is
+    judged against an unchanged copy of the same frames written the same way (``expected``).
+    ``location`` (a subset of ``GateResult.location``) or ``prefix`` (how ``first_mismatch``
+    starts) is where the comparator must say the difference is; neither: not checked.
+    """
+
+    obtained: Path
+    kind: str
+    unit: str
+    expected: Path | None = None
+    #: The fingerprint of ``expected``, when it was taken already (to check the copy).
+    expected_fingerprint: dict[str, Any] | None = None
+    location: dict[str, Any] = field(default_factory=dict)
+    prefix: str | None = None
+
+    def located(self, result_location: dict[str, Any], first_mismatch: str | None) -> bool | None:
+        """Whether a FAIL named the changed unit (None: nothing to check it against)."""
+        if not self.location and self.prefix is None:
+            return None
+        if self.location and all(result_location.get(k) == v for k, v in self.location.items()):
+            return True
+        return self.prefix is not None and (first_mismatch or "").startswith(self.prefix)
+
+
+def flip_byte(path: Path, out: Path, kind: str) -> Plan:
+    """A copy of the file with the low bit of its middle byte flipped."""
+    size = path.stat().st_size
+    if size == 0:
+        raise Unavailable("the file is empty: it has no byte to change")
+    shutil.copyfile(path, out)
+    offset = size // 2
+    with open(out, "r+b") as fh:
+        fh.seek(offset)
+        old = fh.read(1)[0]
+        fh.seek(offset)
+        fh.write(bytes([old ^ 0x01]))
+    return Plan(
+        obtained=out,
+        kind=kind,
+        unit=f"byte {offset} of {size}, 0x{old:02x} -> 0x{old ^ 0x01:02x}",
+        location={"offset": offset},
+        prefix=f"offset {offset} ",
+    )
+
+
+# ------------------------------------------------------------------ one value beyond a bound
+
+
+def beyond(value: Any, dtype: np.dtype[Any], bound: float, step: int = 1) -> Any:
+    """The value nearest ``value`` (in ``dtype``, a finite number) whose distance from it is
+    more than ``bound``, as the tolerance gate measures it (``|a - b|`` in float64 or exact
+    integers); integers move in multiples of ``step``. None when no such value exists."""
+    import numpy as np
+
+    if dtype.kind == "b":
+        return (not bool(value)) if bound < 1 else None
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        jump = (math.floor(bound / step) + 1) * step
+        for y in (int(value) + jump, int(value) - jump):
+            if info.min <= y <= info.max - (step - 1 if y > 0 else 0):
+                return dtype.type(y)
+        return None
+    if dtype.kind not in "fc":
+        return None
+    wide = np.complex128 if dtype.kind == "c" else np.float64
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        x = wide(value)
+        if not np.isfinite(x):
+            return None
+        if bound > 0:
+            ladder = [bound * (1 + 2.0**-i) for i in range(60, -1, -1)]
+            ladder += [bound * 2.0**j for j in range(1, 64)]
+            # A bound far below the value's own step (atol=1e-36 at 1.0): the next float out.
+            component = np.finfo(dtype)
+            step = float(component.eps) * max(abs(x), float(component.tiny))
+            ladder += [d for d in (step * 2.0**j for j in range(-2, 64)) if d > ladder[-1]]
+        else:  # any change at all: from far below one step up to the value itself
+            component = np.finfo(dtype)  # a complex dtype's: its parts' format
+            base = max(abs(x), float(component.tiny))
+            ladder = [base * 2.0**-i for i in range(80, -1, -1)]
+        for sign in (1.0, -1.0):
+            for d in ladder:
+                y = dtype.type(x + sign * d)
+                yw = wide(y)
+                if np.isfinite(yw) and abs(yw - x) > bound:
+                    return y
+    return None
+
+
+def middle_out(count: int, limit: int = 4096) -> Iterator[int]:
+    """Positions from the middle outwards (at most ``limit``): a unit inside the data, not at
+    an edge a comparator might special-case."""
+    mid = count // 2
+    for i in range(min(count, limit)):
+        pos = mid + (i + 1) // 2 * (1 if i % 2 else -1)
+        if 0 <= pos < count:
+            yield pos
+
+
+def _lsb_byte(dtype: np.dtype[Any]) -> int:
+    """Which byte of an element holds its least significant bit."""
+    return dtype.itemsize - 1 if dtype.byteorder == ">" else 0
+
+
+def flip_lsb(element: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A one-element array with the last bit of its element flipped (a float's last mantissa
+    bit, an integer's 1, a void word's first byte's low bit)."""
+    import numpy as np
+
+    changed = np.array(element, copy=True).reshape(1)
+    raw = changed.view(np.uint8)
+    raw[_lsb_byte(changed.dtype)] ^= 1
+    return changed
+
+
+def show(value: Any) -> str:
+    """A number as a reader writes it (``0.001``, not ``np.float32(0.001)``)."""
+    return str(value)  # numpy's str of a scalar is its shortest exact text
+
+
+# ------------------------------------------------------------------ the canary
 
 #: What became of a canary: the gate failed at the changed unit (``proved``); it said PASS,
 #: or did not name the unit, or no change can go beyond it (``cannot-fail``: an error); no
@@ -113,6 +255,23 @@ class Canary:
         self.workdir = workdir
         self.skip = skip
         self.records: dict[tuple[str, str], CanaryRecord] = {}
+        #: Records made since the plugin last took them (:meth:`take`) for a test's receipt.
+        self.fresh: list[CanaryRecord] = []
+
+    def check(self, gate: Gate, expected: Artifact, obtained: Artifact) -> None:
+        """After a comparison: its (kind, gate)'s canary, run once per session; raises the
+        :class:`~..errors.CanaryError` of a gate that cannot fail, here and at every later use."""
+        record = self.observe(gate, expected, obtained)
+        if record is not None:
+            self.fresh.append(record)
+        error = self.error_for(gate, expected)
+        if error is not None:
+            raise error
+
+    def take(self) -> list[CanaryRecord]:
+        """The records made since the last call (for the receipt of the test that made them)."""
+        taken, self.fresh = self.fresh, []
+        return taken
 
     def observe(self, gate: Gate, expected: Artifact, obtained: Artifact) -> CanaryRecord | None:
         """After a comparison: the canary of its (kind, gate) if none ran yet (None when one
@@ -160,7 +319,7 @@ class Canary:
         assert artifact.path is not None
         plan = self._plan(record.kind, gate, artifact, folder)
         record.unit = plan.unit
-        builtin = record.kind in BUILTIN_KIND_NAMES
+        builtin = self.registry.builtin(record.kind) is not None
         expected = artifact
         if plan.expected is not None:
             fingerprint = plan.expected_fingerprint
@@ -185,85 +344,32 @@ class Canary:
         record.status = "proved" if proved else "cannot-fail"
 
     def _plan(self, kind: str, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
-        """A perturbed copy: a plugin kind's own hook first, then the built-in perturbation.
-        A built-in kind is always perturbed by the built-in code: a hook (a conftest's too)
-        never replaces it, or it could make every canary "prove" with a copy of its choice."""
+        """A perturbed copy, made by the kind: a built-in kind's own :meth:`plan`, a plugin
+        kind's ``pytest_lossless_perturb`` hook, else one flipped byte. A built-in kind is
+        always perturbed by its own code: a hook (a conftest's too) never replaces it, or it
+        could make every canary "prove" with a copy of its choice."""
         assert artifact.path is not None
         path = artifact.path
         out = folder / f"changed{path.suffix}"
-        hook = getattr(self.registry.hook, "pytest_lossless_perturb", None)  # a foreign relay
-        if kind in BUILTIN_KIND_NAMES:
-            hook = None
-        described = None if hook is None else hook(kind=kind, gate=gate, path=path, out=out)
-        if described is not None:
-            if not out.is_file():
-                raise Unavailable(f"pytest_lossless_perturb for kind {kind!r} wrote no {out.name}")
-            return Plan(obtained=out, kind=kind, unit=str(described))
-        limits = media_limits(self.registry.settings)
-        builtin = kind in BUILTIN_KIND_NAMES
-        if gate.name == "bytes" or not builtin or kind == "bytes":
+        own = self.registry.builtin(kind)
+        if own is None:
+            hook = getattr(self.registry.hook, "pytest_lossless_perturb", None)  # a foreign relay
+            described = None if hook is None else hook(kind=kind, gate=gate, path=path, out=out)
+            if described is not None:
+                if not out.is_file():
+                    raise Unavailable(
+                        f"pytest_lossless_perturb for kind {kind!r} wrote no {out.name}"
+                    )
+                return Plan(obtained=out, kind=kind, unit=str(described))
+            plan = flip_byte(path, out, kind)
+            plan.location, plan.prefix = {}, None  # a plugin's comparer says FAIL in its words
+            return plan
+        if gate.name == "bytes" or kind == "bytes":
             # Built-in kinds' bytes gate reads only the file's digests and bytes: the copy is
             # fingerprinted as bytes (a flipped byte may leave a container undecodable).
-            plan = perturb.flip_byte(path, out, "bytes" if builtin else kind)
-            if not builtin:  # a plugin's comparer says FAIL in its own words: not checked
-                plan.location, plan.prefix = {}, None
-            return plan
-        if kind == "tensor":
-            return perturb.perturb_tensor(path, out, gate, limits)
-        if kind == "audio":
-            return perturb.perturb_audio(path, out, gate, limits)
-        return self._plan_video(gate, artifact, folder, limits)
-
-    def _plan_video(self, gate: Gate, artifact: Artifact, folder: Path, limits: Any) -> Plan:
-        """Three decoded frames from mid-clip, written losslessly twice: as decoded, and with one
-        byte (one sample, for a tolerance) of the middle one changed. The copy must decode to
-        the original's frame digests, or the next codec is tried."""
-        from .. import media
-
-        assert artifact.path is not None
-        stream = perturb.video_stream(artifact.fingerprint)
-        frames = stream["frames"]
-        start, stop, changed = perturb.video_window(len(frames))
-        decoded = media.load_video_frames(
-            artifact.path,
-            stream_index=stream.get("index"),
-            indices=range(start, stop),
-            frame_bytes=stream.get("frame_bytes"),
-            limits=limits,
-        )
-        window = [decoded[n].tobytes() for n in range(start, stop) if n in decoded]
-        if len(window) != stop - start:
-            raise Unavailable(f"frames {start} to {stop - 1} could not be decoded again")
-        at = changed - start
-        new_frame, what = perturb.change_frame(window[at], stream, gate)
-        wanted = [f["sha256"] for f in frames[start:stop]]
-        problems = []
-        for codec in perturb.VIDEO_COPY_CODECS:
-            same, other = folder / f"same.{codec[0]}.{codec[1]}", folder / f"changed.{codec[1]}"
-            try:
-                perturb.write_frames(window, stream, same, codec, limits)
-                copy = self.registry.fingerprint("video", same)
-            except LosslessError as exc:
-                problems.append(f"{codec[0]}: {exc}")
-                continue
-            got = [f["sha256"] for f in perturb.video_stream(copy)["frames"]]
-            if got != wanted:
-                problems.append(f"{codec[0]} does not decode to the same frames")
-                continue
-            perturb.write_frames(
-                [*window[:at], new_frame, *window[at + 1 :]], stream, other, codec, limits
-            )
-            return Plan(
-                obtained=other,
-                expected=same,
-                expected_fingerprint=copy,
-                kind="video",
-                unit=f"frame {changed}: {what} (a {codec[0]} copy of frames {start}-{stop - 1})",
-                location={"frame": at},
-            )
-        raise Unavailable(
-            f"no lossless copy of {stream.get('pix_fmt')} frames: " + "; ".join(problems)
-        )
+            return flip_byte(path, out, "bytes")
+        made: Plan = own.plan(gate, artifact, folder)
+        return made
 
 
 def _source(expected: Artifact, obtained: Artifact) -> Artifact | None:
