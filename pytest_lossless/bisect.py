@@ -128,10 +128,15 @@ def gate_test(entry: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> Ga
             elif entry_.get("verdict") == "INCONCLUSIVE":
                 problems.append(_lossless_message(entry_))
         for entry_ in receipt.get("speed") or []:
-            if isinstance(entry_, Mapping) and entry_.get("verdict") == "FAIL":
-                failures.append(f"speed gate {entry_.get('workload') or ''}: FAIL".strip())
-            elif isinstance(entry_, Mapping) and entry_.get("verdict") == "INCONCLUSIVE":
-                problems.append(f"speed gate {entry_.get('workload') or ''}: INCONCLUSIVE")
+            if not isinstance(entry_, Mapping):
+                continue
+            name = " ".join(
+                ["speed gate", *([str(entry_["workload"])] if entry_.get("workload") else [])]
+            )
+            if entry_.get("verdict") == "FAIL":
+                failures.append(f"{name}: FAIL")
+            elif entry_.get("verdict") == "INCONCLUSIVE":
+                problems.append(f"{name}: INCONCLUSIVE")
         for run in (verdicts.get("lifecycle") or {}).get("runs") or []:
             if isinstance(run, Mapping) and run.get("clean") is False:
                 problems.append(f"run {run.get('name')}: {run.get('summary')}")
