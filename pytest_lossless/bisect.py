@@ -381,6 +381,16 @@ class Step:
         }
 
 
+@dataclass(frozen=True)
+class Goldens:
+    """The goldens every step compares with: ``folder`` (the project's ``lossless_goldens``)
+    of ``revision``, checked out at ``path``."""
+
+    path: Path
+    revision: str
+    folder: str
+
+
 class Bisection:
     """One ``bisect``: the worktrees, the steps run so far, the log (printed and kept)."""
 
@@ -390,7 +400,7 @@ class Bisection:
         *,
         tests: Path,
         bisected: Path,
-        goldens: Path,
+        goldens: Goldens,
         out: Path,
         stream: TextIO,
     ) -> None:
@@ -466,7 +476,9 @@ class Bisection:
             "--lossless",
             "--lossless-repeat-producers",
             f"--lossless-receipts={receipts}",
-            f"--lossless-goldens={self.goldens}",
+            f"--lossless-goldens={self.goldens.path}",
+            # The step's temporary files (diagnostics a failing gate names) are kept with it.
+            f"--basetemp={folder / 'tmp'}",
         ]
         if self.request.control_runs is not None:
             argv.append(f"--lossless-control-runs={self.request.control_runs}")
@@ -492,7 +504,7 @@ class Bisection:
             "pytest_args": list(self.request.pytest_args),
             "sources": None if self.request.sources is None else str(self.request.sources),
             "build": None if self.request.build is None else list(self.request.build),
-            "goldens": str(self.goldens),
+            "goldens": {"folder": self.goldens.folder, "revision": self.goldens.revision},
             "steps": [s.to_dict() for s in self.steps],
         }
         target = self.out / "bisect.json"
@@ -574,7 +586,8 @@ def _run(request: BisectRequest, ini_goldens: Callable[[Path], str | None], stre
     scratch = Path(tempfile.mkdtemp(prefix="pytest-lossless-bisect-worktrees-"))
     try:
         with _worktree(tests_repo, scratch / "goldens", goldens_rev) as golden_tree:
-            goldens = golden_tree / (ini_goldens(golden_tree) or "goldens")
+            folder = ini_goldens(golden_tree) or "goldens"
+            goldens = Goldens(golden_tree / folder, goldens_rev, folder)
             start = bad if request.sources is None else "HEAD"
             with _worktree(tests_repo, scratch / "tests", start) as test_tree:
                 tests = test_tree / relative if relative != "." else test_tree
@@ -604,12 +617,8 @@ def _run(request: BisectRequest, ini_goldens: Callable[[Path], str | None], stre
 
 def _bisect(bisection: Bisection, good: str, bad: str) -> int:
     """GOOD must be good with a gate that ran, BAD bad; then git's search, and the report."""
-    request, repo, out, goldens = (
-        bisection.request,
-        bisection.bisected,
-        bisection.out,
-        bisection.goldens,
-    )
+    request, repo, out = bisection.request, bisection.bisected, bisection.out
+    goldens = f"{bisection.goldens.folder} of {bisection.goldens.revision[:12]}"
     bisection.say(
         printable(
             f"bisect {request.good} ({good[:12]}) .. {request.bad} ({bad[:12]}) of "
