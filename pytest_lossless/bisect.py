@@ -224,6 +224,10 @@ def judge_tests(tests: Sequence[GateTest]) -> StepVerdict:
     return StepVerdict("PASS", f"{len(ran)} {noun} passed", gates_run=len(ran))
 
 
+def _first_line(text: str) -> str:
+    return (text.splitlines() or [""])[0]
+
+
 def _indent(text: str) -> str:
     return "\n".join(f"    {line}" for line in text.splitlines())
 
@@ -361,7 +365,7 @@ class Step:
         return printable(
             f"step {self.number}: {self.commit[:12]} {self.verdict.mark:<4} "
             f"{self.verdict.verdict:<12} {self.seconds:6.1f} s  {self.subject}"
-            + ("" if self.verdict.mark == "good" else f"  [{self.verdict.reason.splitlines()[0]}]")
+            + ("" if self.verdict.mark == "good" else f"  [{_first_line(self.verdict.reason)}]")
         )
 
     def to_dict(self) -> dict[str, Any]:
