@@ -175,7 +175,7 @@ def test_bisect_finds_the_commit_that_changed_one_sample_and_skips_a_flaky_one(t
     assert goldens == {p: p.read_bytes() for p in goldens}
 
 
-@pytest.mark.deep  # 51 s on a loaded 2-core machine: three pytest runs, eight bisects
+@pytest.mark.deep  # 28-51 s on the shared 2-core machine: three pytest runs, eight bisects
 def test_bisect_refuses_what_it_cannot_judge(tmp_path):
     """A dirty tree, GOOD not an ancestor of BAD, an unknown revision, and a selection that
     runs no lossless gate at GOOD: exit 2, a message naming the fix, nothing left behind."""
