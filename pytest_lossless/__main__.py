@@ -350,6 +350,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     )
     make.add_argument("--write", action="store_true", help="write DIR/SUMMARY.md")
     _accept_parser(commands)
+    _bisect_parser(commands)
+    argv, pytest_args = _split_pytest_args(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "verify":
         if "" not in sys.path and "." not in sys.path:
@@ -381,6 +383,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             plugins=args.plugins,
             entry_points=args.entry_points,
         )
+    if args.command == "bisect":
+        return _bisect_command(args, pytest_args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 
@@ -428,6 +432,99 @@ def _accept_parser(commands: Any) -> None:
         action="store_false",
         help="do not load the plugins installed through pytest11 entry points",
     )
+
+
+def _split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``bisect GOOD BAD -- PYTEST_ARGS``: what follows the first ``--`` is pytest's, untouched."""
+    argv = list(argv)
+    if argv[:1] != ["bisect"] or "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
+def _bisect_parser(commands: Any) -> None:
+    bisect = commands.add_parser(
+        "bisect",
+        usage="python -m pytest_lossless bisect GOOD BAD [options] -- PYTEST_ARGS...",
+        help="find the first commit that changed an output: each step runs the pytest selection "
+        "with --lossless in a temporary worktree against fixed goldens; INCONCLUSIVE, errors, "
+        "skips and failed builds are skipped, never blamed",
+    )
+    bisect.add_argument("good", metavar="GOOD", help="a commit whose outputs match the goldens")
+    bisect.add_argument("bad", metavar="BAD", help="a later commit whose outputs do not")
+    bisect.add_argument(
+        "--goldens",
+        metavar="REV",
+        default=None,
+        help="the revision of the test repository whose goldens every step compares with "
+        "(default: GOOD; with --sources, the test repository's HEAD)",
+    )
+    bisect.add_argument(
+        "--sources",
+        type=Path,
+        metavar="PATH",
+        default=None,
+        help="bisect this engine repository (the one model_run(sources=...) names) instead of "
+        "the test repository, which stays at its HEAD; each step's engine worktree is given "
+        "to the tests in the variable --sources-env names",
+    )
+    bisect.add_argument(
+        "--sources-env",
+        metavar="NAME",
+        default="PYTEST_LOSSLESS_BISECT_SOURCES",
+        help="the environment variable that holds the engine worktree's path under --sources "
+        "(default: PYTEST_LOSSLESS_BISECT_SOURCES)",
+    )
+    bisect.add_argument(
+        "--build",
+        metavar="CMD",
+        default=None,
+        help="run CMD (split like a shell would, never run by one) in the bisected worktree "
+        "before each step's tests; a failed build skips the commit",
+    )
+    bisect.add_argument(
+        "--control-runs",
+        type=int,
+        metavar="N",
+        default=None,
+        help="runs of every producer and control per step (--lossless-control-runs; default: "
+        "the project's setting, 2 unless it says otherwise)",
+    )
+    bisect.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        default=None,
+        help="a new folder for the log (bisect.log, bisect.json) and each step's receipts and "
+        "pytest output (default: a new temporary folder, kept)",
+    )
+
+
+def _bisect_command(args: argparse.Namespace, pytest_args: Sequence[str]) -> int:
+    from .bisect import BisectError, BisectRequest, parse_build, run_bisect
+
+    try:
+        build = parse_build(args.build)
+    except BisectError as exc:
+        print(f"pytest-lossless bisect: {exc}", file=sys.stderr)
+        return 2
+    if args.control_runs is not None and args.control_runs < 2:
+        print("pytest-lossless bisect: --control-runs must be at least 2", file=sys.stderr)
+        return 2
+    request = BisectRequest(
+        good=args.good,
+        bad=args.bad,
+        pytest_args=tuple(pytest_args),
+        cwd=Path.cwd(),
+        sources=None if args.sources is None else args.sources.resolve(),
+        build=build,
+        goldens=args.goldens,
+        out=None if args.out is None else args.out.resolve(),
+        control_runs=args.control_runs,
+        sources_env=args.sources_env,
+    )
+    return run_bisect(request, ini_goldens=_ini_goldens)
 
 
 if __name__ == "__main__":

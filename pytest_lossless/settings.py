@@ -266,6 +266,19 @@ OPTIONS: tuple[OptionSpec, ...] = (
         metavar="N",
     ),
     OptionSpec(
+        "repeat_producers",
+        "--lossless-repeat-producers",
+        "lossless_repeat_producers",
+        None,
+        "false",
+        _parse_bool,
+        "under --lossless, run each producer given to golden.check or golden.check_all as "
+        "many times as --lossless-control-runs says (as --update-goldens does) before comparing "
+        "its first run with the golden: runs that differ are INCONCLUSIVE, never a FAIL "
+        "(what bisect relies on)",
+        is_flag=True,
+    ),
+    OptionSpec(
         "digest_above",
         "--lossless-digest-above",
         "lossless_digest_above",
@@ -422,6 +435,8 @@ class Settings:
     busy: str
     orphans: str
     control_runs: int
+    #: --lossless-repeat-producers: compare mode runs a golden's producer control_runs times.
+    repeat_producers: bool
     digest_above: int
     speed_pairs: int
     speed_seed: int | None

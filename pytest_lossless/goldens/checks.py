@@ -5,6 +5,11 @@ what a run misses of its request (:mod:`.coverage`); update mode stages artifact
 runs at least twice and must agree with itself, every run holding what was asked) and commits
 the folder once the test passed. The folder itself (layout, integrity, the atomic swap) is
 :mod:`.goldens`.
+
+With ``repeat_producers`` (``--lossless-repeat-producers``), compare mode runs a producer
+``producer_runs`` times too, and compares its first run with the golden only when every run
+agreed; runs that differ raise :class:`UnrepeatableProducer`, an INCONCLUSIVE verdict: a flaky
+output is never taken for a changed one (``python -m pytest_lossless bisect`` relies on it).
 """
 
 from __future__ import annotations
@@ -23,12 +28,24 @@ from ..compare.coverage import (
     run_misses,
     varied_runs,
 )
+from ..compare.repeatability import LosslessVerdict
 from ..core.expect import Media
+from ..errors import Inconclusive
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact
 from .folder import GoldenFolder
 from .manifest import ManifestEntry, artifact_name
 from .swap import UpdateEvent
+
+
+class UnrepeatableProducer(Inconclusive):
+    """In compare mode with repeated producers, a producer's runs differed among themselves:
+    INCONCLUSIVE (the control is not repeatable), never compared with the golden. ``verdict``
+    holds every run's fingerprints and what varied, for the receipt."""
+
+    def __init__(self, message: str, *, verdict: LosslessVerdict) -> None:
+        super().__init__(message)
+        self.verdict = verdict
 
 
 class Golden:
@@ -47,11 +64,14 @@ class Golden:
         workdir: Path,
         producer_runs: int = 2,
         provenance: Mapping[str, Any] | None = None,
+        repeat_producers: bool = False,
     ) -> None:
         self.folder = folder
         self.update = update
         self.workdir = workdir
         self.producer_runs = max(2, producer_runs)
+        #: Compare mode runs a producer ``producer_runs`` times too (:meth:`repeated_run`).
+        self.repeat_producers = repeat_producers
         self.provenance = dict(provenance or {})
         self.results: list[GateResult] = []
         self.staged: list[ManifestEntry] = []
@@ -83,6 +103,10 @@ class Golden:
                 lambda: {name: artifact()}, chosen, what, allow_empty=allow_empty, expect=expect
             )
             return None
+        if self.repeat_producers and is_producer(artifact):
+            artifact = self.repeated_run(lambda: {name: artifact()}, chosen, f"golden {name!r}")[
+                name
+            ]
         path = materialize(produce(artifact), name, folder)
         if self.update:
             entry = self.folder.stage(name, path, chosen, self.provenance, allow_empty=allow_empty)
@@ -133,6 +157,35 @@ class Golden:
                 wanted = RunMedia.of(expect)  # the run's clip and track, not its tensors
             self.check(name, value, gate, allow_empty=allow_empty, expect=wanted)
         return self.staged[before:]
+
+    def repeated_run(self, producer: Any, gate: Gate | None, what: str) -> dict[str, Path]:
+        """Compare mode with ``repeat_producers``: run ``producer`` ``producer_runs`` times and
+        return its first run's artifacts (files), once every run agreed; raise
+        :class:`UnrepeatableProducer` when they did not. What the runs were asked for
+        (``expect=``) is checked on the first run, when it is compared with the golden."""
+        from ..compare.coverage import varied_runs
+        from ..compare.repeatability import compare_control_candidate
+        from ..core.verdict import Verdict
+
+        index = sum(1 for _ in self.workdir.glob("repeated-*")) if self.workdir.exists() else 0
+        verdict = compare_control_candidate(
+            producer,
+            None,
+            runs=self.producer_runs,
+            kinds=self.folder.kinds,
+            workdir=self.workdir / f"repeated-{index}",
+            gate=gate,
+            label=f"{what} producer",
+        )
+        if verdict.verdict == Verdict.INCONCLUSIVE:
+            raise UnrepeatableProducer(
+                f"the {what} producer of {self.folder.test_id} gave different results in "
+                f"{self.producer_runs} runs (--lossless-repeat-producers), so its output cannot "
+                "be judged against the golden: the control is not repeatable.\n"
+                + varied_runs(verdict),
+                verdict=verdict,
+            )
+        return {name: Path(run["path"]) for name, run in verdict.runs[0]["artifacts"].items()}
 
     def _cover(self, expect: Any, name: str, kind: str, fingerprint: dict[str, Any]) -> None:
         """Note what artifact ``name`` of one obtained run misses of ``expect`` (a miss keeps

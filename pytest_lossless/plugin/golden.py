@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from .. import report
 from ..core.text import printable
-from ..errors import ConfigError, GoldenMissing, LosslessError
+from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
 from . import export
 from .config import kinds, settings
 from .devices import allocator, holds_devices
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from ..compare.coverage import Expect
     from ..gates import Gate, GateResult
-    from ..goldens.checks import Golden
+    from ..goldens.checks import Golden, UnrepeatableProducer
     from ..goldens.folder import ManifestEntry, UpdateEvent
     from ..goldens.scope import Environment
 
@@ -98,6 +98,9 @@ class GoldenFixture:
         is what the test expects.
         """
         __tracebackhide__ = True
+        from ..goldens.checks import UnrepeatableProducer
+
+        unrepeatable = None
         with failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)):
             golden = self._of(scope)
             export.watch(self._item, golden, name, artifact, gate)
@@ -106,6 +109,10 @@ class GoldenFixture:
                 result = golden.check(name, artifact, gate, allow_empty=allow_empty, expect=expect)
             except GoldenMissing as exc:
                 raise _scope_missing(golden, exc) from None
+            except UnrepeatableProducer as exc:
+                unrepeatable = exc  # INCONCLUSIVE is its own outcome, not an error's failure
+        if unrepeatable is not None:
+            self._inconclusive(unrepeatable)
         misses = golden.misses[missed:]
         if result is None:
             self._add_staged(golden.staged[staged:])
@@ -135,6 +142,7 @@ class GoldenFixture:
         from ..compare.coverage import MEDIA_KINDS, RunMedia, check_names, expectation_for
         from ..core.expect import Media
         from ..errors import ConfigError
+        from ..gates import parse_gate
 
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             golden = self._of(scope)
@@ -145,8 +153,19 @@ class GoldenFixture:
             self._add_staged(golden.staged[before:])
             self._fail_misses(golden.misses[missed:])
             return []
-        from ..media.artifacts import named_artifacts, produce
+        from ..goldens.checks import UnrepeatableProducer
+        from ..media.artifacts import is_producer, named_artifacts, produce
 
+        if golden.repeat_producers and is_producer(artifacts):
+            unrepeatable = None
+            with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
+                try:
+                    run = golden.repeated_run(artifacts, parse_gate(gate), "golden.check_all")
+                except UnrepeatableProducer as exc:
+                    unrepeatable = exc
+            if unrepeatable is not None:
+                self._inconclusive(unrepeatable)
+            artifacts = run
         named = named_artifacts(produce(artifacts), "golden.check_all")
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             check_names(expect, named, "golden.check_all")
@@ -214,6 +233,19 @@ class GoldenFixture:
                 ),
             )
 
+    def _inconclusive(self, error: UnrepeatableProducer) -> NoReturn:
+        """A producer whose repeated runs differed: its verdict in the receipt (a lossless entry
+        whose control is not repeatable) and the table, then the test is INCONCLUSIVE."""
+        __tracebackhide__ = True
+        verdict = error.verdict
+        receipt_for(self._item).add_lossless(verdict.to_dict())
+        gates = ", ".join(sorted(set(verdict.gates.values())))
+        add_row(
+            self._item,
+            report.Row(self._item.nodeid, verdict.label, gates, verdict.verdict, verdict.summary()),
+        )
+        raise Inconclusive(printable(str(error), newlines=True)) from None
+
     def _record_error(self, name: str, gate: object, exc: LosslessError) -> None:
         label, message = type(exc).__name__, str(exc)
         add_row(
@@ -262,6 +294,7 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             workdir=workdir,
             producer_runs=resolved.control_runs,
             provenance=_golden_provenance(request),
+            repeat_producers=resolved.repeat_producers and resolved.lossless,
         )
 
     fixture = GoldenFixture(item, make(None), lambda: make(_environment(request)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -478,3 +479,75 @@ def test_goldens_checked_out_as_lfs_pointers_name_git_lfs_pull(pytester, media_p
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*GoldenStub: *manifest.json: is a Git LFS pointer*git lfs pull*"])
+
+
+COUNTED_TEST = """
+import os
+from pathlib import Path
+import numpy as np
+import pytest
+
+CALLS = Path(__file__).parent / "calls.txt"
+
+def noise():
+    with CALLS.open("a") as calls:
+        calls.write("x")
+    return os.urandom(8) if os.environ.get("FLAKY") else b"ok"
+
+@pytest.mark.lossless
+def test_one(golden):
+    golden.check("noise.bin", noise)
+
+@pytest.mark.lossless
+def test_all(golden):
+    golden.check_all(lambda: {"noise.bin": noise(), "a.npy": np.arange(3)})
+"""
+
+
+def _calls(root: Path) -> int:
+    calls = root / "calls.txt"
+    count = len(calls.read_text()) if calls.exists() else 0
+    calls.unlink(missing_ok=True)
+    return count
+
+
+def test_repeat_producers_makes_a_flaky_producer_inconclusive_not_a_fail(pytester, monkeypatch):
+    """#25: under --lossless a producer runs once (a flaky output is a FAIL against its golden);
+    with --lossless-repeat-producers it runs --lossless-control-runs times, and runs that differ
+    are INCONCLUSIVE, recorded as a lossless entry whose control is not repeatable."""
+    pytester.makepyfile(test_counted=COUNTED_TEST)
+    root = pytester.path
+    assert pytester.runpytest("--update-goldens").ret == 0
+    _calls(root)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=2)
+    assert _calls(root) == 2  # once per producer: today's compare mode, unchanged
+    result = pytester.runpytest("--lossless", "--lossless-repeat-producers")
+    result.assert_outcomes(passed=2)
+    assert _calls(root) == 4  # twice per producer (the default control runs)
+    result = pytester.runpytest(
+        "--lossless", "--lossless-repeat-producers", "--lossless-control-runs=3"
+    )
+    result.assert_outcomes(passed=2)
+    assert _calls(root) == 6
+    monkeypatch.setenv("FLAKY", "1")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=2)  # without repeats a flaky output looks like a change
+    result = pytester.runpytest("--lossless", "--lossless-repeat-producers")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        ["*INCONCLUSIVE*golden 'noise.bin' producer*not repeatable*", "*noise.bin*"]
+    )
+    assert result.stdout.str().count("INCONCLUSIVE: ") == 2
+    session = max(p for p in (root / "lossless-receipts").iterdir() if p.is_dir())
+    for name in ("test_counted.py__test_one.json", "test_counted.py__test_all.json"):
+        receipt = json.loads((session / name).read_text())
+        assert receipt["verdicts"]["overall"] == "INCONCLUSIVE"
+        assert receipt["gates"] == []  # nothing was compared with the golden
+        (entry,) = receipt["lossless"]
+        assert entry["control_repeatable"] is False
+        assert entry["verdict"] == "INCONCLUSIVE"
+    index = json.loads((session / "INDEX.json").read_text())
+    assert {t["outcome"] for t in index["tests"]} == {"failed"}
+    verified = pytester.run(sys.executable, "-m", "pytest_lossless", "verify", str(session))
+    assert verified.ret == 0, verified.stdout.str()

@@ -25,6 +25,7 @@ def test_defaults_are_sane():
     assert settings.backend == "auto"
     assert settings.goldens == Path("/repo/goldens")
     assert settings.control_runs == 2
+    assert settings.repeat_producers is False  # compare mode runs a producer once (#25)
     assert settings.lock_timeout == 600.0
     assert settings.devices is None
     assert settings.sources["backend"] == "default"
@@ -115,3 +116,11 @@ def test_a_broken_range_is_not_taken_for_a_device_id():
     with pytest.raises(ValueError, match="looks like a range"):
         parse_device_list("0-x")
     assert parse_device_list("GPU-1a2b-3c4d") == ("GPU-1a2b-3c4d",)
+
+
+def test_repeat_producers_is_a_flag_and_an_ini_setting():
+    assert _resolve(cli={"repeat_producers": True}).repeat_producers is True
+    assert _resolve(ini={"repeat_producers": "true"}).repeat_producers is True
+    with pytest.raises(ConfigError) as info:
+        _resolve(ini={"repeat_producers": "twice"})
+    assert "ini lossless_repeat_producers" in str(info.value)
