@@ -29,23 +29,6 @@ ALLOCATION_KEY = pytest.StashKey["Allocation"]()
 FACTS_KEY = pytest.StashKey[dict[str, Any]]()
 #: The session's source identity (revision, dirty flag, diff), computed once.
 REVISION_KEY = pytest.StashKey[dict[str, Any]]()
-#: The key of keyed receipts (``PYTEST_LOSSLESS_RECEIPT_KEY``), or None.
-KEY_KEY = pytest.StashKey["bytes | None"]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    import os
-
-    from ..evidence.index import KEY_ENV, read_key
-
-    # Read once, then gone from the environment: no model run or xdist worker inherits it.
-    config.stash[KEY_KEY] = read_key()
-    os.environ.pop(KEY_ENV, None)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if KEY_KEY in config.stash:
-        del config.stash[KEY_KEY]
 
 
 def session_folder(config: pytest.Config) -> Path:

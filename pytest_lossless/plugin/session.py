@@ -21,7 +21,7 @@ from ..errors import LosslessError
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .evidence import KEY_KEY, session_folder, source_revision
+from .evidence import session_folder, source_revision
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -129,7 +129,6 @@ class SummaryPlugin:
                 state=state,
                 mode=_mode(resolved.lossless, resolved.update_goldens),
                 workers=_workers(self.config),
-                key=self.config.stash.get(KEY_KEY, None),
             )
             write_index(folder, index)
             self.written = folder
