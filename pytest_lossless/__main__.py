@@ -35,7 +35,7 @@ from .core.text import printable  # noqa: E402
 from .errors import ConfigError, LosslessError, ReceiptError  # noqa: E402
 from .evidence.index import INDEX_NAME  # noqa: E402
 from .evidence.receipts import load_all  # noqa: E402
-from .evidence.sessions import check_campaign  # noqa: E402
+from .evidence.sessions import EXPORT_JSON, check_campaign  # noqa: E402
 from .evidence.summary_md import (  # noqa: E402
     check_summaries,
     summary_lines,
@@ -113,7 +113,11 @@ def verify_command(
     except LosslessError as exc:
         print(f"pytest-lossless verify: {exc}", file=sys.stderr)
         return 2
-    loaded_by_folder = {directory: load_all(directory) for directory in directories}
+    # An export's export.json is its table of contents, not a receipt.
+    loaded_by_folder = {
+        directory: {p: r for p, r in load_all(directory).items() if p.name != EXPORT_JSON}
+        for directory in directories
+    }
     total = sum(len(loaded) for loaded in loaded_by_folder.values())
     indexes = any(d.is_dir() and any(d.rglob(INDEX_NAME)) for d in directories)
     if not total and not indexes:  # an index without receipts still has a session to check
@@ -210,8 +214,7 @@ def _check_attestation(
                     f"MISMATCH a signed Statement names source revision(s) "
                     f"{', '.join(sorted(shown)) or 'none'}, but --revision {revision} is required"
                 )
-    if not lines:
-        campaign.signed = len(results)
+    campaign.signed = -1 if lines else len(results)
     return lines
 
 

@@ -844,7 +844,9 @@ def check_bundle(
                 BundleFinding("MISMATCH", f"{folder}: {p}")
                 for p in _compare_session(folder, statements_signed, project)
             ]
-    for session_id in sorted(set(signed) - set(on_disk)):
+    # Loose receipts alone (one file, an export) are checked against the bundle without their
+    # sessions; once any session folder is verified, every signed session must be there.
+    for session_id in sorted(set(signed) - set(on_disk)) if folders else ():
         found.append(
             BundleFinding(
                 "MISMATCH",

@@ -346,7 +346,8 @@ class Campaign:
     single_files: list[Path] = field(default_factory=list)
     #: What is said without failing (an old index's HMAC).
     notes: list[Finding] = field(default_factory=list)
-    #: Set by ``verify --attestation``: how many sessions a verified signature covers.
+    #: Set by ``verify --attestation``: how many sessions a verified signature covers (-1: the
+    #: check found problems).
     signed: int | None = None
 
     def revisions(self) -> dict[str, list[Session]]:
@@ -390,7 +391,9 @@ class Campaign:
         for path in self.single_files:
             lines.append(f"note: {path} is one receipt: its session's index was not checked")
         lines += [str(note) for note in self.notes]
-        if self.signed is not None:
+        if self.signed == -1:
+            lines.append("integrity: the attestation check failed: see above")
+        elif self.signed is not None:
             lines.append(
                 f"integrity: signed: {self.signed} session(s) checked against Statements "
                 "whose ed25519 signatures verify with the given key: each was signed by the "
