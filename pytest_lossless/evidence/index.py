@@ -141,18 +141,28 @@ def build_index(
     state: str | None = None,
     mode: str = "lossless",
     workers: int = 0,
+    digests: Mapping[str, str] | None = None,
+    unsignable: str | None = None,
 ) -> dict[str, Any]:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
-    hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
-    collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
-    ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
-    ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
-    ``update-goldens+lossless``, or ``off`` (gates skipped)."""
+        hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
+        collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
+        ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
+        ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
+        ``update-goldens+lossless``, or ``off`` (gates skipped). ``digests``: receipt file name ->
+    the SHA-256 the session held in memory when it wrote it (listed instead of what the file
+    holds now). ``unsignable``: why the session must not be signed (a process it started
+    outlived it, a receipt changed on disk while it ran)."""
     folder = Path(folder)
     entries = [dict(t) for t in tests]
     by_receipt = {str(t["receipt"]): t.get("test_id") for t in entries if t.get("receipt")}
+    known = dict(digests or {})
     receipts = [
-        {"file": p.name, "sha256": sha256_regular(p), "test_id": by_receipt.get(p.name)}
+        {
+            "file": p.name,
+            "sha256": known.get(p.name) or sha256_regular(p),
+            "test_id": by_receipt.get(p.name),
+        }
         for p in receipt_files(folder)
     ]
     summary_path = folder / SUMMARY_NAME
@@ -180,6 +190,8 @@ def build_index(
         "receipts": receipts,
         "summary": summary,
     }
+    if unsignable:
+        index["unsignable"] = unsignable
     return index
 
 

@@ -113,6 +113,16 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
         return
     report.user_properties.append(("lossless_receipt", str(path)))
+    from ..evidence.index import sha256_regular
+
+    # The session's index lists this digest, held in memory, not what the file holds later.
+    report.lossless_receipt_sha256 = sha256_regular(path)  # type: ignore[attr-defined]
+    report.lossless_unended = [  # type: ignore[attr-defined]
+        [p.get("pid"), p.get("comm")]
+        for run in receipt.runs
+        for p in run.get("processes") or []
+        if isinstance(p, dict) and p.get("exit_code") is None and p.get("signal") is None
+    ]
     from ..evidence.receipts import derive_verdicts
 
     raw = {

@@ -392,3 +392,38 @@ def test_an_export_verifies_and_accept_checks_the_signature(signed: Path) -> Non
     assert "is not a receipt that a session signed" in refused.stdout
     accepted = _lossless(project, "accept", "export", "--attestation", bundle, *pub)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+TAMPERING = """
+import pathlib
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_a_gate(golden):
+    golden.check("t.npy", lambda: np.arange(4, dtype=np.float32))
+
+def test_b_code_under_test_rewrites_the_receipt():
+    (receipt,) = pathlib.Path("lossless-receipts").glob("*/test_tampering.py__test_a_gate.json")
+    receipt.write_text(receipt.read_text().replace('"PASS"', '"PASS" '))
+"""
+
+
+def test_a_receipt_changed_while_the_session_ran_makes_it_unsignable(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_tampering.py").write_text(TAMPERING)
+    assert _pytest(project, "--update-goldens", "-k", "gate").returncode == 0
+    shutil.rmtree(project / "lossless-receipts", ignore_errors=True)
+    ran = _pytest(project, "--lossless")
+    assert "this session cannot be signed: receipt test_tampering.py__test_a_gate.json changed" in (
+        ran.stdout
+    ), ran.stdout
+    # The index lists the digest the session wrote, so the change is named, not absorbed.
+    done = _lossless(project, "verify", "lossless-receipts")
+    assert done.returncode == 1
+    assert "the receipt was changed after its session ended" in done.stdout
+    _keys(tmp_path, "key")
+    signing = _lossless(project, "sign", "lossless-receipts", "--key", str(tmp_path / "key.pem"))
+    assert signing.returncode == 1
+    assert "the session says it cannot be signed" in signing.stdout
