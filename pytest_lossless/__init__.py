@@ -7,7 +7,12 @@ exposes the domain API for use without pytest.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+
+# Not ``from typing import TYPE_CHECKING``: typing is not loaded at startup, and ``python -m
+# pytest_lossless`` imports this package before it can take the working folder off sys.path.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

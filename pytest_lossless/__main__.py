@@ -1,35 +1,50 @@
-"""``python -m pytest_lossless``: ``verify`` and ``summary`` over receipts folders.
+"""``python -m pytest_lossless``: ``verify``, ``summary``, ``accept`` and ``sign``.
 
 ``verify`` prints one line per receipt, then each incomplete or contradicting session, the
 merged verdict counts, and the hosts and source revisions it saw; it exits 0 when every
 receipt and every session is consistent and complete, 1 on any contradiction, incomplete
 session or unreadable receipt, 2 when there is nothing to verify or a bad argument.
+
+Nothing is imported from the working folder (a downloaded receipts folder may hold a planted
+``numpy.py``): ``python -m`` puts it first on ``sys.path``, so it is taken off before anything
+else is imported, and put back, last, only for the modules named with ``-p``.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, TextIO
 
-from .core.text import printable
-from .errors import ConfigError, LosslessError, ReceiptError
-from .evidence.index import INDEX_NAME, read_key
-from .evidence.receipts import load_all
-from .evidence.sessions import check_campaign
-from .evidence.summary_md import (
+
+def _forget_working_folder() -> None:
+    """Take the entry ``python -m`` put first on ``sys.path`` (the working folder) off it."""
+    if sys.path and sys.path[0] in ("", os.getcwd()) and not getattr(sys.flags, "safe_path", False):
+        del sys.path[0]
+
+
+if __name__ == "__main__":  # python -m pytest_lossless; not the console script, not an import
+    _forget_working_folder()
+
+import argparse  # noqa: E402 - after the working folder is off sys.path
+import contextlib  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, TextIO  # noqa: E402
+
+from .core.text import printable  # noqa: E402
+from .errors import ConfigError, LosslessError, ReceiptError  # noqa: E402
+from .evidence.index import INDEX_NAME  # noqa: E402
+from .evidence.receipts import load_all  # noqa: E402
+from .evidence.sessions import EXPORT_JSON, check_campaign  # noqa: E402
+from .evidence.summary_md import (  # noqa: E402
     check_summaries,
     summary_lines,
     unfrozen_plans,
     verdict_counts,
     write_summary,
 )
-from .evidence.verify import verify_receipt
-from .kinds.registry import KindRegistry, plugin_manager
+from .evidence.verify import verify_receipt  # noqa: E402
+from .kinds.registry import KindRegistry, plugin_manager  # noqa: E402
 
 
 def _describe(data: dict[str, Any]) -> str:
@@ -50,8 +65,10 @@ def verify_command(
     plugins: Sequence[str] = (),
     entry_points: bool = True,
     out: TextIO | None = None,
-    key_env: str | None = None,
     allow_mixed_revisions: bool = False,
+    revision: str | None = None,
+    attestation: Path | None = None,
+    key: Path | None = None,
 ) -> int:
     """The ``verify`` subcommand over one or more folders; returns the exit status.
 
@@ -59,30 +76,48 @@ def verify_command(
     the ``pytest11`` entry points (unless ``entry_points`` is False) and each ``-p MODULE``.
     Every session folder found must hold its index (``INDEX.json``); the sessions of all the
     folders merge into one campaign, whose hosts and source revisions are printed.
-    ``key_env`` names the variable holding the key of keyed receipts: each index's HMAC is
-    checked with it.
+    ``revision``: every receipt and index must show it. ``attestation`` and ``key``: the
+    signed bundle of ``sign`` and the public key it must verify with; every session and every
+    loose receipt must then be signed, and every signed digest match the files on disk.
     """
     stream = sys.stdout if out is None else out
     for directory in directories:
         if not directory.exists():
             print(f"pytest-lossless verify: {directory}: no such folder", file=sys.stderr)
             return 2
-    key = None
-    if key_env is not None:
-        key = read_key(name=key_env)
-        if key is None:
-            print(
-                f"pytest-lossless verify: --key-env {key_env}: the variable is unset or empty; "
-                "set it to the key the sessions ran with",
-                file=sys.stderr,
-            )
+    if (attestation is None) != (key is None):
+        print(
+            "pytest-lossless verify: --attestation FILE and --key PUBKEY go together: the "
+            "bundle sign wrote, and the public key its signatures must verify with",
+            file=sys.stderr,
+        )
+        return 2
+    public_key = None
+    if key is not None:
+        from .evidence.attest import AttestationError, load_public_key
+
+        try:
+            public_key = load_public_key(key)
+        except AttestationError as exc:
+            print(f"pytest-lossless verify: {exc}", file=sys.stderr)
             return 2
+    if revision is not None and not _is_revision(revision):
+        print(
+            f"pytest-lossless verify: --revision {printable(revision)}: give a commit SHA "
+            "(at least 7 hex digits), e.g. --revision $(git rev-parse HEAD)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
     except LosslessError as exc:
         print(f"pytest-lossless verify: {exc}", file=sys.stderr)
         return 2
-    loaded_by_folder = {directory: load_all(directory) for directory in directories}
+    # An export's export.json is its table of contents, not a receipt.
+    loaded_by_folder = {
+        directory: {p: r for p, r in load_all(directory).items() if p.name != EXPORT_JSON}
+        for directory in directories
+    }
     total = sum(len(loaded) for loaded in loaded_by_folder.values())
     indexes = any(d.is_dir() and any(d.rglob(INDEX_NAME)) for d in directories)
     if not total and not indexes:  # an index without receipts still has a session to check
@@ -112,16 +147,20 @@ def verify_command(
         if directory.is_dir():
             summaries += check_summaries(directory, loaded)
     campaign = check_campaign(
-        loaded_by_folder,
-        key=key,
-        key_name=key_env,
-        allow_mixed_revisions=allow_mixed_revisions,
+        loaded_by_folder, allow_mixed_revisions=allow_mixed_revisions, revision=revision
     )
+    signed: list[str] = []
+    if attestation is not None:
+        signed = _check_attestation(campaign, attestation, public_key, revision)
+        if signed and signed[0] == "":
+            return 2  # the bundle could not be read: said on stderr
     print(f"{total - bad} of {total} receipts consistent", file=stream)
     for problem in summaries:
         print(f"CONTRADICTION {problem}", file=stream)
     for finding in campaign.findings:
         print(str(finding), file=stream)
+    for line in signed:
+        print(line, file=stream)
     merged = {path: data for loaded in loaded_by_folder.values() for path, data in loaded.items()}
     print(f"merged: {total} receipts: {verdict_counts(merged)}", file=stream)
     for line in campaign.seen_lines():
@@ -141,7 +180,42 @@ def verify_command(
             ),
             file=stream,
         )
-    return 1 if bad or summaries or campaign.findings else 0
+    return 1 if bad or summaries or campaign.findings or signed else 0
+
+
+def _is_revision(text: str) -> bool:
+    return 7 <= len(text) <= 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def _check_attestation(
+    campaign: Any, attestation: Path, public_key: Any, revision: str | None
+) -> list[str]:
+    """The campaign's sessions and loose receipts against a signed bundle: one line per
+    finding (``[""]`` when the bundle cannot be read, said on stderr)."""
+    from .evidence.attest import AttestationError, check_bundle, revisions_of
+
+    try:
+        findings, results = check_bundle(
+            attestation,
+            public_key,
+            folders=[s.folder for s in campaign.sessions if s.index is not None],
+            single_receipts=campaign.single_files,
+            project=Path.cwd(),
+        )
+    except AttestationError as exc:
+        print(f"pytest-lossless verify: {exc}", file=sys.stderr)
+        return [""]
+    lines = [str(f) for f in findings]
+    if revision is not None:
+        for statement in results:
+            shown = revisions_of(statement)
+            if not shown or not all(r.lower().startswith(revision.lower()) for r in shown):
+                lines.append(
+                    f"MISMATCH a signed Statement names source revision(s) "
+                    f"{', '.join(sorted(shown)) or 'none'}, but --revision {revision} is required"
+                )
+    campaign.signed = -1 if lines else len(results)
+    return lines
 
 
 def accept_command(
@@ -153,14 +227,46 @@ def accept_command(
     plugins: Sequence[str] = (),
     entry_points: bool = True,
     out: TextIO | None = None,
+    attestation: Path | None = None,
+    key: Path | None = None,
 ) -> int:
     """The ``accept`` subcommand: goldens written from an export (``--lossless-export``), as
     ``--update-goldens`` would have on the machine that made it; 1 when anything is refused,
-    2 when the export cannot be read or nothing in it matches ``-k``."""
+    2 when the export cannot be read or nothing in it matches ``-k``. With ``attestation``
+    and ``key``, an artifact is accepted only when its receipt is one a signed session lists.
+    """
     from .evidence.receipts import load
     from .goldens.accept import ExportError, accept, keyword_matcher, read_export
 
     stream = sys.stdout if out is None else out
+    if (attestation is None) != (key is None):
+        print(
+            "pytest-lossless accept: --attestation FILE and --key PUBKEY go together",
+            file=sys.stderr,
+        )
+        return 2
+    signed: dict[str, str] | None = None
+    if attestation is not None and key is not None:
+        from .evidence.attest import AttestationError, load_public_key, signed_receipts
+
+        try:
+            signed = signed_receipts(attestation, load_public_key(key))
+        except AttestationError as exc:
+            print(f"pytest-lossless accept: {exc}", file=sys.stderr)
+            return 2
+
+    def receipt_problems(path: Path) -> list[str]:
+        problems = verify_receipt(path, kinds=kinds)
+        if signed is not None:
+            from .evidence.index import sha256_regular
+
+            if sha256_regular(path) not in signed:
+                problems.append(
+                    f"it is not a receipt that a session signed in {attestation} lists "
+                    "(unsigned, or changed after signing)"
+                )
+        return problems
+
     try:
         if keyword:
             keyword_matcher(keyword)
@@ -182,7 +288,7 @@ def accept_command(
             goldens=folder,
             rootdir=root,
             kinds=kinds,
-            receipt_problems=lambda path: verify_receipt(path, kinds=kinds),
+            receipt_problems=receipt_problems,
             load_receipt=load,
             keyword=keyword,
             store=store,
@@ -325,12 +431,26 @@ def _main(argv: Sequence[str] | None = None) -> int:
         help="do not load the plugins installed through pytest11 entry points",
     )
     check.add_argument(
-        "--key-env",
-        metavar="NAME",
+        "--revision",
+        metavar="REV",
         default=None,
-        help="check each session index's HMAC-SHA256 with the key in environment variable "
-        "NAME (the sessions ran with PYTEST_LOSSLESS_RECEIPT_KEY set); a missing or wrong "
-        "HMAC is an error",
+        help="require every receipt (and signed Statement) to show this source revision "
+        "(a commit SHA, or a prefix of at least 7 hex digits)",
+    )
+    check.add_argument(
+        "--attestation",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="the signed bundle (*.intoto.jsonl) that sign wrote: every session and receipt "
+        "must be signed in it, and every signed digest match the files on disk",
+    )
+    check.add_argument(
+        "--key",
+        type=Path,
+        metavar="PUBKEY",
+        default=None,
+        help="the ed25519 public key (PEM) the bundle's signatures must verify with",
     )
     check.add_argument(
         "--allow-mixed-revisions",
@@ -350,18 +470,31 @@ def _main(argv: Sequence[str] | None = None) -> int:
     )
     make.add_argument("--write", action="store_true", help="write DIR/SUMMARY.md")
     _accept_parser(commands)
+    _sign_parser(commands)
     _bisect_parser(commands)
     argv, pytest_args = _split_pytest_args(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if getattr(args, "plugins", None):
+        # -p names project modules, as under pytest's rootdir: the working folder, but last,
+        # so a file there never stands in for an installed module.
+        sys.path.append(os.getcwd())
     if args.command == "verify":
-        if "" not in sys.path and "." not in sys.path:
-            sys.path.insert(0, "")  # -p names project modules, as under pytest's rootdir
         return verify_command(
             args.directories,
             plugins=args.plugins,
             entry_points=args.entry_points,
-            key_env=args.key_env,
             allow_mixed_revisions=args.allow_mixed_revisions,
+            revision=args.revision,
+            attestation=args.attestation,
+            key=args.key,
+        )
+    if args.command == "sign":
+        return sign_command(
+            args.directory,
+            key=args.key,
+            out=args.out,
+            plugins=args.plugins,
+            entry_points=args.entry_points,
         )
     if args.command == "summary":
         if not args.directory.is_dir():
@@ -373,8 +506,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(summary_lines(args.directory)))
         return 0
     if args.command == "accept":
-        if "" not in sys.path and "." not in sys.path:
-            sys.path.insert(0, "")
         return accept_command(
             args.directory,
             keyword=args.keyword,
@@ -382,6 +513,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             store=args.store,
             plugins=args.plugins,
             entry_points=args.entry_points,
+            attestation=args.attestation,
+            key=args.key,
         )
     if args.command == "bisect":
         return _bisect_command(args, pytest_args)
@@ -432,6 +565,104 @@ def _accept_parser(commands: Any) -> None:
         action="store_false",
         help="do not load the plugins installed through pytest11 entry points",
     )
+    accept.add_argument(
+        "--attestation",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="accept only artifacts whose receipt a session signed in FILE lists (with --key)",
+    )
+    accept.add_argument(
+        "--key",
+        type=Path,
+        metavar="PUBKEY",
+        default=None,
+        help="the ed25519 public key (PEM) the bundle's signatures must verify with",
+    )
+
+
+def _sign_parser(commands: Any) -> None:
+    sign = commands.add_parser(
+        "sign",
+        help="write each session of DIR as in-toto Statements (Test Result, and the lossless "
+        "detail): signed in DSSE envelopes with --key, else unsigned for the CI's own signer",
+    )
+    sign.add_argument(
+        "directory", type=Path, metavar="DIR", help="a receipts folder or a session folder"
+    )
+    sign.add_argument(
+        "--key",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="an ed25519 private key (unencrypted PEM): write the signed bundle "
+        "OUT/lossless.intoto.jsonl",
+    )
+    sign.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        default=Path("lossless-attestation"),
+        help="where to write (default: lossless-attestation)",
+    )
+    sign.add_argument(
+        "-p",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also load this plugin module (the one that adds an artifact kind)",
+    )
+    sign.add_argument(
+        "--no-entry-points",
+        dest="entry_points",
+        action="store_false",
+        help="do not load the plugins installed through pytest11 entry points",
+    )
+
+
+def sign_command(
+    directory: Path,
+    *,
+    key: Path | None = None,
+    out: Path = Path("lossless-attestation"),
+    plugins: Sequence[str] = (),
+    entry_points: bool = True,
+    stream: TextIO | None = None,
+) -> int:
+    """The ``sign`` subcommand: 0 when every session was written, 1 when one was refused (its
+    evidence contradicts itself, a process outlived it, or the checkout here is not its
+    revision; nothing is signed then), 2 on a bad argument or no session."""
+    from .evidence.attest import AttestationError, load_private_key, session_folders, sign
+
+    stream = sys.stdout if stream is None else stream
+    if not directory.is_dir():
+        print(f"pytest-lossless sign: {directory}: no such folder", file=sys.stderr)
+        return 2
+    if not session_folders(directory):
+        print(
+            f"pytest-lossless sign: no session (no {INDEX_NAME}) under {directory}: a session "
+            "writes its index when it ends",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        private_key = load_private_key(key) if key is not None else None
+        kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
+        done = sign(directory, out=out, project=Path.cwd(), private_key=private_key, kinds=kinds)
+    except (AttestationError, LosslessError, OSError) as exc:
+        print(f"pytest-lossless sign: {exc}", file=sys.stderr)
+        return 2
+    for problem in done.refused:
+        print(printable(f"REFUSED {problem}"), file=stream)
+    for session_id, result in done.sessions:
+        print(printable(f"session {session_id}: {result}"), file=stream)
+    if done.refused:
+        print(f"nothing signed: {len(done.refused)} problem(s) above", file=stream)
+        return 1
+    for path in done.written:
+        print(f"wrote {path}", file=stream)
+    return 0
 
 
 def _split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -5,8 +5,9 @@ Each pytest session writes its receipts into a folder of its own,
 other. At its end the session writes ``INDEX.json`` there: its host, start and end, source
 revision, the gate tests it collected with what became of each, every receipt's SHA-256 and
 the SHA-256 of its ``SUMMARY.md``. ``verify`` (:mod:`.sessions`) requires the index, so a
-deleted, added or changed receipt is named. With a key in :data:`KEY_ENV`, the index carries
-an HMAC-SHA256 over its canonical JSON, which proves who wrote it as well.
+deleted, added or changed receipt is named. Who wrote it is proven by signing the session
+afterwards, outside it (:mod:`.attest`): a key inside the session could be read by the code
+under test.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import utc_iso
-from ..core.digests import canonical_json, loads_bounded, safe_name, write_json_atomic
+from ..core.digests import loads_bounded, safe_name, write_json_atomic
 from ..core.paths import open_regular, read_regular
 from ..core.text import has_control, printable
 from ..errors import ConfigError, ReceiptError
@@ -34,10 +35,6 @@ INDEX_SCHEMA = "pytest-lossless.session"
 INDEX_VERSION = 1
 #: Declares the host's name (a Kubernetes node, a CI runner's label), instead of the hostname.
 HOST_ENV = "PYTEST_LOSSLESS_HOST"
-#: Holds the key of keyed receipts: the index then carries an HMAC-SHA256 (read once, and
-#: removed from the environment, so no model run or xdist worker inherits it).
-KEY_ENV = "PYTEST_LOSSLESS_RECEIPT_KEY"
-HMAC_ALGORITHM = "HMAC-SHA256"
 #: Outcomes after which a gate test rightly has no receipt: it compared nothing.
 OK_WITHOUT_RECEIPT = frozenset({"skipped", "deselected", "xfailed"})
 MAX_INDEX_BYTES = 64 << 20
@@ -107,19 +104,6 @@ def session_state(exitstatus: int, stopped: str | None = None) -> str:
     return _EXIT_STATES.get(exitstatus, f"ended with exit status {exitstatus}")
 
 
-def read_key(env: Mapping[str, str] | None = None, name: str = KEY_ENV) -> bytes | None:
-    """The key of keyed receipts from ``name``; ``None`` when unset or empty."""
-    env = os.environ if env is None else env
-    value = env.get(name)
-    return value.encode("utf-8", errors="surrogateescape") if value else None
-
-
-def index_hmac(index: Mapping[str, Any], key: bytes) -> str:
-    """HMAC-SHA256 of the index's canonical JSON, its own ``hmac`` field left out."""
-    body = {k: v for k, v in index.items() if k != "hmac"}
-    return hmac.new(key, canonical_json(body).encode(), hashlib.sha256).hexdigest()
-
-
 def sha256_regular(path: Path) -> str:
     """SHA-256 of a regular file, opened without following a link or blocking on a FIFO."""
     digest = hashlib.sha256()
@@ -157,19 +141,28 @@ def build_index(
     state: str | None = None,
     mode: str = "lossless",
     workers: int = 0,
-    key: bytes | None = None,
+    digests: Mapping[str, str] | None = None,
+    unsignable: str | None = None,
 ) -> dict[str, Any]:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
-    hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
-    collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
-    ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
-    ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
-    ``update-goldens+lossless``, or ``off`` (gates skipped). ``key`` adds the HMAC."""
+        hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
+        collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
+        ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
+        ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
+        ``update-goldens+lossless``, or ``off`` (gates skipped). ``digests``: receipt file name ->
+    the SHA-256 the session held in memory when it wrote it (listed instead of what the file
+    holds now). ``unsignable``: why the session must not be signed (a process it started
+    outlived it, a receipt changed on disk while it ran)."""
     folder = Path(folder)
     entries = [dict(t) for t in tests]
     by_receipt = {str(t["receipt"]): t.get("test_id") for t in entries if t.get("receipt")}
+    known = dict(digests or {})
     receipts = [
-        {"file": p.name, "sha256": sha256_regular(p), "test_id": by_receipt.get(p.name)}
+        {
+            "file": p.name,
+            "sha256": known.get(p.name) or sha256_regular(p),
+            "test_id": by_receipt.get(p.name),
+        }
         for p in receipt_files(folder)
     ]
     summary_path = folder / SUMMARY_NAME
@@ -196,10 +189,9 @@ def build_index(
         "tests": sorted(entries, key=lambda t: str(t.get("test_id"))),
         "receipts": receipts,
         "summary": summary,
-        "hmac": None,
     }
-    if key is not None:
-        index["hmac"] = {"algorithm": HMAC_ALGORITHM, "value": index_hmac(index, key)}
+    if unsignable:
+        index["unsignable"] = unsignable
     return index
 
 
@@ -244,15 +236,12 @@ def load_index(path: Path | str) -> dict[str, Any]:
 __all__ = [
     "HOST_ENV",
     "INDEX_NAME",
-    "KEY_ENV",
     "OK_WITHOUT_RECEIPT",
     "build_index",
     "host_identity",
     "host_label",
-    "index_hmac",
     "load_index",
     "new_session_id",
-    "read_key",
     "receipt_files",
     "session_state",
     "write_index",

@@ -9,7 +9,6 @@ named. Across the campaign, receipts of more than one source revision are refuse
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,19 +18,20 @@ from ..core.text import printable
 from ..errors import ReceiptError
 from .arm_sources import arm_source_lines, publication_word
 from .index import (
-    HMAC_ALGORITHM,
     INDEX_NAME,
-    KEY_ENV,
     OK_WITHOUT_RECEIPT,
     SUMMARY_NAME,
     host_label,
-    index_hmac,
     load_index,
     sha256_regular,
 )
 
 Loaded = Mapping[Path, "dict[str, Any] | ReceiptError"]
+#: The file at the top of an export folder (``--lossless-export``): its receipts are copies.
+EXPORT_JSON = "export.json"
 INCOMPLETE = "INCOMPLETE"
+#: Said, not wrong: does not fail ``verify``.
+NOTE = "note:"
 CONTRADICTION = "CONTRADICTION"
 NO_REVISION = "no git revision"
 
@@ -135,9 +135,7 @@ def group_sessions(directory: Path, loaded: Loaded) -> dict[Path, dict[Path, Any
     return dict(sorted(groups.items()))
 
 
-def check_session(
-    folder: Path, receipts: Mapping[Path, Any], *, key: bytes | None = None, key_name: str = ""
-) -> Session:
+def check_session(folder: Path, receipts: Mapping[Path, Any]) -> Session:
     """The session of ``folder`` checked against its index (see the module's docstring)."""
     session = Session(folder, None, dict(receipts))
     found = session.findings
@@ -158,6 +156,31 @@ def check_session(
         found.append(Finding(CONTRADICTION, str(exc)))
         return session
     label = f"{folder} (session {printable(index.get('session_id'))})"
+    if index.get("session_id") != folder.name:
+        found.append(
+            Finding(
+                CONTRADICTION,
+                f"{folder}: the folder of session {printable(index.get('session_id'))} was "
+                "renamed (or a session was copied in under another name): a session folder "
+                "keeps the name its session gave it",
+            )
+        )
+    if index.get("hmac"):
+        found.append(
+            Finding(
+                NOTE,
+                f"{index_path}: carries an HMAC from an older pytest-lossless; HMACs are no "
+                "longer checked (the key was inside the session): sign the session instead, "
+                "python -m pytest_lossless sign",
+            )
+        )
+    if index.get("unsignable"):
+        found.append(
+            Finding(
+                INCOMPLETE,
+                f"{label}: cannot be signed: {printable(index.get('unsignable'))}",
+            )
+        )
     if index.get("finished") is not True:
         found.append(
             Finding(
@@ -169,8 +192,6 @@ def check_session(
     listed = _check_receipts(session, label)
     _check_tests(session, label, listed)
     _check_summary_hash(session, label)
-    if key is not None:
-        _check_hmac(session, index_path, key, key_name)
     return session
 
 
@@ -315,40 +336,19 @@ def _check_summary_hash(session: Session, label: str) -> None:
         )
 
 
-def _check_hmac(session: Session, path: Path, key: bytes, key_name: str) -> None:
-    index = session.index or {}
-    mac = index.get("hmac")
-    if not isinstance(mac, Mapping) or not mac.get("value"):
-        session.findings.append(
-            Finding(
-                CONTRADICTION,
-                f"{path}: no HMAC, but --key-env {key_name} asks for keyed receipts: the "
-                f"session ran without {KEY_ENV}, or the HMAC was removed",
-            )
-        )
-    elif mac.get("algorithm") != HMAC_ALGORITHM:
-        session.findings.append(
-            Finding(CONTRADICTION, f"{path}: HMAC algorithm {mac.get('algorithm')!r} unknown")
-        )
-    elif not hmac.compare_digest(str(mac["value"]), index_hmac(index, key)):
-        session.findings.append(
-            Finding(
-                CONTRADICTION,
-                f"{path}: the HMAC does not match the index: it was changed after its "
-                f"session wrote it, or written with another key than ${key_name}'s",
-            )
-        )
-
-
 @dataclass
 class Campaign:
     """Every session of the folders verified together, and what they say as a whole."""
 
     sessions: list[Session]
     findings: list[Finding]
-    key_name: str | None = None
-    #: Receipt files given on their own: their session is not checked.
+    #: Receipts given as files, or copies in an export: their session's index is not here.
     single_files: list[Path] = field(default_factory=list)
+    #: What is said without failing (an old index's HMAC).
+    notes: list[Finding] = field(default_factory=list)
+    #: Set by ``verify --attestation``: how many sessions a verified signature covers (-1: the
+    #: check found problems).
+    signed: int | None = None
 
     def revisions(self) -> dict[str, list[Session]]:
         seen: dict[str, list[Session]] = {}
@@ -390,19 +390,22 @@ class Campaign:
         lines += arm_source_lines(r for s in self.sessions for r in s._receipts())
         for path in self.single_files:
             lines.append(f"note: {path} is one receipt: its session's index was not checked")
-        if self.key_name:
-            keyed = sum(1 for s in self.sessions if s.index is not None)
+        lines += [str(note) for note in self.notes]
+        if self.signed == -1:
+            lines.append("integrity: the attestation check failed: see above")
+        elif self.signed is not None:
             lines.append(
-                f"integrity: HMAC-SHA256 of {keyed} session index(es) checked with the key in "
-                f"${self.key_name}: each was written by a holder of that key"
+                f"integrity: signed: {self.signed} session(s) checked against Statements "
+                "whose ed25519 signatures verify with the given key: each was signed by the "
+                "holder of its private key"
             )
         else:
             lines.append(
-                "integrity: SHA-256 only (no --key-env): the hashes show that receipts, "
+                "integrity: SHA-256 only (no --attestation): the hashes show that receipts, "
                 "indexes and summaries were not changed by accident since their sessions "
                 "wrote them; they do not prove who wrote them (anyone can recompute a "
-                f"SHA-256). For that, run the sessions with {KEY_ENV} set and verify with "
-                "--key-env NAME"
+                "SHA-256). For that, sign the sessions (python -m pytest_lossless sign DIR "
+                "--key KEY) and verify with --attestation FILE --key PUBKEY"
             )
         return lines
 
@@ -415,15 +418,53 @@ def _count(sessions: list[Session]) -> str:
     return f"{len(sessions)} session{'s' if len(sessions) != 1 else ''}"
 
 
+def export_root(path: Path, top: Path) -> Path | None:
+    """The export folder (``--lossless-export``) ``path`` lies in, at or below ``top``."""
+    for folder in (path, *path.parents):
+        if (folder / EXPORT_JSON).is_file():
+            return folder
+        if folder == top:
+            break
+    return None
+
+
+def revision_findings(loaded: Loaded, sessions: list[Session], revision: str) -> list[Finding]:
+    """Every record of the rootdir's source that does not show ``revision`` (a full SHA or a
+    prefix of at least 7 hex digits): each receipt's RunSpec and each session's index."""
+    wanted = revision.lower()
+    found: list[Finding] = []
+
+    def check(where: str, block: Any) -> None:
+        shown = str(block.get("revision") or "") if isinstance(block, Mapping) else ""
+        if not shown or not shown.lower().startswith(wanted):
+            found.append(
+                Finding(
+                    CONTRADICTION,
+                    f"{where}: source revision {_short(shown or NO_REVISION)}, but "
+                    f"--revision {printable(revision)} is required",
+                )
+            )
+
+    for path, receipt in loaded.items():
+        if isinstance(receipt, dict):
+            check(str(path), _runspec(receipt).get("source"))
+    for session in sessions:
+        if session.index is not None:
+            check(str(session.folder / INDEX_NAME), session.index.get("source"))
+    return found
+
+
 def check_campaign(
     loaded_by_folder: Mapping[Path, Loaded],
     *,
-    key: bytes | None = None,
-    key_name: str | None = None,
     allow_mixed_revisions: bool = False,
+    revision: str | None = None,
 ) -> Campaign:
-    """Every session under the given folders checked, then the campaign as a whole: receipts
-    of more than one source revision are refused unless ``allow_mixed_revisions``."""
+    """Every session under the given folders checked, then the campaign as a whole: one
+    session found in two folders is a contradiction (it counts once); receipts of more than
+    one source revision are refused unless ``allow_mixed_revisions``; with ``revision``,
+    every record must show that revision. An export's copies of receipts are loose receipts,
+    not sessions."""
     sessions: list[Session] = []
     singles: list[Path] = []
     for directory, loaded in loaded_by_folder.items():
@@ -431,8 +472,30 @@ def check_campaign(
             singles.append(directory)
             continue
         for folder, receipts in group_sessions(directory, loaded).items():
-            sessions.append(check_session(folder, receipts, key=key, key_name=key_name or ""))
-    campaign = Campaign(sessions, [f for s in sessions for f in s.findings], key_name, singles)
+            if not (folder / INDEX_NAME).exists() and export_root(folder, directory):
+                singles += sorted(receipts)
+                continue
+            sessions.append(check_session(folder, receipts))
+    findings = [f for s in sessions for f in s.findings if f.kind != NOTE]
+    notes = [f for s in sessions for f in s.findings if f.kind == NOTE]
+    campaign = Campaign(sessions, findings, singles, notes)
+    by_id: dict[str, list[Session]] = {}
+    for session in sessions:
+        if session.index is not None:
+            by_id.setdefault(session.session_id, []).append(session)
+    for session_id, copies in sorted(by_id.items()):
+        if len(copies) > 1:
+            campaign.findings.append(
+                Finding(
+                    CONTRADICTION,
+                    f"session {printable(session_id)} is in {len(copies)} folders "
+                    f"({', '.join(str(s.folder) for s in copies)}): one session counts once; a "
+                    "copy may stand in for a session that failed or is missing",
+                )
+            )
+    if revision is not None:
+        merged = {p: r for loaded in loaded_by_folder.values() for p, r in loaded.items()}
+        campaign.findings += revision_findings(merged, sessions, revision)
     for session in sessions if not allow_mixed_revisions else ():
         if (mixed := session.mixed()) is not None:
             campaign.findings.append(

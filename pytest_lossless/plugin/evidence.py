@@ -29,23 +29,6 @@ ALLOCATION_KEY = pytest.StashKey["Allocation"]()
 FACTS_KEY = pytest.StashKey[dict[str, Any]]()
 #: The session's source identity (revision, dirty flag, diff), computed once.
 REVISION_KEY = pytest.StashKey[dict[str, Any]]()
-#: The key of keyed receipts (``PYTEST_LOSSLESS_RECEIPT_KEY``), or None.
-KEY_KEY = pytest.StashKey["bytes | None"]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    import os
-
-    from ..evidence.index import KEY_ENV, read_key
-
-    # Read once, then gone from the environment: no model run or xdist worker inherits it.
-    config.stash[KEY_KEY] = read_key()
-    os.environ.pop(KEY_ENV, None)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if KEY_KEY in config.stash:
-        del config.stash[KEY_KEY]
 
 
 def session_folder(config: pytest.Config) -> Path:
@@ -130,6 +113,16 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
         return
     report.user_properties.append(("lossless_receipt", str(path)))
+    from ..evidence.index import sha256_regular
+
+    # The session's index lists this digest, held in memory, not what the file holds later.
+    report.lossless_receipt_sha256 = sha256_regular(path)  # type: ignore[attr-defined]
+    report.lossless_unended = [  # type: ignore[attr-defined]
+        [p.get("pid"), p.get("comm")]
+        for run in receipt.runs
+        for p in run.get("processes") or []
+        if isinstance(p, dict) and p.get("exit_code") is None and p.get("signal") is None
+    ]
     from ..evidence.receipts import derive_verdicts
 
     raw = {

@@ -287,7 +287,8 @@ class LosslessFixture:
                 expect=media,  # type: ignore[arg-type]
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
-        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan})
+        expected = {"expected_verdicts": list(wanted)} if wanted else {}  # for sign's result
+        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan, **expected})
         export.comparison(self._item, verdict)
         row = report.Row(self._item.nodeid, name, gate_text, verdict.verdict, verdict.summary())
         record_verdict(self._item, row, verdict, act=act, expect=wanted, lossy=verdict.lossy)

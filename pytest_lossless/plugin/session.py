@@ -21,7 +21,7 @@ from ..errors import LosslessError
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .evidence import KEY_KEY, session_folder, source_revision
+from .evidence import session_folder, source_revision
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -59,6 +59,10 @@ class SummaryPlugin:
         #: What the session end wrote (the session folder), or why it could not.
         self.written: Path | None = None
         self.not_written: str | None = None
+        #: Why the session cannot be signed (see ``_unsignable``), or None.
+        self.unsignable: str | None = None
+        #: (pid, comm) of each process a receipt records without its end: checked at the end.
+        self.unended: list[tuple[Any, ...]] = []
         #: Where each test is defined (file relative to the rootdir, 1-based line): annotations.
         self.locations: dict[str, tuple[str, int | None]] = {}
 
@@ -112,6 +116,7 @@ class SummaryPlugin:
         # Stopping early (-x, --maxfail) matters to the evidence only when a gate was left out.
         left_out = bool(self.tests.gates - set(self.tests.seen))
         state = session_state(exitstatus, str(stopped) if stopped and left_out else None)
+        unsignable = self.unsignable = self._unsignable(folder)
         try:
             # Never through a link out of the project (a committed lossless-receipts link).
             inside_root(folder, resolved.rootdir, what="receipts folder")
@@ -129,7 +134,8 @@ class SummaryPlugin:
                 state=state,
                 mode=_mode(resolved.lossless, resolved.update_goldens),
                 workers=_workers(self.config),
-                key=self.config.stash.get(KEY_KEY, None),
+                digests=self.tests.digests,
+                unsignable=unsignable,
             )
             write_index(folder, index)
             self.written = folder
@@ -138,6 +144,40 @@ class SummaryPlugin:
             self.not_written = f"{exc}"
             if self.written is None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _unsignable(self, folder: Path) -> str | None:
+        """Why the session must not be signed: a process it started still runs (waited for a
+        few seconds: it could rewrite the evidence after the index), or a receipt on disk is
+        no longer what the session wrote (``None``: signable)."""
+        import time
+
+        from ..core.procfs import process_stat
+        from ..evidence.index import sha256_regular
+
+        deadline = time.monotonic() + 5.0
+        while True:
+            alive = [
+                f"{pid} ({comm})"
+                for pid, comm in self.unended
+                if isinstance(pid, int)
+                and (stat := process_stat(pid)) is not None
+                and stat.state not in ("Z", "X", "x")
+                and stat.comm == comm
+            ]
+            if not alive or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        why = []
+        if alive:
+            why.append(f"process(es) it started still run: {', '.join(sorted(set(alive)))}")
+        for name, digest in sorted(self.tests.digests.items()):
+            try:
+                changed = sha256_regular(folder / name) != digest
+            except OSError:
+                changed = True
+            if changed:
+                why.append(f"receipt {name} changed on disk after the session wrote it")
+        return "; ".join(why) or None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not (
@@ -148,6 +188,7 @@ class SummaryPlugin:
         ):
             return  # a plain test's report: nothing of ours on it
         self.tests.record(report)
+        self.unended += [tuple(p) for p in getattr(report, "lossless_unended", None) or []]
         path, line = report.location[0], report.location[1]
         self.locations[report.nodeid] = (path, None if line is None else line + 1)
         if getattr(report, "lossless_verdict", None) == Verdict.INCONCLUSIVE:
@@ -206,6 +247,8 @@ class SummaryPlugin:
         if hasattr(self.config, "workerinput"):
             return
         self._github(terminalreporter)
+        if self.unsignable:
+            write(f"pytest-lossless: this session cannot be signed: {self.unsignable}", red=True)
         if self.written is not None:
             line = report.evidence_line(
                 self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
@@ -287,6 +330,8 @@ class GateLedger:
         self.gates: set[str] = set()
         self.unselected: set[str] = set()
         self.seen: dict[str, dict[str, Any]] = {}
+        #: Receipt file name -> the SHA-256 it was written with (held here, not re-read).
+        self.digests: dict[str, str] = {}
 
     def collected(self, test_ids: Any) -> None:
         self.gates.update(str(t) for t in test_ids)
@@ -317,6 +362,9 @@ class GateLedger:
         for key, value in report.user_properties:
             if key == "lossless_receipt":
                 entry["receipt"] = Path(str(value)).name
+                digest = getattr(report, "lossless_receipt_sha256", None)
+                if digest:
+                    self.digests[entry["receipt"]] = str(digest)
 
     def entries(self, state: str) -> list[dict[str, Any]]:
         """One entry per gate test and per test with a receipt, in the index's form."""

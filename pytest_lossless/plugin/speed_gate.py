@@ -107,7 +107,8 @@ class SpeedGateFixture:
                 proof=proof,
                 before_arm=hooks,
             )
-        receipt.add_speed({**verdict.to_dict(), "gate_plan": plan})
+        expected = {"expected_verdicts": list(wanted)} if wanted else {}  # for sign's result
+        receipt.add_speed({**verdict.to_dict(), "gate_plan": plan, **expected})
         row = report.speed_row(self._item.nodeid, name, verdict)
         record_verdict(self._item, row, verdict, act=act, expect=wanted)
         return verdict

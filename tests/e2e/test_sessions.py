@@ -1,6 +1,7 @@
 """End to end: each session writes into a folder of its own with an index, so concurrent
 sessions keep every receipt, ``verify`` names what is missing, added or changed, refuses a
-folder mixing revisions, merges the sessions of several hosts, and checks keyed receipts."""
+folder mixing revisions, merges the sessions of several hosts, and counts each session once,
+under its own name, on the revision asked for."""
 
 from __future__ import annotations
 
@@ -22,11 +23,9 @@ from pytest_lossless.errors import ConfigError
 from pytest_lossless.evidence.index import (
     HOST_ENV,
     INDEX_NAME,
-    KEY_ENV,
     SESSION_ID,
     build_index,
     host_identity,
-    index_hmac,
     new_session_id,
     write_index,
 )
@@ -44,9 +43,7 @@ def test_gate(model_run, lossless):
     run()
 
 def test_run(model_run):
-    # Fails when the key of keyed receipts reached a model run (it must not).
-    code = "import os, sys; sys.exit(7 if %r in os.environ else 0)" % "PYTEST_LOSSLESS_RECEIPT_KEY"
-    model_run([sys.executable, "-c", code])
+    model_run([sys.executable, "-c", "pass"])
     time.sleep(float(os.environ.get("SESSION_SLEEP", "0")))
 """
 
@@ -103,7 +100,7 @@ def test_one_session_one_folder_with_its_index(project: pytest.Pytester) -> None
     }
     assert [t["test_id"] for t in index["tests"] if t["gate"]] == ["test_project.py::test_gate"]
     assert index["summary"]["file"] == "SUMMARY.md"
-    assert index["hmac"] is None
+    assert "hmac" not in index  # no key in the session: sessions are signed afterwards (#28)
     receipt = json.loads((session / "test_project.py__test_gate.json").read_text())
     assert receipt["runspec"]["session_id"] == session.name
     assert receipt["runspec"]["host"] == index["host"]
@@ -310,43 +307,56 @@ def test_on_a_device(devices, model_run):
 
 
 @pytest.mark.slow
-def test_keyed_receipts(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, "s3cret-key")
-    _run(project).assert_outcomes(passed=2)  # test_run fails if a model run saw the key
-    assert KEY_ENV not in os.environ  # read once, then removed from the environment
+def test_a_renamed_copied_or_other_revision_session_is_named(
+    project: pytest.Pytester, tmp_path: Path
+) -> None:
+    _git_commit(project.path)
+    _run(project).assert_outcomes(passed=2)
     receipts = project.path / "lossless-receipts"
     (session,) = _sessions(receipts)
-    index = _index(session)
-    assert index["hmac"]["algorithm"] == "HMAC-SHA256"
-    assert "s3cret" not in (session / INDEX_NAME).read_text()
-    good = _verify(receipts, "--key-env", "CI_KEY", env={"CI_KEY": "s3cret-key"})
-    assert good.returncode == 0, good.stdout
-    assert "HMAC-SHA256 of 1 session index(es) checked with the key in $CI_KEY" in good.stdout
-    bad = _verify(receipts, "--key-env", "CI_KEY", env={"CI_KEY": "another-key"})
-    assert bad.returncode == 1
-    assert "the HMAC does not match the index" in bad.stdout
-    unset = _verify(receipts, "--key-env", "NO_SUCH_VARIABLE_SET")
-    assert unset.returncode == 2
-    assert "--key-env NO_SUCH_VARIABLE_SET: the variable is unset or empty" in unset.stderr
-    # An index edited to match its edited receipts: the SHA-256s agree, the HMAC does not.
-    changed = session / "test_project.py__test_run.json"
-    changed.write_text(changed.read_text() + " ")
-    from pytest_lossless.evidence.index import sha256_regular
+    revision = _index(session)["source"]["revision"]
+    assert _verify(receipts, "--revision", revision).returncode == 0
+    assert _verify(receipts, "--revision", revision[:7]).returncode == 0
+    other = _verify(receipts, "--revision", "0123456789abcdef")
+    assert other.returncode == 1
+    assert "but --revision 0123456789abcdef is required" in other.stdout
+    assert _verify(receipts, "--revision", "HEAD").returncode == 2  # not a SHA: said so
+    # One session under two shards' folders (a failing shard replaced by a copy of another).
+    import shutil
 
-    for entry in index["receipts"]:
-        if entry["file"] == changed.name:
-            entry["sha256"] = sha256_regular(changed)
-    (session / INDEX_NAME).write_text(json.dumps(index))
-    assert _verify(receipts).returncode == 0  # unkeyed hashes cannot tell
-    forged = _verify(receipts, "--key-env", "CI_KEY", env={"CI_KEY": "s3cret-key"})
-    assert forged.returncode == 1
-    assert "the HMAC does not match the index" in forged.stdout
-    # A session without the key: asked for keyed receipts, its index has none.
-    monkeypatch.delenv(KEY_ENV, raising=False)
-    _run(project, "--lossless-receipts=unkeyed").assert_outcomes(passed=2)
-    missing = _verify(project.path / "unkeyed", "--key-env", "CI_KEY", env={"CI_KEY": "x"})
-    assert missing.returncode == 1
-    assert "no HMAC, but --key-env CI_KEY asks for keyed receipts" in missing.stdout
+    shard_a, shard_b = tmp_path / "receipts-a", tmp_path / "receipts-b"
+    shutil.copytree(session, shard_a / session.name)
+    shutil.copytree(session, shard_b / session.name)
+    twice = _verify(tmp_path)
+    assert twice.returncode == 1
+    assert f"session {session.name} is in 2 folders" in twice.stdout
+    # A renamed session folder.
+    renamed = session.rename(receipts / "20990101T000000.000Z-other-abcdef")
+    moved = _verify(renamed)
+    assert moved.returncode == 1
+    assert f"the folder of session {session.name} was renamed" in moved.stdout
+
+
+def _git_commit(folder: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+
+    git("init", "-q", ".")
+    git("add", "-A")
+    git("-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "init")
+
+
+def test_an_old_index_with_an_hmac_is_noted_not_believed(tmp_path: Path) -> None:
+    folder = tmp_path / "20240102T000000.000Z-h-bbbbbb"
+    folder.mkdir()
+    write_summary(folder)
+    index = build_index(folder, session_id=folder.name)
+    write_index(folder, {**index, "hmac": {"algorithm": "HMAC-SHA256", "value": "ab" * 32}})
+    done = _verify(folder)
+    assert done.returncode == 0, done.stdout
+    assert "carries an HMAC from an older pytest-lossless; HMACs are no longer checked" in (
+        done.stdout
+    )
 
 
 @pytest.mark.slow
@@ -454,16 +464,6 @@ def test_a_declared_host_is_recorded_and_checked() -> None:
     assert host_identity({})["declared_by"] is None
     with pytest.raises(ConfigError, match=HOST_ENV):
         host_identity({HOST_ENV: "evil\x1b[2Jhost"})
-
-
-def test_the_hmac_covers_every_field_of_the_index(tmp_path: Path) -> None:
-    index = build_index(tmp_path, session_id="s", key=b"k")
-    mac = index["hmac"]["value"]
-    assert mac == index_hmac(index, b"k")
-    assert mac != index_hmac(index, b"other key")
-    receipts = [{"file": "a.json", "sha256": "0" * 64, "test_id": "t.py::a"}]
-    for field, value in [("finished", False), ("receipts", receipts), ("host", {"hostname": "x"})]:
-        assert index_hmac({**index, field: value}, b"k") != mac, field
 
 
 def test_a_receipt_moved_into_another_session_is_named(tmp_path: Path) -> None:

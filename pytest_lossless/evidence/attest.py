@@ -1,0 +1,989 @@
+"""Receipts as standard attestations: in-toto Statements, signed in DSSE envelopes.
+
+``python -m pytest_lossless sign DIR`` turns each session folder into two in-toto Statements
+(v1) about the same subjects (the source revisions, as ``gitCommit`` digests, and the SHA-256
+of every candidate's obtained artifacts):
+
+- the Test Result predicate (``https://in-toto.io/attestation/test-result/v0.1``), which policy
+  engines read: ``result`` and the tests by outcome, with the frozen plans, the golden manifests
+  and the session's ``INDEX.json`` (which holds every receipt's SHA-256) as configuration;
+- this project's predicate (:data:`LOSSLESS_TYPE`, documented in ``docs/receipts.md``): each
+  test's verdict, gates, ratio and interval per workload, and each receipt's SHA-256.
+
+With an ed25519 key each Statement is signed in a DSSE envelope, one JSON line each in one
+``.intoto.jsonl`` bundle; without one, the Statements and their predicates are written for the
+CI's own signer. Signing happens here, never in the pytest session: the code under test runs as
+the same user as pytest and could read any key the session held.
+
+The same builders re-derive both Statements from the folders on disk at ``verify --attestation``
+time (:func:`check_bundle`), so any digest that differs is named, not just "bad signature".
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.digests import loads_bounded, write_atomic
+from ..core.paths import read_regular
+from ..core.text import printable
+from ..core.verdict import Verdict
+from ..errors import LosslessError, ReceiptError
+from .index import INDEX_NAME, load_index, sha256_regular
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+TEST_RESULT_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
+#: This project's predicate: the lossless detail of one session (docs/receipts.md).
+LOSSLESS_TYPE = "urn:pytest-lossless:predicate:session:v1"
+#: The bundle a signed campaign is written to, in the ``--out`` folder.
+BUNDLE_NAME = "lossless.intoto.jsonl"
+#: Test outcomes of a gate test that was never in the session's selection.
+_NOT_SELECTED = frozenset({"deselected"})
+MAX_BUNDLE_BYTES = 256 << 20
+PASSED, WARNED, FAILED = "PASSED", "WARNED", "FAILED"
+
+
+class AttestationError(LosslessError):
+    """A bundle, key or session that cannot be signed or checked; the message says why."""
+
+
+# --- the statements -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionFiles:
+    """One session folder as signed: its index (and the index file's SHA-256) and the
+    receipts the index lists, loaded."""
+
+    folder: Path
+    index: Mapping[str, Any]
+    index_sha256: str
+    receipts: Mapping[str, Mapping[str, Any]]
+
+    @property
+    def session_id(self) -> str:
+        return str(self.index.get("session_id") or "")
+
+    @classmethod
+    def read(cls, folder: Path) -> SessionFiles:
+        """The session of ``folder``; :class:`AttestationError` when its index or a listed
+        receipt cannot be read (a folder that cannot be read cannot be signed)."""
+        from .receipts import load
+
+        path = folder / INDEX_NAME
+        try:
+            index = load_index(path)
+            digest = sha256_regular(path)
+        except (ReceiptError, OSError) as exc:
+            raise AttestationError(f"{path}: {exc}") from None
+        receipts: dict[str, Mapping[str, Any]] = {}
+        for entry in index.get("receipts") or []:
+            name = str(entry.get("file") or "")
+            if not name or Path(name).name != name:
+                raise AttestationError(f"{path}: lists a receipt named {name!r}")
+            try:
+                receipts[name] = load(folder / name)
+            except (ReceiptError, OSError) as exc:
+                raise AttestationError(f"{folder / name}: {exc}") from None
+        return cls(folder, index, digest, receipts)
+
+
+def _digest_set(algorithm: str, value: Any) -> dict[str, str]:
+    return {algorithm: str(value)}
+
+
+def _relative(path: Any, rootdir: Any) -> str | None:
+    """A path a receipt records (absolute on the machine that ran it), relative to that
+    machine's rootdir: the name the same file has in any checkout. None when outside it."""
+    if not path or not rootdir:
+        return None
+    try:
+        relative = Path(os.path.normpath(str(path))).relative_to(os.path.normpath(str(rootdir)))
+    except ValueError:
+        return None
+    text = relative.as_posix()
+    return None if text.startswith("..") else text
+
+
+def source_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+    """One ``gitCommit`` subject per source tree and revision the session's records name: the
+    rootdir's (index and receipts) and each run's ``sources=`` trees. A dirty tree says so in
+    its annotations (the commit alone is not what ran)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(name: str, block: Any) -> None:
+        if not isinstance(block, Mapping) or not block.get("revision"):
+            return
+        key = (name, str(block["revision"]))
+        entry = found.setdefault(
+            key,
+            {
+                "name": name,
+                "digest": _digest_set("gitCommit", block["revision"]),
+                "annotations": {"dirty": False},
+            },
+        )
+        if block.get("dirty"):
+            entry["annotations"]["dirty"] = True
+            if block.get("diff_sha256"):
+                entry["annotations"]["diff_sha256"] = str(block["diff_sha256"])
+
+    add("source", session.index.get("source"))
+    for receipt in session.receipts.values():
+        runspec = receipt.get("runspec")
+        if isinstance(runspec, Mapping):
+            add("source", runspec.get("source"))
+        rootdir = session.index.get("rootdir")
+        for run in receipt.get("runs") or []:
+            trees = run.get("sources") if isinstance(run, Mapping) else None
+            for tree, state in (trees or {}).items() if isinstance(trees, Mapping) else ():
+                add(f"source:{_relative(tree, rootdir) or tree}", state)
+    return [found[k] for k in sorted(found)]
+
+
+def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+    """The SHA-256 of every candidate's obtained artifact: each golden check's obtained file
+    and each ``lossless.compare`` candidate's outputs (by the run record of its path)."""
+    found: dict[str, dict[str, Any]] = {}
+    for receipt in session.receipts.values():
+        test = str(receipt.get("test_id"))
+        outputs = {
+            str(entry.get("path")): entry.get("sha256")
+            for run in receipt.get("runs") or []
+            if isinstance(run, Mapping)
+            for entry in (run.get("outputs") or {}).values()
+            if isinstance(entry, Mapping)
+        }
+        for gate in receipt.get("gates") or []:
+            evidence = gate.get("evidence") if isinstance(gate, Mapping) else None
+            obtained = evidence.get("obtained") if isinstance(evidence, Mapping) else None
+            if isinstance(obtained, Mapping) and obtained.get("sha256"):
+                name = f"{test}/{gate.get('artifact')}"
+                found[name] = {"name": name, "digest": _digest_set("sha256", obtained["sha256"])}
+        for entry in receipt.get("lossless") or []:
+            if not isinstance(entry, Mapping):
+                continue
+            label = entry.get("label") or "lossless"
+            for run in entry.get("runs") or []:
+                if not isinstance(run, Mapping) or run.get("role") != "candidate":
+                    continue
+                for artifact, recorded in (run.get("artifacts") or {}).items():
+                    path = recorded.get("path") if isinstance(recorded, Mapping) else None
+                    digest = outputs.get(str(path)) if path else None
+                    if digest:
+                        name = f"{test}/{label}/{artifact}"
+                        found[name] = {"name": name, "digest": _digest_set("sha256", digest)}
+    return [found[k] for k in sorted(found)]
+
+
+def subjects(session: SessionFiles) -> list[dict[str, Any]]:
+    """The statement's subjects: source revisions first, then the obtained artifacts."""
+    return source_subjects(session) + artifact_subjects(session)
+
+
+def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The Test Result ``configuration``: the session's ``INDEX.json`` by digest, and each
+    golden manifest and frozen plan the receipts name, by the digest of the file as it is in
+    ``project`` (a checkout of the revision the session ran). Also returns what does not agree:
+    a file missing from ``project``, or a manifest whose digest is not the one the receipt was
+    judged against."""
+    problems: list[str] = []
+    rootdir = session.index.get("rootdir")
+    descriptors = [
+        {
+            "name": INDEX_NAME,
+            "uri": f"pytest-lossless:session/{session.session_id}/{INDEX_NAME}",
+            "digest": _digest_set("sha256", session.index_sha256),
+            "mediaType": "application/json",
+            "annotations": {"session_id": session.session_id},
+        }
+    ]
+    files: dict[str, tuple[str, str | None]] = {}  # relative path -> (what, recorded digest)
+    for name, receipt in sorted(session.receipts.items()):
+        for gate in receipt.get("gates") or []:
+            evidence = gate.get("evidence") if isinstance(gate, Mapping) else None
+            golden = evidence.get("golden") if isinstance(evidence, Mapping) else None
+            if isinstance(golden, Mapping) and golden.get("folder"):
+                relative = _relative(Path(str(golden["folder"])) / "manifest.json", rootdir)
+                if relative is None:
+                    problems.append(f"{name}: golden folder {golden['folder']} outside {rootdir}")
+                    continue
+                files.setdefault(relative, ("manifest", golden.get("manifest_sha256")))
+        for block in ("lossless", "speed"):
+            for entry in receipt.get(block) or []:
+                plan = entry.get("gate_plan") if isinstance(entry, Mapping) else None
+                if isinstance(plan, Mapping) and plan.get("frozen") and plan.get("file"):
+                    relative = _relative(plan["file"], rootdir)
+                    if relative is None:
+                        problems.append(f"{name}: plan {plan['file']} outside {rootdir}")
+                        continue
+                    files.setdefault(relative, ("plan", None))
+    for relative, (what, recorded) in sorted(files.items()):
+        path = project / relative
+        try:
+            digest = sha256_regular(path)
+        except OSError as exc:
+            problems.append(
+                f"{what} {relative}: not readable in {project} ({exc.strerror or exc}): run "
+                "from a checkout of the revision the session ran"
+            )
+            continue
+        if recorded and digest != recorded:
+            problems.append(
+                f"{what} {relative}: SHA-256 {digest} in {project}, but the session was judged "
+                f"against {recorded}: the checkout is not the revision the session ran, or the "
+                "golden changed since"
+            )
+        descriptors.append(
+            {
+                "name": relative,
+                "digest": _digest_set("sha256", digest),
+                "mediaType": "application/json",
+                "annotations": {"role": what},
+            }
+        )
+    return descriptors, problems
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """What one selected gate test counts as in the Test Result predicate, and why."""
+
+    test_id: str
+    counts_as: str  # PASSED, WARNED or FAILED
+    why: str
+
+
+def _expected(entry: Mapping[str, Any]) -> bool:
+    wanted = entry.get("expected_verdicts")
+    return isinstance(wanted, list) and str(entry.get("verdict")) in [str(w) for w in wanted]
+
+
+def effective_verdict(receipt: Mapping[str, Any]) -> Verdict | None:
+    """The receipt's verdict with each lossless and speed verdict that matched its test's
+    ``expect=`` counted as PASS (the test asserted it); every other part as in the receipt's
+    ``verdicts.overall``. None when the receipt judged nothing."""
+    from ..run import lifecycle_verdict
+
+    words: list[str] = []
+    for gate in receipt.get("gates") or []:
+        if isinstance(gate, Mapping):
+            if gate.get("passed") is not True:
+                words.append(Verdict.FAIL.value)
+            else:
+                lossless = gate.get("lossless") is True
+                words.append(Verdict.PASS.value if lossless else Verdict.LOSSY_PASS.value)
+    for block in ("lossless", "speed"):
+        for entry in receipt.get(block) or []:
+            if not isinstance(entry, Mapping):
+                continue
+            if _expected(entry):
+                words.append(Verdict.PASS.value)
+            elif block == "lossless" and entry.get("verdict") == "PASS" and entry.get("lossy"):
+                words.append(Verdict.LOSSY_PASS.value)
+            else:
+                words.append(str(entry.get("verdict")))
+    for run in receipt.get("runs") or []:
+        if isinstance(run, Mapping) and lifecycle_verdict(run).get("clean") is not True:
+            words.append(Verdict.FAIL.value)
+    return Verdict.worst(words) if words else None
+
+
+def gate_outcomes(session: SessionFiles) -> list[GateOutcome]:
+    """Each selected gate test of the session (every gate the index lists, deselected ones
+    left out) and what it counts as: PASSED when it passed under pytest and every part of its
+    receipt is PASS (or the verdict its ``expect=`` asserted), WARNED for LOSSY-PASS, FAILED
+    otherwise: a failed, skipped or unreached test, no receipt, or nothing judged."""
+    outcomes: list[GateOutcome] = []
+    by_file = dict(session.receipts)
+    for test in session.index.get("tests") or []:
+        test_id = str(test.get("test_id"))
+        outcome = str(test.get("outcome"))
+        if outcome in _NOT_SELECTED or not (test.get("gate") or test.get("receipt")):
+            continue
+        receipt = by_file.get(str(test.get("receipt"))) if test.get("receipt") else None
+        if outcome != "passed":
+            reason = f": {test['reason']}" if test.get("reason") else ""
+            outcomes.append(GateOutcome(test_id, FAILED, f"pytest outcome {outcome}{reason}"))
+            continue
+        if receipt is None:
+            outcomes.append(GateOutcome(test_id, FAILED, "no receipt"))
+            continue
+        verdict = effective_verdict(receipt)
+        if verdict is None:
+            outcomes.append(GateOutcome(test_id, FAILED, "its receipt judged nothing"))
+        elif verdict == Verdict.PASS:
+            outcomes.append(GateOutcome(test_id, PASSED, "PASS"))
+        elif verdict == Verdict.LOSSY_PASS:
+            outcomes.append(GateOutcome(test_id, WARNED, "LOSSY-PASS"))
+        else:
+            outcomes.append(GateOutcome(test_id, FAILED, verdict.value))
+    return outcomes
+
+
+def overall_result(outcomes: Sequence[GateOutcome], *, finished: bool) -> str:
+    """PASSED when every selected gate test passed (and there was one, and the session
+    finished), WARNED when the worst was a LOSSY-PASS, else FAILED."""
+    counts = {o.counts_as for o in outcomes}
+    if not outcomes or not finished or FAILED in counts:
+        return FAILED
+    return WARNED if WARNED in counts else PASSED
+
+
+def _test_detail(test_id: str, receipt: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The lossless detail of one test: each gate, lossless comparison and speed workload."""
+    if receipt is None:
+        return {"gates": [], "lossless": [], "speed": []}
+    gates = [
+        {
+            "artifact": g.get("artifact"),
+            "kind": g.get("kind"),
+            "gate": g.get("gate"),
+            "passed": g.get("passed"),
+            "lossless": g.get("lossless"),
+        }
+        for g in receipt.get("gates") or []
+        if isinstance(g, Mapping)
+    ]
+    lossless = [
+        {
+            "label": e.get("label"),
+            "verdict": e.get("verdict"),
+            "gates": e.get("gates"),
+            "lossy": bool(e.get("lossy")),
+            "expected_verdicts": e.get("expected_verdicts"),
+        }
+        for e in receipt.get("lossless") or []
+        if isinstance(e, Mapping)
+    ]
+    speed = [
+        {
+            "workload": e.get("workload"),
+            "verdict": e.get("verdict"),
+            "ratio": e.get("ratio"),
+            "interval": e.get("ci"),
+            "confidence": e.get("confidence"),
+            "target_ratio": e.get("target_ratio"),
+            "pairs": e.get("pairs"),
+            "expected_verdicts": e.get("expected_verdicts"),
+        }
+        for e in receipt.get("speed") or []
+        if isinstance(e, Mapping)
+    ]
+    verdicts = receipt.get("verdicts")
+    overall = verdicts.get("overall") if isinstance(verdicts, Mapping) else None
+    return {"verdict": overall, "gates": gates, "lossless": lossless, "speed": speed}
+
+
+def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The session's two Statements (Test Result, then the lossless detail), and what in the
+    project disagrees with them (see :func:`configuration`)."""
+    subject = subjects(session)
+    config, problems = configuration(session, project)
+    outcomes = gate_outcomes(session)
+    finished = session.index.get("finished") is True
+    result = overall_result(outcomes, finished=finished)
+    test_result = {
+        "result": result,
+        "configuration": config,
+        "passedTests": sorted(o.test_id for o in outcomes if o.counts_as == PASSED),
+        "warnedTests": sorted(o.test_id for o in outcomes if o.counts_as == WARNED),
+        "failedTests": sorted(o.test_id for o in outcomes if o.counts_as == FAILED),
+    }
+    receipts_by_test = {str(r.get("test_id")): r for r in session.receipts.values()}
+    index = session.index
+    detail = {
+        "session": {
+            "id": session.session_id,
+            "host": index.get("host"),
+            "started_at": index.get("started_at"),
+            "ended_at": index.get("ended_at"),
+            "state": index.get("state"),
+            "finished": finished,
+            "mode": index.get("mode"),
+            "index_sha256": session.index_sha256,
+        },
+        "result": result,
+        "tests": [
+            {
+                "test_id": o.test_id,
+                "counts_as": o.counts_as,
+                "why": o.why,
+                **_test_detail(o.test_id, receipts_by_test.get(o.test_id)),
+            }
+            for o in outcomes
+        ],
+        "receipts": sorted(
+            (
+                {"file": str(e.get("file")), "sha256": e.get("sha256"), "test_id": e.get("test_id")}
+                for e in index.get("receipts") or []
+            ),
+            key=lambda e: e["file"],
+        ),
+    }
+    made = [
+        {
+            "_type": STATEMENT_TYPE,
+            "subject": subject,
+            "predicateType": TEST_RESULT_TYPE,
+            "predicate": test_result,
+        },
+        {
+            "_type": STATEMENT_TYPE,
+            "subject": subject,
+            "predicateType": LOSSLESS_TYPE,
+            "predicate": detail,
+        },
+    ]
+    return made, problems
+
+
+def statement_bytes(statement: Mapping[str, Any]) -> bytes:
+    """A Statement as the payload bytes signed: JSON, sorted keys, no spaces, UTF-8."""
+    return json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# --- DSSE ----------------------------------------------------------------------------------
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE's pre-authentication encoding: what the signature covers."""
+    kind = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(payload), payload)
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives import serialization
+    except ModuleNotFoundError:
+        raise AttestationError(
+            "signing and checking signatures need the 'cryptography' package: "
+            "pip install 'pytest-lossless[sign]'"
+        ) from None
+    return serialization
+
+
+def load_private_key(path: Path) -> Any:
+    """An ed25519 private key from an unencrypted PEM file."""
+    serialization = _crypto()
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(read_regular(path, limit=1 << 16), password=None)
+    except OSError as exc:
+        raise AttestationError(f"--key {path}: cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise AttestationError(
+            f"--key {path}: not an unencrypted PEM private key ({exc}); make one with: "
+            "openssl genpkey -algorithm ed25519 -out key.pem"
+        ) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise AttestationError(f"--key {path}: a {type(key).__name__}, not an ed25519 key")
+    return key
+
+
+def load_public_key(path: Path) -> Any:
+    """An ed25519 public key from a PEM file (``openssl pkey -in key.pem -pubout``)."""
+    serialization = _crypto()
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = serialization.load_pem_public_key(read_regular(path, limit=1 << 16))
+    except OSError as exc:
+        raise AttestationError(f"--key {path}: cannot be read: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise AttestationError(
+            f"--key {path}: not a PEM public key ({exc}); give the public half: "
+            "openssl pkey -in key.pem -pubout -out key.pub"
+        ) from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise AttestationError(f"--key {path}: a {type(key).__name__}, not an ed25519 key")
+    return key
+
+
+def keyid(public_key: Any) -> str:
+    """The key's id in signatures: SHA-256 of its DER SubjectPublicKeyInfo, in hex."""
+    serialization = _crypto()
+    der = public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return hashlib.sha256(der).hexdigest()
+
+
+def envelope(statement: Mapping[str, Any], private_key: Any) -> dict[str, Any]:
+    """A DSSE envelope holding ``statement``, signed with ``private_key``."""
+    payload = statement_bytes(statement)
+    signature = private_key.sign(pae(PAYLOAD_TYPE, payload))
+    return {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(payload).decode("ascii"),
+        "signatures": [
+            {
+                "keyid": keyid(private_key.public_key()),
+                "sig": base64.b64encode(signature).decode("ascii"),
+            }
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Opened:
+    """One line of a bundle: its Statement (None when unreadable), whether a signature by the
+    given key verified, and what is wrong with it."""
+
+    line: int
+    statement: Mapping[str, Any] | None
+    signed: bool
+    problem: str | None = None
+
+    @property
+    def session_id(self) -> str | None:
+        return statement_session(self.statement) if self.statement is not None else None
+
+
+def statement_session(statement: Mapping[str, Any]) -> str | None:
+    """The session a Statement is about: from its ``INDEX.json`` configuration (Test Result)
+    or its ``session.id`` (the lossless detail)."""
+    predicate = statement.get("predicate")
+    if not isinstance(predicate, Mapping):
+        return None
+    if statement.get("predicateType") == LOSSLESS_TYPE:
+        session = predicate.get("session")
+        return str(session.get("id")) if isinstance(session, Mapping) else None
+    for descriptor in predicate.get("configuration") or []:
+        if isinstance(descriptor, Mapping) and descriptor.get("name") == INDEX_NAME:
+            annotations = descriptor.get("annotations")
+            if isinstance(annotations, Mapping) and annotations.get("session_id"):
+                return str(annotations["session_id"])
+    return None
+
+
+def open_envelope(line: int, data: Any, public_key: Any) -> Opened:
+    """Check one envelope's signature with ``public_key`` and read its Statement."""
+    from cryptography.exceptions import InvalidSignature
+
+    if not isinstance(data, Mapping) or not isinstance(data.get("signatures"), list):
+        return Opened(line, None, False, "not a DSSE envelope (payload, payloadType, signatures)")
+    if data.get("payloadType") != PAYLOAD_TYPE:
+        return Opened(line, None, False, f"payloadType {data.get('payloadType')!r}")
+    try:
+        payload = base64.b64decode(str(data.get("payload")), validate=True)
+        statement = loads_bounded(payload)
+    except ValueError as exc:
+        return Opened(line, None, False, f"its payload cannot be read ({exc})")
+    if not isinstance(statement, Mapping) or statement.get("_type") != STATEMENT_TYPE:
+        return Opened(line, None, False, "the payload is not an in-toto Statement v1")
+    signed = False
+    for signature in data["signatures"]:
+        try:
+            raw = base64.b64decode(str(signature.get("sig")), validate=True)
+            public_key.verify(raw, pae(PAYLOAD_TYPE, payload))
+        except (InvalidSignature, ValueError, AttributeError):
+            continue
+        signed = True
+        break
+    return Opened(line, statement, signed)
+
+
+def read_bundle(path: Path, public_key: Any) -> list[Opened]:
+    """Every envelope of a ``.intoto.jsonl`` bundle, opened with ``public_key``."""
+    try:
+        text = read_regular(path, limit=MAX_BUNDLE_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AttestationError(f"--attestation {path}: cannot be read: {exc}") from None
+    opened = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = loads_bounded(line)
+        except ValueError as exc:
+            opened.append(Opened(number, None, False, f"not JSON ({exc})"))
+            continue
+        opened.append(open_envelope(number, data, public_key))
+    if not opened:
+        raise AttestationError(f"--attestation {path}: holds no envelope")
+    return opened
+
+
+# --- sign ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Signed:
+    """What ``sign`` did: the files written, the sessions signed, and the ones refused."""
+
+    written: list[Path] = field(default_factory=list)
+    sessions: list[tuple[str, str]] = field(default_factory=list)  # (session id, result)
+    refused: list[str] = field(default_factory=list)
+
+
+def session_folders(directory: Path) -> list[Path]:
+    """Every session folder under ``directory`` (a folder holding ``INDEX.json``), itself
+    included; exports' copies of receipts (no index) are not sessions."""
+    if (directory / INDEX_NAME).is_file():
+        return [directory]
+    return sorted(p.parent for p in directory.rglob(INDEX_NAME))
+
+
+def signing_problems(folder: Path, *, kinds: Any = None) -> list[str]:
+    """Why a session folder must not be signed: its own index says it is unsignable (a
+    process it started outlived it), or its receipts contradict their index or themselves
+    (changed since the session ended). An incomplete session is signed: its result says so."""
+    from .receipts import load_all
+    from .sessions import CONTRADICTION, check_session
+    from .verify import verify_receipt
+
+    found: list[str] = []
+    loaded = {p: r for p, r in load_all(folder).items() if p.parent == folder}
+    session = check_session(folder, loaded)
+    found += [f.text for f in session.findings if f.kind == CONTRADICTION]
+    index = session.index or {}
+    unsignable = index.get("unsignable")
+    if unsignable:
+        found.append(f"{folder / INDEX_NAME}: the session says it cannot be signed: {unsignable}")
+    for path, receipt in loaded.items():
+        if isinstance(receipt, ReceiptError):
+            found.append(str(receipt))
+            continue
+        problems = verify_receipt(path, receipt=receipt, kinds=kinds)
+        found += [f"{path}: {p}" for p in problems[:3]]
+    return found
+
+
+def sign(
+    directory: Path,
+    *,
+    out: Path,
+    project: Path,
+    private_key: Any | None = None,
+    kinds: Any = None,
+) -> Signed:
+    """Every session under ``directory`` as Statements: with ``private_key``, one envelope per
+    Statement in ``out/lossless.intoto.jsonl``; without, each session's Statements and their
+    predicates (and a ``subjects.sha256`` checksums file) in ``out/<session id>/`` for the
+    CI's own signer. A session with a problem (:func:`signing_problems`, or a golden or plan
+    that disagrees in ``project``) is refused and nothing of it is written."""
+    done = Signed()
+    lines: list[str] = []
+    for folder in session_folders(directory):
+        problems = signing_problems(folder, kinds=kinds)
+        if not problems:
+            try:
+                session = SessionFiles.read(folder)
+            except AttestationError as exc:
+                problems = [str(exc)]
+        if not problems:
+            made, problems = statements(session, project)
+        if problems:
+            done.refused += [f"{folder}: {printable(p)}" for p in problems]
+            continue
+        done.sessions.append((session.session_id, str(made[0]["predicate"]["result"])))
+        if private_key is not None:
+            lines += [json.dumps(envelope(s, private_key), sort_keys=True) for s in made]
+            continue
+        target = out / session.session_id
+        target.mkdir(parents=True, exist_ok=True)
+        for statement, stem in zip(made, ("test-result", "lossless"), strict=True):
+            for suffix, value in (("statement", statement), ("predicate", statement["predicate"])):
+                path = target / f"{stem}.{suffix}.json"
+                write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+                done.written.append(path)
+        checksums = target / "subjects.sha256"
+        write_atomic(checksums, _checksums(made[0]["subject"]).encode())
+        done.written.append(checksums)
+    if private_key is not None and lines and not done.refused:
+        out.mkdir(parents=True, exist_ok=True)
+        bundle = out / BUNDLE_NAME
+        write_atomic(bundle, ("\n".join(lines) + "\n").encode())
+        done.written.append(bundle)
+    return done
+
+
+def _checksums(subject: Iterable[Mapping[str, Any]]) -> str:
+    """The sha256 subjects in ``sha256sum`` format (``actions/attest``'s subject-checksums);
+    ``gitCommit`` subjects have no place there (the CI's signer binds the commit itself)."""
+    return "".join(
+        f"{s['digest']['sha256']}  {s['name']}\n" for s in subject if "sha256" in s["digest"]
+    )
+
+
+# --- verify --attestation ---------------------------------------------------------------------
+
+
+def _by_name(descriptors: Any) -> dict[str, dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    for d in descriptors or []:
+        if isinstance(d, Mapping) and isinstance(d.get("digest"), Mapping):
+            found.setdefault(str(d.get("name")), {}).update(
+                {str(k): str(v) for k, v in d["digest"].items()}
+            )
+    return found
+
+
+def compare_descriptors(what: str, signed: Any, on_disk: Any) -> list[str]:
+    """Each descriptor (subject or configuration) that the signed Statement and the files on
+    disk disagree on, named with both digests."""
+    a, b = _by_name(signed), _by_name(on_disk)
+    found = []
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            found.append(f"{what} {name!r} {_digests(a[name])} is signed but not on disk")
+        elif name not in a:
+            found.append(f"{what} {name!r} {_digests(b[name])} is on disk but not signed")
+        elif a[name] != b[name]:
+            found.append(
+                f"{what} {name!r}: signed {_digests(a[name])}, on disk {_digests(b[name])}"
+            )
+    return found
+
+
+def _digests(digest: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}:{v[:16]}" for k, v in sorted(digest.items()))
+
+
+@dataclass(frozen=True)
+class BundleFinding:
+    """One thing an attestation check found: ``SIGNATURE`` (an envelope the key does not
+    verify), ``NOT SIGNED`` (evidence no signed Statement covers), ``MISMATCH`` (signed
+    digests the files on disk do not match), ``DUPLICATE`` (one signed session twice)."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.text}"
+
+
+def check_bundle(
+    bundle: Path,
+    public_key: Any,
+    *,
+    folders: Sequence[Path],
+    single_receipts: Sequence[Path],
+    project: Path,
+) -> tuple[list[BundleFinding], list[Mapping[str, Any]]]:
+    """Every session folder and loose receipt against the signed Statements of ``bundle``:
+    each envelope verifies with ``public_key``; each session on disk is signed once, under its
+    own name, and its subjects and configuration re-derived from disk equal the signed ones;
+    each signed session is on disk once; each loose receipt (a receipt given as a file, or an
+    export's copy) is one a signed session lists. Returns the findings and the signed Test
+    Result Statements that verified."""
+    found: list[BundleFinding] = []
+    signed: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for opened in read_bundle(bundle, public_key):
+        where = f"{bundle}:{opened.line}"
+        if opened.problem is not None:
+            found.append(BundleFinding("SIGNATURE", f"{where}: {opened.problem}"))
+            continue
+        session = opened.session_id or "?"
+        if not opened.signed:
+            found.append(
+                BundleFinding(
+                    "SIGNATURE",
+                    f"{where} (session {printable(session)}): no signature verifies with this "
+                    f"key (keyid {keyid(public_key)[:16]}): signed with another key, or the "
+                    "envelope was changed after signing",
+                )
+            )
+            continue
+        assert opened.statement is not None
+        kind = str(opened.statement.get("predicateType"))
+        slot = signed.setdefault(session, {})
+        if kind in slot:
+            found.append(
+                BundleFinding(
+                    "DUPLICATE", f"{where}: a second {kind} Statement for session {session}"
+                )
+            )
+        slot[kind] = opened.statement
+    on_disk: dict[str, list[Path]] = {}
+    for folder in folders:
+        try:
+            index = load_index(folder / INDEX_NAME)
+        except ReceiptError:
+            index = {}
+        on_disk.setdefault(str(index.get("session_id") or folder.name), []).append(folder)
+    for session_id, places in sorted(on_disk.items()):
+        if len(places) > 1:
+            found.append(
+                BundleFinding(
+                    "DUPLICATE",
+                    f"session {printable(session_id)} is in {len(places)} folders "
+                    f"({', '.join(str(p) for p in places)}): one signed session counts once; "
+                    "a copy may stand in for a session that is missing",
+                )
+            )
+        for folder in places:
+            if folder.name != session_id:
+                found.append(
+                    BundleFinding(
+                        "MISMATCH",
+                        f"{folder}: holds session {printable(session_id)} under another name: "
+                        "a session folder keeps the name its session gave it",
+                    )
+                )
+            statements_signed = signed.get(session_id, {})
+            if TEST_RESULT_TYPE not in statements_signed:
+                found.append(
+                    BundleFinding(
+                        "NOT SIGNED",
+                        f"{folder}: no Statement in {bundle} signs session "
+                        f"{printable(session_id)}: a signature is required for every session",
+                    )
+                )
+                continue
+            found += [
+                BundleFinding("MISMATCH", f"{folder}: {p}")
+                for p in _compare_session(folder, statements_signed, project)
+            ]
+    # Loose receipts alone (one file, an export) are checked against the bundle without their
+    # sessions; once any session folder is verified, every signed session must be there.
+    for session_id in sorted(set(signed) - set(on_disk)) if folders else ():
+        found.append(
+            BundleFinding(
+                "MISMATCH",
+                f"signed session {printable(session_id)} is not among the folders verified: "
+                "its folder is missing, or was replaced",
+            )
+        )
+    signed_receipts = {
+        str(r.get("sha256"))
+        for slot in signed.values()
+        if LOSSLESS_TYPE in slot
+        for r in slot[LOSSLESS_TYPE]["predicate"].get("receipts") or []
+        if isinstance(r, Mapping)
+    }
+    for path in single_receipts:
+        try:
+            digest = sha256_regular(path)
+        except OSError as exc:
+            found.append(BundleFinding("NOT SIGNED", f"{path}: cannot be hashed ({exc})"))
+            continue
+        if digest not in signed_receipts:
+            found.append(
+                BundleFinding(
+                    "NOT SIGNED",
+                    f"{path}: SHA-256 {digest[:16]} is the digest of no receipt a signed "
+                    f"session in {bundle} lists: an unsigned (or changed) receipt",
+                )
+            )
+    results = [slot[TEST_RESULT_TYPE] for slot in signed.values() if TEST_RESULT_TYPE in slot]
+    return found, results
+
+
+def _compare_session(
+    folder: Path, signed: Mapping[str, Mapping[str, Any]], project: Path
+) -> list[str]:
+    """A signed session against its folder: the index file's digest first (it holds every
+    receipt's), then each receipt, subject and configuration file re-derived from disk."""
+    test_result = signed[TEST_RESULT_TYPE]
+    signed_index = _by_name(test_result["predicate"].get("configuration")).get(INDEX_NAME, {})
+    found: list[str] = []
+    try:
+        index_digest = sha256_regular(folder / INDEX_NAME)
+    except OSError as exc:
+        return [f"{INDEX_NAME} cannot be hashed ({exc})"]
+    if signed_index.get("sha256") != index_digest:
+        found.append(
+            f"{INDEX_NAME} SHA-256 {index_digest[:16]} differs from the signed "
+            f"{str(signed_index.get('sha256'))[:16]}: the index was changed after signing"
+        )
+    detail = signed.get(LOSSLESS_TYPE)
+    if detail is not None:
+        signed_receipts = {
+            str(r.get("file")): str(r.get("sha256"))
+            for r in detail["predicate"].get("receipts") or []
+            if isinstance(r, Mapping)
+        }
+        for name, digest in sorted(signed_receipts.items()):
+            try:
+                actual = sha256_regular(folder / name)
+            except OSError:
+                found.append(f"receipt {name} is signed but missing")
+                continue
+            if actual != digest:
+                found.append(
+                    f"receipt {name}: SHA-256 {actual[:16]} differs from the signed "
+                    f"{digest[:16]}: the receipt was changed after signing"
+                )
+    try:
+        session = SessionFiles.read(folder)
+    except AttestationError as exc:
+        return [*found, str(exc)]
+    again, _ = statements(session, project)
+    found += compare_descriptors("subject", test_result.get("subject"), again[0]["subject"])
+    found += compare_descriptors(
+        "configuration",
+        test_result["predicate"].get("configuration"),
+        again[0]["predicate"]["configuration"],
+    )
+    for key in ("result", "passedTests", "warnedTests", "failedTests"):
+        if test_result["predicate"].get(key) != again[0]["predicate"][key]:
+            found.append(
+                f"predicate {key}: signed {test_result['predicate'].get(key)!r}, the receipts "
+                f"on disk give {again[0]['predicate'][key]!r}"
+            )
+    if detail is not None and detail.get("subject") != test_result.get("subject"):
+        found.append("the two signed Statements of the session name different subjects")
+    return found
+
+
+def signed_receipts(bundle: Path, public_key: Any) -> dict[str, str]:
+    """SHA-256 -> session id of every receipt a verified lossless Statement of ``bundle``
+    lists (envelopes that do not verify with ``public_key`` vouch for nothing)."""
+    found: dict[str, str] = {}
+    for opened in read_bundle(bundle, public_key):
+        statement = opened.statement
+        if (
+            not opened.signed
+            or statement is None
+            or statement.get("predicateType") != (LOSSLESS_TYPE)
+        ):
+            continue
+        for entry in statement["predicate"].get("receipts") or []:
+            if isinstance(entry, Mapping) and entry.get("sha256"):
+                found[str(entry["sha256"])] = str(opened.session_id)
+    return found
+
+
+def revisions_of(statement: Mapping[str, Any]) -> set[str]:
+    """The ``gitCommit`` digests a Statement's subjects name."""
+    return {
+        str(s["digest"]["gitCommit"])
+        for s in statement.get("subject") or []
+        if isinstance(s, Mapping)
+        and isinstance(s.get("digest"), Mapping)
+        and "gitCommit" in s["digest"]
+    }
+
+
+__all__ = [
+    "BUNDLE_NAME",
+    "LOSSLESS_TYPE",
+    "PAYLOAD_TYPE",
+    "STATEMENT_TYPE",
+    "TEST_RESULT_TYPE",
+    "AttestationError",
+    "BundleFinding",
+    "SessionFiles",
+    "check_bundle",
+    "envelope",
+    "gate_outcomes",
+    "load_private_key",
+    "load_public_key",
+    "pae",
+    "read_bundle",
+    "revisions_of",
+    "session_folders",
+    "sign",
+    "signed_receipts",
+    "statements",
+]
