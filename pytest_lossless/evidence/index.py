@@ -158,13 +158,15 @@ def build_index(
     mode: str = "lossless",
     workers: int = 0,
     key: bytes | None = None,
+    shard: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
     hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
     collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
     ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
     ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
-    ``update-goldens+lossless``, or ``off`` (gates skipped). ``key`` adds the HMAC."""
+    ``update-goldens+lossless``, or ``off`` (gates skipped). ``key`` adds the HMAC. ``shard``
+    (``--lossless-shard``: index, count, source, the selection split) is recorded when given."""
     folder = Path(folder)
     entries = [dict(t) for t in tests]
     by_receipt = {str(t["receipt"]): t.get("test_id") for t in entries if t.get("receipt")}
@@ -198,6 +200,8 @@ def build_index(
         "summary": summary,
         "hmac": None,
     }
+    if shard is not None:
+        index["shard"] = dict(shard)
     if key is not None:
         index["hmac"] = {"algorithm": HMAC_ALGORITHM, "value": index_hmac(index, key)}
     return index

@@ -29,6 +29,7 @@ from .index import (
     load_index,
     sha256_regular,
 )
+from .shards import ShardedSession, shard_findings, shard_lines
 
 Loaded = Mapping[Path, "dict[str, Any] | ReceiptError"]
 INCOMPLETE = "INCOMPLETE"
@@ -387,6 +388,7 @@ class Campaign:
             if (mixed := session.mixed()) is not None:
                 count = mixed.count(";") + 1
                 lines.append(f"  session {session.session_id} holds {count} revisions: {mixed}")
+        lines += shard_lines(_sharded(self.sessions))
         lines += arm_source_lines(r for s in self.sessions for r in s._receipts())
         for path in self.single_files:
             lines.append(f"note: {path} is one receipt: its session's index was not checked")
@@ -405,6 +407,10 @@ class Campaign:
                 "--key-env NAME"
             )
         return lines
+
+
+def _sharded(sessions: list[Session]) -> list[ShardedSession]:
+    return [ShardedSession(f"{s.folder} (session {s.session_id})", s.index) for s in sessions]
 
 
 def _short(revision: str) -> str:
@@ -444,6 +450,9 @@ def check_campaign(
                     "session; pass --allow-mixed-revisions to accept it",
                 )
             )
+    for problem in shard_findings(_sharded(sessions)):  # each shard of N there once, finished
+        kind = INCOMPLETE if problem.incomplete else CONTRADICTION
+        campaign.findings.append(Finding(kind, problem.text))
     revisions = campaign.revisions()
     if len(revisions) > 1 and len(sessions) > 1 and not allow_mixed_revisions:
         seen = "; ".join(
