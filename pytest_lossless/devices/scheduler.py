@@ -44,6 +44,7 @@ RECORDED = (
     "SLURM_GPUS_ON_NODE",
     "SLURM_JOB_GRES",
     "SLURM_TRES_PER_TASK",
+    "GPU_DEVICE_ORDINAL",
     *VISIBLE_VARIABLES,
 )
 _NUMBER = re.compile(r"\s*\d+\s*")
