@@ -164,3 +164,17 @@ def test_a_command_line_pool_larger_than_the_allocation_is_a_usage_error(
             "(SLURM_JOB_GPUS=2,3, CUDA_VISIBLE_DEVICES=2,3) was given 2*"
         ]
     )
+
+
+def test_a_shard_under_xdist_records_the_workers_split(suite: pytest.Pytester):
+    result = suite.runpytest_subprocess(
+        "--lossless", "-p", "no:cacheprovider", "-n", "2", "--lossless-shard=0/3"
+    )
+    result.assert_outcomes(passed=2)
+    [index] = _indexes(suite.path / "receipts")
+    assert index["workers"] == 2
+    assert (index["shard"]["index"], index["shard"]["kept"], index["shard"]["selected"]) == (
+        0,
+        2,
+        6,
+    )
