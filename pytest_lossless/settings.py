@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.redact import parse_patterns
+from .core.shard import Shard, parse_shard
 from .errors import ConfigError
 
 BACKENDS = ("auto", "npu", "cuda", "cpu")
@@ -417,6 +418,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "30 s, to a log; never under -qq or on xdist workers; always also under -qq; off",
         choices=PROGRESS_MODES,
     ),
+    OptionSpec(
+        "shard",
+        "--lossless-shard",
+        "lossless_shard",
+        "PYTEST_LOSSLESS_SHARD",
+        None,
+        parse_shard,
+        "run shard I of N (numbered from 0) of the selected tests, a stable split by test id; "
+        "in a Slurm array task, by default, the task's position in the array of its count",
+        metavar="I/N",
+    ),
 )
 
 
@@ -453,6 +465,8 @@ class Settings:
     require_published: bool
     #: --lossless-progress: auto, off or always (:mod:`.plugin.progress`).
     progress: str
+    #: --lossless-shard: the part of the selection this session runs (:mod:`.plugin.shard`).
+    shard: Shard | None
     rootdir: Path
     sources: Mapping[str, str]
 

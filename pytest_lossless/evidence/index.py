@@ -143,6 +143,7 @@ def build_index(
     workers: int = 0,
     digests: Mapping[str, str] | None = None,
     unsignable: str | None = None,
+    shard: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
         hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
@@ -152,7 +153,8 @@ def build_index(
         ``update-goldens+lossless``, or ``off`` (gates skipped). ``digests``: receipt file name ->
     the SHA-256 the session held in memory when it wrote it (listed instead of what the file
     holds now). ``unsignable``: why the session must not be signed (a process it started
-    outlived it, a receipt changed on disk while it ran)."""
+    outlived it, a receipt changed on disk while it ran). ``shard`` (``--lossless-shard``: index,
+    count, source, the selection split) is recorded when given."""
     folder = Path(folder)
     entries = [dict(t) for t in tests]
     by_receipt = {str(t["receipt"]): t.get("test_id") for t in entries if t.get("receipt")}
@@ -192,6 +194,8 @@ def build_index(
     }
     if unsignable:
         index["unsignable"] = unsignable
+    if shard is not None:
+        index["shard"] = dict(shard)
     return index
 
 

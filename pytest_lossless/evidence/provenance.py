@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..core.digests import canonical_sha256
 from ..core.redact import Redactor
 from ..core.text import printable
+from ..errors import ConfigError
 from ..run import hash_inputs
 
 #: Distributions whose versions every receipt records.
@@ -435,7 +436,7 @@ def session_facts() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             continue
     versions["ffmpeg"] = _ffmpeg_version()
-    return {
+    facts: dict[str, Any] = {
         "versions": versions,
         "platform": {
             "system": platform.system(),
@@ -448,6 +449,24 @@ def session_facts() -> dict[str, Any]:
             "cpu_count": os.cpu_count(),
         },
     }
+    scheduler = scheduler_identity(os.environ)
+    if scheduler is not None:
+        facts["scheduler"] = scheduler
+    return facts
+
+
+def scheduler_identity(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The scheduler job this session runs in (Slurm: job id, array task, node, and the
+    allocation as Slurm gave it), or None outside one. Recorded in each receipt's RunSpec,
+    outside the environment fingerprint: job ids differ on every run."""
+    from ..devices.scheduler import RECORDED, slurm_job
+
+    try:
+        job = slurm_job(env)
+    except ConfigError as exc:  # a damaged variable is recorded as it is, with the problem
+        given = {n: env[n] for n in RECORDED if n in env}
+        return {"name": "slurm", "allocation": given, "problem": str(exc)}
+    return job.record() if job is not None else None
 
 
 def environment(knobs: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -494,6 +513,8 @@ def runspec(
         "environment": {**env, "fingerprint_sha256": fingerprint},
         "inputs": hash_inputs(inputs or {}),
     }
+    if isinstance(facts.get("scheduler"), Mapping):
+        spec["scheduler"] = dict(facts["scheduler"])
     if host is not None:
         spec["host"] = dict(host)
     if session_id is not None:
@@ -550,6 +571,7 @@ __all__ = [
     "redact_source",
     "redact_url",
     "runspec",
+    "scheduler_identity",
     "session_facts",
     "source_revision",
     "source_state",

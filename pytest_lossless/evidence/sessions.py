@@ -25,6 +25,7 @@ from .index import (
     load_index,
     sha256_regular,
 )
+from .shards import ShardedSession, shard_findings, shard_lines
 
 Loaded = Mapping[Path, "dict[str, Any] | ReceiptError"]
 #: The file at the top of an export folder (``--lossless-export``): its receipts are copies.
@@ -387,6 +388,7 @@ class Campaign:
             if (mixed := session.mixed()) is not None:
                 count = mixed.count(";") + 1
                 lines.append(f"  session {session.session_id} holds {count} revisions: {mixed}")
+        lines += shard_lines(_sharded(self.sessions))
         lines += arm_source_lines(r for s in self.sessions for r in s._receipts())
         for path in self.single_files:
             lines.append(f"note: {path} is one receipt: its session's index was not checked")
@@ -408,6 +410,10 @@ class Campaign:
                 "--key KEY) and verify with --attestation FILE --key PUBKEY"
             )
         return lines
+
+
+def _sharded(sessions: list[Session]) -> list[ShardedSession]:
+    return [ShardedSession(f"{s.folder} (session {s.session_id})", s.index) for s in sessions]
 
 
 def _short(revision: str) -> str:
@@ -507,6 +513,9 @@ def check_campaign(
                     "session; pass --allow-mixed-revisions to accept it",
                 )
             )
+    for problem in shard_findings(_sharded(sessions)):  # each shard of N there once, finished
+        kind = INCOMPLETE if problem.incomplete else CONTRADICTION
+        campaign.findings.append(Finding(kind, problem.text))
     revisions = campaign.revisions()
     if len(revisions) > 1 and len(sessions) > 1 and not allow_mixed_revisions:
         seen = "; ".join(

@@ -15,6 +15,7 @@ pytest_plugins = [
     "pytest_lossless.plugin.evidence",
     "pytest_lossless.plugin.outcomes",
     "pytest_lossless.plugin.devices",
+    "pytest_lossless.plugin.shard",
     "pytest_lossless.plugin.terminal_progress",
     "pytest_lossless.plugin.model_run",
     "pytest_lossless.plugin.export",

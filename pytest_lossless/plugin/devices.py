@@ -10,6 +10,7 @@ ended with ``--lossless-orphans=kill``; the wait line names it.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Generator
 from typing import TYPE_CHECKING
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 #: The session's allocator, built on first use.
 ALLOCATOR_KEY = pytest.StashKey["Allocator"]()
+#: The pool the allocator takes devices from: the settings' pool, or the scheduler's allocation.
+POOL_KEY = pytest.StashKey["tuple[str, ...] | None"]()
 DEVICE_MARKERS = ("npu", "gpu")
 #: Which backends a marker accepts (cpu slots emulate both; a plugin's own backend is trusted).
 _MARKER_REFUSES = {"npu": ("cuda",), "gpu": ("npu",)}
@@ -39,9 +42,60 @@ def pytest_lossless_backends() -> list[Backend]:
     return builtin_backends()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The pool, decided now: a command-line pool larger than the scheduler's allocation is a
+    usage error at the start, not an error in every device test."""
+    pool(config)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if ALLOCATOR_KEY in config.stash:
         del config.stash[ALLOCATOR_KEY]
+    if POOL_KEY in config.stash:
+        del config.stash[POOL_KEY]
+
+
+def pool(config: pytest.Config) -> tuple[str, ...] | None:
+    """The devices tests may take: ``--lossless-devices`` (or the ini's), or, inside a Slurm
+    job given devices, its allocation (:func:`..devices.scheduler.scheduler_pool`)."""
+    from ..devices import collect_backends
+    from ..devices.scheduler import scheduler_pool, slurm_job
+
+    if POOL_KEY in config.stash:
+        return config.stash[POOL_KEY]
+    resolved = settings(config)
+    try:
+        job = slurm_job(os.environ)
+        found = resolved.devices
+        if job is not None and job.allocated:
+            named = [b for b in collect_backends(config.hook) if b.name == resolved.backend]
+            found = scheduler_pool(
+                job,
+                resolved.devices,
+                source=resolved.sources.get("devices", "default"),
+                emulated=bool(named and named[0].emulated),
+            )
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-lossless: {exc}") from None
+    config.stash[POOL_KEY] = found
+    return found
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from ..devices.scheduler import slurm_job
+
+    try:
+        job = slurm_job(os.environ)
+    except ConfigError:
+        return []
+    if job is None:
+        return []
+    chosen = pool(config)
+    taken = ",".join(chosen) if chosen is not None else "all discovered"
+    return [
+        f"lossless: Slurm job {job.name} on {job.node or 'an unnamed node'} "
+        f"({job.describe()}): devices {taken}"
+    ]
 
 
 def allocator(config: pytest.Config) -> Allocator:
@@ -55,7 +109,7 @@ def allocator(config: pytest.Config) -> Allocator:
             found = Allocator(
                 collect_backends(config.hook),
                 backend=resolved.backend,
-                pool=resolved.devices,
+                pool=pool(config),
                 lock_dir=resolved.lock_dir,
                 timeout=resolved.lock_timeout,
                 busy=resolved.busy,

@@ -22,6 +22,7 @@ from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
 from .evidence import session_folder, source_revision
+from .shard import record as shard_record
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -98,7 +99,10 @@ class SummaryPlugin:
         compared = resolved.lossless and not resolved.update_goldens
         # A session folder the controller was told of no receipt for: a worker wrote one.
         written = session_folder(self.config).is_dir()
-        if self.receipts or (compared and self.tests.ran_a_gate) or written:
+        # A shard of a gate campaign always leaves its index, even one that got no gate test:
+        # the merged verify tells a shard that ran empty from one that never ran.
+        sharded = resolved.lossless and shard_record(self.config) is not None
+        if self.receipts or (compared and self.tests.ran_a_gate) or written or sharded:
             self._write_session(session)
 
     def _write_session(self, session: pytest.Session) -> None:
@@ -136,6 +140,7 @@ class SummaryPlugin:
                 workers=_workers(self.config),
                 digests=self.tests.digests,
                 unsignable=unsignable,
+                shard=shard_record(self.config),
             )
             write_index(folder, index)
             self.written = folder
