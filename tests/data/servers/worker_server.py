@@ -2,7 +2,8 @@
 
 ``python worker_server.py PORT [--workers N] [--ignore-term] [--die-at-startup]
 [--startup-delay S] [--worker-exit CODE] [--worker-ignore-term]``. GET /health answers 200
-once ready; POST /infer echoes the size and SHA-256 of the upload; GET /big?n=BYTES returns BYTES bytes.
+once ready; POST /infer echoes the size and SHA-256 of the upload; GET /big?n=BYTES returns
+BYTES bytes.
 On SIGTERM it forwards SIGTERM to its workers, reaps them and exits 0 (unless
 ``--ignore-term``). Workers exit with ``--worker-exit`` (default 0) on SIGTERM, or ignore it
 (``--worker-ignore-term``).
