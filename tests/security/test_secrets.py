@@ -590,7 +590,7 @@ def test_an_inherited_secret_printed_by_the_model_reaches_nothing_ci_uploads(
     """Not passed through env=: inherited from pytest's own environment, and printed."""
     inherited = "ghp_inheritedSecretValue42"
     pytester.makepyfile(
-        test_inherit=f"""
+        test_inherit="""
 import os, sys
 
 def test_prints_it(model_run):
