@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..errors import AllocationError, AllocationTimeout, ConfigError
 from ..settings import BUSY_POLICIES, ORPHAN_POLICIES
@@ -221,6 +222,7 @@ class Allocator:
                     result.waited_seconds = self.clock.monotonic() - start
                     result.escalated = escalated
                     result.orphans = watch.entries()
+                    faults.point("allocation")
                     return result
                 if result.new_orphans:
                     announced = False  # a new orphan gets its own wait line

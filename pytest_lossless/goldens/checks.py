@@ -23,6 +23,7 @@ from ..compare.coverage import (
     run_misses,
     varied_runs,
 )
+from ..core import faults
 from ..core.expect import Media
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact
@@ -89,6 +90,7 @@ class Golden:
             self.staged.append(entry)
             self._cover(expect, name, entry.kind, entry.fingerprint)
             return None
+        faults.point("compare")
         result = self.folder.compare(
             name, path, chosen, diagnostics_dir=self.workdir / "diagnostics"
         )

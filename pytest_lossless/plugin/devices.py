@@ -131,6 +131,9 @@ class Interruption:
         name = signal.Signals(signum).name
         first = self.signal is None
         self.begin(name)
+        if self.phase == "finish" and self.session is not None:
+            # Every test ran, but the index is not written yet: it says interrupted.
+            self.session.exitstatus = pytest.ExitCode.INTERRUPTED
         if self.phase in ("setup", "call"):
             if not first:
                 raise KeyboardInterrupt(f"pytest-lossless: {name} again")
@@ -217,6 +220,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> Generator[None, object, object]:
+    from ..core import faults
+
+    faults.point("session-finish")
     state = interruption(session.config)
     if state is not None:
         state.phase = "finish"

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
 from ..core.redact import Redactor, scrub, scrub_all
@@ -377,6 +378,7 @@ class Launcher:
         self._groups.append(group)
         record["started_at"] = group.started_at
         record["pid"] = group.pid
+        faults.point("run-start")
         return group
 
     def _note_members(
@@ -590,6 +592,7 @@ class Launcher:
         server = Server(self, group, record, port, run_dir, self._server_stopped, check=check)
         self._servers.append(server)
         server._wait_ready(url, limit, workers_expected, ready_interval)
+        faults.point("server-ready")
         return server
 
     def _server_stopped(self, server: Server, group: ProcessGroup) -> None:
