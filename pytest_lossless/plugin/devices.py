@@ -222,12 +222,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 def pytest_sessionfinish(session: pytest.Session) -> Generator[None, object, object]:
     from ..core import faults
 
-    faults.point("session-finish")
     state = interruption(session.config)
     if state is not None:
-        state.phase = "finish"
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
-            state.begin(state.signal or "SIGINT")
+        state.phase = "finish"  # first: a signal from here on only shortens the finish
+    faults.point("session-finish")
+    if state is not None and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        state.begin(state.signal or "SIGINT")
     return (yield)
 
 
