@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,7 +220,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "PYTEST_LOSSLESS_LOCK_DIR",
         None,
         str,
-        "host-wide folder of device lock files (default: <tmp>/pytest-lossless-locks)",
+        "host-wide folder of device lock files (default: /var/tmp/pytest-lossless-locks, "
+        "one per host whatever TMPDIR says)",
         metavar="DIR",
     ),
     OptionSpec(
@@ -483,9 +483,21 @@ class Settings:
         )
 
 
-def default_lock_dir() -> Path:
-    """Host-wide (not per run): every pytest process on this machine must see the same locks."""
-    return Path(tempfile.gettempdir()) / "pytest-lossless-locks"
+#: Where the default lock folder may live, first existing one wins: host-wide folders that no
+#: environment variable moves (``TMPDIR`` is per job under many CI systems and schedulers).
+LOCK_DIR_PARENTS = ("/var/tmp", "/dev/shm", "/tmp")
+LOCK_DIR_NAME = "pytest-lossless-locks"
+
+
+def default_lock_dir(parents: Sequence[str] = LOCK_DIR_PARENTS) -> Path:
+    """Host-wide (not per run, not per ``TMPDIR``): every pytest process on this machine must
+    see the same locks, whatever its environment says. ``/var/tmp`` first (sticky and
+    root-owned on every Linux, and not a per-job mount), else ``/dev/shm``, else ``/tmp``;
+    the folder itself is checked like any lock folder (:class:`~.devices.locks.LockDir`)."""
+    for parent in parents:
+        if os.path.isdir(parent) and not os.path.islink(parent):
+            return Path(parent) / LOCK_DIR_NAME
+    return Path(parents[-1]) / LOCK_DIR_NAME
 
 
 def resolve(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,11 @@ MARKER_RE = re.compile(r"<redacted sha256:[0-9a-f]{12}>")
 #: Secrets shorter than this are not searched for in free text (a log tail), only redacted
 #: where their name says what they are: replacing every "on" or "1" would garble the text.
 SCRUB_MIN = 4
+#: Values of secret-named variables of the session's environment at least this long are
+#: scrubbed from everything captured, wherever they appear (shorter ones are too common).
+ENVIRON_MIN = 8
+#: Authorization schemes whose credential follows a space: the bare credential is a secret too.
+_SCHEME = re.compile(r"(?i)(?:bearer|basic|token|digest|negotiate|apikey)[ \t]+(?P<cred>\S{4,})")
 
 #: Globs over one word of a name (upper case). ``*KEY`` catches ``APIKEY`` and ``KEY``;
 #: ``TOKEN`` and ``*TOKEN`` leave ``TOKENS`` and ``TOKENIZER`` alone; ``AUTH`` leaves ``AUTHOR``.
@@ -89,6 +95,11 @@ _USERINFO = re.compile(
     r"""(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'"]*:)(?P<value>[^\s/@'"]+)@"""
 )
 _BEARER = re.compile(r"(?i)\bbearer[ \t]+(?P<value>[A-Za-z0-9._~+/=\-]{8,})")
+_EQ_SCHEME = re.compile(
+    r"(?i)(?<==)(?:bearer|basic|token|digest|negotiate|apikey)[ \t]+(?P<cred>[^\s\"'`&,;<]{4,})"
+)
+_SCHEME_WORD = re.compile(r"(?i)bearer|basic|token|digest|negotiate|apikey")
+_SCHEMED_MARKER = re.compile(rf"(?i)[A-Za-z-]+[ \t]+{_M}")
 _LITERAL = re.compile(r""""(?P<d>[^"\n]*)"|'(?P<s>[^'\n]*)'""")
 
 
@@ -176,10 +187,26 @@ class Redactor:
     it hid, so a caller can also :func:`scrub` them from free text."""
 
     patterns: tuple[str, ...] = ()
+    #: Secret values known before any text is seen (the session environment's): scrubbed
+    #: from every text, argument and value, wherever they appear.
+    known: frozenset[str] = frozenset()
 
     @classmethod
-    def with_patterns(cls, patterns: Iterable[str]) -> Redactor:
-        return cls(tuple(normal_name(p) for p in patterns))
+    def with_patterns(
+        cls, patterns: Iterable[str], *, environ: Mapping[str, str] | None = None
+    ) -> Redactor:
+        """The session's rules: the built-in words, ``patterns``, and the values (of
+        :data:`ENVIRON_MIN` characters or more) of every secret-named variable of
+        ``environ`` (default: this process's environment), which a model run inherits and
+        may print even though no argument or ``env=`` named it."""
+        rules = cls(tuple(normal_name(p) for p in patterns))
+        source = os.environ if environ is None else environ
+        known = frozenset(
+            value
+            for name, value in source.items()
+            if len(value) >= ENVIRON_MIN and value.strip() and rules.is_secret(name)
+        )
+        return cls(rules.patterns, known)
 
     @cached_property
     def _builtin(self) -> re.Pattern[str]:
@@ -202,9 +229,12 @@ class Redactor:
 
     @staticmethod
     def _hide(value: str, found: list[str]) -> str:
-        if not value or is_marker(value):
-            return value
+        if not value or is_marker(value) or _SCHEMED_MARKER.fullmatch(value):
+            return value  # already hidden (a marker, or "Bearer <marker>")
         found.append(value)
+        # "Bearer <token>": the bare token is a secret of its own, scrubbed wherever it is
+        # printed alone (a server's log echoing what it was given).
+        found.extend(m["cred"] for m in _SCHEME.finditer(value) if not is_marker(m["cred"]))
         return marker(value)
 
     # -- structured values
@@ -220,6 +250,9 @@ class Redactor:
                 if not _FLAG.fullmatch(arg):  # --token --verbose: the option had no value
                     shown.append(self._hide(arg, found))
                     continue
+            if arg in self.known:
+                shown.append(self._hide(arg, found))
+                continue
             option = _OPTION.fullmatch(arg)
             if option and self.is_secret(option[2]):
                 if option[3] is None:
@@ -239,7 +272,7 @@ class Redactor:
         for name, value in env.items():
             if value is None:
                 shown[name] = None
-            elif self.is_secret(name):
+            elif self.is_secret(name) or str(value) in self.known:
                 shown[name] = self._hide(str(value), found)
             else:
                 shown[name] = self._scan(str(value), found, code=False)
@@ -275,6 +308,7 @@ class Redactor:
         return "\n".join(lines), len(found), found
 
     def _scan(self, text: str, found: list[str], *, code: bool) -> str:
+        text = self._known(text)
         if code:
             # In code only literals are secrets: "value" after a secret name, and what is
             # written inside string literals ("--api-key=...", "Authorization: ...").
@@ -282,10 +316,16 @@ class Redactor:
             text = self._named(_PAIR, text, found, code=True)
             return _LITERAL.sub(lambda m: self._literal(m, found), text)
         text = _USERINFO.sub(lambda m: m["pre"] + self._hide(m["value"], found) + "@", text)
+        # "authorization=Bearer <token>": after "=" a value is one word (the scheme), so the
+        # token after it is hidden first; "Authorization: Bearer <token>" is hidden whole below.
+        text = _EQ_SCHEME.sub(lambda m: m[0].replace(m["cred"], self._hide(m["cred"], found)), text)
         text = self._assignments(text, found, code=False)
         text = self._named(_PAIR, text, found)
         text = self._named(_SPACED, text, found)
         return _BEARER.sub(lambda m: m[0].replace(m["value"], self._hide(m["value"], found)), text)
+
+    def _known(self, text: str) -> str:
+        return scrub(text, self.known) if self.known and text else text
 
     def _literal(self, match: re.Match[str], found: list[str]) -> str:
         quote = '"' if match["d"] is not None else "'"
@@ -298,6 +338,8 @@ class Redactor:
             value = m[group]
             if not self._secret_here(m["name"], value, code=code):
                 return None
+            if _SCHEME_WORD.fullmatch(value) and MARKER_RE.match(text, m.end() + 1):
+                return None  # "authorization=Bearer <marker>": the scheme is no secret
             return _replace_value(m, group, self._hide_quoted(value, found))
 
         return _each(_ASSIGN, text, replace)

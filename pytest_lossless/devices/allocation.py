@@ -72,7 +72,7 @@ class Allocation:
     def lock_fds(self) -> tuple[int, ...]:
         """The descriptors holding the device locks: every run inherits them, so each flock
         stays held while any run process keeps its copy, even after this process is gone."""
-        return tuple(fd for _, lock in self._locks if (fd := lock.fileno) is not None)
+        return tuple(fd for _, lock in self._locks for fd in lock.filenos)
 
     def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None:
         """The live processes of ``run`` now (``pid``, ``start``, ``pgid``, ``sid``, ``comm``,

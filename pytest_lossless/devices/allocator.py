@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..errors import AllocationError, AllocationTimeout, ConfigError
 from ..settings import BUSY_POLICIES, ORPHAN_POLICIES
@@ -36,6 +37,7 @@ class _Attempt:
     busy: list[dict[str, Any]] = field(default_factory=list)
     orphaned: list[tuple[Device, list[Orphan]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    guarded: list[tuple[Device, str]] = field(default_factory=list)
     free: int = 0
     new_orphans: bool = False
     gated: bool = False
@@ -220,6 +222,7 @@ class Allocator:
                     result.waited_seconds = self.clock.monotonic() - start
                     result.escalated = escalated
                     result.orphans = watch.entries()
+                    faults.point("allocation")
                     return result
                 if result.new_orphans:
                     announced = False  # a new orphan gets its own wait line
@@ -339,6 +342,7 @@ class Allocator:
         failed: list[Device] = []
         unusable: list[tuple[Device, LockFileError]] = []
         orphaned: list[tuple[Device, list[Orphan]]] = []
+        guarded: list[tuple[Device, str]] = []
         try:
             # Every runs record of the pool, read at once: a free lock is not a free device
             # while a process of an earlier allocation still runs on it.
@@ -353,6 +357,9 @@ class Allocator:
                     unusable.append((device, exc))
                     continue
                 runs = records[device.lock_key]
+                if not locked and lock.guarded is not None:
+                    guarded.append((device, lock.guarded))  # its file went; its holder did not
+                    continue
                 if locked and self.lock_dir.replaced_under(device.lock_key, lock, self.host):
                     lock.release()  # a live holder still locks the file this one replaced
                     failed.append(device)
@@ -394,6 +401,7 @@ class Allocator:
                 unusable=unusable,
                 orphaned=orphaned,
                 problems=problems,
+                guarded=guarded,
                 free=len(taken),
                 new_orphans=bool(new),
             )
@@ -503,6 +511,7 @@ class Allocator:
             by_holder.setdefault(f"not free: {describe_orphans(found)}", []).append(device.id)
         parts = [f"{','.join(ids)} {text}" for text, ids in by_holder.items()]
         parts.extend(f"{device.id} cannot be locked: {exc}" for device, exc in attempt.unusable)
+        parts.extend(f"{device.id} is not free: {why}" for device, why in attempt.guarded)
         if attempt.problems:
             parts.append("runs records ignored: " + "; ".join(attempt.problems[:4]))
         if attempt.busy:

@@ -23,10 +23,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import random
 import re
+import socket
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -50,19 +52,32 @@ RECORD_DEPTH = 16
 _TEST_LIMIT = 4096
 
 
+#: errnos that say the lock folder's file system has no room: advice about space, not a file.
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 class LockFileError(AllocationError):
     """A lock file that cannot be used as one: a symlink, a FIFO or other non-regular file,
-    or one that cannot be opened (``path``: the file, ``problem``: what is wrong with it)."""
+    or one that cannot be opened (``path``: the file, ``problem``: what is wrong with it).
+    ``full``: it could not be made or written because the file system is full; the advice
+    is then about space (the file does not exist, so there is nothing to remove)."""
 
-    def __init__(self, path: Path, problem: str) -> None:
+    def __init__(self, path: Path, problem: str, *, full: bool = False) -> None:
         self.path = path
         self.problem = problem
-        super().__init__(
-            f"lock file {path} {problem}: pytest-lossless neither follows nor waits on it. "
-            "Remove it (in a sticky folder only its owner or root can), or choose another "
-            "folder with --lossless-lock-dir",
-            lock_dir=str(path.parent),
-        )
+        self.full = full
+        if full:
+            advice = (
+                f"the file system of the lock folder {path.parent} is full (or over quota): "
+                f"free space there (`df {path.parent}`), or choose another folder with "
+                "--lossless-lock-dir"
+            )
+        else:
+            advice = (
+                "pytest-lossless neither follows nor waits on it. Remove it (in a sticky folder "
+                "only its owner or root can), or choose another folder with --lossless-lock-dir"
+            )
+        super().__init__(f"lock file {path} {problem}: {advice}", lock_dir=str(path.parent))
 
 
 def _file_stem(lock_key: str) -> str:
@@ -118,7 +133,9 @@ def _open_lock(path: Path) -> int:
             except FileExistsError:
                 continue  # another job made it (or planted something) first: open that
             except OSError as exc:
-                raise LockFileError(path, f"cannot be created ({exc.strerror})") from None
+                raise LockFileError(
+                    path, f"cannot be created ({exc.strerror})", full=exc.errno in FULL
+                ) from None
             _set_mode(fd, LOCK_MODE)
             return fd
         except OSError as exc:
@@ -129,6 +146,87 @@ def _open_lock(path: Path) -> int:
             raise LockFileError(path, f"is {_kind(mode)}, not a regular file")
         return fd
     raise LockFileError(path, "keeps appearing and disappearing")
+
+
+#: The abstract socket names of guards start so (Linux's abstract namespace: no file at all).
+GUARD_PREFIX = "pytest-lossless-guard-"
+
+
+def guard_name(path: Path) -> str:
+    """The abstract socket name that guards the lock file ``path``: a hash of its real path,
+    so a folder deleted and made again at the same place (a tmp cleaner, then the next
+    session) gets the same names, and two lock folders never share one."""
+    real = os.path.realpath(path.parent) + "/" + path.name
+    return GUARD_PREFIX + hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:40]
+
+
+class Guard:
+    """A name that no file system operation can take away: a Unix socket bound to an
+    abstract name (Linux) for as long as a device lock is held, by every descriptor of it
+    (the holder's, and the runs' that inherit it). A second bind fails while any is open,
+    so a lock file deleted or replaced under its holder (a tmp cleaner) still excludes the
+    next session: the new file's flock succeeds, the guard does not. Not Linux: no guard
+    (``supported`` False), the lock file alone decides, as before."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._sock: socket.socket | None = None
+        self.supported = True
+
+    def try_acquire(self) -> bool:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.bind("\0" + self.name)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            self.supported = False  # no abstract namespace here: the lock file decides
+            return True
+        self._sock = sock
+        return True
+
+    @property
+    def fileno(self) -> int | None:
+        return self._sock.fileno() if self._sock is not None else None
+
+    def release(self) -> None:
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            sock.close()
+
+
+def guard_holders(name: str, proc: Path = Path("/proc")) -> list[int] | None:
+    """The pids (that this account may inspect) with a descriptor of the guard socket
+    ``name``; None when ``/proc/net/unix`` cannot be read."""
+    try:
+        text = (proc / "net" / "unix").read_text(errors="replace")
+    except OSError:
+        return None
+    inodes = {
+        parts[6]
+        for line in text.splitlines()[1:]
+        if len(parts := line.split()) >= 8 and parts[7] == "@" + name
+    }
+    if not inodes:
+        return []
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    pids: list[int] = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(proc / entry / "fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(proc / entry / "fd" / fd) in wanted:
+                    pids.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return sorted(pids)
 
 
 class Flock:
@@ -146,12 +244,21 @@ class Flock:
         self.path = path
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
+        self._guard: Guard | None = None
+        #: Why the last :meth:`try_acquire` failed though the file's flock was free: its guard
+        #: is still held (the file was deleted or replaced under a holder), or None.
+        self.guarded: str | None = None
 
     def try_acquire(self, *, shared: bool = False) -> bool:
         """Take the lock without waiting: False when someone holds it.
 
+        An exclusive lock also binds its :class:`Guard`: when the file's flock is free but
+        the guard is not, the file was deleted or replaced while a holder held it, and the
+        lock is refused (:attr:`guarded` says so): closed, never open, to a second holder.
+
         Raises :class:`LockFileError` when the path is not a regular file that can be opened.
         """
+        self.guarded = None
         fd = _open_lock(self.path)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
@@ -167,9 +274,32 @@ class Flock:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             return False
+        if not shared:
+            guard = Guard(guard_name(self.path))
+            if not guard.try_acquire():
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                holders = guard_holders(guard.name) or []
+                who = f"pid {','.join(map(str, holders))}" if holders else "a process"
+                who += self._recorded(holders)
+                self.guarded = (
+                    f"{self.path.name} was deleted or replaced while held: {who} still holds "
+                    f"the device through its guard (abstract socket @{guard.name}); it is "
+                    "free once that holder and every process it started have ended"
+                )
+                return False
+            self._guard = guard
         self._fd = fd
         self._identity = (held.st_dev, held.st_ino)
         return True
+
+    def _recorded(self, holders: Sequence[int]) -> str:
+        """`` (test, since ...)`` from the holder record beside the lock, when its pid is
+        among ``holders`` (a forged record names nobody who holds the guard)."""
+        record, _ = read_record(self.path.with_name(self.path.name[:-5] + ".holder.json"))
+        if record is None or record.get("pid") not in holders:
+            return ""
+        return f" ({_shown(record.get('test', '?'))}, since {_shown(record.get('since', '?'))})"
 
     @property
     def held(self) -> bool:
@@ -179,6 +309,13 @@ class Flock:
     def fileno(self) -> int | None:
         """The descriptor through which the lock is held, or None."""
         return self._fd
+
+    @property
+    def filenos(self) -> tuple[int, ...]:
+        """Every descriptor that holds the lock (the file's and its guard's): a run inherits
+        them all, so both stay held while any of its processes keeps them."""
+        guard = self._guard.fileno if self._guard is not None else None
+        return tuple(fd for fd in (self._fd, guard) if fd is not None)
 
     @property
     def inode(self) -> int | None:
@@ -223,6 +360,9 @@ class Flock:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+                if self._guard is not None:
+                    guard, self._guard = self._guard, None
+                    guard.release()
 
 
 # ------------------------------------------------------------------ holder records

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import utc_iso
+from ..errors import AllocationError
 from .locks import (
+    FULL,
     LockDir,
     LockFileError,
     _file_stem,
@@ -43,7 +45,7 @@ RUNS_SCHEMA = "pytest-lossless.runs"
 MAX_LISTED = 512
 RUNS_LIMIT = 256 * 1024
 COMMAND_LIMIT = 160
-#: A folder holding more entries than this is not read further for runs records (a flood).
+#: A folder holding more entries than this is a flood: nothing is granted from it (fail closed).
 SCAN_LIMIT = 20000
 
 _NAME = re.compile(r"(?P<stem>.+)\.runs\.(?P<uid>[0-9]{1,10})\.json\Z")
@@ -170,8 +172,16 @@ def read_runs(
     with entries:
         for count, entry in enumerate(entries):
             if count >= SCAN_LIMIT:
-                problems.append(f"{lock_dir.path} holds over {SCAN_LIMIT} files; not all read")
-                break
+                # Fail closed: an unread runs record may name a process still running on a
+                # device. A co-tenant can flood a sticky folder; only they (or root) can empty it.
+                raise AllocationError(
+                    f"the device lock folder {lock_dir.path} holds over {SCAN_LIMIT} entries, so "
+                    "the runs records of earlier allocations cannot all be read: no device is "
+                    "granted from it (a process an earlier session left running could be missed). "
+                    "Ask whoever owns the extra files to remove them (ls -la shows them), or "
+                    "choose another folder with --lossless-lock-dir",
+                    lock_dir=str(lock_dir.path),
+                )
             match = _NAME.match(entry.name)
             if match is None or match["stem"] not in by_stem:
                 continue
@@ -285,7 +295,7 @@ class RunsLedger:
             except OSError as exc:
                 problem = _write_problem(path, exc)
                 if strict:
-                    raise LockFileError(path, problem) from None
+                    raise LockFileError(path, problem, full=exc.errno in FULL) from None
                 if f"{path} {problem}" not in self.problems:
                     self.problems.append(f"{path} {problem}")
 

@@ -29,6 +29,7 @@ from ..compare.coverage import (
     varied_runs,
 )
 from ..compare.repeatability import LosslessVerdict
+from ..core import faults
 from ..core.expect import Media
 from ..errors import Inconclusive
 from ..gates import Gate, GateResult
@@ -113,6 +114,7 @@ class Golden:
             self.staged.append(entry)
             self._cover(expect, name, entry.kind, entry.fingerprint)
             return None
+        faults.point("compare")
         result = self.folder.compare(
             name, path, chosen, diagnostics_dir=self.workdir / "diagnostics"
         )

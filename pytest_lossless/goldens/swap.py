@@ -38,7 +38,6 @@ import platform
 import re
 import secrets
 import shutil
-import signal
 import socket
 import stat
 import time
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import fsync_dir, loads_bounded
 from ..core.paths import open_regular, read_regular
@@ -54,8 +54,8 @@ from ..core.procfs import process_stat
 from ..core.text import printable
 from ..errors import GoldenError
 
-#: Test only: where to SIGKILL this process during an update (see the module's docstring).
-FAULT_ENV = "PYTEST_LOSSLESS_FAULT"
+#: Test only: where to stop this process during an update (see the module's docstring).
+FAULT_ENV = faults.FAULT_ENV
 #: The owner marker inside a work folder.
 OWNER = "owner.json"
 _OWNER_LIMIT = 4096
@@ -133,14 +133,9 @@ def _state(value: str | None) -> str:
 # ------------------------------------------------------------------ fault injection (test only)
 
 
-def _faults() -> set[str]:
-    return {p.strip() for p in os.environ.get(FAULT_ENV, "").split(",") if p.strip()}
-
-
 def fault(point: str) -> None:
-    """Test only: SIGKILL this process at ``point`` when ``PYTEST_LOSSLESS_FAULT`` names it."""
-    if point in _faults():
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Test only: the fault point ``point`` of :mod:`pytest_lossless.core.faults`."""
+    faults.point(point)
 
 
 # ------------------------------------------------------------------ the lock
@@ -297,7 +292,7 @@ def replace_folder(path: Path, fill: Callable[[Path], None]) -> None:
         fault("golden-staged")
         if not os.path.lexists(path):
             os.rename(staged, path)
-        elif "no-exchange" in _faults() or not exchange(staged, path):
+        elif faults.switch("no-exchange") or not exchange(staged, path):
             os.rename(path, retired)  # the live folder or link itself, never a link's target
             fault("golden-retired")
             os.rename(staged, path)

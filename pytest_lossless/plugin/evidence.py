@@ -91,6 +91,9 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
             session_id=session_id,
         )
     )
+    from ..core import faults
+
+    faults.point("receipt-write")
     return receipt.write(session_folder(config))
 
 

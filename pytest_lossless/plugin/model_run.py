@@ -16,7 +16,7 @@ import pytest
 
 from ..core.text import printable
 from .config import settings
-from .devices import holds_devices
+from .devices import holds_devices, interruption
 from .evidence import receipt_for
 from .outcomes import failing_on_errors
 from .terminal_progress import progress_for
@@ -55,12 +55,20 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         describe_source=partial(_describe_source, required=resolved.require_published),
         progress=progress_for(item),
     )
+    state = interruption(request.config)
+    if state is not None:
+        state.add(launcher)  # an interruption ends its runs fast (and, late, kills them)
     try:
         yield launcher
     finally:
-        # A server that crashed or needed SIGKILL at teardown fails the test, as a command does.
-        with failing_on_errors():
-            launcher.close()
+        try:
+            # A server that crashed or needed SIGKILL at teardown fails the test, as a command
+            # does; after an interruption it is recorded, not raised (the receipt says it).
+            with failing_on_errors():
+                launcher.close()
+        finally:
+            if state is not None:
+                state.remove(launcher)
 
 
 def _describe_source(path: Path, *, required: bool = False) -> dict[str, Any]:

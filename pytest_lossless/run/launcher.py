@@ -10,6 +10,7 @@ messages (a log tail that echoes a token), by the rules of :mod:`pytest_lossless
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
 from ..core.redact import Redactor, scrub, scrub_all
@@ -86,6 +88,9 @@ class RunResult(Mapping[str, Path]):
 
 #: Seconds between SIGTERM and SIGKILL when a run times out or a server is stopped.
 DEFAULT_GRACE = 5.0
+#: The same when the session was interrupted (SIGINT, SIGTERM, SIGHUP): every process is
+#: gone within this and a second, inside the 5 s a CI cancel or ``timeout`` waits.
+INTERRUPT_GRACE = 2.0
 
 
 class AllocationLike(Protocol):
@@ -190,8 +195,27 @@ class Launcher:
         #: Which run each orphan re-parented to us came from, decided once for all runs.
         self._adoptions = Adoptions()
         self._closed = False
+        #: Set by :meth:`interrupt`: the signal that interrupted the session, or None.
+        self.interrupted: str | None = None
+        #: What went wrong while closing an interrupted launcher (not raised: recorded).
+        self.close_errors: list[str] = []
         if allocation is not None:
             allocation.add_finalizer(self.close)
+
+    # -- interruption
+    def interrupt(self, reason: str) -> None:
+        """The session was interrupted (``reason``: the signal's name): :meth:`close` then
+        stops every run with :data:`INTERRUPT_GRACE` and records, rather than raises, what
+        did not end cleanly (an interrupted session is judged by its records, and a raise
+        while pytest finishes is a traceback)."""
+        self.interrupted = reason
+
+    def kill_now(self, reason: str) -> None:
+        """SIGKILL every process group still running, from any thread: the backstop of an
+        interrupted session whose main thread does not come back in time."""
+        for group in list(self._groups):
+            with contextlib.suppress(Exception):
+                group.send(signal.SIGKILL, forced=True, reason=reason, group=True)
 
     # -- secrets
     def clean_text(self, text: str) -> str:
@@ -354,6 +378,7 @@ class Launcher:
         self._groups.append(group)
         record["started_at"] = group.started_at
         record["pid"] = group.pid
+        faults.point("run-start")
         return group
 
     def _note_members(
@@ -567,6 +592,7 @@ class Launcher:
         server = Server(self, group, record, port, run_dir, self._server_stopped, check=check)
         self._servers.append(server)
         server._wait_ready(url, limit, workers_expected, ready_interval)
+        faults.point("server-ready")
         return server
 
     def _server_stopped(self, server: Server, group: ProcessGroup) -> None:
@@ -587,19 +613,22 @@ class Launcher:
             return
         self._closed = True
         first: BaseException | None = None
+        interrupted = self.interrupted
+        grace = min(self.grace, INTERRUPT_GRACE) if interrupted else self.grace
+        reason = f"interrupted by {interrupted}" if interrupted else "teardown"
         # Every group is ended even when one stop fails: the device locks are released
         # right after this, and no process may outlive them.
         for server in list(self._servers):
             try:
-                server.stop(reason="teardown")
+                server.stop(grace, reason=reason)
             except BaseException as exc:
                 first = first or exc
         for group in list(self._groups):
             try:
-                group.send(signal.SIGTERM, forced=True, reason="teardown", group=True)
-                group.wait_main(self.grace)
-                group.settle(self.grace)
-                group.finish(reason="teardown")
+                group.send(signal.SIGTERM, forced=True, reason=reason, group=True)
+                group.wait_main(grace)
+                group.settle(grace)
+                group.finish(reason=reason)
             except BaseException as exc:
                 first = first or exc
             finally:
@@ -608,5 +637,7 @@ class Launcher:
         if self._subreaper_was is False:
             child_subreaper(False)
             self._subreaper_was = None
-        if first is not None:
+        if first is not None and interrupted and isinstance(first, Exception):
+            self.close_errors.append(f"{type(first).__name__}: {first}")
+        elif first is not None:
             raise first

@@ -176,14 +176,21 @@ def test_after(model_run, devices):
 
 
 def start_serving(
-    tmp_path: Path, sessions: list[Session], locks: Path, *more: str, ending: str = ""
+    tmp_path: Path,
+    sessions: list[Session],
+    locks: Path,
+    *more: str,
+    ending: str = "",
+    stubborn: bool = False,
 ) -> tuple[Session, dict[str, Any]]:
     """Session A, up and serving on devices 0 and 1; its info (pids). Its test then sleeps
-    (to be killed), or ends as ``ending`` says (``os._exit(3)``: a power-cut-style exit)."""
+    (to be killed), or ends as ``ending`` says (``os._exit(3)``: a power-cut-style exit).
+    ``stubborn``: the server's workers ignore SIGTERM."""
     folder = tmp_path / "a"
     folder.mkdir()
     info = tmp_path / "a-info.json"
-    script = SERVING.format(server=SERVER, info=str(info), ending=ending or "time.sleep(120)")
+    server = [*SERVER, "--worker-ignore-term"] if stubborn else SERVER
+    script = SERVING.format(server=server, info=str(info), ending=ending or "time.sleep(120)")
     (folder / "test_a.py").write_text(textwrap.dedent(script))
     a = Session(folder, [*device_args(locks, tmp_path / "a-receipts"), *more], tmp_path / "a.log")
     sessions.append(a)

@@ -482,3 +482,147 @@ def test_another_account_cannot_delete_a_held_lock_file(shared_tmp: Path) -> Non
     with pytest.raises(AllocationTimeout, match="t::holder"):
         allocator(locks, pool=("0",), timeout=0).acquire(1, "t::second")
     held.release()
+
+
+# ------------------------------------------- one default folder per host (issue #23, Devices)
+
+
+@pytest.mark.parametrize("env_name", ["TMPDIR", "TEMP", "TMP"])
+def test_the_default_lock_folder_is_one_per_host_whatever_the_temp_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_name: str
+) -> None:
+    """Two CI jobs with their own temp folders must still see each other's locks."""
+    from pytest_lossless.settings import resolve
+
+    seen = set()
+    for job in ("job-1", "job-2"):
+        folder = tmp_path / job
+        folder.mkdir()
+        monkeypatch.setenv(env_name, str(folder))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads the variable anew
+        chosen = resolve({}, {}, {env_name: str(folder)}, rootdir=tmp_path).lock_dir
+        assert tmp_path not in chosen.parents, chosen
+        seen.add(chosen)
+    assert len(seen) == 1, seen
+    assert seen == {Path("/var/tmp/pytest-lossless-locks")}
+
+
+def test_an_explicit_lock_folder_still_wins_over_the_host_default(tmp_path: Path) -> None:
+    from pytest_lossless.settings import resolve
+
+    env = {"PYTEST_LOSSLESS_LOCK_DIR": str(tmp_path / "env")}
+    assert resolve({}, {}, env, rootdir=tmp_path).lock_dir == tmp_path / "env"
+    ini = {"lock_dir": str(tmp_path / "ini")}
+    assert resolve({}, ini, {}, rootdir=tmp_path).lock_dir == tmp_path / "ini"
+    cli = {"lock_dir": str(tmp_path / "cli")}
+    assert resolve(cli, ini, env, rootdir=tmp_path).lock_dir == tmp_path / "cli"
+
+
+def test_the_default_lock_folder_skips_a_missing_or_linked_parent(tmp_path: Path) -> None:
+    from pytest_lossless.settings import default_lock_dir
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    chosen = default_lock_dir((str(tmp_path / "missing"), str(tmp_path / "link"), str(real)))
+    assert chosen == real / "pytest-lossless-locks"
+
+
+# --------------------------------- a lock folder deleted or replaced while held (issue #23)
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced", "files deleted"])
+def test_a_lock_folder_deleted_while_held_does_not_let_a_second_session_in(
+    tmp_path: Path, how: str
+) -> None:
+    """A tmp cleaner removes the folder (or its files) while session A holds devices: session
+    B makes a new folder and new lock files, but must not get the same devices."""
+    import shutil
+
+    locks = tmp_path / "locks"
+    held = allocator(locks, pool=("0", "1")).acquire(2, "t::holder")
+    if how == "deleted":
+        shutil.rmtree(locks)
+    elif how == "replaced":
+        locks.rename(tmp_path / "aside")
+        locks.mkdir()
+    else:
+        for path in locks.iterdir():
+            path.unlink()
+    with pytest.raises(AllocationTimeout) as info:
+        allocator(locks, pool=("0", "1"), timeout=0).acquire(1, "t::second")
+    message = str(info.value)
+    assert "deleted or replaced while held" in message, message
+    assert f"pid {os.getpid()}" in message, message
+    # The holder still learns at release that its lock files went.
+    with pytest.raises(AllocationError, match="while held"):
+        held.release()
+    allocator(locks, pool=("0", "1")).acquire(2, "t::after").release()
+
+
+# ----------------------------------------------- a folder flooded with files (issue #23)
+
+
+def test_a_flooded_lock_folder_fails_closed_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the scan limit a runs record may be unread: the device is not granted, and the
+    error names the flood (a co-tenant can fill a sticky folder; only they can empty it)."""
+    from pytest_lossless.devices import runs
+
+    monkeypatch.setattr(runs, "SCAN_LIMIT", 50)
+    locks = tmp_path / "locks"
+    LockDir(locks).ensure()
+    for n in range(60):
+        (locks / f"aaa-flood-{n:03d}").write_text("")
+    with pytest.raises(AllocationError) as info:
+        allocator(locks, pool=("0",), timeout=0).acquire(1, "t::flooded")
+    message = str(info.value)
+    assert "holds over 50 entries" in message, message
+    assert "no device is granted" in message, message
+    assert str(locks) in message
+
+
+# ------------------------------------------------------ a full lock folder (issue #23)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = tmp_path / "full"
+    mount.mkdir()
+    import subprocess
+
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace')}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(folder: Path) -> None:
+    with open(folder / "filler", "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_a_full_lock_folder_gets_advice_about_space_not_a_missing_file(tiny_tmpfs: Path) -> None:
+    locks = tiny_tmpfs / "locks"
+    LockDir(locks).ensure()
+    fill(tiny_tmpfs)
+    with pytest.raises(AllocationError) as info:
+        allocator(locks, pool=("0",), timeout=0).acquire(1, "t::full")
+    message = str(info.value)
+    assert "full" in message, message
+    assert "Remove it" not in message, message
+    assert "free space" in message, message

@@ -536,3 +536,81 @@ def test_end_to_end_no_secret_reaches_what_ci_uploads(pytester: pytest.Pytester)
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert SECRET not in done.stdout + done.stderr
+
+
+# ------------------------------------------------ issue #23: bearer tokens, inherited secrets
+
+TOKEN = "sk-live-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        f"Authorization: Bearer {TOKEN}",
+        f"authorization=Bearer {TOKEN}",
+        f"Bearer {TOKEN}",
+        f"Proxy-Authorization: Basic {TOKEN}",
+    ],
+)
+def test_an_authorization_value_yields_the_bare_token_too(arg: str) -> None:
+    """The header's value is hidden whole, and the bare credential is among the values found,
+    so the same token printed alone (a server echoing it) is scrubbed as well."""
+    shown, found = Redactor().argv(["curl", "-H", arg])
+    assert TOKEN not in " ".join(shown)
+    assert TOKEN in found
+    assert TOKEN not in scrub(f"server: accepted token {TOKEN} from 127.0.0.1", found)
+
+
+def test_secrets_of_the_session_environment_are_scrubbed_from_free_text() -> None:
+    environ = {
+        "HF_TOKEN": "hf_abcdefghijklmnop",
+        "SHORT_KEY": "abc1234",  # under 8 characters: too common to scrub in free text
+        "PATH": "/usr/bin:/bin",
+        "MY_DB_PASSWORD": "correct horse battery",
+    }
+    redactor = Redactor.with_patterns((), environ=environ)
+    text = (
+        "loaded model with hf_abcdefghijklmnop; db correct horse battery; "
+        "key abc1234; path /usr/bin:/bin"
+    )
+    shown, _ = redactor.text(text)
+    assert "hf_abcdefghijklmnop" not in shown
+    assert "correct horse battery" not in shown
+    assert marker("hf_abcdefghijklmnop") in shown
+    assert "abc1234" in shown
+    assert "/usr/bin:/bin" in shown
+    args, _ = redactor.argv(["serve", "--model-url=https://h/hf_abcdefghijklmnop"])
+    assert "hf_abcdefghijklmnop" not in " ".join(args)
+
+
+@pytest.mark.slow
+def test_an_inherited_secret_printed_by_the_model_reaches_nothing_ci_uploads(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not passed through env=: inherited from pytest's own environment, and printed."""
+    inherited = "ghp_inheritedSecretValue42"
+    pytester.makepyfile(
+        test_inherit="""
+import os, sys
+
+def test_prints_it(model_run):
+    header = "Authorization: Bearer " + os.environ["HEADER_PART"]
+    model_run([sys.executable, "-c",
+               "import os, sys; print('token', os.environ['GH_TOKEN']); "
+               "print('given', sys.argv[2].split()[-1]); sys.exit(3)", "-H", header])
+"""
+    )
+    monkeypatch.setenv("GH_TOKEN", inherited)
+    monkeypatch.setenv("HEADER_PART", TOKEN)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--lossless-receipts", "receipts", "--junitxml", "junit.xml"
+    )
+    result.assert_outcomes(failed=1)
+    terminal = "\n".join(result.outlines + result.errlines)
+    texts = [("terminal", terminal), ("junit", (pytester.path / "junit.xml").read_text())]
+    texts += [(p.name, p.read_text()) for p in (pytester.path / "receipts").rglob("*.json")]
+    texts += [(p.name, p.read_text()) for p in (pytester.path / "receipts").rglob("*.md")]
+    for name, text in texts:
+        assert inherited not in text, f"the inherited secret leaked into {name}"
+        assert TOKEN not in text, f"the bare bearer token leaked into {name}"
+    assert marker(inherited) in terminal

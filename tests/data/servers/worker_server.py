@@ -1,10 +1,12 @@
 """A tiny HTTP model server with forked worker children, for model_run tests.
 
 ``python worker_server.py PORT [--workers N] [--ignore-term] [--die-at-startup]
-[--startup-delay S] [--worker-exit CODE]``. GET /health answers 200 once ready; POST
-/infer echoes the size and SHA-256 of the upload; GET /big?n=BYTES returns BYTES bytes.
+[--startup-delay S] [--worker-exit CODE] [--worker-ignore-term]``. GET /health answers 200
+once ready; POST /infer echoes the size and SHA-256 of the upload; GET /big?n=BYTES returns
+BYTES bytes.
 On SIGTERM it forwards SIGTERM to its workers, reaps them and exits 0 (unless
-``--ignore-term``). Workers exit with ``--worker-exit`` (default 0) on SIGTERM.
+``--ignore-term``). Workers exit with ``--worker-exit`` (default 0) on SIGTERM, or ignore it
+(``--worker-ignore-term``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
 
 
-def worker(code: int) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(code))
+def worker(code: int, ignore_term: bool = False) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore_term else lambda *_: os._exit(code))
     while True:
         time.sleep(0.1)
 
@@ -67,6 +69,7 @@ def main() -> int:
     parser.add_argument("--die-at-startup", action="store_true")
     parser.add_argument("--startup-delay", type=float, default=0.0)
     parser.add_argument("--worker-exit", type=int, default=0)
+    parser.add_argument("--worker-ignore-term", action="store_true")
     args = parser.parse_args()
     print("server: loading weights", file=sys.stderr, flush=True)
     if args.die_at_startup:
@@ -77,7 +80,7 @@ def main() -> int:
     for _ in range(args.workers):
         pid = os.fork()
         if pid == 0:
-            worker(args.worker_exit)
+            worker(args.worker_exit, args.worker_ignore_term)
         workers.append(pid)
     time.sleep(args.startup_delay)
     server = HTTPServer(("127.0.0.1", args.port), Handler)
