@@ -177,6 +177,9 @@ def interruption(config: pytest.Config) -> Interruption | None:
 def pytest_configure(config: pytest.Config) -> None:
     state = config.stash[INTERRUPTION_KEY] = Interruption(config)
     state.install()
+    # The pool, decided now: a command-line pool larger than the scheduler's allocation is a
+    # usage error at the start, not an error in every device test.
+    pool(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -244,12 +247,6 @@ def pytest_lossless_backends() -> list[Backend]:
     from ..devices import builtin_backends
 
     return builtin_backends()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """The pool, decided now: a command-line pool larger than the scheduler's allocation is a
-    usage error at the start, not an error in every device test."""
-    pool(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
