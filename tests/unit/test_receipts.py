@@ -74,9 +74,10 @@ def _runspec(diff: str = DIFF, **source: Any) -> dict[str, Any]:
 
 
 def _seal(folder: Path) -> None:
-    """End the folder's session as the plugin does: its SUMMARY.md, then its INDEX.json."""
+    """End the folder's session as the plugin does: its SUMMARY.md, then its INDEX.json (a
+    session folder keeps the name of its session: verify names a renamed one)."""
     write_summary(folder)
-    write_index(folder, build_index(folder, session_id="s"))
+    write_index(folder, build_index(folder, session_id=folder.name))
 
 
 class Allocationish:
