@@ -16,8 +16,8 @@ little-endian bytes) and, up to a size limit, its bytes in ``tensors.bin``; each
 line with its wall time. The format is in ``docs/trace.md``, so an engine in another language
 can write it too; :mod:`pytest_lossless.compare.divergence` reads it.
 
-This module imports numpy and the standard library only: a model imports it without loading
-any of the plugin.
+This module imports the standard library only (numpy when the first tensor is recorded): a model
+imports it without loading any of the plugin, and the launcher reads its constants for free.
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 #: The folder a run traces into; unset or empty: tracing is off.
 TRACE_DIR = "PYTEST_LOSSLESS_TRACE_DIR"
@@ -235,6 +233,7 @@ def raw_bytes(array: Any) -> tuple[bytes | memoryview, str, tuple[int, ...]]:
 
     torch tensors are read without importing torch here: moved to the host, bfloat16 by its
     16-bit words (dtype ``bfloat16``)."""
+    import numpy as np
     if hasattr(array, "detach") and hasattr(array, "dtype") and not isinstance(array, np.ndarray):
         return _torch_bytes(array)
     a = np.asarray(array)
@@ -247,6 +246,8 @@ def raw_bytes(array: Any) -> tuple[bytes | memoryview, str, tuple[int, ...]]:
 
 
 def _torch_bytes(t: Any) -> tuple[bytes | memoryview, str, tuple[int, ...]]:
+    import numpy as np
+
     torch: Any = sys.modules["torch"]  # a torch tensor was given: torch is loaded already
 
     host = t.detach().to("cpu").contiguous()

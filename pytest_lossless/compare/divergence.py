@@ -11,6 +11,9 @@ The API, for ``lossless.compare`` and ``lossless.matrix`` alike::
 
     load_trace(folder) -> Trace
     trace_folder(run) -> Path | None             # a traced run's result, a folder, a Trace
+    tracing_into(folder)                         # context: runs started inside trace there
+    run_trace(result, folder) -> Path | None     # where a run started under tracing_into traced
+    between(left_name, left, right_name, right) -> dict  # a receipt record, errors included
     first_divergence(left, right, *, left_label="control", right_label="candidate") -> Divergence
     stage_rows(control, candidate) -> list[StageRow]
 
@@ -23,7 +26,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,6 +225,57 @@ def trace_folder(run: Any) -> Path | None:
         if isinstance(found, str) and found:
             return Path(found)
     return None
+
+
+@contextmanager
+def tracing_into(folder: Path) -> Iterator[None]:
+    """Set ``PYTEST_LOSSLESS_TRACE_DIR`` to ``folder`` for the block: every process started
+    inside inherits it (a ``model_run(..., trace=True)`` run keeps a folder of its own), and a
+    producer that calls ``trace.tensor`` in this process traces there too."""
+    before = os.environ.get(_format.TRACE_DIR)
+    os.environ[_format.TRACE_DIR] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_format.TRACE_DIR, None)
+        else:
+            os.environ[_format.TRACE_DIR] = before
+
+
+def run_trace(result: Any, folder: Path) -> Path | None:
+    """Where a run made under :func:`tracing_into` (``folder``) traced: its own folder when it
+    has one, else ``folder`` when something was traced there; None when nothing was."""
+    own = trace_folder(result) if not isinstance(result, (str, os.PathLike)) else None
+    if own is not None and (own / _format.MANIFEST).is_file():
+        return own
+    return folder if (folder / _format.MANIFEST).is_file() else None
+
+
+def between(
+    left_name: str, left: Path | None, right_name: str, right: Path | None
+) -> dict[str, Any]:
+    """The receipt record of where two runs part (``between``: their names); a run without a
+    trace, or a trace that cannot be read, is an ``error`` in it, never an exception: a
+    divergence explains a verdict and never decides one."""
+    record: dict[str, Any] = {"between": [left_name, right_name]}
+    missing = [n for n, p in ((left_name, left), (right_name, right)) if p is None]
+    if missing:
+        record["error"] = (
+            f"no trace from {' and '.join(missing)}: the model recorded no tensor "
+            "(call pytest_lossless.trace.tensor in it, see docs/trace.md)"
+        )
+        return record
+    assert left is not None
+    assert right is not None
+    try:
+        found = first_divergence(left, right, left_label=left_name, right_label=right_name)
+    except ArtifactError as exc:
+        record["error"] = str(exc)
+        return record
+    record.update(found.to_dict())
+    record["lines"] = found.lines()
+    return record
 
 
 def _as_trace(value: Trace | Path | str) -> Trace:

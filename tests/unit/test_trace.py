@@ -268,3 +268,77 @@ def test_torch_hooks_record_named_modules(tmp_path, monkeypatch):
     expected = model(torch.ones(2, 4, dtype=torch.bfloat16)).view(torch.int16).numpy()
     assert words is not None
     assert (words == expected.view(np.uint16)).all()
+
+
+# ------------------------------------------------------------------ lossless.compare(trace=True)
+
+
+def _model(scale_at: int | None, counter=None):
+    """An in-process producer tracing two blocks over three steps; from step ``scale_at`` its
+    'proj' rounds differently (a fused operation), or with ``counter`` only its second run does."""
+
+    def run():
+        index = next(counter) if counter is not None else 0
+        x = np.linspace(0.1, 1.0, 64, dtype=np.float32)
+        for k in range(3):
+            with trace.stage(f"step {k}"):
+                trace.tensor("block.in", x)
+                proj = x * np.float32(1.1)
+                moved = scale_at is not None and k >= scale_at and (counter is None or index)
+                if moved:
+                    proj = np.nextafter(proj, np.float32(2.0))
+                trace.tensor("block.proj", proj)
+                x = proj * np.float32(0.9)
+        return {"out.npy": x}
+
+    return run
+
+
+def test_compare_fail_names_the_first_divergence(tmp_path, kinds):
+    from pytest_lossless.compare.repeatability import compare_control_candidate, rederive
+
+    verdict = compare_control_candidate(
+        _model(None), _model(1), runs=2, kinds=kinds, workdir=tmp_path, trace=True
+    )
+    assert verdict.verdict == "FAIL"
+    assert verdict.divergence is not None
+    assert verdict.divergence["between"] == ["control#1", "candidate"]
+    assert verdict.divergence["first"]["name"] == "block.proj"
+    assert verdict.divergence["first"]["stage"] == "step 1"
+    assert verdict.divergence["last_identical"]["name"] == "block.in"
+    assert "first divergence: block.proj" in verdict.message()
+    assert verdict.summary().endswith("; first divergence: block.proj")
+    assert all(r["trace_dir"] for r in verdict.runs)
+    assert rederive(verdict.to_dict()) == "FAIL"  # the divergence explains, never decides
+
+
+def test_compare_inconclusive_names_where_the_controls_part(tmp_path, kinds):
+    import itertools
+
+    from pytest_lossless.compare.repeatability import compare_control_candidate
+
+    verdict = compare_control_candidate(
+        _model(2, itertools.count()), _model(None), runs=2, kinds=kinds, workdir=tmp_path,
+        trace=True,
+    )  # fmt: skip
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert verdict.divergence is not None
+    assert verdict.divergence["between"] == ["control#1", "control#2"]
+    assert verdict.divergence["first"]["stage"] == "step 2"
+    assert "first divergence: block.proj (occurrence 2, stage step 2)" in verdict.message()
+
+
+def test_compare_without_a_trace_says_so(tmp_path, kinds):
+    from pytest_lossless.compare.repeatability import compare_control_candidate
+
+    def untraced(value):
+        return lambda: {"out.npy": np.array([value], np.float32)}
+
+    verdict = compare_control_candidate(
+        untraced(1), untraced(2), runs=2, kinds=kinds, workdir=tmp_path, trace=True
+    )
+    assert verdict.verdict == "FAIL"
+    assert verdict.divergence is not None
+    assert "no trace from control#1 and candidate" in verdict.divergence["error"]
+    assert "no trace from" in verdict.message()
+    assert trace.TRACE_DIR not in __import__("os").environ
