@@ -234,6 +234,7 @@ def raw_bytes(array: Any) -> tuple[bytes | memoryview, str, tuple[int, ...]]:
     torch tensors are read without importing torch here: moved to the host, bfloat16 by its
     16-bit words (dtype ``bfloat16``)."""
     import numpy as np
+
     if hasattr(array, "detach") and hasattr(array, "dtype") and not isinstance(array, np.ndarray):
         return _torch_bytes(array)
     a = np.asarray(array)
