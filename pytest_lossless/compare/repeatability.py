@@ -85,8 +85,8 @@ class LosslessVerdict:
     #: Request coverage misses, one per run and artifact (``{"run", **GateResult}``): each one
     #: makes the verdict FAIL, whatever the comparisons say.
     coverage: list[dict[str, Any]] = field(default_factory=list)
-    #: With ``trace=True``, on a FAIL or an INCONCLUSIVE: where the two runs that disagree
-    #: first part (:func:`.divergence.between`'s record).
+    #: With ``trace=True``: where the two runs that disagree first part (:func:`.divergence.
+    #: between`'s record): control#1 and the first control that differs, else the candidate.
     divergence: dict[str, Any] | None = None
 
     @property
@@ -348,13 +348,12 @@ def _disagreeing(
     first: str, controls: Sequence[Comparison], candidate: Comparison | None
 ) -> tuple[str, str] | None:
     """The two runs whose traces explain the verdict: the first control run that differs from
-    the first (INCONCLUSIVE), else the candidate when it differs (FAIL)."""
+    the first (INCONCLUSIVE), else the candidate (FAIL; on a PASS, its traces are identical, or
+    the record says where they part even so)."""
     for comparison in controls:
         if not comparison.identical:
             return first, comparison.right
-    if candidate is not None and not candidate.identical:
-        return first, candidate.right
-    return None
+    return None if candidate is None else (first, candidate.right)
 
 
 def _resolve_gates(

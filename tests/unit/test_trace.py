@@ -328,6 +328,18 @@ def test_compare_inconclusive_names_where_the_controls_part(tmp_path, kinds):
     assert "first divergence: block.proj (occurrence 2, stage step 2)" in verdict.message()
 
 
+def test_compare_pass_records_identical_traces(tmp_path, kinds):
+    from pytest_lossless.compare.repeatability import compare_control_candidate
+
+    verdict = compare_control_candidate(
+        _model(None), _model(None), runs=2, kinds=kinds, workdir=tmp_path, trace=True
+    )
+    assert verdict.verdict == "PASS"
+    assert verdict.divergence is not None
+    assert verdict.divergence["identical"] is True
+    assert "divergence" not in verdict.message()
+
+
 def test_compare_without_a_trace_says_so(tmp_path, kinds):
     from pytest_lossless.compare.repeatability import compare_control_candidate
 
