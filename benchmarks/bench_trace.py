@@ -56,7 +56,8 @@ def _untraced_model(base: str) -> ModuleType:
     path = folder / "ref2va_untraced_model.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("ref2va_untraced_model", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
