@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -591,3 +591,37 @@ def stage_rows(control: Trace | Path | str, candidate: Trace | Path | str) -> li
     c, d = _as_trace(control).stage_seconds(), _as_trace(candidate).stage_seconds()
     names = list(c) + [n for n in d if n not in c]
     return [StageRow(n, c.get(n), d.get(n)) for n in names]
+
+
+def traced_stage_times(
+    control: Callable[[], Any], candidate: Callable[[], Any], folder: Path
+) -> dict[str, Any]:
+    """Run ``control`` and ``candidate`` once each, traced, and compare their stage times: the
+    ``stages`` record of a speed gate (``rows``: :class:`StageRow` records). These runs are
+    separate from the timed ones, whose times they never enter: a traced run pays for tracing.
+    A run without stage records is an ``error`` in the record, never an exception."""
+    found: dict[str, Path | None] = {}
+    for name, arm in (("control", control), ("candidate", candidate)):
+        where = folder / f"stages-{name}"
+        with tracing_into(where):
+            result = arm()
+        found[name] = run_trace(result, where)
+    record: dict[str, Any] = {
+        "note": "from one traced run of each arm, apart from the timed runs",
+        "traces": {k: None if v is None else str(v) for k, v in found.items()},
+    }
+    missing = [k for k, v in found.items() if v is None]
+    if missing:
+        record["error"] = (
+            f"no trace from the {' and '.join(missing)} run: the model recorded no "
+            "trace.stage (see docs/trace.md)"
+        )
+        return record
+    control_trace, candidate_trace = found["control"], found["candidate"]
+    assert control_trace is not None
+    assert candidate_trace is not None
+    try:
+        record["rows"] = [r.to_dict() for r in stage_rows(control_trace, candidate_trace)]
+    except ArtifactError as exc:
+        record["error"] = str(exc)
+    return record

@@ -251,6 +251,7 @@ class Details:
         return [
             self.assets.picture(f"{row.test}-{row.check}", picture, caption),
             Pre(str(entry.get("message") or entry.get("reason") or "")),
+            *_stages(mapping(entry.get("stages"))),
         ]
 
 
@@ -276,6 +277,34 @@ def _divergence(found: Mapping[str, Any]) -> list[Block]:
         )
         blocks.append(Svg(growth_svg(growth), caption, "divergence-growth"))
     return blocks
+
+
+def _stages(found: Mapping[str, Any]) -> list[Block]:
+    """Where the time went (``speed_gate(trace=True)``): one row per stage, from one traced run
+    of each arm apart from the timed ones."""
+    if not found:
+        return []
+    if found.get("error"):
+        return [Text(f"Stage times: {found['error']}")]
+
+    def seconds(value: object) -> str:
+        number = _float(value)
+        return "-" if number is None else f"{number:.4f}"
+
+    rows = [
+        (
+            str(r.get("stage")),
+            seconds(r.get("control_seconds")),
+            seconds(r.get("candidate_seconds")),
+            "-" if _float(r.get("ratio")) is None else f"{_float(r.get('ratio')):.3f}",
+        )
+        for r in found.get("rows") or []
+        if isinstance(r, Mapping)
+    ]
+    return [
+        Text("Stage times, from one traced run of each arm (not the timed runs):"),
+        Table(("stage", "control s", "candidate s", "candidate/control"), rows),
+    ]
 
 
 def growth_svg(points: Sequence[Mapping[str, Any]], width: int = 640, height: int = 220) -> str:

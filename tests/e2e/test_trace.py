@@ -68,6 +68,14 @@ def test_shifted_is_lossless(model_run, lossless):
 
 
 @pytest.mark.lossless
+def test_stage_times(model_run, speed_gate):
+    speed_gate(
+        lambda: run(model_run, "plain"), lambda: run(model_run, "shifted"), target=0.5,
+        pairs=5, trace=True, expect=("PASS", "FAIL", "INCONCLUSIVE"),
+    )
+
+
+@pytest.mark.lossless
 def test_pinned_trace(model_run, golden):
     golden.check_trace("t", run(model_run, VARIANT, traced=True), names=["block.*"])
 
@@ -128,6 +136,23 @@ def test_check_trace_pins_digests_and_finds_the_first_changed_tensor(pytester, p
     changed = pytester.runpytest_subprocess("--lossless", "-k", "test_pinned")
     changed.assert_outcomes(passed=1, failed=1)
     changed.stdout.fnmatch_lines(["FAIL *test_pinned_trace*t.block.proj_1.sha256*"])
+
+
+def test_speed_gate_stage_rows_from_separate_traced_runs(pytester, project):
+    result = pytester.runpytest_subprocess("--lossless", "-k", "test_stage_times")
+    result.assert_outcomes(passed=1)
+    (block,) = _receipt_blocks(project, "speed")
+    rows = block["stages"]["rows"]
+    assert [r["stage"] for r in rows] == ["step 0", "step 1", "step 2"]
+    assert all(r["control_seconds"] and r["candidate_seconds"] for r in rows)
+    # The two traced runs came first and belong to no timed sample.
+    timed = {name for s in block["samples"] for name in s["runs"]}
+    assert "command-01" not in timed
+    assert "command-02" not in timed
+    report = next(project.glob("lossless-receipts/*/report/index.html")).read_text()
+    assert "Stage times, from one traced run of each arm" in report
+    verify = pytester.run(sys.executable, "-m", "pytest_lossless", "verify", "lossless-receipts")
+    assert verify.ret == 0, verify.stdout.str()
 
 
 def test_check_trace_refuses_what_it_cannot_check(pytester, project, tmp_path):

@@ -354,3 +354,24 @@ def test_compare_without_a_trace_says_so(tmp_path, kinds):
     assert "no trace from control#1 and candidate" in verdict.divergence["error"]
     assert "no trace from" in verdict.message()
     assert trace.TRACE_DIR not in __import__("os").environ
+
+
+def test_traced_stage_times_from_separate_runs(tmp_path):
+    calls = []
+
+    def arm(name):
+        def run():
+            calls.append((name, trace.enabled()))
+            with trace.stage("load"):
+                pass
+            return {}
+
+        return run
+
+    found = divergence.traced_stage_times(arm("c"), arm("d"), tmp_path)
+    assert calls == [("c", True), ("d", True)]
+    assert [r["stage"] for r in found["rows"]] == ["load"]
+    assert found["rows"][0]["control_seconds"] is not None
+    assert not trace.enabled()
+    silent = divergence.traced_stage_times(lambda: {}, arm("d"), tmp_path / "x")
+    assert "no trace from the control run" in silent["error"]
