@@ -55,6 +55,7 @@ __all__ = [
     "VERSION",
     "Tracer",
     "enabled",
+    "release",
     "stage",
     "tensor",
     "torch_hooks",
@@ -101,6 +102,12 @@ def stage(name: str) -> Iterator[None]:
 def _tracer(folder: str) -> Tracer:
     # One writer per folder and process: the cache is the process's tracer, made on first use.
     return Tracer(Path(folder), raw_limit=_raw_limit())
+
+
+def release() -> None:
+    """Forget this process's writers, closing their files: a test process that traced an
+    in-process producer into a folder (``lossless.compare(trace=True)``) keeps no file open."""
+    _tracer.cache_clear()
 
 
 def _raw_limit() -> int:

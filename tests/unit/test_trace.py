@@ -375,3 +375,14 @@ def test_traced_stage_times_from_separate_runs(tmp_path):
     assert not trace.enabled()
     silent = divergence.traced_stage_times(lambda: {}, arm("d"), tmp_path / "x")
     assert "no trace from the control run" in silent["error"]
+
+
+def test_an_in_process_trace_closes_its_files_with_the_arm(tmp_path):
+    import os
+
+    folder = tmp_path / "arm"
+    with divergence.tracing_into(folder):
+        trace.tensor("x", np.ones(2))
+    open_files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
+    assert not [f for f in open_files if f.startswith(str(folder))]
+    assert divergence.load_trace(folder).entries[0].name == "x"
