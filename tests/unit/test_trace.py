@@ -378,6 +378,7 @@ def test_traced_stage_times_from_separate_runs(tmp_path):
 
 
 def test_an_in_process_trace_closes_its_files_with_the_arm(tmp_path):
+    import contextlib
     import os
 
     folder = tmp_path / "arm"
@@ -385,9 +386,7 @@ def test_an_in_process_trace_closes_its_files_with_the_arm(tmp_path):
         trace.tensor("x", np.ones(2))
     open_files = []
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed already
             open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            pass  # the listing's own descriptor, closed already
     assert not [f for f in open_files if f.startswith(str(folder))]
     assert divergence.load_trace(folder).entries[0].name == "x"
