@@ -137,6 +137,32 @@ def _off_call_seconds(n: int = 200_000) -> float:
     return (time.perf_counter() - started) / (2 * n)
 
 
+def _inside_tracer(variant: str, seconds: float, raw: str, work: Path) -> tuple[float, float]:
+    """Seconds spent inside ``trace.tensor`` (digest, bytes, manifest line) in one traced run,
+    and the run's model seconds: a share that a busy machine slows on both sides alike."""
+    spent = [0.0]
+    original = trace.Tracer.tensor
+
+    def timed(self: trace.Tracer, name: str, array: Any) -> None:
+        started = time.perf_counter()
+        original(self, name, array)
+        spent[0] += time.perf_counter() - started
+
+    os.environ[trace.TRACE_DIR] = tempfile.mkdtemp(prefix="inside-", dir=work)
+    os.environ[trace.RAW_LIMIT] = raw
+    trace.Tracer.tensor = timed  # type: ignore[method-assign]
+    try:
+        image = load_image(REPO / "fixtures" / "ref2va" / "reference.png")
+        req = model.make_request(prompt=PROMPT, seed=7, duration=seconds, variant=variant)
+        total, _ = _timed(lambda: model.generate(req, image))
+    finally:
+        trace.Tracer.tensor = original  # type: ignore[method-assign]
+        trace.release()
+        os.environ.pop(trace.TRACE_DIR, None)
+        os.environ.pop(trace.RAW_LIMIT, None)
+    return spent[0], total
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -172,6 +198,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {mode:9s} wall {wall:.4f} s {wall / base:.4f}x   "
                     f"CPU {cpu:.4f} s {cpu / base_cpu:.4f}x"
+                )
+            for label, raw in (("digests", "0"), ("bytes", str(trace.DEFAULT_RAW_LIMIT))):
+                shares = sorted(_inside_tracer(variant, args.seconds, raw, work) for _ in range(3))
+                inside, total = shares[1]
+                print(
+                    f"  {label}, inside trace.tensor: {inside * 1000:.1f} ms of {total:.3f} s = "
+                    f"{100 * inside / (total - inside):.1f}% of the untraced model time"
                 )
             calls = _calls_per_run(variant, args.seconds, work)
             per_call = _off_call_seconds()
