@@ -163,6 +163,49 @@ def _inside_tracer(variant: str, seconds: float, raw: str, work: Path) -> tuple[
     return spent[0], total
 
 
+def _command(
+    variant: str, seconds: float, out: Path, trace_dir: Path | None
+) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system) of one ``generate`` command, as the gate suite runs
+    it: interpreter start, image load, model, encode."""
+    import resource
+
+    env = {k: v for k, v in os.environ.items() if k not in (trace.TRACE_DIR, trace.RAW_LIMIT)}
+    if trace_dir is not None:
+        env[trace.TRACE_DIR] = str(trace_dir)
+        env[trace.RAW_LIMIT] = "0"
+    argv = [
+        sys.executable, "-m", "fixtures.ref2va", "generate", "--prompt", PROMPT, "--seed", "7",
+        "--duration", str(seconds), "--variant", variant, "--out", str(out),
+    ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=REPO, env=env, check=True, capture_output=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _commands(variant: str, seconds: float, rounds: int, work: Path) -> None:
+    times: dict[str, list[tuple[float, float]]] = {"untraced": [], "digests": []}
+    for r in range(rounds):
+        order = ["untraced", "digests"] if r % 2 == 0 else ["digests", "untraced"]
+        for mode in order:
+            folder = Path(tempfile.mkdtemp(prefix=f"cmd-{mode}-", dir=work))
+            traced = folder / "trace" if mode == "digests" else None
+            times[mode].append(_command(variant, seconds, folder / "out", traced))
+    base_wall = statistics.median(t for t, _ in times["untraced"])
+    base_cpu = statistics.median(c for _, c in times["untraced"])
+    wall = statistics.median(t for t, _ in times["digests"])
+    cpu = statistics.median(c for _, c in times["digests"])
+    print(
+        f"  the generate command (today's model, untraced vs digests, {rounds} rounds): wall "
+        f"{base_wall:.3f} -> {wall:.3f} s {wall / base_wall:.4f}x, CPU {base_cpu:.3f} -> "
+        f"{cpu:.3f} s {cpu / base_cpu:.4f}x"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -206,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {label}, inside trace.tensor: {inside * 1000:.1f} ms of {total:.3f} s = "
                     f"{100 * inside / (total - inside):.1f}% of the untraced model time"
                 )
+            _commands(variant, args.seconds, args.rounds, work)
             calls = _calls_per_run(variant, args.seconds, work)
             per_call = _off_call_seconds()
             bound = calls * per_call / base
