@@ -22,9 +22,11 @@ imports it without loading any of the plugin, and the launcher reads its constan
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -104,9 +106,12 @@ def _tracer(folder: str) -> Tracer:
     return Tracer(Path(folder), raw_limit=_raw_limit())
 
 
-def release() -> None:
-    """Forget this process's writers, closing their files: a test process that traced an
-    in-process producer into a folder (``lossless.compare(trace=True)``) keeps no file open."""
+def release(folder: str | os.PathLike[str] | None = None) -> None:
+    """Finish the trace in ``folder`` (every tensor written, files closed), then forget this
+    process's writers: a test process that traced an in-process producer
+    (``lossless.compare(trace=True)``) keeps no file open. Others finish at exit."""
+    if folder is not None:
+        _tracer(os.fspath(folder)).close()
     _tracer.cache_clear()
 
 
@@ -132,7 +137,11 @@ class Tracer:
     The first process to trace into a folder writes ``manifest.jsonl`` and ``tensors.bin``;
     another process tracing into the same folder (a server's second worker) writes
     ``manifest.<pid>.jsonl`` and ``tensors.<pid>.bin`` beside them, so no line is interleaved.
-    Every line is flushed as written: a run that crashes leaves the trace up to its crash.
+    The model's thread only copies each tensor (it may reuse its buffer); a writer thread
+    hashes it (SHA-256 releases the GIL, so the digest overlaps the model's work) and appends
+    the bytes and the line, in call order, each line flushed. The writer finishes at exit
+    (:meth:`close`, registered with ``atexit``); a failure there (a full disk) is raised by the
+    next call, or by :meth:`close`.
     """
 
     def __init__(self, folder: Path, *, raw_limit: int = DEFAULT_RAW_LIMIT) -> None:
@@ -146,6 +155,10 @@ class Tracer:
         self._started = time.perf_counter()
         self._manifest: Any = None
         self._data: Any = None
+        #: Work for the writer thread, in call order: (record, bytes or None), None to stop.
+        self._queue: queue.Queue[tuple[dict[str, Any], bytes | None] | None] = queue.Queue(8)
+        self._worker: threading.Thread | None = None
+        self._failure: BaseException | None = None
 
     def _open(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -177,15 +190,60 @@ class Tracer:
         self._manifest.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._manifest.flush()
 
+    def _submit(self, record: dict[str, Any], data: bytes | None) -> None:
+        """Hand one record to the writer thread (started on first use); under ``_lock``."""
+        if self._failure is not None:
+            raise self._failure
+        if self._worker is None:
+            self._worker = threading.Thread(
+                target=self._write, name=f"trace-writer {self.folder}", daemon=True
+            )
+            self._worker.start()
+            atexit.register(self.close)
+        self._queue.put((record, data))
+
+    def _write(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._failure is not None:
+                continue  # drain: the failure is raised in the model's thread
+            record, data = item
+            try:
+                if self._manifest is None:
+                    self._open()
+                if data is not None:
+                    record["sha256"] = hashlib.sha256(data).hexdigest()
+                    if len(data) <= self.raw_limit:
+                        self._data.write(data)
+                        self._data.flush()
+                        record["offset"] = self._offset
+                        self._offset += len(data)
+                self._line(record)
+            except BaseException as exc:  # raised in the model's thread, by the next call
+                self._failure = exc
+
+    def close(self) -> None:
+        """Write everything recorded so far, stop the writer thread and close the files."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            self._queue.put(None)
+            worker.join()
+            atexit.unregister(self.close)
+        for handle in (self._manifest, self._data):
+            if handle is not None:
+                handle.close()
+        self._manifest = self._data = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
     def tensor(self, name: str, array: Any) -> None:
         """Append one tensor (see :func:`tensor`)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"trace.tensor: the name must be a non-empty string, not {name!r}")
         data, dtype, shape = raw_bytes(array)
-        digest = hashlib.sha256(data).hexdigest()
+        owned = bytes(data)  # the model may reuse its buffer before the writer hashes it
         with self._lock:
-            if self._manifest is None:
-                self._open()
             occurrence = self._occurrences.get(name, 0)
             self._occurrences[name] = occurrence + 1
             record: dict[str, Any] = {
@@ -196,17 +254,12 @@ class Tracer:
                 "stage": "/".join(self._stages),
                 "dtype": dtype,
                 "shape": list(shape),
-                "nbytes": len(data),
-                "sha256": digest,
+                "nbytes": len(owned),
+                "sha256": None,
                 "offset": None,
             }
-            if len(data) <= self.raw_limit:
-                self._data.write(data)
-                self._data.flush()
-                record["offset"] = self._offset
-                self._offset += len(data)
             self._order += 1
-            self._line(record)
+            self._submit(record, owned)
 
     def enter(self, name: str) -> str:
         """Open stage ``name``; its full path (``outer/inner``)."""
@@ -223,16 +276,13 @@ class Tracer:
         with self._lock:
             if self._stages:
                 self._stages.pop()
-            if self._manifest is None:
-                self._open()
-            self._line(
-                {
-                    "type": "stage",
-                    "stage": path,
-                    "start": round(started - self._started, 9),
-                    "seconds": round(ended - started, 9),
-                }
-            )
+            record = {
+                "type": "stage",
+                "stage": path,
+                "start": round(started - self._started, 9),
+                "seconds": round(ended - started, 9),
+            }
+            self._submit(record, None)
 
 
 def raw_bytes(array: Any) -> tuple[bytes | memoryview, str, tuple[int, ...]]:

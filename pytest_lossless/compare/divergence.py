@@ -237,7 +237,7 @@ def tracing_into(folder: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        _format.release()  # an in-process producer's trace files close with the arm
+        _format.release(folder)  # an in-process producer's trace is finished with the arm
         if before is None:
             os.environ.pop(_format.TRACE_DIR, None)
         else:

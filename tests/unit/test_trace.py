@@ -27,6 +27,7 @@ def _write(folder: Path, monkeypatch: pytest.MonkeyPatch, steps: list[dict[str, 
             with trace.stage(f"step {k}"):
                 for name, value in tensors.items():
                     trace.tensor(name, value)
+    trace.release(folder)
     monkeypatch.delenv(trace.TRACE_DIR)
     return folder
 
@@ -103,12 +104,34 @@ def test_a_bad_name_or_raw_limit_says_what_to_use(tmp_path, monkeypatch):
 def test_a_second_process_in_one_folder_writes_its_own_manifest(tmp_path):
     tracer_a = trace.Tracer(tmp_path)
     tracer_a.tensor("x", np.ones(1))
+    tracer_a.close()
     tracer_b = trace.Tracer(tmp_path)
     tracer_b.tensor("x", np.ones(1))
+    tracer_b.close()
     read = divergence.load_trace(tmp_path)
     assert len(read.entries) == 1
     assert read.others
     assert read.others[0].startswith("manifest.")
+
+
+def test_a_writer_failure_is_raised_in_the_model_thread(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    tracer = trace.Tracer(blocker / "trace")
+    tracer.tensor("x", np.ones(1))
+    with pytest.raises(OSError):
+        tracer.close()
+
+
+def test_a_buffer_reused_after_the_call_is_traced_as_it_was(tmp_path):
+    buffer = np.zeros(1000, np.float32)
+    tracer = trace.Tracer(tmp_path)
+    for k in range(20):
+        buffer[:] = k
+        tracer.tensor("b", buffer)
+    tracer.close()
+    read = divergence.load_trace(tmp_path)
+    assert [float(read.array(e)[0]) for e in read.entries] == [float(k) for k in range(20)]
 
 
 def test_importing_trace_loads_none_of_the_plugin():
@@ -229,6 +252,7 @@ def test_reader_errors_name_the_file(tmp_path):
 def test_a_last_line_cut_short_is_dropped(tmp_path):
     tracer = trace.Tracer(tmp_path)
     tracer.tensor("x", np.ones(1))
+    tracer.close()
     with open(tmp_path / trace.MANIFEST, "a") as handle:
         handle.write('{"type": "tensor", "ord')
     assert len(divergence.load_trace(tmp_path).entries) == 1
@@ -260,6 +284,7 @@ def test_torch_hooks_record_named_modules(tmp_path, monkeypatch):
     model(torch.ones(2, 4, dtype=torch.bfloat16))
     for handle in handles:
         handle.remove()
+    trace.release(tmp_path)
     read = divergence.load_trace(tmp_path)
     assert [(e.name, e.dtype, e.shape) for e in read.entries] == [
         ("0", "bfloat16", (2, 3)), ("1", "bfloat16", (2, 3)), ("model", "bfloat16", (2, 3))
