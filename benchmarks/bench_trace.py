@@ -103,6 +103,8 @@ def _once(
     try:
         return _timed(lambda: model.generate(req, image))
     finally:
+        if mode != "off":  # the writer finishes (untimed: a process does so at its exit)
+            trace.release(os.environ[trace.TRACE_DIR])
         os.environ.pop(trace.TRACE_DIR, None)
         os.environ.pop(trace.RAW_LIMIT, None)
 
@@ -117,6 +119,7 @@ def _calls_per_run(variant: str, seconds: float, work: Path) -> int:
         req = model.make_request(prompt=PROMPT, seed=7, duration=seconds, variant=variant)
         _timed(lambda: model.generate(req, image))
     finally:
+        trace.release(folder)
         os.environ.pop(trace.TRACE_DIR, None)
         os.environ.pop(trace.RAW_LIMIT, None)
     lines = (folder / trace.MANIFEST).read_text().splitlines()
@@ -138,8 +141,8 @@ def _off_call_seconds(n: int = 200_000) -> float:
 
 
 def _inside_tracer(variant: str, seconds: float, raw: str, work: Path) -> tuple[float, float]:
-    """Seconds spent inside ``trace.tensor`` (digest, bytes, manifest line) in one traced run,
-    and the run's model seconds: a share that a busy machine slows on both sides alike."""
+    """Seconds the model's thread spends inside ``trace.tensor`` (a copy and a hand-over: the
+    writer thread hashes and writes) in one traced run, and the run's model seconds."""
     spent = [0.0]
     original = trace.Tracer.tensor
 
@@ -157,7 +160,7 @@ def _inside_tracer(variant: str, seconds: float, raw: str, work: Path) -> tuple[
         total, _ = _timed(lambda: model.generate(req, image))
     finally:
         trace.Tracer.tensor = original  # type: ignore[method-assign]
-        trace.release()
+        trace.release(os.environ[trace.TRACE_DIR])
         os.environ.pop(trace.TRACE_DIR, None)
         os.environ.pop(trace.RAW_LIMIT, None)
     return spent[0], total
