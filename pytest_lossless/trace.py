@@ -80,7 +80,7 @@ def tensor(name: str, array: Any) -> None:
     folder = os.environ.get(TRACE_DIR)
     if not folder:
         return
-    _tracer(folder).tensor(name, array)
+    _tracer(folder, os.getpid()).tensor(name, array)
 
 
 @contextmanager
@@ -91,7 +91,7 @@ def stage(name: str) -> Iterator[None]:
     if not folder:
         yield
         return
-    tracer = _tracer(folder)
+    tracer = _tracer(folder, os.getpid())
     path = tracer.enter(name)
     started = time.perf_counter()
     try:
@@ -101,8 +101,9 @@ def stage(name: str) -> Iterator[None]:
 
 
 @cache
-def _tracer(folder: str) -> Tracer:
-    # One writer per folder and process: the cache is the process's tracer, made on first use.
+def _tracer(folder: str, pid: int) -> Tracer:
+    # One writer per folder and process, made on first use; keyed by pid too, so that a forked
+    # child (whose copy of the writer thread does not run) gets a writer of its own.
     return Tracer(Path(folder), raw_limit=_raw_limit())
 
 
@@ -111,7 +112,7 @@ def release(folder: str | os.PathLike[str] | None = None) -> None:
     process's writers: a test process that traced an in-process producer
     (``lossless.compare(trace=True)``) keeps no file open. Others finish at exit."""
     if folder is not None:
-        _tracer(os.fspath(folder)).close()
+        _tracer(os.fspath(folder), os.getpid()).close()
     _tracer.cache_clear()
 
 

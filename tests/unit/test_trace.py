@@ -415,3 +415,23 @@ def test_an_in_process_trace_closes_its_files_with_the_arm(tmp_path):
             open_files.append(os.readlink(f"/proc/self/fd/{fd}"))
     assert not [f for f in open_files if f.startswith(str(folder))]
     assert divergence.load_trace(folder).entries[0].name == "x"
+
+
+def test_a_forked_child_traces_with_a_writer_of_its_own(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv(trace.TRACE_DIR, str(tmp_path))
+    trace.tensor("parent", np.ones(1))
+    pid = os.fork()
+    if pid == 0:  # the child: its tensor must not wait on the parent's writer thread
+        try:
+            for _ in range(20):
+                trace.tensor("child", np.ones(1))
+            trace.release(tmp_path)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    trace.release(tmp_path)
+    assert status == 0
+    assert [e.name for e in divergence.load_trace(tmp_path).entries] == ["parent"]
+    assert divergence.load_trace(tmp_path).others == (f"manifest.{pid}.jsonl",)
