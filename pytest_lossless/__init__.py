@@ -59,11 +59,13 @@ _EXPORTS = {
     "percentile": "speed.stats",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", "trace", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so `import pytest_lossless` stays cheap for pytest's plugin loading.
+    if name == "trace":  # a module: the trace writer a model calls (numpy only)
+        return import_module(".trace", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'pytest_lossless' has no attribute {name!r}")

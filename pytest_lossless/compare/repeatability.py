@@ -30,6 +30,7 @@ from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
 from . import coverage
+from . import divergence as tracing
 from . import proof as dispatch
 
 
@@ -84,6 +85,9 @@ class LosslessVerdict:
     #: Request coverage misses, one per run and artifact (``{"run", **GateResult}``): each one
     #: makes the verdict FAIL, whatever the comparisons say.
     coverage: list[dict[str, Any]] = field(default_factory=list)
+    #: With ``trace=True``: where the two runs that disagree first part (:func:`.divergence.
+    #: between`'s record): control#1 and the first control that differs, else the candidate.
+    divergence: dict[str, Any] | None = None
 
     @property
     def control_repeatable(self) -> bool:
@@ -115,17 +119,33 @@ class LosslessVerdict:
                 if not comparison.identical:
                     lines += [f"  {comparison.left} vs {comparison.right}:"]
                     lines += [f"    {d}" for d in comparison.differences()]
-            return "\n".join(lines)
+            return "\n".join(lines + self._divergence_lines())
         if self.verdict == Verdict.FAIL and self.candidate_comparison is not None:
             lines = [
                 f"{head}: the control is repeatable ({controls} identical runs) but the "
                 "candidate differs from it:"
             ]
             lines += [f"  {d}" for d in self.candidate_comparison.differences()]
-            return "\n".join(lines)
+            return "\n".join(lines + self._divergence_lines())
         kind = "within tolerance (lossy, not lossless)" if self.lossy else "bit for bit"
         names = ", ".join(sorted(self.gates))
         return f"{head}: {controls} control runs identical, candidate identical {kind} ({names})"
+
+    def _divergence_lines(self) -> list[str]:
+        """Where the two disagreeing runs first part (``trace=True``)."""
+        found = self.divergence
+        if not found:
+            return []
+        pair = " vs ".join(found.get("between") or [])
+        if found.get("error"):
+            return [f"  trace ({pair}): {found['error']}"]
+        lines = [str(x) for x in found.get("lines") or [found.get("headline", "")]]
+        return [f"  trace ({pair}):"] + [f"    {x}" for x in lines]
+
+    def _divergence_short(self) -> str:
+        found = self.divergence or {}
+        first = found.get("first")
+        return f"; first divergence: {first['name']}" if isinstance(first, Mapping) else ""
 
     def summary(self) -> str:
         """One line for the verdict table."""
@@ -137,12 +157,15 @@ class LosslessVerdict:
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
             return dispatch.reason(self.proof["runs"])
         if self.verdict == Verdict.INCONCLUSIVE:
-            return f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
+            return (
+                f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
+                + self._divergence_short()
+            )
         if self.verdict == Verdict.FAIL and self.candidate_comparison is not None:
             parts = [f"{n} missing" for n in self.candidate_comparison.missing] + [
                 _short(r) for r in self.candidate_comparison.results if not r.passed
             ]
-            return "candidate differs: " + "; ".join(parts)
+            return "candidate differs: " + "; ".join(parts) + self._divergence_short()
         how = "within tolerance" if self.lossy else "bit for bit"
         return f"{controls} control runs identical; candidate identical {how}"
 
@@ -160,6 +183,7 @@ class LosslessVerdict:
             ),
             "proof": self.proof,
             "coverage": list(self.coverage),
+            "divergence": self.divergence,
         }
 
 
@@ -223,6 +247,7 @@ def compare_control_candidate(
     on_run: Callable[[str, float], None] | None = None,
     proof: dispatch.Proof | None = None,
     expect: Media | Mapping[str, Media] | None = None,
+    trace: bool = False,
 ) -> LosslessVerdict:
     """Run the control ``runs`` times, then the candidate once, and apply the verdict table.
 
@@ -230,7 +255,9 @@ def compare_control_candidate(
     repeatable); ``--update-goldens`` uses this to refuse a flaky producer. With ``proof``, the
     candidate run must show that its path ran, or a PASS is INCONCLUSIVE. With ``expect``
     (``Media``, or a mapping of artifact name to ``Media``), every run's outputs must hold what
-    was asked for, or the verdict is FAIL.
+    was asked for, or the verdict is FAIL. With ``trace``, each run traces into a folder of its
+    own (see :mod:`.divergence`), and a FAIL or an INCONCLUSIVE names where the two runs that
+    disagree first part.
     """
     rule = dispatch.check_rule(proof, "lossless.compare(proof)")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
@@ -246,9 +273,16 @@ def compare_control_candidate(
     records: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
     misses: list[dict[str, Any]] = []
+    traces: dict[str, Path | None] = {}
     for index, (name, arm) in enumerate(arms):
         started = clock.monotonic()
-        result = arm()
+        if trace:
+            folder = workdir / f"trace{index}-{safe_name(name)}"
+            with tracing.tracing_into(folder):
+                result = arm()
+            traces[name] = tracing.run_trace(result, folder)
+        else:
+            result = arm()
         seconds = clock.monotonic() - started
         paths = materialize_all(result, name, workdir / f"run{index}-{safe_name(name)}")
         fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
@@ -265,6 +299,8 @@ def compare_control_candidate(
                 },
             }
         )
+        if trace:
+            records[-1]["trace_dir"] = None if traces[name] is None else str(traces[name])
         if rule is not None and name == "candidate":
             findings.append(dispatch.examine(rule, result))
             records[-1]["proof"] = findings[-1]
@@ -290,7 +326,12 @@ def compare_control_candidate(
     verdict = dispatch.apply(
         lossless_table(repeatable, identical), None if evidence is None else findings
     )
+    pair = _disagreeing(arms[0][0], control_comparisons, candidate_comparison) if trace else None
+    located = None
+    if pair is not None:
+        located = tracing.between(pair[0], traces.get(pair[0]), pair[1], traces.get(pair[1]))
     return LosslessVerdict(
+        divergence=located,
         verdict=Verdict.FAIL if misses else verdict,
         runs=records,
         control_comparisons=control_comparisons,
@@ -301,6 +342,18 @@ def compare_control_candidate(
         proof=evidence,
         coverage=misses,
     )
+
+
+def _disagreeing(
+    first: str, controls: Sequence[Comparison], candidate: Comparison | None
+) -> tuple[str, str] | None:
+    """The two runs whose traces explain the verdict: the first control run that differs from
+    the first (INCONCLUSIVE), else the candidate (FAIL; on a PASS, its traces are identical, or
+    the record says where they part even so)."""
+    for comparison in controls:
+        if not comparison.identical:
+            return first, comparison.right
+    return None if candidate is None else (first, candidate.right)
 
 
 def _resolve_gates(

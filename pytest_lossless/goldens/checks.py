@@ -259,3 +259,78 @@ class Golden:
         if not self.update or not self.staged or self.misses:  # a miss is never written
             return []
         return self.folder.commit()
+
+
+def trace_artifacts(
+    name: str,
+    trace: Any,
+    gate: Gate | str | Mapping[str, Gate | str] | None,
+    names: Any,
+    folder: Path,
+) -> list[tuple[str, Path, Gate | None]]:
+    """The goldens ``golden.check_trace`` checks: one per traced tensor, in trace order.
+
+    ``trace``: a traced run's result, a trace folder or a :class:`~..compare.divergence.Trace`;
+    ``names``: glob patterns matched against each tensor's ``name`` and ``name#occurrence``
+    (None: every tensor). A tensor pinned bit for bit (no gate, or ``bytes``) becomes a digest
+    file (``<name>.<tensor>.sha256``: dtype, shape and SHA-256, one line); under any other gate
+    its elements (``<name>.<tensor>.npy``, bfloat16 as its uint16 words), which the trace must
+    have kept. ``gate`` is one gate, or a mapping from glob patterns to gates (first match)."""
+    from fnmatch import fnmatchcase
+
+    import numpy as np
+
+    from ..compare.divergence import Trace, load_trace, trace_folder
+    from ..core.digests import safe_name
+    from ..errors import ArtifactError, ConfigError
+    from ..gates import parse_gate
+
+    where = trace_folder(trace)
+    if where is None:
+        raise ConfigError(
+            "golden.check_trace(trace=...)",
+            trace,
+            "not a traced run: give model_run(..., trace=True)'s result or a trace folder",
+        )
+    read = trace if isinstance(trace, Trace) else load_trace(where)
+    patterns = [names] if isinstance(names, str) else list(names) if names is not None else None
+    if isinstance(gate, Mapping):
+        rules = [(str(p), parse_gate(g)) for p, g in gate.items()]
+    else:
+        rules = [("*", parse_gate(gate))]
+
+    def matches(pattern: str, label: str, plain: str) -> bool:
+        return fnmatchcase(label, pattern) or fnmatchcase(plain, pattern)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    chosen: list[tuple[str, Path, Gate | None]] = []
+    for entry in read.entries:
+        label = f"{entry.name}#{entry.occurrence}"
+        if patterns is not None and not any(matches(p, label, entry.name) for p in patterns):
+            continue
+        rule = next((g for p, g in rules if matches(p, label, entry.name)), None)
+        stem = f"{name}.{safe_name(label, default='tensor')}"
+        if rule is None or rule.name == "bytes":
+            path = folder / f"{stem}.sha256"
+            path.write_text(f"{entry.dtype} {list(entry.shape)} {entry.sha256}\n")
+            chosen.append((path.name, path, parse_gate("bytes")))
+            continue
+        array = read.array(entry)
+        if array is None:
+            raise ArtifactError(
+                read.data,
+                f"tensor {label!r} was kept as a digest only, so gate {rule.spec} cannot compare "
+                "its elements: raise PYTEST_LOSSLESS_TRACE_RAW_BYTES above "
+                f"{entry.nbytes}, or pin it bit for bit (no gate)",
+            )
+        path = folder / f"{stem}.npy"
+        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+        chosen.append((path.name, path, rule))
+    if not chosen:
+        raise ConfigError(
+            "golden.check_trace(names=...)",
+            names,
+            f"no tensor of the trace in {where} matches; its names: "
+            + ", ".join(sorted({e.name for e in read.entries})[:10]),
+        )
+    return chosen

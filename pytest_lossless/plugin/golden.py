@@ -15,7 +15,7 @@ written. ``scope="device"`` keeps the golden of the allocation's environment cla
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -190,6 +190,32 @@ class GoldenFixture:
                     expect,
                     "the run produced no video or audio artifact, so the Media checked nothing",
                 )
+        return results
+
+    def check_trace(
+        self,
+        name: str,
+        trace: Any,
+        gate: Gate | str | Mapping[str, Gate | str] | None = None,
+        *,
+        names: str | Sequence[str] | None = None,
+    ) -> list[GateResult]:
+        """Pin a trace (a ``model_run(..., trace=True)`` result, or a trace folder) as goldens:
+        every tensor, or those whose ``name`` or ``name#occurrence`` matches a glob of
+        ``names``; bit for bit as digests by default. ``gate``: one gate, or a mapping from glob
+        patterns to gates (``{"attn.*": "ulp(2)", "*": "elementwise"}``). Checked in trace
+        order, so the first failure is the first divergence from the golden trace."""
+        __tracebackhide__ = True
+        from ..goldens.checks import trace_artifacts
+
+        with failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)):
+            folder = self._golden.workdir / "trace" / name
+            chosen = trace_artifacts(name, trace, gate, names, folder)
+        results = []
+        for artifact, path, rule in chosen:
+            result = self.check(artifact, path, rule)
+            if result is not None:
+                results.append(result)
         return results
 
     def _fail_misses(self, misses: list[dict[str, Any]], result: GateResult | None = None) -> None:

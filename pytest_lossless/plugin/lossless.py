@@ -243,6 +243,7 @@ class LosslessFixture:
         act: bool = True,
         expect: str | tuple[str, ...] | Media | Mapping[str, Media] | None = None,
         proof: Proof | None = None,
+        trace: bool = False,
     ) -> LosslessVerdict:
         """Run the control ``runs`` times, then the candidate; PASS, FAIL or INCONCLUSIVE.
 
@@ -251,6 +252,8 @@ class LosslessFixture:
         an output that misses it makes the verdict FAIL.
         ``proof`` (a pattern searched in the candidate run's stdout and stderr, or a callable
         given its result) must show that the candidate's path ran, or a PASS is INCONCLUSIVE.
+        ``trace=True`` traces every run (``docs/trace.md``): a FAIL or an INCONCLUSIVE then
+        names the first divergence between the two runs that disagree.
         """
         __tracebackhide__ = True
         media = expect if is_media_expectation(expect) else None
@@ -285,6 +288,7 @@ class LosslessFixture:
                 label=name,
                 proof=proof,
                 expect=media,  # type: ignore[arg-type]
+                trace=bool(trace),
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         expected = {"expected_verdicts": list(wanted)} if wanted else {}  # for sign's result

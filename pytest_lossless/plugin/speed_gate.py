@@ -7,6 +7,7 @@ gains are never added up across calls.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,9 +28,10 @@ if TYPE_CHECKING:
 class SpeedGateFixture:
     """The ``speed_gate`` fixture: ``speed_gate(control, candidate, *, target, pairs, ...)``."""
 
-    def __init__(self, item: pytest.Item, settings: Settings) -> None:
+    def __init__(self, item: pytest.Item, settings: Settings, workdir: Path) -> None:
         self._item = item
         self._settings = settings
+        self._workdir = workdir
         self._count = 0
 
     def __call__(
@@ -47,6 +49,7 @@ class SpeedGateFixture:
         expect: str | tuple[str, ...] | None = None,
         proof: Proof | None = None,
         before_arm: BeforeArm | Sequence[BeforeArm] | None = None,
+        trace: bool = False,
     ) -> SpeedVerdict:
         """Time control and candidate arms in blocks of A B B A; PASS, FAIL or INCONCLUSIVE.
 
@@ -59,6 +62,9 @@ class SpeedGateFixture:
         of them: ``drop_page_cache``, ``devices_idle(devices)``) runs before each arm; what it
         returns is recorded in the arm's sample. The target, pairs, design, confidence and
         workload are frozen with the goldens (``plan.json``) by ``--update-goldens``.
+        ``trace=True`` first runs each arm once more, traced and untimed, and records one row
+        per ``trace.stage`` (control against candidate seconds) in the receipt and the report:
+        where the time went, never what the verdict is made of.
         """
         __tracebackhide__ = True
         wanted = expected_verdicts(expect)
@@ -93,6 +99,16 @@ class SpeedGateFixture:
                 proof=describe(check_rule(proof, "speed_gate(proof)")),
             )
             plan = check_plan(self._item, "speed", name, asked)
+        stages = None
+        if trace:  # before the timed arms, so that no sample counts a traced run
+            from ..compare.divergence import traced_stage_times
+            from ..core.digests import safe_name
+
+            with failing_on_errors(f"speed gate {name}: "):
+                stages = traced_stage_times(
+                    control, candidate, self._workdir / safe_name(name, default="speed")
+                )
+            seen = len(receipt.runs)
         with failing_on_errors(f"speed gate {name}: "):
             verdict = run_speed_gate(
                 control,
@@ -108,7 +124,14 @@ class SpeedGateFixture:
                 before_arm=hooks,
             )
         expected = {"expected_verdicts": list(wanted)} if wanted else {}  # for sign's result
-        receipt.add_speed({**verdict.to_dict(), "gate_plan": plan, **expected})
+        receipt.add_speed(
+            {
+                **verdict.to_dict(),
+                "gate_plan": plan,
+                **expected,
+                **({"stages": stages} if stages else {}),
+            }
+        )
         row = report.speed_row(self._item.nodeid, name, verdict)
         record_verdict(self._item, row, verdict, act=act, expect=wanted)
         return verdict
@@ -125,6 +148,6 @@ class SpeedGateFixture:
 
 
 @pytest.fixture
-def speed_gate(request: pytest.FixtureRequest) -> SpeedGateFixture:
+def speed_gate(request: pytest.FixtureRequest, tmp_path: Path) -> SpeedGateFixture:
     """Paired, interleaved timing of a control and a candidate against a stated target."""
-    return SpeedGateFixture(request.node, settings(request.config))
+    return SpeedGateFixture(request.node, settings(request.config), tmp_path / "speed_gate")

@@ -63,7 +63,17 @@ class Files:
     entries: list[tuple[str, str | None, str]]
 
 
-Block = Text | Pre | Table | Figure | Files
+@dataclass(frozen=True)
+class Svg:
+    """A chart drawn inline: ``markup`` is an ``<svg>`` element built from numbers, its text
+    already escaped (:func:`.details.growth_svg`); ``kind`` is its CSS class."""
+
+    markup: str
+    caption: str
+    kind: str = "chart"
+
+
+Block = Text | Pre | Table | Figure | Files | Svg
 
 
 @dataclass

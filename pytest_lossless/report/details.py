@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from .. import media
 from ..core.digests import sha256_file
 from ..errors import LosslessError
-from .blocks import Assets, Block, Detail, Files, Pre, Side, Table, Text, mapping
+from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text, mapping
 from .mismatch import draw
 from .pictures import speed_plot
 from .table import Row
@@ -224,6 +224,7 @@ class Details:
         ]
         if where:
             blocks.append(Table(("runs", "artifact", "first difference", "how many"), where))
+        blocks += _divergence(mapping(entry.get("divergence")))
         blocks.append(
             Table(
                 ("run", "role", "seconds", "artifacts (digest)"),
@@ -325,7 +326,124 @@ class Details:
         return [
             self.assets.picture(f"{row.test}-{row.check}", picture, caption),
             Pre(str(entry.get("message") or entry.get("reason") or "")),
+            *_stages(mapping(entry.get("stages"))),
         ]
+
+
+# ------------------------------------------------------------------ traces
+
+
+def _divergence(found: Mapping[str, Any]) -> list[Block]:
+    """Where two traced runs part (``lossless.compare(trace=True)``): the lines, then the curve
+    of how the difference grows over the trace."""
+    if not found:
+        return []
+    pair = " vs ".join(str(x) for x in found.get("between") or [])
+    if found.get("error"):
+        return [Text(f"Trace ({pair}): {found['error']}")]
+    lines = [str(x) for x in found.get("lines") or [found.get("headline", "")]]
+    blocks: list[Block] = [Text(f"Trace ({pair}): where the two runs part"), Pre("\n".join(lines))]
+    growth = [g for g in found.get("growth") or [] if isinstance(g, Mapping)]
+    if len(growth) > 1:
+        caption = (
+            f"After the first divergence ({pair}), each aligned tensor in trace order: the share "
+            "of its elements that differ (blue, left scale) and log10(1 + largest ULP distance) "
+            "(orange, right scale); hover a point for its name and stage"
+        )
+        blocks.append(Svg(growth_svg(growth), caption, "divergence-growth"))
+    return blocks
+
+
+def _stages(found: Mapping[str, Any]) -> list[Block]:
+    """Where the time went (``speed_gate(trace=True)``): one row per stage, from one traced run
+    of each arm apart from the timed ones."""
+    if not found:
+        return []
+    if found.get("error"):
+        return [Text(f"Stage times: {found['error']}")]
+
+    def seconds(value: object) -> str:
+        number = _float(value)
+        return "-" if number is None else f"{number:.4f}"
+
+    rows = [
+        (
+            str(r.get("stage")),
+            seconds(r.get("control_seconds")),
+            seconds(r.get("candidate_seconds")),
+            "-" if _float(r.get("ratio")) is None else f"{_float(r.get('ratio')):.3f}",
+        )
+        for r in found.get("rows") or []
+        if isinstance(r, Mapping)
+    ]
+    return [
+        Text("Stage times, from one traced run of each arm (not the timed runs):"),
+        Table(("stage", "control s", "candidate s", "candidate/control"), rows),
+    ]
+
+
+def growth_svg(points: Sequence[Mapping[str, Any]], width: int = 640, height: int = 220) -> str:
+    """An inline SVG of the growth curve: the share of differing elements per aligned tensor,
+    and the largest ULP distance on a log scale (both from the divergence record)."""
+    from html import escape
+
+    left, right, top, bottom = 48, 48, 12, 28
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = len(points)
+
+    def x(i: int) -> float:
+        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    shares: list[float | None] = []
+    steps: list[float | None] = []
+    for p in points:
+        total, differing = _float(p.get("total")), _float(p.get("differing"))
+        shares.append(differing / total if total and differing is not None else None)
+        ulp = _float(p.get("max_ulp"))
+        steps.append(math.log10(1 + ulp) if ulp is not None else None)
+    top_steps = max([s for s in steps if s is not None] or [1.0]) or 1.0
+
+    def line(values: list[float | None], scale: float, colour: str) -> str:
+        coords = [
+            f"{x(i):.1f},{top + plot_h * (1 - v / scale):.1f}"
+            for i, v in enumerate(values)
+            if v is not None
+        ]
+        if not coords:
+            return ""
+        return (
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
+            f'points="{" ".join(coords)}"/>'
+        )
+
+    dots = []
+    for i, (p, share) in enumerate(zip(points, shares, strict=True)):
+        label = f"{p.get('name')}#{p.get('occurrence')} {p.get('stage') or ''}".strip()
+        y = top + plot_h * (1 - (share if share is not None else 0.0))
+        what = "identical" if p.get("identical") else (
+            f"{p.get('differing')} of {p.get('total')} differ, largest {p.get('max_ulp')} ulps"
+        )  # fmt: skip
+        dots.append(
+            f'<circle cx="{x(i):.1f}" cy="{y:.1f}" r="2.5" fill="#1f77b4">'
+            f"<title>{escape(label)}: {escape(what)}</title></circle>"
+        )
+    axes = (
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+        'stroke="#888"/>'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#888"/>'
+        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end" font-size="10">100%</text>'
+        f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end" font-size="10">0%</text>'
+        f'<text x="{left + plot_w + 4}" y="{top + 4}" font-size="10">{top_steps:.1f}</text>'
+        f'<text x="{left}" y="{height - 8}" font-size="10">'
+        f"{escape(str(points[0].get('name')))}</text>"
+        f'<text x="{left + plot_w}" y="{height - 8}" text-anchor="end" font-size="10">'
+        f"{n} tensors</text>"
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img">{axes}'
+        f"{line(steps, top_steps, '#ff7f0e')}{line(shares, 1.0, '#1f77b4')}{''.join(dots)}</svg>"
+    )
 
 
 # ------------------------------------------------------------------ server runs

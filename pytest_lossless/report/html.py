@@ -20,7 +20,7 @@ from typing import Any
 from ..core.clock import utc_iso
 from ..core.paths import inside_root
 from ..core.text import printable
-from .blocks import Assets, Block, Detail, Figure, Pre, Table, Text
+from .blocks import Assets, Block, Detail, Figure, Pre, Svg, Table, Text
 from .details import Details, drawn, match_rows
 from .table import _UPDATE_ACTIONS, Row, _order_key
 
@@ -113,6 +113,9 @@ def _block(block: Block) -> str:
             "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in block.rows
         )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if isinstance(block, Svg):
+        caption = f"<figcaption>{_e(block.caption)}</figcaption>"
+        return f'<figure class="{_e(block.kind)}">{block.markup}{caption}</figure>'
     if isinstance(block, Figure):
         return (
             f'<figure><img src="{_e(block.src)}" width="{block.width}" height="{block.height}" '

@@ -25,6 +25,7 @@ from ..core.digests import sha256_file
 from ..core.redact import Redactor, scrub, scrub_all
 from ..devices.backends import DeviceMemoryMeter, MemoryReader, memory_reader_for
 from ..errors import ArtifactError, ConfigError, RunError
+from ..trace import TRACE_DIR
 from .arguments import check_argv, check_seconds, fill_placeholders
 from .failure import failure_message, format_status
 from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
@@ -63,6 +64,12 @@ class RunResult(Mapping[str, Path]):
     @property
     def lifecycle(self) -> dict[str, Any]:
         return lifecycle_verdict(self.record)
+
+    @property
+    def trace_dir(self) -> Path | None:
+        """The run's trace folder (``model_run(..., trace=True)``), or None when untraced."""
+        found = self.record.get("trace_dir")
+        return Path(found) if found else None
 
     def __getitem__(self, name: str) -> Path:
         try:
@@ -265,6 +272,7 @@ class Launcher:
         cwd: str | os.PathLike[str] | None,
         port: int | None,
         inputs: Mapping[str, str | os.PathLike[str]] | None,
+        trace: bool = False,
     ) -> tuple[dict[str, Any], list[str], dict[str, str], Path | None, Path]:
         if self._closed:
             raise RunError("model_run: this launcher is closed (the test is tearing down)")
@@ -294,6 +302,8 @@ class Launcher:
                 child_env.pop(key, None)
             else:
                 child_env[key] = fill_placeholders(str(value), values)
+        if trace:  # a trace folder of its own (pytest_lossless.trace writes there)
+            child_env[TRACE_DIR] = str(run_dir / "trace")
         run_cwd = Path(fill_placeholders(os.fspath(cwd), values)) if cwd is not None else None
         # What the record shows: secrets hidden, names kept; the child still gets child_env.
         shown_env = {
@@ -317,6 +327,8 @@ class Launcher:
             "stdout_path": str(run_dir / "stdout.log"),
             "stderr_path": str(run_dir / "stderr.log"),
         }
+        if child_env.get(TRACE_DIR):  # its own (trace=True), or one a traced compare set
+            record["trace_dir"] = child_env[TRACE_DIR]
         if self.adopt_orphans and self._subreaper_was is None:
             previous = child_subreaper(None)
             if previous is not None and child_subreaper(True):
@@ -428,6 +440,7 @@ class Launcher:
         inputs: Mapping[str, str | os.PathLike[str]] | None = None,
         grace: float | None = None,
         sources: Sequence[str | os.PathLike[str]] | None = None,
+        trace: bool = False,
     ) -> RunResult:
         """Run one command to completion; see :mod:`pytest_lossless.run` for what is recorded.
 
@@ -437,13 +450,15 @@ class Launcher:
         ``grace`` (default: the launcher's) is the wait between SIGTERM and SIGKILL on timeout.
         ``sources`` names the source trees this run was built from (the engine's checkout of
         each arm, say): each one's revision, dirty flag, diff hash and publication is recorded.
+        ``trace=True`` gives the run a trace folder of its own (``PYTEST_LOSSLESS_TRACE_DIR``,
+        recorded as ``trace_dir``), where ``pytest_lossless.trace`` calls in the model write.
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         limit = self.run_timeout if timeout is None else check_seconds(timeout, "timeout")
         wait = self.grace if grace is None else float(grace)
         described = self._describe_sources(sources)
         record, args, child_env, cwd_path, run_dir = self._prepare(
-            "command", argv, env, cwd, None, inputs
+            "command", argv, env, cwd, None, inputs, trace=bool(trace)
         )
         record["timeout_seconds"] = limit
         record["grace_seconds"] = wait
@@ -545,6 +560,7 @@ class Launcher:
         check: bool = True,
         sources: Sequence[str | os.PathLike[str]] | None = None,
         ready_interval: float | None = None,
+        trace: bool = False,
     ) -> Server:
         """Start a server and wait until ``ready`` (a URL or a path, with ``{port}``) answers.
 
@@ -559,7 +575,7 @@ class Launcher:
         port = free_port() if port is None else port
         described = self._describe_sources(sources)
         record, args, child_env, cwd_path, run_dir = self._prepare(
-            "server", argv, env, cwd, port, inputs
+            "server", argv, env, cwd, port, inputs, trace=bool(trace)
         )
         url = fill_placeholders(ready, {"port": str(port), "out": record["out_dir"]})
         if url.startswith("/"):

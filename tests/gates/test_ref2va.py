@@ -51,12 +51,16 @@ def test_server_matches_goldens(model_run, golden, seconds):
 
 @pytest.mark.parametrize("seconds", WORKLOADS)
 def test_fast_is_lossless(model_run, lossless, seconds):
-    lossless.compare(
+    verdict = lossless.compare(
         arm(model_run, "control", seconds),
         arm(model_run, "fast", seconds),
         label=f"fast vs control {seconds}s",
         proof=FAST_PATH,
+        # Traced at 5 s: every block at every step identical (the 15 s traces tell no more).
+        trace=seconds == 5,
     )
+    if seconds == 5:
+        assert verdict.divergence["identical"], verdict.divergence
 
 
 #: The line the fast path prints when it runs: the candidate's dispatch proof.
@@ -87,21 +91,38 @@ def test_fast_is_faster(model_run, speed_gate, seconds):
 
 
 def test_fused_is_not_lossless(model_run, lossless):
-    lossless.compare(
+    verdict = lossless.compare(
         arm(model_run, "control", 5),
         arm(model_run, "fused", 5),
         label="fused vs control 5s",
         expect="FAIL",
+        trace=True,
     )
+    # Where: the fused operation (the step size folded into the output projection), at the
+    # first step; the unfused projection it replaced is listed as present in the control only.
+    found = verdict.divergence
+    assert (found["first"]["name"], found["first"]["stage"]) == (
+        "denoise.eps_scaled",
+        "denoise/step 0",
+    ), found
+    assert ["denoise.eps", 12] in found["only_left"]
+    assert "first divergence: denoise.eps_scaled" in verdict.message()
 
 
 def test_racy_control_is_inconclusive(model_run, lossless):
-    lossless.compare(
+    verdict = lossless.compare(
         arm(model_run, "racy", 5),
         arm(model_run, "fast", 5),
         label="racy control 5s",
         expect="INCONCLUSIVE",
+        trace=True,
     )
+    # Where the two control runs part: the racy split-K reduction, at the step it first shows.
+    found = verdict.divergence
+    assert found["between"] == ["control#1", "control#2"], found
+    assert found["first"]["name"] == "denoise.eps", found
+    assert found["first"]["stage"].startswith("denoise/step "), found
+    assert "first divergence: denoise.eps" in verdict.message()
 
 
 def test_silent_fallback_is_inconclusive(model_run, lossless):
