@@ -16,7 +16,7 @@ from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
 from ..core.paths import inside_root, read_regular
 from ..core.redact import Redactor
-from ..core.verdict import Verdict
+from ..core.verdict import Verdict, outcome_verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
 from .index import INDEX_NAME
@@ -25,10 +25,15 @@ from .provenance import redact_runspec
 SCHEMA = "pytest-lossless.receipt"
 #: 2: lossless and speed entries record their frozen plan (``gate_plan``), speed samples what
 #: ran before each arm (``before_arm``); see docs/receipts.md.
-SCHEMA_VERSION = 2
+#: 3: the test's own pytest outcome is one of the parts of the overall verdict (``verdicts.test``),
+#: and a call stopped by INCONCLUSIVE is recorded as ``inconclusive``.
+SCHEMA_VERSION = 3
 #: Versions this release reads: a version-1 receipt (no plans) is checked by the same rules, the
-#: fields it lacks read as absent (its speed gates re-derive with the mean block summary).
-READABLE_VERSIONS = (1, 2)
+#: fields it lacks read as absent (its speed gates re-derive with the mean block summary); a
+#: version 1 or 2 receipt re-derives its overall verdict without its outcome, as it was written.
+READABLE_VERSIONS = (1, 2, 3)
+#: The first version whose overall verdict counts the test's own outcome.
+OUTCOME_COUNTS_FROM = 3
 #: The raw blocks, covered by ``integrity.raw_sha256``; everything else is derived.
 RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "speed", "outcome")
 #: Raw blocks that only a receipt holding them covers (older receipts hash without them).
@@ -73,10 +78,13 @@ def raw_sha256(receipt: Mapping[str, Any]) -> str:
 def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     """The ``verdicts`` block, computed from the raw blocks only.
 
-    The overall verdict is the worst of the test's parts: every golden gate (a lossy gate that
-    passed is LOSSY-PASS), every lossless comparison (LOSSY-PASS when its gates were lossy),
-    every speed gate, and every run's lifecycle (an unclean run is a FAIL, whatever ``check``
-    said). A clean lifecycle alone judges nothing: a receipt of runs only has no overall verdict.
+    The overall verdict is the worst of the test's parts: the test's own pytest outcome (a
+    phase that failed is a FAIL, one stopped by INCONCLUSIVE is INCONCLUSIVE), every golden
+    gate (a lossy gate that passed is LOSSY-PASS), every lossless comparison (LOSSY-PASS when
+    its gates were lossy), every speed gate, and every run's lifecycle (an unclean run is a
+    FAIL, whatever ``check`` said). A clean lifecycle or a passed outcome alone judges nothing:
+    a receipt of runs only has no overall verdict. Receipts of schema versions before
+    :data:`OUTCOME_COUNTS_FROM` re-derive as they were written: without their outcome.
     """
     runs = [r for r in receipt.get("runs") or [] if isinstance(r, Mapping)]
     lifecycles = [
@@ -93,9 +101,13 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     ]
     speed = [str(v.get("verdict")) for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
     unclean = [Verdict.FAIL.value for lc in lifecycles if lc.get("clean") is not True]
-    worst = Verdict.worst(gate_verdicts + lossless + speed + unclean)  # unknown words: FAIL
-    overall = None if worst is None else worst.value
-    return {
+    parts = gate_verdicts + lossless + speed + unclean
+    version = receipt.get("schema_version")
+    counts_outcome = not isinstance(version, int) or version >= OUTCOME_COUNTS_FROM
+    test = outcome_verdict(receipt.get("outcome")) if counts_outcome else None
+    worst = Verdict.worst(parts + ([test.value] if test is not None else []))
+    overall = None if worst is None else worst.value  # unknown words: FAIL
+    derived: dict[str, Any] = {
         "lifecycle": {
             "clean": all(lc["clean"] for lc in lifecycles) if lifecycles else None,
             "runs": lifecycles,
@@ -110,6 +122,9 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
         "speed": speed,
         "overall": overall,
     }
+    if counts_outcome:
+        derived["test"] = None if test is None else test.value
+    return derived
 
 
 def _gate_verdict(gate: Mapping[str, Any]) -> str:

@@ -111,6 +111,16 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
     return receipt.write(session_folder(config))
 
 
+def phase_outcome(report: pytest.TestReport) -> str:
+    """A phase's outcome as the receipt records it: pytest's word, or ``inconclusive`` for a
+    call stopped by an INCONCLUSIVE verdict (pytest reports it as failed)."""
+    from ..core.verdict import Verdict
+
+    if report.failed and getattr(report, "lossless_verdict", None) == Verdict.INCONCLUSIVE:
+        return "inconclusive"
+    return report.outcome
+
+
 def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
     """Record a phase's final outcome in the receipt; write the receipt after teardown.
 
@@ -119,7 +129,7 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
     receipt = item.stash.get(RECEIPT_KEY, None)
     if receipt is None:
         return
-    receipt.set_outcome(report.when, report.outcome)
+    receipt.set_outcome(report.when, phase_outcome(report))
     if report.when != "teardown":
         return
     try:
@@ -130,15 +140,8 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
         return
     report.user_properties.append(("lossless_receipt", str(path)))
-    from ..evidence.receipts import derive_verdicts
-
-    raw = {
-        "runs": receipt.runs,
-        "gates": receipt.gates,
-        "lossless": receipt.lossless,
-        "speed": receipt.speed,
-    }
-    overall = derive_verdicts(raw)["overall"]
+    # The overall verdict as the receipt derives it (its outcome included), not a second rule.
+    overall = receipt.verdicts["overall"]
     prop = ("lossless_verdict", str(overall))
     if overall is not None and prop not in report.user_properties:
         # LOSSY-PASS is its own value in JUnit too (a CI dashboard reads the property).

@@ -23,6 +23,7 @@ import pytest
 
 from .. import report
 from ..core.text import printable
+from ..core.verdict import Status, Update
 from ..errors import ConfigError, GoldenMissing, LosslessError
 from . import export
 from .config import kinds, settings
@@ -186,7 +187,7 @@ class GoldenFixture:
                 self._item.nodeid,
                 f"{miss['artifact']} ({miss['run']})",
                 miss["gate"],
-                "FAIL",
+                Status.FAIL,
                 detail,
             )
             add_row(self._item, row)
@@ -209,7 +210,7 @@ class GoldenFixture:
                     self._item.nodeid,
                     entry.name,
                     entry.gate,
-                    "STAGED",
+                    Update.STAGED,
                     f"{entry.kind}, {entry.stored}; written when the test passes",
                 ),
             )
@@ -222,13 +223,14 @@ class GoldenFixture:
                 self._item.nodeid,
                 name,
                 str(gate or "default"),
-                "ERROR",
+                Status.ERROR,
                 f"{label}: {message.splitlines()[0]}",
             ),
         )
-        receipt_for(self._item).add_gate(
-            {"artifact": name, "error": label, "message": message, "passed": False}
-        )
+        entry = {"artifact": name, "error": label, "message": message, "passed": False}
+        if isinstance(exc, GoldenMissing):  # a fact for the export, not a class name to match
+            entry["golden_missing"] = True
+        receipt_for(self._item).add_gate(entry)
 
 
 @pytest.fixture
@@ -359,10 +361,10 @@ def _record_events(
 
 def _mark_rows(item: pytest.Item, events: list[dict[str, str]]) -> None:
     """Each STAGED row now says what became of its artifact."""
-    actions = {e["name"]: e["action"].upper() for e in events if e["name"]}
+    actions = {e["name"]: Update.of_action(e["action"]) for e in events if e["name"]}
     item.stash[ROWS_KEY] = [
-        dataclasses.replace(r, verdict=actions[r.check], detail=r.detail.split(";")[0])
-        if r.verdict == "STAGED" and r.check in actions
+        dataclasses.replace(r, status=update, detail=r.detail.split(";")[0])
+        if r.status is Update.STAGED and (update := actions.get(r.check)) is not None
         else r
         for r in item.stash.get(ROWS_KEY, [])
     ]
@@ -380,7 +382,7 @@ def _fail_unchecked(item: pytest.Item, unchecked: list[str], manifest: Path) -> 
                 item.nodeid,
                 name,
                 "-",
-                "UNCHECKED",
+                Status.UNCHECKED,
                 "in the manifest, but the test did not check it",
             ),
         )

@@ -18,6 +18,7 @@ import pytest
 
 from .. import report
 from ..core.digests import safe_name
+from ..core.verdict import Status
 from ..errors import LosslessError
 from ..settings import Settings
 from . import export
@@ -84,9 +85,8 @@ def plan_error_row(item: pytest.Item, name: str, check: str) -> Callable[[Lossle
 
     def record(exc: LosslessError) -> None:
         first = str(exc).splitlines()[0] if str(exc) else ""
-        add_row(
-            item, report.Row(item.nodeid, name, check, "ERROR", f"{type(exc).__name__}: {first}")
-        )
+        detail = f"{type(exc).__name__}: {first}"
+        add_row(item, report.Row(item.nodeid, name, check, Status.ERROR, detail))
 
     return record
 
@@ -146,7 +146,9 @@ def _fail_unused(item: pytest.Item, unused: list[tuple[str, str]], path: Path) -
     for name in names:
         add_row(
             item,
-            report.Row(item.nodeid, name, "-", "UNCHECKED", f"frozen in {path.name}, not used"),
+            report.Row(
+                item.nodeid, name, "-", Status.UNCHECKED, f"frozen in {path.name}, not used"
+            ),
         )
         receipt_for(item).add_gate(
             {
@@ -286,7 +288,9 @@ class LosslessFixture:
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan})
         export.comparison(self._item, verdict)
-        row = report.Row(self._item.nodeid, name, gate_text, verdict.verdict, verdict.summary())
+        row = report.Row(  # its status is derived in record_verdict
+            self._item.nodeid, name, gate_text, Status.FAIL, verdict.summary()
+        )
         record_verdict(self._item, row, verdict, act=act, expect=wanted, lossy=verdict.lossy)
         return verdict
 

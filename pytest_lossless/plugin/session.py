@@ -211,7 +211,11 @@ class SummaryPlugin:
                 self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
             )
             tail = f"; merged summary: {self.not_written}" if self.not_written else ""
-            write(line + tail)
+            missing = sorted({r.test for r in self.rows} - self.tests.with_receipt())
+            if missing:  # checks made, but no receipt to audit them by
+                noun = "test" if len(missing) == 1 else "tests"
+                tail += f"; {len(missing)} {noun} wrote no receipt: {', '.join(missing)}"
+            write(line + tail, red=bool(missing))
         elif self.not_written:
             write(
                 f"pytest-lossless: the session's evidence was not written: {self.not_written}",
@@ -240,17 +244,13 @@ class SummaryPlugin:
                 red=True,
             )
         for row in rows:
-            if row.verdict.split(" ", 1)[0] not in _FAILING or row.verdict.endswith("(expected)"):
+            if not row.failing:
                 continue
             path, line = self.locations.get(row.test, (row.test.split("::", 1)[0], None))
             message = f"{row.check} ({row.gate}): {row.verdict}: {row.detail}"
             terminalreporter.write_line(
                 annotation(path, line, message, title=f"pytest-lossless {row.verdict}: {row.test}")
             )
-
-
-#: Verdicts that are annotated as errors in a GitHub Actions job.
-_FAILING = ("FAIL", "ERROR", "INCONCLUSIVE", "UNCHECKED", "CONFLICT", "REFUSED")
 
 
 def _workers(config: pytest.Config) -> int:
@@ -293,6 +293,10 @@ class GateLedger:
 
     def deselected(self, test_ids: Any) -> None:
         self.unselected.update(str(t) for t in test_ids)
+
+    def with_receipt(self) -> set[str]:
+        """The tests that wrote a receipt."""
+        return {test for test, entry in self.seen.items() if entry["receipt"]}
 
     @property
     def ran_a_gate(self) -> bool:

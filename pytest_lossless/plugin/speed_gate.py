@@ -108,7 +108,7 @@ class SpeedGateFixture:
                 before_arm=hooks,
             )
         receipt.add_speed({**verdict.to_dict(), "gate_plan": plan})
-        row = report.speed_row(self._item.nodeid, name, verdict)
+        row = report.speed_row(self._item.nodeid, name, verdict)  # its status: record_verdict
         record_verdict(self._item, row, verdict, act=act, expect=wanted)
         return verdict
 
