@@ -29,6 +29,12 @@ ALLOCATION_KEY = pytest.StashKey["Allocation"]()
 FACTS_KEY = pytest.StashKey[dict[str, Any]]()
 #: The session's source identity (revision, dirty flag, diff), computed once.
 REVISION_KEY = pytest.StashKey[dict[str, Any]]()
+#: ``item.stash[WRITTEN_KEY]``: the test's receipt was written (after its teardown).
+WRITTEN_KEY = pytest.StashKey[Path]()
+#: ``item.stash[OUTCOMES_KEY]``: each phase's outcome so far, also before a receipt existed.
+OUTCOMES_KEY = pytest.StashKey[dict[str, str]]()
+#: The phases of a test, in order: an interrupted test's receipt names the first it did not end.
+PHASES = ("setup", "call", "teardown")
 #: The key of keyed receipts (``PYTEST_LOSSLESS_RECEIPT_KEY``), or None.
 KEY_KEY = pytest.StashKey["bytes | None"]()
 
@@ -63,6 +69,8 @@ def receipt_for(item: pytest.Item) -> Receipt:
         # The session's redaction rules from the start: a receipt without model_run has a diff.
         redactor = Redactor.with_patterns(settings(item.config).redact)
         receipt = item.stash[RECEIPT_KEY] = Receipt(item.nodeid, redactor=redactor)
+        for phase, word in item.stash.get(OUTCOMES_KEY, {}).items():  # a setup that passed
+            receipt.set_outcome(phase, word)
     return receipt
 
 
@@ -126,10 +134,12 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
 
     Called by the one ``pytest_runtest_makereport`` wrapper, after it has decided the outcome.
     """
+    word = phase_outcome(report)
+    item.stash.setdefault(OUTCOMES_KEY, {})[report.when] = word
     receipt = item.stash.get(RECEIPT_KEY, None)
     if receipt is None:
         return
-    receipt.set_outcome(report.when, phase_outcome(report))
+    receipt.set_outcome(report.when, word)
     if report.when != "teardown":
         return
     try:
@@ -139,6 +149,7 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         report.outcome = "failed"
         report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
         return
+    item.stash[WRITTEN_KEY] = path
     report.user_properties.append(("lossless_receipt", str(path)))
     # The overall verdict as the receipt derives it (its outcome included), not a second rule.
     overall = receipt.verdicts["overall"]
@@ -147,3 +158,25 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         # LOSSY-PASS is its own value in JUnit too (a CI dashboard reads the property).
         report.user_properties.append(prop)
     report.sections.append(("pytest-lossless receipt", str(path)))
+
+
+def write_interrupted(session: pytest.Session) -> dict[str, str | None]:
+    """At the session's end: the receipt of every test that started recording evidence but
+    never reached the end of its teardown (Ctrl-C, an ``Exit``), written with the first phase
+    it did not end marked ``interrupted`` (so its overall verdict is never PASS). Returns each
+    such test's receipt file name (None: it could not be written)."""
+    found: dict[str, str | None] = {}
+    for item in session.items:
+        receipt = item.stash.get(RECEIPT_KEY, None)
+        if receipt is None or WRITTEN_KEY in item.stash:
+            continue
+        phase = next((p for p in PHASES if p not in receipt.outcome), PHASES[-1])
+        receipt.set_outcome(phase, "interrupted")
+        try:
+            path = write_receipt(item, receipt)
+        except (OSError, LosslessError):
+            found[item.nodeid] = None
+            continue
+        item.stash[WRITTEN_KEY] = path
+        found[item.nodeid] = path.name
+    return found

@@ -272,7 +272,9 @@ class LosslessFixture:
             f"lossless.compare {name}: ", on_error=plan_error_row(self._item, name, "plan")
         ):
             rule = describe(check_rule(proof, "lossless.compare(proof)"))
-            plan = check_plan(self._item, "lossless", name, lossless_plan(gates, media, rule))
+            plan = check_plan(
+                self._item, "lossless", name, lossless_plan(gates, media, rule, wanted)
+            )
         with failing_on_errors(f"lossless.compare {name}: "):
             verdict = compare_control_candidate(
                 control,

@@ -21,7 +21,7 @@ from ..errors import LosslessError
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .evidence import KEY_KEY, session_folder, source_revision
+from .evidence import KEY_KEY, session_folder, source_revision, write_interrupted
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -82,6 +82,10 @@ class SummaryPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # Tests stopped before their teardown ended: receipts that say so, indexed as such.
+        for test_id, receipt in write_interrupted(session).items():
+            self.tests.interrupted(test_id, receipt)
+            self.receipts += receipt is not None
         if self.all_gates_skipped and session.exitstatus == pytest.ExitCode.OK:
             # A green run in which no gate compared anything would read as "lossless".
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -287,6 +291,8 @@ class GateLedger:
         self.gates: set[str] = set()
         self.unselected: set[str] = set()
         self.seen: dict[str, dict[str, Any]] = {}
+        #: Tests whose teardown report came: the others that started were interrupted.
+        self.ended: set[str] = set()
 
     def collected(self, test_ids: Any) -> None:
         self.gates.update(str(t) for t in test_ids)
@@ -321,6 +327,16 @@ class GateLedger:
         for key, value in report.user_properties:
             if key == "lossless_receipt":
                 entry["receipt"] = Path(str(value)).name
+        if report.when == "teardown":
+            self.ended.add(report.nodeid)
+
+    def interrupted(self, test_id: str, receipt: str | None) -> None:
+        """A test stopped before its teardown ended, and the receipt written for it."""
+        entry = self.seen.setdefault(
+            test_id, {"gate": test_id in self.gates, "outcome": "passed", "receipt": None}
+        )
+        entry["receipt"] = receipt or entry.get("receipt")
+        entry.setdefault("reason", None)
 
     def entries(self, state: str) -> list[dict[str, Any]]:
         """One entry per gate test and per test with a receipt, in the index's form."""
@@ -330,6 +346,12 @@ class GateLedger:
             gate = test_id in self.gates or test_id in self.unselected
             if seen is not None:
                 entry = {**seen, "gate": seen["gate"] or gate}
+                if test_id not in self.ended and entry["outcome"] != "failed":
+                    # It started and never ended its teardown: never "passed".
+                    entry["outcome"] = "interrupted"
+                    entry["reason"] = "stopped before its end" + (
+                        "" if state == "finished" else f": {state}"
+                    )
             elif test_id in self.unselected and test_id not in self.gates:
                 entry = {"gate": True, "outcome": "deselected", "receipt": None, "reason": None}
                 entry["reason"] = "deselected (-m, -k or a plugin)"

@@ -91,6 +91,7 @@ class SpeedGateFixture:
                 confidence=confidence,
                 workload=workload,
                 proof=describe(check_rule(proof, "speed_gate(proof)")),
+                verdicts=wanted,
             )
             plan = check_plan(self._item, "speed", name, asked)
         with failing_on_errors(f"speed gate {name}: "):

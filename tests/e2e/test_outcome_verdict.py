@@ -137,3 +137,32 @@ def test_a_session_whose_receipts_were_not_written_never_reports_pass(pytester):
     (entry,) = [t for t in index["tests"] if t["test_id"] == "test_after.py::test_ok"]
     assert entry["outcome"] == "failed"
     assert entry["receipt"] is None
+
+
+INTERRUPTED = """
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_stopped(golden):
+    golden.check("t.npy", np.arange(4, dtype=np.float32))
+    raise KeyboardInterrupt  # Ctrl-C after the gate passed
+"""
+
+
+def test_an_interrupted_test_is_indexed_and_recorded_as_interrupted(pytester):
+    pytester.makepyfile(test_stop=INTERRUPTED.replace("raise KeyboardInterrupt", "pass"))
+    assert pytester.runpytest_subprocess("--update-goldens").ret == 0
+    pytester.makepyfile(test_stop=INTERRUPTED)
+    result = pytester.runpytest_subprocess("--lossless")
+    assert result.ret == 2
+    folder = max((pytester.path / "lossless-receipts").glob("*/INDEX.json")).parent
+    index = json.loads((folder / "INDEX.json").read_text())
+    assert index["state"] == "interrupted"
+    (entry,) = index["tests"]
+    assert entry["outcome"] == "interrupted", entry
+    # Its receipt is written at the session's end, and says so: never PASS.
+    receipt = json.loads((folder / entry["receipt"]).read_text())
+    assert receipt["outcome"]["call"] == "interrupted"
+    assert receipt["verdicts"]["overall"] == "FAIL"
+    assert "PASS" not in (folder / "SUMMARY.md").read_text().split("receipts:")[-1]
