@@ -64,6 +64,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, help=spec.help, default=None)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Any:
+    """Once every plugin and the initial conftests have added their options, and before the
+    command line is parsed in full: each alias (``--update-goldens``) is added where no other
+    plugin defines it (pytest-golden does), so pytest starts beside such a plugin and our own
+    name (``--lossless-update-goldens``) always works."""
+    result = yield
+    taken = _option_names(parser)
+    group = parser.getgroup("lossless")
+    for spec in OPTIONS:
+        if spec.alias is not None and spec.alias not in taken:
+            group.addoption(
+                spec.alias, action="store_true", default=False, dest=spec.dest, help=spec.help
+            )
+    return result
+
+
+def _option_names(parser: pytest.Parser) -> set[str]:
+    """Every option name defined so far, by any plugin or conftest (pytest keeps them in its
+    groups; read defensively, as a private attribute)."""
+    groups = [getattr(parser, "_anonymous", None), *getattr(parser, "_groups", [])]
+    return {
+        name
+        for group in groups
+        if group is not None
+        for option in getattr(group, "options", [])
+        for name in option.names()
+    }
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from ..kinds.registry import register_builtin_kinds  # light: media and gates load on first use
 

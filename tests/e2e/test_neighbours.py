@@ -1,0 +1,56 @@
+"""End to end (#20, Inputs and neighbours): pytest-lossless beside other plugins and the
+mistakes of a command line."""
+
+from __future__ import annotations
+
+import numpy  # noqa: F401  (imported before in-process pytester runs: numpy cannot load twice)
+import pytest
+
+pytestmark = pytest.mark.slow
+
+GOLDEN_TEST = """
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_g(golden):
+    golden.check("t.npy", np.arange(4, dtype=np.float32))
+"""
+
+#: What pytest-golden does: its own --update-goldens.
+OTHER_PLUGIN = """
+def pytest_addoption(parser):
+    parser.getgroup("golden").addoption(
+        "--update-goldens", action="store_true", dest="other_update_goldens"
+    )
+"""
+
+
+@pytest.mark.parametrize("where", ["plugin before ours", "conftest after ours"])
+def test_beside_a_plugin_that_defines_update_goldens(pytester, where):
+    pytester.makepyfile(test_g=GOLDEN_TEST)
+    args: list[str] = []
+    if where == "plugin before ours":
+        pytester.makepyfile(othergolden=OTHER_PLUGIN)
+        args = ["-p", "othergolden"]
+    else:
+        pytester.makeconftest(OTHER_PLUGIN)
+    pytester.syspathinsert()
+    # pytest starts, and our own name always works.
+    result = pytester.runpytest_subprocess(*args, "--lossless-update-goldens")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert (pytester.path / "goldens/test_g/test_g/manifest.json").is_file()
+    # --update-goldens is the other plugin's: it writes none of ours (the gate is skipped).
+    result = pytester.runpytest_subprocess(*args, "--update-goldens", "--lossless")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=1)
+    result.stdout.no_fnmatch_line("*golden updates*")
+
+
+def test_update_goldens_stays_where_it_is_free(pytester):
+    pytester.makepyfile(test_g=GOLDEN_TEST)
+    assert pytester.runpytest_subprocess("--update-goldens").ret == 0
+    assert (pytester.path / "goldens/test_g/test_g/manifest.json").is_file()
+    help_text = pytester.runpytest_subprocess("--help").stdout.str()
+    assert "--lossless-update-goldens" in help_text
+    assert "--update-goldens" in help_text
