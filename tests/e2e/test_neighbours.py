@@ -54,3 +54,28 @@ def test_update_goldens_stays_where_it_is_free(pytester):
     help_text = pytester.runpytest_subprocess("--help").stdout.str()
     assert "--lossless-update-goldens" in help_text
     assert "--update-goldens" in help_text
+
+
+@pytest.mark.parametrize("option", ["--lossless-lock-dir", "--lossless-receipts"])
+def test_an_option_value_after_a_space_that_became_the_rootdir_is_named(
+    pytester, monkeypatch, option
+):
+    project = pytester.mkdir("project")
+    (project / "pytest.ini").write_text("[pytest]\nlossless_goldens = my-goldens\n")
+    (project / "test_g.py").write_text(GOLDEN_TEST)
+    elsewhere = pytester.mkdir("elsewhere")
+    monkeypatch.chdir(project)
+    result = pytester.runpytest_subprocess(option, str(elsewhere), "--update-goldens")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*{option} {elsewhere}: pytest read*given after a space*Write {option}={elsewhere}*"]
+    )
+    assert not (pytester.path / "goldens").exists()  # nothing written outside the project
+    # Written with "=", the project's ini is read and nothing is refused.
+    result = pytester.runpytest_subprocess(f"{option}={elsewhere}", "--update-goldens")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert (project / "my-goldens/test_g/test_g/manifest.json").is_file()
+    # The same space-separated value is fine where it does not move the rootdir (a test path
+    # is given too, inside the project with its ini).
+    result = pytester.runpytest_subprocess(option, str(elsewhere), "--update-goldens", "test_g.py")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
