@@ -8,7 +8,7 @@ and a ``verdicts`` block derived from them by code (:func:`derive_verdicts`); ``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ OUTCOME_COUNTS_FROM = 3
 #: The raw blocks, covered by ``integrity.raw_sha256``; everything else is derived.
 RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "speed", "outcome")
 #: Raw blocks that only a receipt holding them covers (older receipts hash without them).
-OPTIONAL_BLOCKS = ("canary", "export")
+OPTIONAL_BLOCKS = ("canary", "export", "updates")
 #: The largest receipt read back: a long video's frame digests, twice, fit many times over.
 MAX_RECEIPT_BYTES = 256 << 20
 
@@ -164,6 +164,8 @@ class Receipt:
         #: whether they agreed (what ``accept`` requires of an exported artifact).
         self.export: list[dict[str, Any]] = []
         self.outcome: dict[str, str] = {}
+        #: What --update-goldens did to this test's goldens (created, changed, unchanged...).
+        self.updates: list[dict[str, str]] = []
 
     @property
     def name(self) -> str:
@@ -198,6 +200,9 @@ class Receipt:
 
     def add_export(self, record: Mapping[str, Any]) -> None:
         self.export.append(_plain(record))
+
+    def set_updates(self, events: Sequence[Mapping[str, str]]) -> None:
+        self.updates = [dict(e) for e in events]
 
     def set_outcome(self, phase: str, outcome: str) -> None:
         self.outcome[phase] = outcome
@@ -240,6 +245,8 @@ class Receipt:
             data["canary"] = list(self.canary)
         if self.export:
             data["export"] = list(self.export)
+        if self.updates:
+            data["updates"] = list(self.updates)
         data = json.loads(json.dumps(data, default=_json_default))  # what a reader will see
         data["verdicts"] = derive_verdicts(data)
         covers = [*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data)]

@@ -103,8 +103,9 @@ class GoldenFixture:
             golden = self._of(scope)
             export.watch(self._item, golden, name, artifact, gate)
             staged, missed = len(golden.staged), len(golden.misses)
+            watched = self._watched(name, gate, artifact)
             try:
-                result = golden.check(name, artifact, gate, allow_empty=allow_empty, expect=expect)
+                result = golden.check(name, watched, gate, allow_empty=allow_empty, expect=expect)
             except GoldenMissing as exc:
                 raise _scope_missing(golden, exc) from None
         misses = golden.misses[missed:]
@@ -141,14 +142,15 @@ class GoldenFixture:
             golden = self._of(scope)
             export.watch(self._item, golden, None, artifacts, gate)
             before, missed = len(golden.staged), len(golden.misses)
-            staged = golden.stage_run(artifacts, gate, allow_empty=allow_empty, expect=expect)
+            watched = self._watched("(run)", gate, artifacts)
+            staged = golden.stage_run(watched, gate, allow_empty=allow_empty, expect=expect)
         if staged is not None:
             self._add_staged(golden.staged[before:])
             self._fail_misses(golden.misses[missed:])
             return []
         from ..media.artifacts import named_artifacts, produce
 
-        named = named_artifacts(produce(artifacts), "golden.check_all")
+        named = named_artifacts(produce(watched), "golden.check_all")
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             check_names(expect, named, "golden.check_all")
         results = []
@@ -214,6 +216,32 @@ class GoldenFixture:
                     f"{entry.kind}, {entry.stored}; written when the test passes",
                 ),
             )
+
+    def _watched(self, name: str, gate: object, artifact: Any) -> Any:
+        """A producer whose failure gets its own ERROR row (the session then says the producer
+        failed, not that no gate was selected); anything else as it is."""
+        from ..media.artifacts import is_producer
+
+        if not is_producer(artifact):
+            return artifact
+
+        def run() -> Any:
+            try:
+                return artifact()
+            except LosslessError:
+                raise  # recorded with its own name by failing_on_errors
+            except Exception as exc:
+                first = (str(exc).splitlines() or [""])[0]
+                detail = f"the producer failed: {type(exc).__name__}: {first}"
+                add_row(
+                    self._item,
+                    report.Row(
+                        self._item.nodeid, name, str(gate or "default"), Status.ERROR, detail
+                    ),
+                )
+                raise
+
+        return run
 
     def _record_error(self, name: str, gate: object, exc: LosslessError) -> None:
         label, message = type(exc).__name__, str(exc)

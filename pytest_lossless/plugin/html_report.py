@@ -29,6 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
     resolved = settings(config)
     if hasattr(config, "workerinput") or not (resolved.lossless or resolved.update_goldens):
         return  # workers attach to their reports; the controller writes the page
+    if getattr(config.option, "collectonly", False):
+        return  # nothing ran: no page, no session folder
     plugin = config.stash[REPORT_KEY] = HtmlReport(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
 

@@ -197,6 +197,8 @@ def pytest_runtest_makereport(
             item.user_properties.append(("lossless_verdict", Verdict.INCONCLUSIVE.value))
     if call.when == "teardown" and item.stash.get(CALL_PASSED_KEY, False):
         _fail_unclean_runs(item, rep)  # runs that ended at teardown: servers
+    if call.when == "teardown" and settings(item.config).update_goldens:
+        _record_updates(item)
     # Last, on the outcome as decided above: the receipt records what pytest reports (a receipt
     # that cannot be written fails the teardown report here).
     receipts.record_report(item, rep)
@@ -207,6 +209,14 @@ def pytest_runtest_makereport(
         rep.lossless_rows = [r.to_dict() for r in item.stash.get(ROWS_KEY, [])]  # type: ignore[attr-defined]
         rep.lossless_golden_events = item.stash.get(EVENTS_KEY, [])  # type: ignore[attr-defined]
     return rep
+
+
+def _record_updates(item: pytest.Item) -> None:
+    """Under --update-goldens, a test that checked goldens gets a receipt too (a golden-only
+    test records no comparison): what was written, kept or refused, and its outcome."""
+    events = item.stash.get(EVENTS_KEY, [])
+    if events or ROWS_KEY in item.stash:
+        receipts.receipt_for(item).set_updates(events)
 
 
 def _add_outcome_row(item: pytest.Item) -> None:

@@ -80,8 +80,15 @@ class SummaryPlugin:
         self.tests.collected(output.get("lossless_gates_collected") or [])
         self.tests.deselected(output.get("lossless_gates_deselected") or [])
 
+    @property
+    def collect_only(self) -> bool:
+        """--collect-only: nothing ran, so nothing is claimed and no session folder written."""
+        return bool(getattr(self.config.option, "collectonly", False))
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.collect_only:
+            return
         # Tests stopped before their teardown ended: receipts that say so, indexed as such.
         for test_id, receipt in write_interrupted(session).items():
             self.tests.interrupted(test_id, receipt)
@@ -175,6 +182,8 @@ class SummaryPlugin:
             )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.collect_only:
+            return
         resolved = settings(self.config)
         write = terminalreporter.write_line
         if self.inconclusive:
@@ -195,11 +204,20 @@ class SummaryPlugin:
         elif resolved.lossless:
             # Never let a green run be read as "the gates passed" when none ran.
             terminalreporter.write_sep("=", "pytest-lossless: gates and verdicts")
-            write(
-                "no gate compared anything: --lossless was given, but no test that ran called "
-                "golden.check, lossless.compare or speed_gate (check -m and -k)",
-                yellow=True,
-            )
+            failed = self.tests.failed_gates()
+            if failed:  # they were selected and ran: their failures say why nothing compared
+                tests = "gate test" if len(failed) == 1 else "gate tests"
+                write(
+                    f"no gate compared anything: {len(failed)} lossless {tests} failed before "
+                    f"comparing: {', '.join(failed)} (their failures are above)",
+                    red=True,
+                )
+            else:
+                write(
+                    "no gate compared anything: --lossless was given, but no test that ran "
+                    "called golden.check, lossless.compare or speed_gate (check -m and -k)",
+                    yellow=True,
+                )
             if self.all_gates_skipped and not hasattr(self.config, "workerinput"):
                 write("every selected lossless gate was skipped, so this session fails", red=True)
         for reason, count in sorted(self.skipped.items()):
@@ -299,6 +317,10 @@ class GateLedger:
 
     def deselected(self, test_ids: Any) -> None:
         self.unselected.update(str(t) for t in test_ids)
+
+    def failed_gates(self) -> list[str]:
+        """The gate tests that failed (in any phase)."""
+        return sorted(t for t, e in self.seen.items() if e["gate"] and e["outcome"] == "failed")
 
     def with_receipt(self) -> set[str]:
         """The tests that wrote a receipt."""

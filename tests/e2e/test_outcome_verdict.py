@@ -166,3 +166,58 @@ def test_an_interrupted_test_is_indexed_and_recorded_as_interrupted(pytester):
     assert receipt["outcome"]["call"] == "interrupted"
     assert receipt["verdicts"]["overall"] == "FAIL"
     assert "PASS" not in (folder / "SUMMARY.md").read_text().split("receipts:")[-1]
+
+
+def test_collect_only_writes_no_session_and_claims_nothing(pytester):
+    pytester.makepyfile(test_after=AFTER_GATE)
+    result = pytester.runpytest_subprocess("--collect-only", "--lossless")
+    assert result.ret == 0
+    result.stdout.no_fnmatch_line("*no gate compared anything*")
+    result.stdout.no_fnmatch_line("*every selected lossless gate was skipped*")
+    assert not (pytester.path / "lossless-receipts").exists()
+
+
+PRODUCER_FAILS = """
+import pytest
+
+def producer():
+    raise RuntimeError("the model crashed")
+
+@pytest.mark.lossless
+def test_p(golden):
+    golden.check("t.npy", producer)
+"""
+
+
+def test_a_producer_that_failed_is_named_not_a_missing_selection(pytester):
+    pytester.makepyfile(test_p=PRODUCER_FAILS)
+    result = pytester.runpytest_subprocess("--lossless")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "check -m and -k" not in out
+    assert "no gate compared anything" not in out
+    result.stdout.fnmatch_lines(
+        ["ERROR *test_p*t.npy*", "*the producer failed: RuntimeError: the model crashed*"]
+    )
+
+
+GOLDEN_ONLY = """
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_only_golden(golden):
+    golden.check("t.npy", np.arange(4, dtype=np.float32))
+"""
+
+
+def test_update_goldens_leaves_a_receipt_for_golden_only_tests(pytester):
+    pytester.makepyfile(test_g=GOLDEN_ONLY)
+    result = pytester.runpytest_subprocess("--update-goldens")
+    assert result.ret == 0
+    folder = max((pytester.path / "lossless-receipts").glob("*/INDEX.json")).parent
+    index = json.loads((folder / "INDEX.json").read_text())
+    (entry,) = index["tests"]
+    assert entry["receipt"], entry
+    receipt = json.loads((folder / entry["receipt"]).read_text())
+    assert receipt["test_id"] == "test_g.py::test_only_golden"
