@@ -152,6 +152,43 @@ def record_verdict(
     settle_verdict(verdict, act=act, expect=expect)
 
 
+#: ``config.stash[RUN_ONCE_KEY]``: the lossless gate tests --reruns was kept from (run once).
+RUN_ONCE_KEY = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-rerunfailures runs a failed test again and reports its last attempt: a gate that
+    failed once would pass on a lucky rerun, with rows and a receipt of every attempt. A gate
+    that failed has failed, so lossless gates are never rerun: ``--reruns`` is kept from them
+    (a ``flaky(reruns=0)`` marker, which rerunfailures reads first), and a gate marked
+    ``flaky(reruns=N)`` itself is a usage error."""
+    if not config.pluginmanager.hasplugin("rerunfailures"):
+        return
+    refused, kept = [], 0
+    for item in items:
+        if item.get_closest_marker("lossless") is None:
+            continue
+        marker = item.get_closest_marker("flaky")
+        if marker is None:
+            if (getattr(config.option, "reruns", 0) or 0) > 0:
+                item.add_marker(pytest.mark.flaky(reruns=0))
+                kept += 1
+            continue
+        reruns = marker.kwargs.get("reruns", marker.args[0] if marker.args else 1)
+        if reruns:
+            refused.append(f"{item.nodeid}: flaky(reruns={reruns})")
+    if refused:
+        raise pytest.UsageError(
+            "pytest-lossless: a lossless gate is never rerun until it passes (a gate that "
+            "failed once has failed): remove the flaky marker of "
+            + "; ".join(refused)
+            + " (pytest-rerunfailures)"
+        )
+    if kept:
+        config.stash[RUN_ONCE_KEY] = config.stash.get(RUN_ONCE_KEY, 0) + kept
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not item.get_closest_marker("lossless"):
         return

@@ -22,6 +22,7 @@ from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
 from .evidence import KEY_KEY, session_folder, source_revision, write_interrupted
+from .outcomes import RUN_ONCE_KEY
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -220,6 +221,14 @@ class SummaryPlugin:
                 )
             if self.all_gates_skipped and not hasattr(self.config, "workerinput"):
                 write("every selected lossless gate was skipped, so this session fails", red=True)
+        run_once = self.config.stash.get(RUN_ONCE_KEY, 0)
+        if run_once:
+            tests = "gate test" if run_once == 1 else "gate tests"
+            write(
+                "pytest-lossless: --reruns does not apply to lossless gates (a gate that failed "
+                f"once has failed): {run_once} {tests} ran once",
+                yellow=True,
+            )
         for reason, count in sorted(self.skipped.items()):
             gates = "gate" if count == 1 else "gates"
             write(f"{count} lossless {gates} skipped: {reason}", yellow=True)

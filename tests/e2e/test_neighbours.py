@@ -3,6 +3,8 @@ mistakes of a command line."""
 
 from __future__ import annotations
 
+import json
+
 import numpy  # noqa: F401  (imported before in-process pytester runs: numpy cannot load twice)
 import pytest
 
@@ -79,3 +81,55 @@ def test_an_option_value_after_a_space_that_became_the_rootdir_is_named(
     # is given too, inside the project with its ini).
     result = pytester.runpytest_subprocess(option, str(elsewhere), "--update-goldens", "test_g.py")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
+
+
+FLAKY_GATE = """
+import pathlib
+import numpy as np
+import pytest
+
+@pytest.mark.lossless
+def test_flaky(golden):
+    seen = pathlib.Path("attempts")
+    first = not seen.exists()
+    seen.write_text("x")
+    golden.check("t.npy", np.arange(4, dtype=np.float32) + (1 if first else 0))
+
+def test_plain():
+    seen = pathlib.Path("plain-attempts")
+    first = not seen.exists()
+    seen.write_text("x")
+    assert not first  # fails once, then passes: --reruns still serves plain tests
+"""
+
+
+def test_reruns_never_turn_a_failed_gate_into_a_pass(pytester):
+    pytester.makepyfile(test_f=FLAKY_GATE.replace("(1 if first else 0)", "0"))
+    assert pytester.runpytest_subprocess("--update-goldens", "-k", "flaky").ret == 0
+    pytester.makepyfile(test_f=FLAKY_GATE)
+    (pytester.path / "attempts").unlink()
+    result = pytester.runpytest_subprocess("--lossless", "--reruns", "2")
+    # The gate ran once and failed: the exit status, the table and the receipt agree.
+    assert result.ret == 1
+    assert result.parseoutcomes() == {"failed": 1, "passed": 1, "rerun": 1}  # plain: rerun
+    result.stdout.fnmatch_lines_random(
+        ["*--reruns does not apply to lossless gates*1 gate test ran once*", "FAIL *test_flaky*"]
+    )
+    receipt = json.loads(
+        max((pytester.path / "lossless-receipts").rglob("*test_flaky.json")).read_text()
+    )
+    assert receipt["verdicts"]["overall"] == "FAIL"
+    assert len(receipt["gates"]) == 1
+
+
+def test_a_lossless_gate_marked_flaky_is_refused(pytester):
+    pytester.makepyfile(
+        test_f=FLAKY_GATE.replace(
+            "@pytest.mark.lossless", "@pytest.mark.lossless\n@pytest.mark.flaky(reruns=3)"
+        )
+    )
+    result = pytester.runpytest_subprocess("--lossless")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*a lossless gate is never rerun*test_f.py::test_flaky: flaky(reruns=3)*"]
+    )
