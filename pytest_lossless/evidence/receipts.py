@@ -26,7 +26,9 @@ SCHEMA = "pytest-lossless.receipt"
 #: 2: lossless and speed entries record their frozen plan (``gate_plan``), speed samples what
 #: ran before each arm (``before_arm``); see docs/receipts.md.
 #: 3: the test's own pytest outcome is one of the parts of the overall verdict (``verdicts.test``),
-#: and a call stopped by INCONCLUSIVE is recorded as ``inconclusive``.
+#: a call stopped by INCONCLUSIVE is recorded as ``inconclusive``, lossless and speed entries
+#: record the verdicts the test asserts (``expect_verdict``) and ``verdicts.expected`` says
+#: whether a failing overall verdict is exactly what was asserted.
 SCHEMA_VERSION = 3
 #: Versions this release reads: a version-1 receipt (no plans) is checked by the same rules, the
 #: fields it lacks read as absent (its speed gates re-derive with the mean block summary); a
@@ -124,7 +126,30 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     }
     if counts_outcome:
         derived["test"] = None if test is None else test.value
+        derived["expected"] = _all_expected(receipt, gate_verdicts + unclean, test, worst)
     return derived
+
+
+def _all_expected(
+    receipt: Mapping[str, Any], others: list[str], test: Verdict | None, worst: Verdict | None
+) -> bool:
+    """Whether an overall verdict that is not a pass is exactly what the test asserted: every
+    lossless and speed entry that did not pass has its verdict in its ``expect_verdict``, no
+    golden gate failed, every run was clean, and the test itself passed (the row's
+    "(expected)", as the terminal table shows it)."""
+    if worst is None or worst.passed or test is not None:
+        return False
+    if any(not (Verdict.parse(word) or Verdict.FAIL).passed for word in others):
+        return False
+    for block in ("lossless", "speed"):
+        for entry in receipt.get(block) or []:
+            if not isinstance(entry, Mapping):
+                return False
+            word = Verdict.parse(entry.get("verdict")) or Verdict.FAIL
+            asserted = entry.get("expect_verdict")
+            if not word.passed and not (isinstance(asserted, list) and word.value in asserted):
+                return False
+    return True
 
 
 def _gate_verdict(gate: Mapping[str, Any]) -> str:

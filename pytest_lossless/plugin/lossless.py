@@ -288,7 +288,8 @@ class LosslessFixture:
                 expect=media,  # type: ignore[arg-type]
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
-        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan})
+        asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
+        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan, **asserted})
         export.comparison(self._item, verdict)
         row = report.Row(  # its status is derived in record_verdict
             self._item.nodeid, name, gate_text, Status.FAIL, verdict.summary()

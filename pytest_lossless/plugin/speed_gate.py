@@ -108,7 +108,8 @@ class SpeedGateFixture:
                 proof=proof,
                 before_arm=hooks,
             )
-        receipt.add_speed({**verdict.to_dict(), "gate_plan": plan})
+        asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
+        receipt.add_speed({**verdict.to_dict(), "gate_plan": plan, **asserted})
         row = report.speed_row(self._item.nodeid, name, verdict)  # its status: record_verdict
         record_verdict(self._item, row, verdict, act=act, expect=wanted)
         return verdict

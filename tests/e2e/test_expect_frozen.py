@@ -4,6 +4,8 @@ targets, and a speed target of zero or below is a usage error."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy  # noqa: F401  (imported before in-process pytester runs: numpy cannot load twice)
 import pytest
@@ -23,7 +25,7 @@ def candidate():
 @pytest.mark.lossless
 def test_cmp(lossless, speed_gate):
     lossless.compare(control, candidate, label="cmp")
-    speed_gate(lambda: 1.0, lambda: 1.0, target=0.30, workload="5s", seed=1, pairs=6, act=False)
+    speed_gate(lambda: 1.0, lambda: 0.5, target=0.30, workload="5s", seed=1, pairs=6)
 """
 
 
@@ -46,7 +48,9 @@ def test_an_expect_added_in_test_code_is_a_changed_plan(pytester):
         ]
     )
     # The same for a speed gate's asserted verdicts.
-    pytester.makepyfile(test_suite=SUITE.replace("act=False)", 'expect=("FAIL", "INCONCLUSIVE"))'))
+    pytester.makepyfile(
+        test_suite=SUITE.replace("pairs=6)", 'pairs=6, expect=("FAIL", "INCONCLUSIVE"))')
+    )
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*GateChanged: plan changed for speed_gate '5s'*expect_verdict*"])
@@ -55,7 +59,24 @@ def test_an_expect_added_in_test_code_is_a_changed_plan(pytester):
     assert pytester.runpytest("--update-goldens", "--lossless").ret == 0
     plan = json.loads((pytester.path / "goldens/test_suite/test_cmp/plan.json").read_text())
     assert "FAIL" in json.dumps(plan)
-    pytester.runpytest("--lossless").assert_outcomes(passed=1)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines_random(["FAIL (expected) *test_cmp*cmp*"])
+    # The receipt, SUMMARY.md and verify say the same: a FAIL the test asserted.
+    receipts = pytester.path / "lossless-receipts"
+    session = max(p for p in receipts.iterdir() if p.is_dir())
+    receipt = json.loads(next(session.glob("*test_cmp.json")).read_text())
+    assert receipt["lossless"][0]["expect_verdict"] == ["FAIL"]
+    assert receipt["verdicts"]["overall"] == "FAIL"
+    assert receipt["verdicts"]["expected"] is True
+    assert "| FAIL (expected) |" in (session / "SUMMARY.md").read_text()
+    verified = subprocess.run(
+        [sys.executable, "-m", "pytest_lossless", "verify", str(session)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 @pytest.mark.parametrize("target", ["0", "0.0", "-0.2"])

@@ -426,3 +426,19 @@ def test_a_written_receipt_records_its_outcome_in_its_overall_verdict(tmp_path):
     assert data["schema_version"] == 3
     assert data["verdicts"]["overall"] == "FAIL"
     assert [c for c in verify_receipt(path) if "verdicts" in c] == []
+
+
+def test_an_asserted_failing_verdict_is_expected_and_nothing_else_is():
+    outcome = {"setup": "passed", "call": "passed", "teardown": "passed"}
+    asserted = {"verdict": "FAIL", "lossy": False, "expect_verdict": ["FAIL"]}
+    receipt = {"schema_version": SCHEMA_VERSION, "lossless": [asserted], "outcome": outcome}
+    assert derive_verdicts(receipt)["overall"] == "FAIL"
+    assert derive_verdicts(receipt)["expected"] is True
+    unasserted = {**receipt, "speed": [{"verdict": "INCONCLUSIVE"}]}
+    assert derive_verdicts(unasserted)["expected"] is False
+    failed_gate = {**receipt, "gates": [{"passed": False}]}
+    assert derive_verdicts(failed_gate)["expected"] is False
+    failed_test = {**receipt, "outcome": {**outcome, "call": "failed"}}
+    assert derive_verdicts(failed_test)["expected"] is False
+    passed = {**receipt, "lossless": [{**asserted, "verdict": "PASS"}]}
+    assert derive_verdicts(passed)["expected"] is False  # a pass is just a pass
