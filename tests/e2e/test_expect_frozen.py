@@ -59,9 +59,12 @@ def test_an_expect_added_in_test_code_is_a_changed_plan(pytester):
     assert pytester.runpytest("--update-goldens", "--lossless").ret == 0
     plan = json.loads((pytester.path / "goldens/test_suite/test_cmp/plan.json").read_text())
     assert "FAIL" in json.dumps(plan)
-    result = pytester.runpytest("--lossless")
+    result = pytester.runpytest("--lossless", "--junitxml=junit.xml")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines_random(["FAIL (expected) *test_cmp*cmp*"])
+    junit = (pytester.path / "junit.xml").read_text()
+    assert 'name="lossless_verdict" value="FAIL"' in junit
+    assert 'name="lossless_verdict_expected" value="true"' in junit
     # The receipt, SUMMARY.md and verify say the same: a FAIL the test asserted.
     receipts = pytester.path / "lossless-receipts"
     session = max(p for p in receipts.iterdir() if p.is_dir())
