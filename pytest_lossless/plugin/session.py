@@ -9,6 +9,7 @@ the merged ``SUMMARY.md`` of the receipts root.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,20 @@ def _shown(folder: Path, rootdir: Path) -> str:
         return str(folder)
 
 
+@dataclasses.dataclass
+class LedgerEntry:
+    """What became of one test, as the index records it (``tests[]`` of ``INDEX.json``)."""
+
+    gate: bool
+    outcome: str = "passed"
+    receipt: str | None = None
+    reason: str | None = None
+
+    def to_dict(self, test_id: str) -> dict[str, Any]:
+        """The index's form: the JSON edge."""
+        return {"test_id": test_id, **dataclasses.asdict(self)}
+
+
 class GateLedger:
     """The session's gate tests (marked ``lossless``) and every test that wrote a receipt:
     what became of each, for the index, so a gate test that wrote no receipt is named."""
@@ -317,7 +332,7 @@ class GateLedger:
     def __init__(self) -> None:
         self.gates: set[str] = set()
         self.unselected: set[str] = set()
-        self.seen: dict[str, dict[str, Any]] = {}
+        self.seen: dict[str, LedgerEntry] = {}
         #: Tests whose teardown report came: the others that started were interrupted.
         self.ended: set[str] = set()
 
@@ -329,66 +344,54 @@ class GateLedger:
 
     def failed_gates(self) -> list[str]:
         """The gate tests that failed (in any phase)."""
-        return sorted(t for t, e in self.seen.items() if e["gate"] and e["outcome"] == "failed")
+        return sorted(t for t, e in self.seen.items() if e.gate and e.outcome == "failed")
 
     def with_receipt(self) -> set[str]:
         """The tests that wrote a receipt."""
-        return {test for test, entry in self.seen.items() if entry["receipt"]}
+        return {test for test, entry in self.seen.items() if entry.receipt}
 
     @property
     def ran_a_gate(self) -> bool:
-        return any(
-            e["gate"] and e["outcome"] not in ("skipped", "xfailed") for e in self.seen.values()
-        )
+        return any(e.gate and e.outcome not in ("skipped", "xfailed") for e in self.seen.values())
 
     def record(self, report: pytest.TestReport) -> None:
-        entry = self.seen.setdefault(
-            report.nodeid, {"gate": False, "outcome": "passed", "receipt": None, "reason": None}
-        )
-        entry["gate"] = entry["gate"] or bool(getattr(report, "lossless_gate", False))
+        entry = self.seen.setdefault(report.nodeid, LedgerEntry(gate=False))
+        entry.gate = entry.gate or bool(getattr(report, "lossless_gate", False))
         if report.failed:
-            entry["outcome"] = "failed"
-            entry["reason"] = entry["reason"] or f"{report.when} failed"
-        elif report.skipped and entry["outcome"] != "failed":
-            xfail = hasattr(report, "wasxfail")
-            entry["outcome"] = "xfailed" if xfail else "skipped"
+            entry.outcome = "failed"
+            entry.reason = entry.reason or f"{report.when} failed"
+        elif report.skipped and entry.outcome != "failed":
+            entry.outcome = "xfailed" if hasattr(report, "wasxfail") else "skipped"
             longrepr = report.longrepr
             reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-            entry["reason"] = str(reason).removeprefix("Skipped: ")[:500]
+            entry.reason = str(reason).removeprefix("Skipped: ")[:500]
         for key, value in report.user_properties:
             if key == "lossless_receipt":
-                entry["receipt"] = Path(str(value)).name
+                entry.receipt = Path(str(value)).name
         if report.when == "teardown":
             self.ended.add(report.nodeid)
 
     def interrupted(self, test_id: str, receipt: str | None) -> None:
         """A test stopped before its teardown ended, and the receipt written for it."""
-        entry = self.seen.setdefault(
-            test_id, {"gate": test_id in self.gates, "outcome": "passed", "receipt": None}
-        )
-        entry["receipt"] = receipt or entry.get("receipt")
-        entry.setdefault("reason", None)
+        entry = self.seen.setdefault(test_id, LedgerEntry(gate=test_id in self.gates))
+        entry.receipt = receipt or entry.receipt
 
     def entries(self, state: str) -> list[dict[str, Any]]:
         """One entry per gate test and per test with a receipt, in the index's form."""
         found = []
+        stopped = "" if state == "finished" else f": {state}"
         for test_id in sorted(self.gates | self.unselected | set(self.seen)):
             seen = self.seen.get(test_id)
             gate = test_id in self.gates or test_id in self.unselected
             if seen is not None:
-                entry = {**seen, "gate": seen["gate"] or gate}
-                if test_id not in self.ended and entry["outcome"] != "failed":
+                entry = dataclasses.replace(seen, gate=seen.gate or gate)
+                if test_id not in self.ended and entry.outcome != "failed":
                     # It started and never ended its teardown: never "passed".
-                    entry["outcome"] = "interrupted"
-                    entry["reason"] = "stopped before its end" + (
-                        "" if state == "finished" else f": {state}"
-                    )
+                    entry.outcome, entry.reason = "interrupted", "stopped before its end" + stopped
             elif test_id in self.unselected and test_id not in self.gates:
-                entry = {"gate": True, "outcome": "deselected", "receipt": None, "reason": None}
-                entry["reason"] = "deselected (-m, -k or a plugin)"
+                entry = LedgerEntry(True, "deselected", None, "deselected (-m, -k or a plugin)")
             else:
-                why = "the session did not reach it" + ("" if state == "finished" else f": {state}")
-                entry = {"gate": True, "outcome": "not run", "receipt": None, "reason": why}
-            if entry["gate"] or entry["receipt"]:
-                found.append({"test_id": test_id, **entry})
+                entry = LedgerEntry(True, "not run", None, "the session did not reach it" + stopped)
+            if entry.gate or entry.receipt:
+                found.append(entry.to_dict(test_id))
         return found
