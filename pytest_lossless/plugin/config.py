@@ -65,6 +65,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, help=spec.help, default=None)
 
 
+#: ``config.stash[ALIASES_TAKEN_KEY]``: aliases another plugin defines, with our own flag.
+ALIASES_TAKEN_KEY = pytest.StashKey[dict[str, str]]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
@@ -77,10 +81,14 @@ def pytest_load_initial_conftests(
     taken = _option_names(parser)
     group = parser.getgroup("lossless")
     for spec in OPTIONS:
-        if spec.alias is not None and spec.alias not in taken:
-            group.addoption(
-                spec.alias, action="store_true", default=False, dest=spec.dest, help=spec.help
-            )
+        if spec.alias is None:
+            continue
+        if spec.alias in taken:
+            early_config.stash.setdefault(ALIASES_TAKEN_KEY, {})[spec.alias] = spec.flag
+            continue
+        group.addoption(
+            spec.alias, action="store_true", default=False, dest=spec.dest, help=spec.help
+        )
     return result
 
 
@@ -346,7 +354,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         else ("gates on" if resolved.lossless else "gates off (--lossless to run them)")
     )
     devices = ",".join(resolved.devices) if resolved.devices else "all discovered"
-    return [
+    lines = [
         f"lossless: {mode}; backend {resolved.backend} ({resolved.sources['backend']}), "
         f"devices {devices}; goldens {resolved.goldens}; receipts {resolved.receipts}",
     ]
+    for alias, flag in sorted(config.stash.get(ALIASES_TAKEN_KEY, {}).items()):
+        lines.append(f"lossless: {alias} belongs to another plugin here; ours is {flag}")
+    return lines

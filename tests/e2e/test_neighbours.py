@@ -47,6 +47,12 @@ def test_beside_a_plugin_that_defines_update_goldens(pytester, where):
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*golden updates*")
+    result.stdout.fnmatch_lines(
+        [
+            "lossless: --update-goldens belongs to another plugin here; "
+            "ours is --lossless-update-goldens"
+        ]
+    )
 
 
 def test_update_goldens_stays_where_it_is_free(pytester):
