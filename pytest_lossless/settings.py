@@ -150,6 +150,9 @@ class OptionSpec:
     is_flag: bool = False
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
+    #: A second flag of the same setting, kept only where no other plugin defines it
+    #: (``--update-goldens``: pytest-golden has its own).
+    alias: str | None = None
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
@@ -165,13 +168,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "update_goldens",
-        "--update-goldens",
+        "--lossless-update-goldens",
         "lossless_update_goldens",
         None,
         "false",
         _parse_bool,
-        "write goldens instead of comparing; report what changed",
+        "write goldens instead of comparing; report what changed (also --update-goldens, "
+        "where no other plugin defines it)",
         is_flag=True,
+        alias="--update-goldens",
     ),
     OptionSpec(
         "goldens",

@@ -1,12 +1,15 @@
-"""The one verdict vocabulary: PASS, LOSSY-PASS, INCONCLUSIVE, FAIL, in order of severity.
+"""The one vocabulary: verdicts (PASS, LOSSY-PASS, INCONCLUSIVE, FAIL, in order of severity),
+row statuses (a verdict, ERROR or UNCHECKED, each possibly expected) and golden updates.
 
 Every place that compares, combines or summarises verdicts uses :class:`Verdict`, so "the worst
-of its parts" means the same thing in the terminal, the receipt, SUMMARY.md and JUnit.
+of its parts" means the same thing in the terminal, the receipt, SUMMARY.md and JUnit; a row's
+status is derived once (:func:`status_of`) and read as an enum everywhere after, never parsed
+back out of the text a table shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import Enum
 
 
@@ -62,3 +65,119 @@ _SEVERITY = {Verdict.PASS: 0, Verdict.LOSSY_PASS: 1, Verdict.INCONCLUSIVE: 2, Ve
 
 #: The words of :class:`Verdict`, from best to worst.
 VERDICT_WORDS = tuple(v.value for v in sorted(Verdict, key=lambda v: v.severity))
+
+
+class Status(str, Enum):
+    """What one row of the verdict table says about one check: a verdict, or that the check
+    could not run (ERROR) or was not made (UNCHECKED). Equal to its word."""
+
+    PASS = "PASS"
+    LOSSY_PASS = "LOSSY-PASS"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    FAIL = "FAIL"
+    #: The check raised (a missing golden, an integrity error, a changed gate).
+    ERROR = "ERROR"
+    #: A golden in the manifest, or a frozen plan, the test did not check.
+    UNCHECKED = "UNCHECKED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def severity(self) -> int:
+        """As :attr:`Verdict.severity`; ERROR and UNCHECKED weigh as FAIL."""
+        return _STATUS_SEVERITY[self]
+
+    @property
+    def verdict(self) -> Verdict:
+        """The verdict this status counts as in "the worst of its parts"."""
+        return _STATUS_VERDICT[self]
+
+
+class Update(str, Enum):
+    """What ``--update-goldens`` did to one artifact: a row status of its own, not a verdict."""
+
+    #: Compared within the test, written when the test passes.
+    STAGED = "STAGED"
+    CREATED = "CREATED"
+    CHANGED = "CHANGED"
+    UNCHANGED = "UNCHANGED"
+    REMOVED = "REMOVED"
+    #: Another session changed the golden meanwhile: nothing was written.
+    CONFLICT = "CONFLICT"
+    REFUSED = "REFUSED"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def failing(self) -> bool:
+        return self in (Update.CONFLICT, Update.REFUSED)
+
+    @classmethod
+    def of_action(cls, action: str) -> Update | None:
+        """The update an event's ``action`` (``created``...) names; None for a folder's
+        recovery (``restored``, ``cleaned``, ``kept``), which is no artifact's row."""
+        try:
+            return cls(action.upper())
+        except ValueError:
+            return None
+
+
+_STATUS_SEVERITY = {
+    Status.PASS: 0,
+    Status.LOSSY_PASS: 1,
+    Status.INCONCLUSIVE: 2,
+    Status.FAIL: 3,
+    Status.ERROR: 3,
+    Status.UNCHECKED: 3,
+}
+_STATUS_VERDICT = {
+    Status.PASS: Verdict.PASS,
+    Status.LOSSY_PASS: Verdict.LOSSY_PASS,
+    Status.INCONCLUSIVE: Verdict.INCONCLUSIVE,
+    Status.FAIL: Verdict.FAIL,
+    Status.ERROR: Verdict.FAIL,
+    Status.UNCHECKED: Verdict.FAIL,
+}
+
+
+def status_of(
+    verdict: object, *, lossy: bool = False, expect: Iterable[object] | None = None
+) -> tuple[Status, bool]:
+    """A row's status, derived once from a verdict, its lossiness and ``expect=``: the status
+    and whether the test asserted it (``expect=("FAIL",)`` and a FAIL: an expected FAIL).
+
+    A PASS of a lossy gate is LOSSY-PASS, never PASS; an unknown word is a FAIL."""
+    found = Verdict.parse(verdict) or Verdict.FAIL
+    status = Status(found.value)
+    if status is Status.PASS and lossy:
+        status = Status.LOSSY_PASS
+    wanted = None if expect is None else {Verdict.parse(w) for w in expect}
+    return status, wanted is not None and found in wanted
+
+
+#: A pytest phase outcome as the receipt records it, and the verdict it adds to the overall
+#: one (None: nothing). A test that failed, errored or was interrupted is never a PASS.
+OUTCOME_VERDICT: dict[str, Verdict | None] = {
+    "passed": None,
+    "skipped": None,
+    "inconclusive": Verdict.INCONCLUSIVE,
+    "failed": Verdict.FAIL,
+    "interrupted": Verdict.FAIL,
+}
+
+
+def outcome_verdict(outcome: object) -> Verdict | None:
+    """The verdict a test's phase outcomes (``{"call": "failed", ...}``) add to its overall
+    verdict: the worst of its phases; an unknown word counts as FAIL."""
+    if not isinstance(outcome, Mapping):
+        return None
+    parts = [OUTCOME_VERDICT.get(str(word), Verdict.FAIL) for word in outcome.values()]
+    return Verdict.worst(v for v in parts if v is not None)

@@ -262,7 +262,7 @@ class GateOutcome:
 
 
 def _expected(entry: Mapping[str, Any]) -> bool:
-    wanted = entry.get("expected_verdicts")
+    wanted = entry.get("expect_verdict")
     return isinstance(wanted, list) and str(entry.get("verdict")) in [str(w) for w in wanted]
 
 
@@ -358,7 +358,7 @@ def _test_detail(test_id: str, receipt: Mapping[str, Any] | None) -> dict[str, A
             "verdict": e.get("verdict"),
             "gates": e.get("gates"),
             "lossy": bool(e.get("lossy")),
-            "expected_verdicts": e.get("expected_verdicts"),
+            "expect_verdict": e.get("expect_verdict"),
         }
         for e in receipt.get("lossless") or []
         if isinstance(e, Mapping)
@@ -372,7 +372,7 @@ def _test_detail(test_id: str, receipt: Mapping[str, Any] | None) -> dict[str, A
             "confidence": e.get("confidence"),
             "target_ratio": e.get("target_ratio"),
             "pairs": e.get("pairs"),
-            "expected_verdicts": e.get("expected_verdicts"),
+            "expect_verdict": e.get("expect_verdict"),
         }
         for e in receipt.get("speed") or []
         if isinstance(e, Mapping)

@@ -8,7 +8,7 @@ and a ``verdicts`` block derived from them by code (:func:`derive_verdicts`); ``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,7 +16,7 @@ from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
 from ..core.paths import inside_root, read_regular
 from ..core.redact import Redactor
-from ..core.verdict import Verdict
+from ..core.verdict import Verdict, outcome_verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
 from .index import INDEX_NAME
@@ -25,14 +25,21 @@ from .provenance import redact_runspec
 SCHEMA = "pytest-lossless.receipt"
 #: 2: lossless and speed entries record their frozen plan (``gate_plan``), speed samples what
 #: ran before each arm (``before_arm``); see docs/receipts.md.
-SCHEMA_VERSION = 2
+#: 3: the test's own pytest outcome is one of the parts of the overall verdict (``verdicts.test``),
+#: a call stopped by INCONCLUSIVE is recorded as ``inconclusive``, lossless and speed entries
+#: record the verdicts the test asserts (``expect_verdict``) and ``verdicts.expected`` says
+#: whether a failing overall verdict is exactly what was asserted.
+SCHEMA_VERSION = 3
 #: Versions this release reads: a version-1 receipt (no plans) is checked by the same rules, the
-#: fields it lacks read as absent (its speed gates re-derive with the mean block summary).
-READABLE_VERSIONS = (1, 2)
+#: fields it lacks read as absent (its speed gates re-derive with the mean block summary); a
+#: version 1 or 2 receipt re-derives its overall verdict without its outcome, as it was written.
+READABLE_VERSIONS = (1, 2, 3)
+#: The first version whose overall verdict counts the test's own outcome.
+OUTCOME_COUNTS_FROM = 3
 #: The raw blocks, covered by ``integrity.raw_sha256``; everything else is derived.
 RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "speed", "outcome")
 #: Raw blocks that only a receipt holding them covers (older receipts hash without them).
-OPTIONAL_BLOCKS = ("canary", "export", "matrix")
+OPTIONAL_BLOCKS = ("canary", "export", "matrix", "updates")
 #: The largest receipt read back: a long video's frame digests, twice, fit many times over.
 MAX_RECEIPT_BYTES = 256 << 20
 
@@ -73,10 +80,13 @@ def raw_sha256(receipt: Mapping[str, Any]) -> str:
 def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     """The ``verdicts`` block, computed from the raw blocks only.
 
-    The overall verdict is the worst of the test's parts: every golden gate (a lossy gate that
-    passed is LOSSY-PASS), every lossless comparison (LOSSY-PASS when its gates were lossy),
-    every speed gate, and every run's lifecycle (an unclean run is a FAIL, whatever ``check``
-    said). A clean lifecycle alone judges nothing: a receipt of runs only has no overall verdict.
+    The overall verdict is the worst of the test's parts: the test's own pytest outcome (a
+    phase that failed is a FAIL, one stopped by INCONCLUSIVE is INCONCLUSIVE), every golden
+    gate (a lossy gate that passed is LOSSY-PASS), every lossless comparison (LOSSY-PASS when
+    its gates were lossy), every speed gate, and every run's lifecycle (an unclean run is a
+    FAIL, whatever ``check`` said). A clean lifecycle or a passed outcome alone judges nothing:
+    a receipt of runs only has no overall verdict. Receipts of schema versions before
+    :data:`OUTCOME_COUNTS_FROM` re-derive as they were written: without their outcome.
     """
     runs = [r for r in receipt.get("runs") or [] if isinstance(r, Mapping)]
     lifecycles = [
@@ -94,8 +104,12 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     speed = [str(v.get("verdict")) for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
     unclean = [Verdict.FAIL.value for lc in lifecycles if lc.get("clean") is not True]
     matrix = [_matrix_verdict(m) for m in receipt.get("matrix") or [] if isinstance(m, Mapping)]
-    worst = Verdict.worst(gate_verdicts + lossless + speed + unclean + matrix)  # unknown: FAIL
-    overall = None if worst is None else worst.value
+    parts = gate_verdicts + lossless + speed + unclean + matrix
+    version = receipt.get("schema_version")
+    counts_outcome = not isinstance(version, int) or version >= OUTCOME_COUNTS_FROM
+    test = outcome_verdict(receipt.get("outcome")) if counts_outcome else None
+    worst = Verdict.worst(parts + ([test.value] if test is not None else []))
+    overall = None if worst is None else worst.value  # unknown words: FAIL
     derived: dict[str, Any] = {
         "lifecycle": {
             "clean": all(lc["clean"] for lc in lifecycles) if lifecycles else None,
@@ -113,7 +127,32 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     }
     if "matrix" in receipt:  # only receipts with a determinism matrix (#24) have this key
         derived["matrix"] = matrix
+    if counts_outcome:
+        derived["test"] = None if test is None else test.value
+        derived["expected"] = _all_expected(receipt, gate_verdicts + unclean, test, worst)
     return derived
+
+
+def _all_expected(
+    receipt: Mapping[str, Any], others: list[str], test: Verdict | None, worst: Verdict | None
+) -> bool:
+    """Whether an overall verdict that is not a pass is exactly what the test asserted: every
+    lossless and speed entry that did not pass has its verdict in its ``expect_verdict``, no
+    golden gate failed, every run was clean, and the test itself passed (the row's
+    "(expected)", as the terminal table shows it)."""
+    if worst is None or worst.passed or test is not None:
+        return False
+    if any(not (Verdict.parse(word) or Verdict.FAIL).passed for word in others):
+        return False
+    for block in ("lossless", "speed"):
+        for entry in receipt.get(block) or []:
+            if not isinstance(entry, Mapping):
+                return False
+            word = Verdict.parse(entry.get("verdict")) or Verdict.FAIL
+            asserted = entry.get("expect_verdict")
+            if not word.passed and not (isinstance(asserted, list) and word.value in asserted):
+                return False
+    return True
 
 
 def _gate_verdict(gate: Mapping[str, Any]) -> str:
@@ -162,6 +201,8 @@ class Receipt:
         #: The determinism matrices of the test (``lossless.matrix``): every cell's evidence.
         self.matrix: list[dict[str, Any]] = []
         self.outcome: dict[str, str] = {}
+        #: What --update-goldens did to this test's goldens (created, changed, unchanged...).
+        self.updates: list[dict[str, str]] = []
 
     @property
     def name(self) -> str:
@@ -199,6 +240,9 @@ class Receipt:
 
     def add_matrix(self, grid: _HasToDict | Mapping[str, Any]) -> None:
         self.matrix.append(_plain(grid))
+
+    def set_updates(self, events: Sequence[Mapping[str, str]]) -> None:
+        self.updates = [dict(e) for e in events]
 
     def set_outcome(self, phase: str, outcome: str) -> None:
         self.outcome[phase] = outcome
@@ -243,6 +287,8 @@ class Receipt:
             data["export"] = list(self.export)
         if self.matrix:
             data["matrix"] = list(self.matrix)
+        if self.updates:
+            data["updates"] = list(self.updates)
         data = json.loads(json.dumps(data, default=_json_default))  # what a reader will see
         data["verdicts"] = derive_verdicts(data)
         covers = [*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data)]

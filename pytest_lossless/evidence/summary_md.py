@@ -40,6 +40,8 @@ def _row(path: Path, receipt: dict[str, Any] | ReceiptError) -> tuple[tuple[str,
     clean = derived["lifecycle"]["clean"]
     gates = derived["gates"]
     overall = derived["overall"] or "-"
+    if derived.get("expected") is True:  # what the test asserted (expect=), as the table says
+        overall = f"{overall} (expected)"
     row = (
         _cell(receipt.get("test_id")),
         _cell(phases),

@@ -22,7 +22,7 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,8 @@ PLAN_SCHEMA = 1
 MAX_PLAN_BYTES = 4 << 20
 #: The longest label or workload name kept in a plan (it is printed and hashed, never a path).
 MAX_LABEL_CHARS = 200
+#: The key of the verdicts a call asserts (``expect="FAIL"``), in a plan that has one.
+EXPECT_VERDICT = "expect_verdict"
 #: What each section freezes: the call it comes from, as a message names it.
 SECTIONS = {"lossless": "lossless.compare", "speed": "speed_gate", "matrix": "lossless.matrix"}
 
@@ -46,14 +48,29 @@ SECTIONS = {"lossless": "lossless.compare", "speed": "speed_gate", "matrix": "lo
 # ------------------------------------------------------------------ what a plan is
 
 
-def lossless_plan(gate: Any, expect: Any = None, proof: str | None = None) -> dict[str, Any]:
+def lossless_plan(
+    gate: Any,
+    expect: Any = None,
+    proof: str | None = None,
+    verdicts: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """The plan of one ``lossless.compare``: the gate it asked for (a spec, ``{artifact: spec}``,
-    or None for each kind's default), the media it expects, and its dispatch-proof rule."""
+    or None for each kind's default), the media it expects, its dispatch-proof rule, and the
+    verdicts the test asserts (``expect="FAIL"``)."""
     if isinstance(gate, Mapping):
         gates: Any = {str(k): _spec(v) for k, v in sorted(gate.items())}
     else:
         gates = _spec(gate)
-    return {"gate": gates, "expect": _media(expect), "proof": proof}
+    return _asserting({"gate": gates, "expect": _media(expect), "proof": proof}, verdicts)
+
+
+def _asserting(plan: dict[str, Any], verdicts: Sequence[str] | None) -> dict[str, Any]:
+    """``plan`` with the verdicts its call asserts (``expect=``), frozen like its gate: a test
+    made green by asserting the FAIL it now gets is a changed plan. Only present when given,
+    so that plans frozen before this field existed still match calls without ``expect=``."""
+    if verdicts is not None:
+        plan[EXPECT_VERDICT] = sorted({str(v) for v in verdicts})
+    return plan
 
 
 def _spec(gate: Any) -> str | None:
@@ -122,11 +139,13 @@ def speed_plan(
     confidence: float,
     workload: str | None,
     proof: str | None = None,
+    verdicts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The plan of one ``speed_gate``: the claim (target), the most pairs, the design, the
-    confidence, the workload, and the dispatch-proof rule. The seed is not frozen: a fresh one
-    each session is recorded in the receipt."""
-    return {
+    confidence, the workload, the dispatch-proof rule, and the verdicts the test asserts
+    (``expect=``). The seed is not frozen: a fresh one each session is recorded in the
+    receipt."""
+    plan = {
         "target": float(target),
         "pairs": int(pairs),
         "design": str(design),
@@ -134,6 +153,7 @@ def speed_plan(
         "workload": workload,
         "proof": proof,
     }
+    return _asserting(plan, verdicts)
 
 
 def _media(expect: Any) -> Any:

@@ -6,6 +6,7 @@ CLI > env > ini); this module only hands pytest's values to that resolver, once 
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -60,9 +61,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(spec.ini, help=spec.help, default=None)
 
 
+#: ``config.stash[ALIASES_TAKEN_KEY]``: aliases another plugin defines, with our own flag.
+ALIASES_TAKEN_KEY = pytest.StashKey[dict[str, str]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Any:
+    """Once every plugin and the initial conftests have added their options, and before the
+    command line is parsed in full: each alias (``--update-goldens``) is added where no other
+    plugin defines it (pytest-golden does), so pytest starts beside such a plugin and our own
+    name (``--lossless-update-goldens``) always works."""
+    result = yield
+    taken = _option_names(parser)
+    group = parser.getgroup("lossless")
+    for spec in OPTIONS:
+        if spec.alias is None:
+            continue
+        if spec.alias in taken:
+            early_config.stash.setdefault(ALIASES_TAKEN_KEY, {})[spec.alias] = spec.flag
+            continue
+        group.addoption(
+            spec.alias, action="store_true", default=False, dest=spec.dest, help=spec.help
+        )
+    return result
+
+
+def _option_names(parser: pytest.Parser) -> set[str]:
+    """Every option name defined so far, by any plugin or conftest (pytest keeps them in its
+    groups; read defensively, as a private attribute)."""
+    groups = [getattr(parser, "_anonymous", None), *getattr(parser, "_groups", [])]
+    return {
+        name
+        for group in groups
+        if group is not None
+        for option in getattr(group, "options", [])
+        for name in option.names()
+    }
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from ..kinds.registry import register_builtin_kinds  # light: media and gates load on first use
 
+    _check_rootdir(config)
     resolved = settings(config)  # a bad value is a usage error now, not an error in every test
     # The built-in kinds answer our own hooks like any plugin, last (trylast), and decode within
     # the session's limits (--lossless-ffmpeg-timeout, --lossless-decode-limit).
@@ -72,6 +114,39 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_folders(config, resolved)
     _check_published(config, resolved)
     session(config)  # decided now: a bad PYTEST_LOSSLESS_HOST is a usage error, not a test's
+
+
+def _check_rootdir(config: pytest.Config) -> None:
+    """An option's value given after a space (``--lossless-lock-dir DIR``) is read by pytest,
+    before our options are known, as a path to test, so it chooses the rootdir and the ini
+    file from it: the project's ini is ignored and goldens go outside the project. Detected
+    when such a value is an existing path, the rootdir lies above it, and that rootdir is not
+    where the tests were started from or above it with an ini file; a usage error that says
+    what happened and how to write the option instead."""
+    if getattr(config.option, "rootdir", None) or hasattr(config, "workerinput"):
+        return  # --rootdir decides it; a worker was started with the controller's
+    args = [str(a) for a in config.invocation_params.args]
+    flags = {spec.flag for spec in OPTIONS if not spec.is_flag}
+    root = config.rootpath.resolve()
+    here = config.invocation_params.dir.resolve()
+    for flag, value in itertools.pairwise(args):
+        if flag not in flags or value.startswith("-"):
+            continue
+        path = (here / value).resolve()
+        if not path.exists() or not path.is_relative_to(root):
+            continue
+        if here.is_relative_to(root) and (root == here or config.inipath is not None):
+            continue  # the rootdir it would have had anyway
+        raise pytest.UsageError(
+            printable(
+                f"pytest-lossless: {flag} {value}: pytest read {value!r} (given after a space) "
+                f"as a path to test before it knew {flag}, so it chose its rootdir ({root}) and "
+                "ini file from it: the project's ini file was not read "
+                f"({'none was' if config.inipath is None else f'{config.inipath} was'} used "
+                f"instead) and goldens and receipts would go under {root}. Write "
+                f"{flag}={value} (with '='), or give --rootdir"
+            )
+        )
 
 
 def _check_published(config: pytest.Config, resolved: Settings) -> None:
@@ -267,7 +342,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         else ("gates on" if resolved.lossless else "gates off (--lossless to run them)")
     )
     devices = ",".join(resolved.devices) if resolved.devices else "all discovered"
-    return [
+    lines = [
         f"lossless: {mode}; backend {resolved.backend} ({resolved.sources['backend']}), "
         f"devices {devices}; goldens {resolved.goldens}; receipts {resolved.receipts}",
     ]
+    for alias, flag in sorted(config.stash.get(ALIASES_TAKEN_KEY, {}).items()):
+        lines.append(f"lossless: {alias} belongs to another plugin here; ours is {flag}")
+    return lines

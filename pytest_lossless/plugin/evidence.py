@@ -29,6 +29,12 @@ ALLOCATION_KEY = pytest.StashKey["Allocation"]()
 FACTS_KEY = pytest.StashKey[dict[str, Any]]()
 #: The session's source identity (revision, dirty flag, diff), computed once.
 REVISION_KEY = pytest.StashKey[dict[str, Any]]()
+#: ``item.stash[WRITTEN_KEY]``: the test's receipt was written (after its teardown).
+WRITTEN_KEY = pytest.StashKey[Path]()
+#: ``item.stash[OUTCOMES_KEY]``: each phase's outcome so far, also before a receipt existed.
+OUTCOMES_KEY = pytest.StashKey[dict[str, str]]()
+#: The phases of a test, in order: an interrupted test's receipt names the first it did not end.
+PHASES = ("setup", "call", "teardown")
 
 
 def session_folder(config: pytest.Config) -> Path:
@@ -46,6 +52,8 @@ def receipt_for(item: pytest.Item) -> Receipt:
         # The session's redaction rules from the start: a receipt without model_run has a diff.
         redactor = Redactor.with_patterns(settings(item.config).redact)
         receipt = item.stash[RECEIPT_KEY] = Receipt(item.nodeid, redactor=redactor)
+        for phase, word in item.stash.get(OUTCOMES_KEY, {}).items():  # a setup that passed
+            receipt.set_outcome(phase, word)
     return receipt
 
 
@@ -97,15 +105,27 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
     return receipt.write(session_folder(config))
 
 
+def phase_outcome(report: pytest.TestReport) -> str:
+    """A phase's outcome as the receipt records it: pytest's word, or ``inconclusive`` for a
+    call stopped by an INCONCLUSIVE verdict (pytest reports it as failed)."""
+    from ..core.verdict import Verdict
+
+    if report.failed and getattr(report, "lossless_verdict", None) == Verdict.INCONCLUSIVE:
+        return "inconclusive"
+    return report.outcome
+
+
 def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
     """Record a phase's final outcome in the receipt; write the receipt after teardown.
 
     Called by the one ``pytest_runtest_makereport`` wrapper, after it has decided the outcome.
     """
+    word = phase_outcome(report)
+    item.stash.setdefault(OUTCOMES_KEY, {})[report.when] = word
     receipt = item.stash.get(RECEIPT_KEY, None)
     if receipt is None:
         return
-    receipt.set_outcome(report.when, report.outcome)
+    receipt.set_outcome(report.when, word)
     if report.when != "teardown":
         return
     try:
@@ -115,6 +135,7 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         report.outcome = "failed"
         report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
         return
+    item.stash[WRITTEN_KEY] = path
     report.user_properties.append(("lossless_receipt", str(path)))
     from ..evidence.index import sha256_regular
 
@@ -126,17 +147,35 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         for p in run.get("processes") or []
         if isinstance(p, dict) and p.get("exit_code") is None and p.get("signal") is None
     ]
-    from ..evidence.receipts import derive_verdicts
-
-    raw = {
-        "runs": receipt.runs,
-        "gates": receipt.gates,
-        "lossless": receipt.lossless,
-        "speed": receipt.speed,
-    }
-    overall = derive_verdicts(raw)["overall"]
+    # The overall verdict as the receipt derives it (its outcome included), not a second rule.
+    verdicts = receipt.verdicts
+    overall = verdicts["overall"]
     prop = ("lossless_verdict", str(overall))
     if overall is not None and prop not in report.user_properties:
         # LOSSY-PASS is its own value in JUnit too (a CI dashboard reads the property).
         report.user_properties.append(prop)
+    if verdicts.get("expected") is True:  # the verdict the test asserted (expect=)
+        report.user_properties.append(("lossless_verdict_expected", "true"))
     report.sections.append(("pytest-lossless receipt", str(path)))
+
+
+def write_interrupted(session: pytest.Session) -> dict[str, str | None]:
+    """At the session's end: the receipt of every test that started recording evidence but
+    never reached the end of its teardown (Ctrl-C, an ``Exit``), written with the first phase
+    it did not end marked ``interrupted`` (so its overall verdict is never PASS). Returns each
+    such test's receipt file name (None: it could not be written)."""
+    found: dict[str, str | None] = {}
+    for item in session.items:
+        receipt = item.stash.get(RECEIPT_KEY, None)
+        if receipt is None or WRITTEN_KEY in item.stash:
+            continue
+        phase = next((p for p in PHASES if p not in receipt.outcome), PHASES[-1])
+        receipt.set_outcome(phase, "interrupted")
+        try:
+            path = write_receipt(item, receipt)
+        except (OSError, LosslessError):
+            found[item.nodeid] = None
+            continue
+        item.stash[WRITTEN_KEY] = path
+        found[item.nodeid] = path.name
+    return found

@@ -489,7 +489,7 @@ def _status(golden: Golden, name: str, gates: list[dict[str, Any]]) -> str:
             return "pass" if result.passed else "changed"
     for gate in reversed(gates):
         if gate.get("artifact") == name and gate.get("error"):
-            return "new" if gate["error"] in ("GoldenMissing", "ScopeMissing") else "error"
+            return "new" if gate.get("golden_missing") is True else "error"
     return "unchecked"
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from .. import report
 from ..core.text import printable
+from ..core.verdict import Status, Update, status_of
 from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
 from . import export
 from .config import kinds, settings
@@ -105,8 +106,9 @@ class GoldenFixture:
             golden = self._of(scope)
             export.watch(self._item, golden, name, artifact, gate)
             staged, missed = len(golden.staged), len(golden.misses)
+            watched = self._watched(name, gate, artifact)
             try:
-                result = golden.check(name, artifact, gate, allow_empty=allow_empty, expect=expect)
+                result = golden.check(name, watched, gate, allow_empty=allow_empty, expect=expect)
             except GoldenMissing as exc:
                 raise _scope_missing(golden, exc) from None
             except UnrepeatableProducer as exc:
@@ -148,7 +150,8 @@ class GoldenFixture:
             golden = self._of(scope)
             export.watch(self._item, golden, None, artifacts, gate)
             before, missed = len(golden.staged), len(golden.misses)
-            staged = golden.stage_run(artifacts, gate, allow_empty=allow_empty, expect=expect)
+            watched = self._watched("(run)", gate, artifacts)
+            staged = golden.stage_run(watched, gate, allow_empty=allow_empty, expect=expect)
         if staged is not None:
             self._add_staged(golden.staged[before:])
             self._fail_misses(golden.misses[missed:])
@@ -156,17 +159,17 @@ class GoldenFixture:
         from ..goldens.checks import UnrepeatableProducer
         from ..media.artifacts import is_producer, named_artifacts, produce
 
-        if golden.repeat_producers and is_producer(artifacts):
+        if golden.repeat_producers and is_producer(watched):
             unrepeatable = None
             with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
                 try:
-                    run = golden.repeated_run(artifacts, parse_gate(gate), "golden.check_all")
+                    run = golden.repeated_run(watched, parse_gate(gate), "golden.check_all")
                 except UnrepeatableProducer as exc:
                     unrepeatable = exc
             if unrepeatable is not None:
                 self._inconclusive(unrepeatable)
-            artifacts = run
-        named = named_artifacts(produce(artifacts), "golden.check_all")
+            watched = run
+        named = named_artifacts(produce(watched), "golden.check_all")
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             check_names(expect, named, "golden.check_all")
         results = []
@@ -231,7 +234,7 @@ class GoldenFixture:
                 self._item.nodeid,
                 f"{miss['artifact']} ({miss['run']})",
                 miss["gate"],
-                "FAIL",
+                Status.FAIL,
                 detail,
             )
             add_row(self._item, row)
@@ -254,7 +257,7 @@ class GoldenFixture:
                     self._item.nodeid,
                     entry.name,
                     entry.gate,
-                    "STAGED",
+                    Update.STAGED,
                     f"{entry.kind}, {entry.stored}; written when the test passes",
                 ),
             )
@@ -266,11 +269,38 @@ class GoldenFixture:
         verdict = error.verdict
         receipt_for(self._item).add_lossless(verdict.to_dict())
         gates = ", ".join(sorted(set(verdict.gates.values())))
+        status, _ = status_of(verdict.verdict)
         add_row(
             self._item,
-            report.Row(self._item.nodeid, verdict.label, gates, verdict.verdict, verdict.summary()),
+            report.Row(self._item.nodeid, verdict.label, gates, status, verdict.summary()),
         )
         raise Inconclusive(printable(str(error), newlines=True)) from None
+
+    def _watched(self, name: str, gate: object, artifact: Any) -> Any:
+        """A producer whose failure gets its own ERROR row (the session then says the producer
+        failed, not that no gate was selected); anything else as it is."""
+        from ..media.artifacts import is_producer
+
+        if not is_producer(artifact):
+            return artifact
+
+        def run() -> Any:
+            try:
+                return artifact()
+            except LosslessError:
+                raise  # recorded with its own name by failing_on_errors
+            except Exception as exc:
+                first = (str(exc).splitlines() or [""])[0]
+                detail = f"the producer failed: {type(exc).__name__}: {first}"
+                add_row(
+                    self._item,
+                    report.Row(
+                        self._item.nodeid, name, str(gate or "default"), Status.ERROR, detail
+                    ),
+                )
+                raise
+
+        return run
 
     def _record_error(self, name: str, gate: object, exc: LosslessError) -> None:
         label, message = type(exc).__name__, str(exc)
@@ -280,13 +310,14 @@ class GoldenFixture:
                 self._item.nodeid,
                 name,
                 str(gate or "default"),
-                "ERROR",
+                Status.ERROR,
                 f"{label}: {message.splitlines()[0]}",
             ),
         )
-        receipt_for(self._item).add_gate(
-            {"artifact": name, "error": label, "message": message, "passed": False}
-        )
+        entry = {"artifact": name, "error": label, "message": message, "passed": False}
+        if isinstance(exc, GoldenMissing):  # a fact for the export, not a class name to match
+            entry["golden_missing"] = True
+        receipt_for(self._item).add_gate(entry)
 
 
 @pytest.fixture
@@ -418,10 +449,10 @@ def _record_events(
 
 def _mark_rows(item: pytest.Item, events: list[dict[str, str]]) -> None:
     """Each STAGED row now says what became of its artifact."""
-    actions = {e["name"]: e["action"].upper() for e in events if e["name"]}
+    actions = {e["name"]: Update.of_action(e["action"]) for e in events if e["name"]}
     item.stash[ROWS_KEY] = [
-        dataclasses.replace(r, verdict=actions[r.check], detail=r.detail.split(";")[0])
-        if r.verdict == "STAGED" and r.check in actions
+        dataclasses.replace(r, status=update, detail=r.detail.split(";")[0])
+        if r.status is Update.STAGED and (update := actions.get(r.check)) is not None
         else r
         for r in item.stash.get(ROWS_KEY, [])
     ]
@@ -439,7 +470,7 @@ def _fail_unchecked(item: pytest.Item, unchecked: list[str], manifest: Path) -> 
                 item.nodeid,
                 name,
                 "-",
-                "UNCHECKED",
+                Status.UNCHECKED,
                 "in the manifest, but the test did not check it",
             ),
         )

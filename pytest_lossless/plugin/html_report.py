@@ -29,6 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
     resolved = settings(config)
     if hasattr(config, "workerinput") or not (resolved.lossless or resolved.update_goldens):
         return  # workers attach to their reports; the controller writes the page
+    if getattr(config.option, "collectonly", False):
+        return  # nothing ran: no page, no session folder
     plugin = config.stash[REPORT_KEY] = HtmlReport(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
 
@@ -94,6 +96,10 @@ class HtmlReport:
         revision = str(source.get("revision") or "")[:12] or "no git revision"
         context = [("receipts", str(resolved.receipts)), ("source", _source(revision, source))]
         context += [("receipt not read", text) for text in unread]
+        missing = sorted({row.test for row in self.rows} - set(self.receipts))
+        if missing:  # their rows are the session's own: no receipt backs them
+            noun = "test wrote no receipt" if len(missing) == 1 else "tests wrote no receipt"
+            context.append((f"{len(missing)} {noun}", ", ".join(missing)))
         self.path = write_report(
             report_folder(self.config),
             self.rows,

@@ -19,6 +19,7 @@ import pytest
 
 from .. import report
 from ..core.digests import safe_name
+from ..core.verdict import Status, status_of
 from ..errors import LosslessError
 from ..settings import Settings
 from . import export
@@ -87,9 +88,8 @@ def plan_error_row(item: pytest.Item, name: str, check: str) -> Callable[[Lossle
 
     def record(exc: LosslessError) -> None:
         first = str(exc).splitlines()[0] if str(exc) else ""
-        add_row(
-            item, report.Row(item.nodeid, name, check, "ERROR", f"{type(exc).__name__}: {first}")
-        )
+        detail = f"{type(exc).__name__}: {first}"
+        add_row(item, report.Row(item.nodeid, name, check, Status.ERROR, detail))
 
     return record
 
@@ -149,7 +149,9 @@ def _fail_unused(item: pytest.Item, unused: list[tuple[str, str]], path: Path) -
     for name in names:
         add_row(
             item,
-            report.Row(item.nodeid, name, "-", "UNCHECKED", f"frozen in {path.name}, not used"),
+            report.Row(
+                item.nodeid, name, "-", Status.UNCHECKED, f"frozen in {path.name}, not used"
+            ),
         )
         receipt_for(item).add_gate(
             {
@@ -276,7 +278,9 @@ class LosslessFixture:
             f"lossless.compare {name}: ", on_error=plan_error_row(self._item, name, "plan")
         ):
             rule = describe(check_rule(proof, "lossless.compare(proof)"))
-            plan = check_plan(self._item, "lossless", name, lossless_plan(gates, media, rule))
+            plan = check_plan(
+                self._item, "lossless", name, lossless_plan(gates, media, rule, wanted)
+            )
         with failing_on_errors(f"lossless.compare {name}: "):
             verdict = compare_control_candidate(
                 control,
@@ -291,10 +295,12 @@ class LosslessFixture:
                 trace=bool(trace),
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
-        expected = {"expected_verdicts": list(wanted)} if wanted else {}  # for sign's result
-        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan, **expected})
+        asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
+        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan, **asserted})
         export.comparison(self._item, verdict)
-        row = report.Row(self._item.nodeid, name, gate_text, verdict.verdict, verdict.summary())
+        row = report.Row(  # its status is derived in record_verdict
+            self._item.nodeid, name, gate_text, Status.FAIL, verdict.summary()
+        )
         record_verdict(self._item, row, verdict, act=act, expect=wanted, lossy=verdict.lossy)
         return verdict
 
@@ -397,25 +403,30 @@ class LosslessFixture:
         misses = unmet(goal, grid) if goal is not None else []
         named = goal if isinstance(goal, Mapping) else {}
         for cell in grid:
-            shown = str(cell.verdict)
-            if cell.name in named and named[cell.name] == shown:
-                shown += " (expected)"
+            status, _ = status_of(cell.verdict)
+            asserted = cell.name in named and named[cell.name] == status.value
             # The check column may be clipped in a narrow terminal; the detail never is, so it
             # names the cell in full too.
             row = report.Row(
                 self._item.nodeid,
                 f"{grid.label}: {cell.name}",
                 gate_text,
-                shown,
+                status,
                 f"{cell.name}: {cell.summary()}",
+                expected=asserted,
             )
             add_row(self._item, row)
-        overall = str(grid.verdict)
-        if goal is not None and not misses:
-            overall += " (expected)"
+        overall, _ = status_of(grid.verdict)
         add_row(
             self._item,
-            report.Row(self._item.nodeid, grid.label, gate_text, overall, grid.explanation),
+            report.Row(
+                self._item.nodeid,
+                grid.label,
+                gate_text,
+                overall,
+                grid.explanation,
+                expected=goal is not None and not misses,
+            ),
         )
         if misses:
             source = "the grid frozen in plan.json" if frozen else "expect="

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pytest
 
 from .. import report
-from ..core.verdict import Verdict
+from ..core.verdict import Verdict, status_of
 from ..errors import Inconclusive, LosslessError
 from . import evidence as receipts
 from .config import settings
@@ -26,6 +26,8 @@ ROWS_KEY = pytest.StashKey[list[report.Row]]()
 EVENTS_KEY = pytest.StashKey[list[dict[str, str]]]()
 #: ``item.stash[CALL_PASSED_KEY]``: whether the call phase passed (goldens are written then).
 CALL_PASSED_KEY = pytest.StashKey[bool]()
+#: ``item.stash[PHASES_KEY]``: each phase's outcome as the receipt records it, with its report.
+PHASES_KEY = pytest.StashKey[dict[str, tuple[str, pytest.TestReport]]]()
 
 _EXPECTABLE = (Verdict.PASS.value, Verdict.FAIL.value, Verdict.INCONCLUSIVE.value)
 
@@ -113,8 +115,8 @@ def act_on_verdict(verdict: Any) -> None:
         raise Inconclusive(verdict.message())
 
 
-def settle_verdict(verdict: Any, *, act: bool, expect: tuple[str, ...] | None) -> str:
-    """Act on a verdict inside a test; returns the verdict as the summary table shows it.
+def settle_verdict(verdict: Any, *, act: bool, expect: tuple[str, ...] | None) -> None:
+    """Act on a verdict inside a test.
 
     With ``expect``, the test asserts the verdict itself (a suite proving its gates can FAIL
     or be INCONCLUSIVE stays green only while they do); without it, :func:`act_on_verdict`.
@@ -127,10 +129,9 @@ def settle_verdict(verdict: Any, *, act: bool, expect: tuple[str, ...] | None) -
                 f"expected verdict {' or '.join(expect)}, got {value}:\n{verdict.message()}",
                 pytrace=False,
             )
-        return f"{value} (expected)"
+        return
     if act:
         act_on_verdict(verdict)
-    return value
 
 
 def record_verdict(
@@ -142,16 +143,50 @@ def record_verdict(
     expect: tuple[str, ...] | None,
     lossy: bool = False,
 ) -> None:
-    """Act on a lossless or speed verdict, and put its row in the table as it was settled."""
+    """Act on a lossless or speed verdict, and put its row in the table with its status,
+    derived once (:func:`~..core.verdict.status_of`) from the verdict, its lossiness and
+    ``expect=``."""
     __tracebackhide__ = True
-    try:
-        shown = settle_verdict(verdict, act=act, expect=expect)
-    except BaseException:
-        add_row(item, dataclasses.replace(row, verdict=str(verdict.verdict)))
-        raise
-    if shown == Verdict.PASS and lossy:
-        shown = Verdict.LOSSY_PASS.value
-    add_row(item, dataclasses.replace(row, verdict=shown))
+    status, expected = status_of(verdict.verdict, lossy=lossy, expect=expect)
+    add_row(item, dataclasses.replace(row, status=status, expected=expected))
+    settle_verdict(verdict, act=act, expect=expect)
+
+
+#: ``config.stash[RUN_ONCE_KEY]``: the lossless gate tests --reruns was kept from (run once).
+RUN_ONCE_KEY = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-rerunfailures runs a failed test again and reports its last attempt: a gate that
+    failed once would pass on a lucky rerun, with rows and a receipt of every attempt. A gate
+    that failed has failed, so lossless gates are never rerun: ``--reruns`` is kept from them
+    (a ``flaky(reruns=0)`` marker, which rerunfailures reads first), and a gate marked
+    ``flaky(reruns=N)`` itself is a usage error."""
+    if not config.pluginmanager.hasplugin("rerunfailures"):
+        return
+    refused, kept = [], 0
+    for item in items:
+        if item.get_closest_marker("lossless") is None:
+            continue
+        marker = item.get_closest_marker("flaky")
+        if marker is None:
+            if (getattr(config.option, "reruns", 0) or 0) > 0:
+                item.add_marker(pytest.mark.flaky(reruns=0))
+                kept += 1
+            continue
+        reruns = marker.kwargs.get("reruns", marker.args[0] if marker.args else 1)
+        if reruns:
+            refused.append(f"{item.nodeid}: flaky(reruns={reruns})")
+    if refused:
+        raise pytest.UsageError(
+            "pytest-lossless: a lossless gate is never rerun until it passes (a gate that "
+            "failed once has failed): remove the flaky marker of "
+            + "; ".join(refused)
+            + " (pytest-rerunfailures)"
+        )
+    if kept:
+        config.stash[RUN_ONCE_KEY] = config.stash.get(RUN_ONCE_KEY, 0) + kept
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -197,15 +232,49 @@ def pytest_runtest_makereport(
             rep.lossless_verdict = Verdict.INCONCLUSIVE.value  # type: ignore[attr-defined]
             # junitxml writes the properties of the teardown report, copied from the item.
             item.user_properties.append(("lossless_verdict", Verdict.INCONCLUSIVE.value))
+    if call.when == "teardown" and item.stash.get(CALL_PASSED_KEY, False):
+        _fail_unclean_runs(item, rep)  # runs that ended at teardown: servers
+    if call.when == "teardown" and settings(item.config).update_goldens:
+        _record_updates(item)
+    # Last, on the outcome as decided above: the receipt records what pytest reports (a receipt
+    # that cannot be written fails the teardown report here).
+    receipts.record_report(item, rep)
+    item.stash.setdefault(PHASES_KEY, {})[rep.when] = (receipts.phase_outcome(rep), rep)
     if call.when == "teardown":
-        if item.stash.get(CALL_PASSED_KEY, False):
-            _fail_unclean_runs(item, rep)  # runs that ended at teardown: servers
+        _add_outcome_row(item)
         # Attached to the last report so pytest-xdist carries them to the controller.
         rep.lossless_rows = [r.to_dict() for r in item.stash.get(ROWS_KEY, [])]  # type: ignore[attr-defined]
         rep.lossless_golden_events = item.stash.get(EVENTS_KEY, [])  # type: ignore[attr-defined]
-    # Last, on the outcome as decided above: the receipt records what pytest reports.
-    receipts.record_report(item, rep)
     return rep
+
+
+def _record_updates(item: pytest.Item) -> None:
+    """Under --update-goldens, a test that checked goldens gets a receipt too (a golden-only
+    test records no comparison): what was written, kept or refused, and its outcome."""
+    events = item.stash.get(EVENTS_KEY, [])
+    if events or ROWS_KEY in item.stash:
+        receipts.receipt_for(item).set_updates(events)
+
+
+def _add_outcome_row(item: pytest.Item) -> None:
+    """The test's own outcome is one of its parts: a test that checked something, then failed
+    in a way no row shows (an assertion after its gates, a timeout, a receipt that could not
+    be written) gets a row that says so, so the table never reads as passed."""
+    rows = item.stash.get(ROWS_KEY, [])
+    if not rows or any(row.failing for row in rows):
+        return  # nothing was checked, or a row already says what failed
+    for phase, (word, rep) in item.stash.get(PHASES_KEY, {}).items():
+        if word in ("failed", "inconclusive"):
+            add_row(item, report.outcome_row(item.nodeid, word, f"{phase} {word}: {_why(rep)}"))
+            return
+
+
+def _why(rep: pytest.TestReport) -> str:
+    """The first line of why a phase failed: pytest's own crash message when it has one."""
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    text = str(getattr(crash, "message", None) or rep.longrepr or "")
+    first = text.strip().splitlines()[0] if text.strip() else "no message"
+    return first if len(first) <= 200 else first[:199] + "…"
 
 
 def _fail_unclean_runs(item: pytest.Item, rep: pytest.TestReport) -> None:

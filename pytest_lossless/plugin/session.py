@@ -9,6 +9,7 @@ the merged ``SUMMARY.md`` of the receipts root.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from ..errors import LosslessError
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .evidence import session_folder, source_revision
+from .evidence import session_folder, source_revision, write_interrupted
+from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
 
 _PLUGIN_NAME = "lossless-summary"
@@ -85,8 +87,19 @@ class SummaryPlugin:
         self.tests.collected(output.get("lossless_gates_collected") or [])
         self.tests.deselected(output.get("lossless_gates_deselected") or [])
 
+    @property
+    def collect_only(self) -> bool:
+        """--collect-only: nothing ran, so nothing is claimed and no session folder written."""
+        return bool(getattr(self.config.option, "collectonly", False))
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.collect_only:
+            return
+        # Tests stopped before their teardown ended: receipts that say so, indexed as such.
+        for test_id, receipt in write_interrupted(session).items():
+            self.tests.interrupted(test_id, receipt)
+            self.receipts += receipt is not None
         if self.all_gates_skipped and session.exitstatus == pytest.ExitCode.OK:
             # A green run in which no gate compared anything would read as "lossless".
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -217,6 +230,8 @@ class SummaryPlugin:
             )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.collect_only:
+            return
         resolved = settings(self.config)
         write = terminalreporter.write_line
         if self.inconclusive:
@@ -237,13 +252,30 @@ class SummaryPlugin:
         elif resolved.lossless:
             # Never let a green run be read as "the gates passed" when none ran.
             terminalreporter.write_sep("=", "pytest-lossless: gates and verdicts")
-            write(
-                "no gate compared anything: --lossless was given, but no test that ran called "
-                "golden.check, lossless.compare or speed_gate (check -m and -k)",
-                yellow=True,
-            )
+            failed = self.tests.failed_gates()
+            if failed:  # they were selected and ran: their failures say why nothing compared
+                tests = "gate test" if len(failed) == 1 else "gate tests"
+                write(
+                    f"no gate compared anything: {len(failed)} lossless {tests} failed before "
+                    f"comparing: {', '.join(failed)} (their failures are above)",
+                    red=True,
+                )
+            else:
+                write(
+                    "no gate compared anything: --lossless was given, but no test that ran "
+                    "called golden.check, lossless.compare or speed_gate (check -m and -k)",
+                    yellow=True,
+                )
             if self.all_gates_skipped and not hasattr(self.config, "workerinput"):
                 write("every selected lossless gate was skipped, so this session fails", red=True)
+        run_once = self.config.stash.get(RUN_ONCE_KEY, 0)
+        if run_once:
+            tests = "gate test" if run_once == 1 else "gate tests"
+            write(
+                "pytest-lossless: --reruns does not apply to lossless gates (a gate that failed "
+                f"once has failed): {run_once} {tests} ran once",
+                yellow=True,
+            )
         for reason, count in sorted(self.skipped.items()):
             gates = "gate" if count == 1 else "gates"
             write(f"{count} lossless {gates} skipped: {reason}", yellow=True)
@@ -259,7 +291,11 @@ class SummaryPlugin:
                 self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
             )
             tail = f"; merged summary: {self.not_written}" if self.not_written else ""
-            write(line + tail)
+            missing = sorted({r.test for r in self.rows} - self.tests.with_receipt())
+            if missing:  # checks made, but no receipt to audit them by
+                noun = "test" if len(missing) == 1 else "tests"
+                tail += f"; {len(missing)} {noun} wrote no receipt: {', '.join(missing)}"
+            write(line + tail, red=bool(missing))
         elif self.not_written:
             write(
                 f"pytest-lossless: the session's evidence was not written: {self.not_written}",
@@ -288,17 +324,13 @@ class SummaryPlugin:
                 red=True,
             )
         for row in rows:
-            if row.verdict.split(" ", 1)[0] not in _FAILING or row.verdict.endswith("(expected)"):
+            if not row.failing:
                 continue
             path, line = self.locations.get(row.test, (row.test.split("::", 1)[0], None))
             message = f"{row.check} ({row.gate}): {row.verdict}: {row.detail}"
             terminalreporter.write_line(
                 annotation(path, line, message, title=f"pytest-lossless {row.verdict}: {row.test}")
             )
-
-
-#: Verdicts that are annotated as errors in a GitHub Actions job.
-_FAILING = ("FAIL", "ERROR", "INCONCLUSIVE", "UNCHECKED", "CONFLICT", "REFUSED")
 
 
 def _workers(config: pytest.Config) -> int:
@@ -327,6 +359,20 @@ def _shown(folder: Path, rootdir: Path) -> str:
         return str(folder)
 
 
+@dataclasses.dataclass
+class LedgerEntry:
+    """What became of one test, as the index records it (``tests[]`` of ``INDEX.json``)."""
+
+    gate: bool
+    outcome: str = "passed"
+    receipt: str | None = None
+    reason: str | None = None
+
+    def to_dict(self, test_id: str) -> dict[str, Any]:
+        """The index's form: the JSON edge."""
+        return {"test_id": test_id, **dataclasses.asdict(self)}
+
+
 class GateLedger:
     """The session's gate tests (marked ``lossless``) and every test that wrote a receipt:
     what became of each, for the index, so a gate test that wrote no receipt is named."""
@@ -334,7 +380,9 @@ class GateLedger:
     def __init__(self) -> None:
         self.gates: set[str] = set()
         self.unselected: set[str] = set()
-        self.seen: dict[str, dict[str, Any]] = {}
+        self.seen: dict[str, LedgerEntry] = {}
+        #: Tests whose teardown report came: the others that started were interrupted.
+        self.ended: set[str] = set()
         #: Receipt file name -> the SHA-256 it was written with (held here, not re-read).
         self.digests: dict[str, str] = {}
 
@@ -344,47 +392,59 @@ class GateLedger:
     def deselected(self, test_ids: Any) -> None:
         self.unselected.update(str(t) for t in test_ids)
 
+    def failed_gates(self) -> list[str]:
+        """The gate tests that failed (in any phase)."""
+        return sorted(t for t, e in self.seen.items() if e.gate and e.outcome == "failed")
+
+    def with_receipt(self) -> set[str]:
+        """The tests that wrote a receipt."""
+        return {test for test, entry in self.seen.items() if entry.receipt}
+
     @property
     def ran_a_gate(self) -> bool:
-        return any(
-            e["gate"] and e["outcome"] not in ("skipped", "xfailed") for e in self.seen.values()
-        )
+        return any(e.gate and e.outcome not in ("skipped", "xfailed") for e in self.seen.values())
 
     def record(self, report: pytest.TestReport) -> None:
-        entry = self.seen.setdefault(
-            report.nodeid, {"gate": False, "outcome": "passed", "receipt": None, "reason": None}
-        )
-        entry["gate"] = entry["gate"] or bool(getattr(report, "lossless_gate", False))
+        entry = self.seen.setdefault(report.nodeid, LedgerEntry(gate=False))
+        entry.gate = entry.gate or bool(getattr(report, "lossless_gate", False))
         if report.failed:
-            entry["outcome"] = "failed"
-            entry["reason"] = entry["reason"] or f"{report.when} failed"
-        elif report.skipped and entry["outcome"] != "failed":
-            xfail = hasattr(report, "wasxfail")
-            entry["outcome"] = "xfailed" if xfail else "skipped"
+            entry.outcome = "failed"
+            entry.reason = entry.reason or f"{report.when} failed"
+        elif report.skipped and entry.outcome != "failed":
+            entry.outcome = "xfailed" if hasattr(report, "wasxfail") else "skipped"
             longrepr = report.longrepr
             reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-            entry["reason"] = str(reason).removeprefix("Skipped: ")[:500]
+            entry.reason = str(reason).removeprefix("Skipped: ")[:500]
         for key, value in report.user_properties:
             if key == "lossless_receipt":
-                entry["receipt"] = Path(str(value)).name
+                entry.receipt = Path(str(value)).name
                 digest = getattr(report, "lossless_receipt_sha256", None)
                 if digest:
-                    self.digests[entry["receipt"]] = str(digest)
+                    self.digests[entry.receipt] = str(digest)
+        if report.when == "teardown":
+            self.ended.add(report.nodeid)
+
+    def interrupted(self, test_id: str, receipt: str | None) -> None:
+        """A test stopped before its teardown ended, and the receipt written for it."""
+        entry = self.seen.setdefault(test_id, LedgerEntry(gate=test_id in self.gates))
+        entry.receipt = receipt or entry.receipt
 
     def entries(self, state: str) -> list[dict[str, Any]]:
         """One entry per gate test and per test with a receipt, in the index's form."""
         found = []
+        stopped = "" if state == "finished" else f": {state}"
         for test_id in sorted(self.gates | self.unselected | set(self.seen)):
             seen = self.seen.get(test_id)
             gate = test_id in self.gates or test_id in self.unselected
             if seen is not None:
-                entry = {**seen, "gate": seen["gate"] or gate}
+                entry = dataclasses.replace(seen, gate=seen.gate or gate)
+                if test_id not in self.ended and entry.outcome != "failed":
+                    # It started and never ended its teardown: never "passed".
+                    entry.outcome, entry.reason = "interrupted", "stopped before its end" + stopped
             elif test_id in self.unselected and test_id not in self.gates:
-                entry = {"gate": True, "outcome": "deselected", "receipt": None, "reason": None}
-                entry["reason"] = "deselected (-m, -k or a plugin)"
+                entry = LedgerEntry(True, "deselected", None, "deselected (-m, -k or a plugin)")
             else:
-                why = "the session did not reach it" + ("" if state == "finished" else f": {state}")
-                entry = {"gate": True, "outcome": "not run", "receipt": None, "reason": why}
-            if entry["gate"] or entry["receipt"]:
-                found.append({"test_id": test_id, **entry})
+                entry = LedgerEntry(True, "not run", None, "the session did not reach it" + stopped)
+            if entry.gate or entry.receipt:
+                found.append(entry.to_dict(test_id))
         return found

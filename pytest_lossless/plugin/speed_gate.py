@@ -97,6 +97,7 @@ class SpeedGateFixture:
                 confidence=confidence,
                 workload=workload,
                 proof=describe(check_rule(proof, "speed_gate(proof)")),
+                verdicts=wanted,
             )
             plan = check_plan(self._item, "speed", name, asked)
         stages = None
@@ -123,16 +124,16 @@ class SpeedGateFixture:
                 proof=proof,
                 before_arm=hooks,
             )
-        expected = {"expected_verdicts": list(wanted)} if wanted else {}  # for sign's result
+        asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
         receipt.add_speed(
             {
                 **verdict.to_dict(),
                 "gate_plan": plan,
-                **expected,
+                **asserted,
                 **({"stages": stages} if stages else {}),
             }
         )
-        row = report.speed_row(self._item.nodeid, name, verdict)
+        row = report.speed_row(self._item.nodeid, name, verdict)  # its status: record_verdict
         record_verdict(self._item, row, verdict, act=act, expect=wanted)
         return verdict
 

@@ -8,6 +8,24 @@ and its pictures load numpy and media only when a report is written.
 
 from __future__ import annotations
 
-from .table import Row, evidence_line, gate_row, speed_row, update_lines, verdict_table
+from .table import (
+    Row,
+    counts_line,
+    evidence_line,
+    gate_row,
+    outcome_row,
+    speed_row,
+    update_lines,
+    verdict_table,
+)
 
-__all__ = ["Row", "evidence_line", "gate_row", "speed_row", "update_lines", "verdict_table"]
+__all__ = [
+    "Row",
+    "counts_line",
+    "evidence_line",
+    "gate_row",
+    "outcome_row",
+    "speed_row",
+    "update_lines",
+    "verdict_table",
+]

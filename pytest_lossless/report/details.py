@@ -25,22 +25,6 @@ from .table import Row
 #: Failing results drawn per lossless comparison.
 COMPARISONS_DRAWN = 2
 
-#: Row statuses that need no section: passes, and what --update-goldens did (the golden
-#: updates table says that, a CONFLICT or a REFUSED included).
-_QUIET = ("PASS", "LOSSY-PASS", "PASS (expected)", "LOSSY-PASS (expected)")
-_UPDATES = (
-    "STAGED",
-    "CONFLICT",
-    "RESTORED",
-    "CLEANED",
-    "KEPT",
-    "CREATED",
-    "CHANGED",
-    "REMOVED",
-    "UNCHANGED",
-    "REFUSED",
-)
-
 
 class Found(NamedTuple):
     """A row's receipt block (``kind``: gate, lossless or speed) and the test's server runs."""
@@ -57,7 +41,7 @@ def is_speed(row: Row) -> bool:
 def needs_receipt(row: Row) -> bool:
     """Whether the row gets a section (a failure, INCONCLUSIVE, an error, or a speed gate,
     whatever its verdict: its plot); a passing gate is shown by its row alone."""
-    return is_speed(row) or (row.verdict not in _QUIET and row.verdict not in _UPDATES)
+    return is_speed(row) or not row.quiet
 
 
 def drawn(row: Row, found: Found | None) -> bool:

@@ -20,9 +20,10 @@ from typing import Any
 from ..core.clock import utc_iso
 from ..core.paths import inside_root
 from ..core.text import printable
+from ..core.verdict import Status, Update
 from .blocks import Assets, Block, Detail, Figure, Pre, Svg, Table, Text
 from .details import Details, drawn, match_rows
-from .table import _UPDATE_ACTIONS, Row, _order_key
+from .table import _UPDATE_ACTIONS, Row, counts_line
 
 #: The report's folder inside the receipts folder, and its files.
 REPORT_DIR = "report"
@@ -68,31 +69,24 @@ def _e_lines(text: object) -> str:
     return html.escape(printable(text, newlines=True), quote=True)
 
 
-def verdict_class(word: str) -> str:
-    head = word.split(" ", 1)[0]
-    if head in ("FAIL", "ERROR", "UNCHECKED", "REFUSED"):
+def verdict_class(row: Row) -> str:
+    """The colour of a row's status: failing red, INCONCLUSIVE yellow, lossy blue, pass green;
+    what --update-goldens did and asserted verdicts grey (a CONFLICT or REFUSED red)."""
+    status = row.status
+    if isinstance(status, Update):
+        return "v-fail" if status.failing else "v-other"
+    if status in (Status.FAIL, Status.ERROR, Status.UNCHECKED):
         return "v-fail"
-    if head == "INCONCLUSIVE":
-        return "v-inconclusive"
-    if head == "LOSSY-PASS":
-        return "v-lossy"
-    if head == "PASS":
-        return "v-pass"
-    return "v-other"
+    return {
+        Status.INCONCLUSIVE: "v-inconclusive",
+        Status.LOSSY_PASS: "v-lossy",
+        Status.PASS: "v-pass",
+    }[status]
 
 
 def ordered(rows: Sequence[Row]) -> list[int]:
     """Indices of ``rows``, worst verdict first (the terminal table's order)."""
-    return sorted(
-        range(len(rows)), key=lambda i: (_order_key(rows[i].verdict), rows[i].test, rows[i].check)
-    )
-
-
-def _counts(rows: Sequence[Row]) -> str:
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.verdict] = counts.get(row.verdict, 0) + 1
-    return ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (_order_key(v), v)))
+    return sorted(range(len(rows)), key=lambda i: (rows[i].order(), rows[i].test, rows[i].check))
 
 
 def _event_order(event: Mapping[str, Any]) -> tuple[int, str, str]:
@@ -149,7 +143,7 @@ def page(
         "<title>pytest-lossless report</title>",
         f'<link rel="stylesheet" href="{STYLE}"></head>',
         '<body><header id="top"><h1>pytest-lossless report</h1>',
-        f'<p class="meta">{_e(_counts(rows) or "no gate compared anything")}</p>',
+        f'<p class="meta">{_e(counts_line(rows) or "no gate compared anything")}</p>',
         f'<p class="meta">generated {_e(generated or utc_iso())} from the receipts of this '
         "session; every verdict here was computed by code</p>",
     ]
@@ -167,7 +161,7 @@ def page(
             detail = details.get(i)
             check = f'<a href="#{detail.anchor}">{_e(row.check)}</a>' if detail else _e(row.check)
             out.append(
-                f'<tr><td><span class="verdict {verdict_class(row.verdict)}">{_e(row.verdict)}'
+                f'<tr><td><span class="verdict {verdict_class(row)}">{_e(row.verdict)}'
                 f'</span></td><td class="test">{_e(row.test)}</td><td>{check}</td>'
                 f"<td>{_e(row.gate)}</td><td>{_e(row.detail)}</td></tr>"
             )
@@ -198,7 +192,7 @@ def page(
         row = detail.row
         out.append(
             f'<section class="detail" id="{_e(detail.anchor)}"><h2><span class="verdict '
-            f'{verdict_class(row.verdict)}">{_e(row.verdict)}</span> <code>{_e(row.test)}'
+            f'{verdict_class(row)}">{_e(row.verdict)}</span> <code>{_e(row.test)}'
             f"</code> {_e(row.check)} ({_e(row.gate)})</h2><p>{_e(row.detail)}</p>"
         )
         out += [_block(b) for b in detail.blocks]

@@ -12,29 +12,77 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.text import printable
-from ..core.verdict import Verdict
+from ..core.verdict import VERDICT_WORDS, Status, Update, Verdict, status_of
 
-#: Table statuses that are not verdicts, and the verdict each weighs as when rows are ordered.
-_STATUS_WEIGHT = {"ERROR": Verdict.FAIL, "UNCHECKED": Verdict.FAIL, "CONFLICT": Verdict.FAIL}
 #: The narrowest the test and detail columns get before a line may exceed the width.
 _MIN_TEST, _MIN_DETAIL = 16, 24
 
 
+def _coerce(status: Status | Update | str) -> Status | Update:
+    """A status given as its enum or its exact word (``"FAIL"``, ``"CREATED"``)."""
+    if isinstance(status, (Status, Update)):
+        return status
+    for enum in (Status, Update):
+        try:
+            return enum(status)
+        except ValueError:
+            continue
+    raise ValueError(f"not a row status: {status!r}")
+
+
 @dataclass(frozen=True)
 class Row:
-    """One line of the verdict table: which test, what was checked, under which gate."""
+    """One line of the verdict table: which test, what was checked, under which gate, and its
+    status (a :class:`Status`, or an :class:`Update` under ``--update-goldens``), derived once
+    where the check was made; ``expected``: the test asserted that verdict (``expect=``)."""
 
     test: str
     check: str
     gate: str
-    verdict: str
+    status: Status | Update
     detail: str = ""
+    expected: bool = False
 
-    def to_dict(self) -> dict[str, str]:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", _coerce(self.status))
+
+    @property
+    def verdict(self) -> str:
+        """The status as the table shows it: ``FAIL``, ``PASS (expected)``, ``CREATED``."""
+        return f"{self.status.value} (expected)" if self.expected else self.status.value
+
+    @property
+    def failing(self) -> bool:
+        """Whether this row fails the session: a failing status the test did not assert."""
+        if self.expected:
+            return False
+        if isinstance(self.status, Update):
+            return self.status.failing
+        return self.status.severity >= Status.INCONCLUSIVE.severity
+
+    @property
+    def quiet(self) -> bool:
+        """A pass (expected or not), or what --update-goldens did: no section in the report."""
+        if isinstance(self.status, Update):
+            return True
+        return self.status in (Status.PASS, Status.LOSSY_PASS)
+
+    def order(self) -> tuple[int, int]:
+        """Worst first: FAIL (then ERROR, UNCHECKED, CONFLICT), INCONCLUSIVE, LOSSY-PASS,
+        PASS, then the rows that are not verdicts (STAGED, CREATED, an expected verdict)."""
+        if self.expected:
+            return 1, 0
+        if isinstance(self.status, Update):
+            return (-Status.FAIL.severity, 1) if self.status is Update.CONFLICT else (1, 0)
+        return -self.status.severity, 0 if self.status.value in VERDICT_WORDS else 1
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "test": self.test,
             "check": self.check,
             "gate": self.gate,
+            "status": self.status.value,
+            "expected": self.expected,
             "verdict": self.verdict,
             "detail": self.detail,
         }
@@ -45,16 +93,36 @@ class Row:
             str(data["test"]),
             str(data["check"]),
             str(data["gate"]),
-            str(data["verdict"]),
+            _coerce(str(data["status"])),
             str(data.get("detail", "")),
+            data.get("expected") is True,
         )
+
+
+def counts_line(rows: Iterable[Row]) -> str:
+    """``1 FAIL, 2 PASS, 1 FAIL (expected)``: how many rows have each status, worst first."""
+    counts: dict[str, int] = {}
+    order: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        counts[row.verdict] = counts.get(row.verdict, 0) + 1
+        order[row.verdict] = row.order()
+    return ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (order[v], v)))
+
+
+def outcome_row(test: str, outcome: str, why: str) -> Row:
+    """The row of a test whose own pytest outcome is a failure its checks do not show (an
+    assertion after the gates, a timeout, a receipt that could not be written): the test's
+    outcome is one of its parts, so the table never shows such a test as passed."""
+    status = Status.INCONCLUSIVE if outcome == "inconclusive" else Status.FAIL
+    return Row(test, "test outcome", "-", status, why)
 
 
 def gate_row(test: str, result: Any) -> Row:
     """The row of one golden comparison (a ``GateResult``)."""
     figure = None if result.lossless else _lossy_figure(result)
+    word = Verdict.PASS if result.passed else Verdict.FAIL
+    status, _ = status_of(word, lossy=not result.lossless)
     if result.passed:
-        verdict = Verdict.PASS if result.lossless else Verdict.LOSSY_PASS
         same = "identical" if result.lossless else "within tolerance"
         detail = (
             f"{result.total} {result.unit}s {same}"
@@ -64,7 +132,6 @@ def gate_row(test: str, result: Any) -> Row:
         if figure:  # a lossy pass says how far it is from identical: the reviewer's question
             detail = f"{result.total} {result.unit}s: {figure}" if result.total else figure
     else:
-        verdict = Verdict.FAIL
         detail = "; ".join(result.metadata_diffs) or (
             f"first differing {result.unit} {result.first_mismatch}, "
             f"{result.mismatch_count} of {result.total} differ"
@@ -73,7 +140,7 @@ def gate_row(test: str, result: Any) -> Row:
         )
         if figure and not result.metadata_diffs:
             detail += f"; {figure}"
-    return Row(test, result.artifact, result.gate, verdict.value, detail)
+    return Row(test, result.artifact, result.gate, status, detail)
 
 
 def _lossy_figure(result: Any) -> str | None:
@@ -95,9 +162,8 @@ def speed_row(test: str, name: str, verdict: Any) -> Row:
     else:
         detail = verdict.reason or "no interval"
     detail += f", {verdict.blocks}/{verdict.pairs} pairs {verdict.design}, seed {verdict.seed}"
-    return Row(
-        test, f"speed {name}", f"ratio <= {verdict.target_ratio:.2f}", str(verdict.verdict), detail
-    )
+    status, _ = status_of(verdict.verdict)
+    return Row(test, f"speed {name}", f"ratio <= {verdict.target_ratio:.2f}", status, detail)
 
 
 def _clip(text: str, width: int) -> str:
@@ -117,7 +183,7 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     """
     if not rows:
         return []
-    ordered = sorted(rows, key=lambda r: (_order_key(r.verdict), r.test, r.check))
+    ordered = sorted(rows, key=lambda r: (r.order(), r.test, r.check))
     headers = ("verdict", "test", "check", "gate", "detail")
     # Folders are left out of test ids: the module and test name tell a row apart. Every cell
     # is escaped: a manifest key or a media tag must not drive the terminal.
@@ -156,14 +222,7 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
         else:
             lines.append(_clip(parts, width).rstrip())
             lines += _wrapped(detail, width)
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.verdict] = counts.get(row.verdict, 0) + 1
-    lines.append(
-        printable(
-            ", ".join(f"{counts[v]} {v}" for v in sorted(counts, key=lambda v: (_order_key(v), v)))
-        )
-    )
+    lines.append(printable(counts_line(rows)))
     return lines
 
 
@@ -171,18 +230,6 @@ def _wrapped(text: str, width: int, indent: str = "    ") -> list[str]:
     """``text`` on lines of at most ``width``, each indented (long words are broken)."""
     room = max(1, width - len(indent))
     return [indent + line for line in textwrap.wrap(text, room, break_on_hyphens=False)] or [indent]
-
-
-def _order_key(word: str) -> tuple[int, int]:
-    """Worst first: FAIL (and ERROR, UNCHECKED), INCONCLUSIVE, LOSSY-PASS, PASS, then the rows
-    that are not verdicts (STAGED, CREATED, ``PASS (expected)``...)."""
-    verdict = Verdict.parse(word)
-    if verdict is not None:
-        return -verdict.severity, 0
-    weight = _STATUS_WEIGHT.get(word)
-    if weight is not None:
-        return -weight.severity, 1
-    return 1, 0
 
 
 def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:

@@ -504,11 +504,12 @@ def run_speed_gate(
 ) -> SpeedVerdict:
     """Time ``control`` and ``candidate`` arms in paired blocks and judge ``target``.
 
-    ``target=0.30`` claims "candidate time at least 30% lower" (ratio at most 0.70); a negative
-    target states a "no more than x% slower" claim. ``pairs`` is the most blocks to run (default
-    :data:`DEFAULT_PAIRS`); the gate stops early at the first decisive planned look. Arms run
-    one at a time; an arm that raises is recorded with its error, no further arm runs, and the
-    verdict is INCONCLUSIVE. ``on_sample`` sees every sample as soon as it is recorded.
+    ``target=0.30`` claims "candidate time at least 30% lower" (ratio at most 0.70); a target
+    of zero or below claims no gain and is refused (:class:`ConfigError`). ``pairs`` is the most
+    blocks to run (default :data:`DEFAULT_PAIRS`); the gate stops early at the first decisive
+    planned look. Arms run one at a time; an arm that raises is recorded with its error, no
+    further arm runs, and the verdict is INCONCLUSIVE. ``on_sample`` sees every sample as soon
+    as it is recorded.
     ``proof`` (a pattern searched in each candidate run's output, or a callable given its
     result) must hold for every candidate arm, or a PASS is INCONCLUSIVE. ``before_arm`` runs
     before each arm and is recorded in its sample (:mod:`.arms`).
@@ -521,6 +522,14 @@ def run_speed_gate(
         theta = stats.boundary(target)
     except ValueError as exc:
         raise ConfigError("speed_gate(target)", target, str(exc)) from None
+    if not target > 0:
+        raise ConfigError(
+            "speed_gate(target)",
+            target,
+            "expected the fraction of time saved, above 0 and below 1 (0.30 = candidate at "
+            "least 30% lower): a target of zero or below claims no gain, so its PASS would "
+            "prove nothing",
+        )
     max_blocks = DEFAULT_PAIRS if pairs is None else pairs
     if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1:
         raise ConfigError("speed_gate(pairs)", pairs, "expected a whole number of pairs >= 1")

@@ -373,3 +373,73 @@ def test_failed_server_requests_are_named_in_the_summary() -> None:
         "0 errors, 0 timeouts)"
     ]
     assert _request_lines(receipts[:1]) == []
+
+
+# ------------------------------------------------------------------ the test's own outcome (#20)
+
+_PASSED_GATE = {"artifact": "t.npy", "passed": True, "lossless": True}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "overall"),
+    [
+        ({"setup": "passed", "call": "passed", "teardown": "passed"}, "PASS"),
+        ({"setup": "passed", "call": "failed", "teardown": "passed"}, "FAIL"),
+        ({"setup": "passed", "call": "passed", "teardown": "failed"}, "FAIL"),
+        ({"setup": "passed", "call": "inconclusive", "teardown": "passed"}, "INCONCLUSIVE"),
+        ({"setup": "passed", "call": "interrupted"}, "FAIL"),
+        ({"setup": "passed", "call": "forged-word"}, "FAIL"),
+        ({"setup": "passed", "call": "skipped", "teardown": "passed"}, "PASS"),
+    ],
+)
+def test_the_test_outcome_is_part_of_the_overall_verdict(outcome, overall):
+    receipt = {"schema_version": SCHEMA_VERSION, "gates": [_PASSED_GATE], "outcome": outcome}
+    derived = derive_verdicts(receipt)
+    assert derived["overall"] == overall
+    assert derived["test"] == (None if overall == "PASS" else overall)
+
+
+def test_a_failed_test_with_runs_only_is_a_fail_and_a_passed_one_judges_nothing():
+    failed = {"schema_version": SCHEMA_VERSION, "runs": [], "outcome": {"call": "failed"}}
+    assert derive_verdicts(failed)["overall"] == "FAIL"
+    passed = {"schema_version": SCHEMA_VERSION, "outcome": {"call": "passed"}}
+    assert derive_verdicts(passed)["overall"] is None
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_receipts_re_derive_as_they_were_written(version):
+    """A version 1 or 2 receipt's overall verdict left out its outcome: verify keeps agreeing
+    with it (and its verdicts block has no ``test`` key to contradict)."""
+    receipt = {"schema_version": version, "gates": [_PASSED_GATE], "outcome": {"call": "failed"}}
+    derived = derive_verdicts(receipt)
+    assert derived["overall"] == "PASS"
+    assert "test" not in derived
+
+
+def test_a_written_receipt_records_its_outcome_in_its_overall_verdict(tmp_path):
+    receipt = Receipt("t.py::test_x")
+    receipt.add_gate(_PASSED_GATE)
+    receipt.set_outcome("setup", "passed")
+    receipt.set_outcome("call", "failed")
+    receipt.set_outcome("teardown", "passed")
+    path = receipt.write(tmp_path, root=tmp_path)
+    data = load(path)
+    assert data["schema_version"] == 3
+    assert data["verdicts"]["overall"] == "FAIL"
+    assert [c for c in verify_receipt(path) if "verdicts" in c] == []
+
+
+def test_an_asserted_failing_verdict_is_expected_and_nothing_else_is():
+    outcome = {"setup": "passed", "call": "passed", "teardown": "passed"}
+    asserted = {"verdict": "FAIL", "lossy": False, "expect_verdict": ["FAIL"]}
+    receipt = {"schema_version": SCHEMA_VERSION, "lossless": [asserted], "outcome": outcome}
+    assert derive_verdicts(receipt)["overall"] == "FAIL"
+    assert derive_verdicts(receipt)["expected"] is True
+    unasserted = {**receipt, "speed": [{"verdict": "INCONCLUSIVE"}]}
+    assert derive_verdicts(unasserted)["expected"] is False
+    failed_gate = {**receipt, "gates": [{"passed": False}]}
+    assert derive_verdicts(failed_gate)["expected"] is False
+    failed_test = {**receipt, "outcome": {**outcome, "call": "failed"}}
+    assert derive_verdicts(failed_test)["expected"] is False
+    passed = {**receipt, "lossless": [{**asserted, "verdict": "PASS"}]}
+    assert derive_verdicts(passed)["expected"] is False  # a pass is just a pass

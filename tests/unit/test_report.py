@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -136,3 +137,38 @@ def test_evidence_line_names_a_dirty_unpublished_source():
     assert line.endswith("python -m pytest_lossless verify lossless-receipts")
     clean = evidence_line(1, "r", {"revision": "abc", "dirty": False, "publication": "published"})
     assert clean == "1 receipt in r, source abc; audit with: python -m pytest_lossless verify r"
+
+
+# ------------------------------------------------------------------ one vocabulary (#19 item 3)
+
+
+def test_a_row_status_is_derived_once_from_verdict_lossiness_and_expect():
+    from pytest_lossless.core.verdict import Status, status_of
+
+    assert status_of("PASS") == (Status.PASS, False)
+    assert status_of("PASS", lossy=True) == (Status.LOSSY_PASS, False)
+    assert status_of("FAIL", lossy=True) == (Status.FAIL, False)
+    assert status_of("FAIL", expect=("FAIL", "INCONCLUSIVE")) == (Status.FAIL, True)
+    assert status_of("PASS", expect=("FAIL",)) == (Status.PASS, False)
+    assert status_of("forged") == (Status.FAIL, False)
+
+
+def test_rows_carry_their_status_as_an_enum_never_as_display_text():
+    from pytest_lossless.core.verdict import Status, Update
+
+    row = Row("t.py::a", "x", "bytes", Status.FAIL, "d", expected=True)
+    assert row.verdict == "FAIL (expected)"
+    assert not row.failing
+    assert not row.quiet
+    again = Row.from_dict(row.to_dict())
+    assert again == row
+    assert again.status is Status.FAIL
+    assert again.expected
+    with pytest.raises(ValueError, match="not a row status"):
+        Row("t.py::a", "x", "bytes", "FAIL (expected)")  # display text is not parsed back
+    assert Row("t.py::a", "x", "-", "CONFLICT").status is Update.CONFLICT
+    assert Row("t.py::a", "x", "-", Update.CONFLICT).failing
+    assert not Row("t.py::a", "x", "-", Update.CREATED).failing
+    assert Row("t.py::a", "x", "-", Status.INCONCLUSIVE).failing
+    assert Update.of_action("created") is Update.CREATED
+    assert Update.of_action("restored") is None  # a folder's recovery is no artifact's row
