@@ -35,6 +35,7 @@ from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
 from ..media.detect import not_the_kind
+from .layout import folder_of, migrate
 from .manifest import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
@@ -111,15 +112,18 @@ class GoldenFolder:
     ) -> None:
         self.root = root
         self.store = store
+        self.module = module
+        self.test_name = test_name
         #: The test's folder of the default scope; ``path`` is this scope's (:mod:`.scope`).
-        self.default_path = (
-            root / safe_component(module, "test module") / safe_component(test_name, "test name")
-        )
+        #: ``module`` is the module's path under the rootdir without ``.py`` (:mod:`.layout`).
+        self.default_path = folder_of(root, module, test_name)
         self.environment = environment
         self.path = scoped_path(self.default_path, environment)
-        #: Nothing is read, written or deleted through a link that leaves this folder: the
-        #: rootdir when the goldens are inside it, else the goldens folder a setting named.
-        self.boundary = rootdir if rootdir is not None and is_under(root, rootdir) else root
+        #: Nothing is read, written or deleted through a link that leaves the goldens folder
+        #: (a committed link to a project folder would make an update replace that folder).
+        self.boundary = root
+        #: The goldens folder itself may not lead out of the rootdir when it lies inside it.
+        self.rootdir = rootdir if rootdir is not None and is_under(root, rootdir) else None
         self.test_id = test_id
         self.kinds = kinds
         self.digest_above = digest_above
@@ -133,10 +137,29 @@ class GoldenFolder:
         #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
         self.evidence: dict[str, dict[str, Any]] = {}
 
+    def inside(self, path: Path, what: str) -> Path:
+        """``path`` after proving that no link takes it out of the goldens folder, nor the
+        goldens folder out of the rootdir (:class:`~..core.paths.PathOutsideRoot` names it)."""
+        if self.rootdir is not None:
+            inside_root(self.root, self.rootdir, what="goldens folder")
+        return inside_root(path, self.boundary, what=what)
+
+    def migrate(self) -> list[UpdateEvent]:
+        """Move the test's goldens from the layout of an earlier version (:mod:`.layout`).
+        A folder that leads out of the goldens folder is left to the refusal where it is used."""
+        try:
+            self.inside(self.default_path, "golden folder")
+        except PathOutsideRoot:
+            return []
+        return migrate(
+            self.root, self.module, self.test_name, self.test_id, lock_timeout=self.lock_timeout
+        )
+
     # ---------------------------------------------------------------- comparing
 
     def manifest(self) -> dict[str, ManifestEntry]:
         if self._manifest is None:
+            self.inside(self.path, "golden folder")
             self._manifest, self._manifest_sha256 = load_manifest(self.path, root=self.boundary)
             check_scope(self._manifest, self.environment, self.path / MANIFEST)
         return self._manifest
@@ -221,7 +244,7 @@ class GoldenFolder:
         out of the rootdir is refused here already, before any work is done for it.
         """
         name = artifact_name(name)
-        inside_root(self.path, self.boundary, what="golden folder")
+        self.inside(self.path, "golden folder")
         if not self._began:
             self.begin_update()
         if name in self._staged:
@@ -268,7 +291,7 @@ class GoldenFolder:
         and a folder that leads out of the rootdir is left to the refusal where it is used.
         """
         try:
-            inside_root(self.path, self.boundary, what="golden folder")
+            self.inside(self.path, "golden folder")
         except PathOutsideRoot:
             return []
         if not has_strays(self.path):
@@ -290,7 +313,7 @@ class GoldenFolder:
         """Start an update: recover what killed writers left, and note the manifest as it is
         now, so that :meth:`commit` can tell whether another session changed it meanwhile."""
         try:
-            inside_root(self.path, self.boundary, what="golden folder")
+            self.inside(self.path, "golden folder")
         except PathOutsideRoot:
             return []  # stage() refuses it, naming the link
         if not os.path.lexists(self.path.parent):
@@ -328,7 +351,7 @@ class GoldenFolder:
         folder's manifest is no longer the one the update began from, another session wrote
         it meanwhile: nothing is written and :class:`GoldenConflict` is raised.
         """
-        inside_root(self.path, self.boundary, what="golden folder")
+        self.inside(self.path, "golden folder")
         if not self._began:
             self.begin_update()
         if self.store is not None:  # each artifact also kept whole by SHA-256 (lossless_store)
@@ -388,7 +411,7 @@ class GoldenFolder:
 
     def _write(self, entries: Mapping[str, ManifestEntry]) -> None:
         # Checked again right before writing: the folder is replaced under the lock.
-        inside_root(self.path, self.boundary, what="golden folder")
+        self.inside(self.path, "golden folder")
 
         def fill(staging: Path) -> None:
             for name, entry in entries.items():
@@ -399,7 +422,7 @@ class GoldenFolder:
                 if source is None:
                     continue
                 if staged is None:
-                    inside_root(source, self.boundary, what="stored golden")
+                    self.inside(source, "stored golden")
                 _copy_durably(source, staging / entry.file)
             document = manifest_document(entries, self.test_id)
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"

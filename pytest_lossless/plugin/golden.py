@@ -43,8 +43,48 @@ if TYPE_CHECKING:
 RUNTIMES_KEY = pytest.StashKey[dict[str, "str | None"]]()
 
 
-def _test_name(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+def golden_key(item: pytest.Item) -> tuple[str, str]:
+    """The module (its path under the rootdir, without ``.py``) and the test name that key the
+    test's goldens (:func:`..goldens.layout.split_test_id`)."""
+    from ..goldens.layout import split_test_id
+
+    try:
+        return split_test_id(item.nodeid)
+    except ValueError:
+        return item.path.stem, item.name
+
+
+def golden_boundary(goldens: Path, rootdir: Path) -> Path:
+    """What no link under the goldens folder may lead out of: the goldens folder itself; or the
+    rootdir when the goldens folder is a link out of it (refused where used, naming the link)."""
+    from ..core.paths import PathOutsideRoot, inside_root, is_under
+
+    if is_under(goldens, rootdir):
+        try:
+            inside_root(goldens, rootdir, what="goldens folder")
+        except PathOutsideRoot:
+            return rootdir
+    return goldens
+
+
+def migrate_plans(
+    item: pytest.Item, goldens: Path, module: str, test_name: str, boundary: Path
+) -> None:
+    """A test's plans in the layout of an earlier version, moved to where they belong now
+    (:mod:`..goldens.layout`); what cannot be moved is reported among the golden updates."""
+    from ..core.paths import PathOutsideRoot, inside_root
+    from ..goldens.layout import folder_of, migrate
+    from ..goldens.swap import UpdateEvent
+
+    try:
+        inside_root(folder_of(goldens, module, test_name), boundary, what="golden folder")
+    except (PathOutsideRoot, LosslessError):
+        return  # refused where the plan is read or written, naming the link
+    try:
+        events = migrate(goldens, module, test_name, item.nodeid)
+    except LosslessError as exc:
+        events = [UpdateEvent(item.nodeid, str(goldens), "", "kept", str(exc))]
+    _record_events(item, events, settings(item.config).rootdir)
 
 
 class GoldenFixture:
@@ -241,10 +281,11 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
     resolved = settings(request.config)
 
     def make(environment: Environment | None) -> Golden:
+        module, test_name = golden_key(item)
         folder = GoldenFolder(
             resolved.goldens,
-            item.path.stem,
-            _test_name(item),
+            module,
+            test_name,
             item.nodeid,
             kinds(request.config),
             digest_above=resolved.digest_above,
@@ -253,7 +294,8 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             environment=environment,
         )
         with failing_on_errors():  # a lock file or module folder that cannot be used: its message
-            recovered = folder.begin_update() if resolved.update_goldens else folder.recover()
+            recovered = folder.migrate()  # from the layout of an earlier version
+            recovered += folder.begin_update() if resolved.update_goldens else folder.recover()
         _record_events(item, recovered, resolved.rootdir)
         workdir = tmp_path / ("golden" if environment is None else "golden-device")
         return Golden(

@@ -478,3 +478,82 @@ def test_goldens_checked_out_as_lfs_pointers_name_git_lfs_pull(pytester, media_p
     result = pytester.runpytest("--lossless")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*GoldenStub: *manifest.json: is a Git LFS pointer*git lfs pull*"])
+
+
+# ------------------------------------------------------------------ layout (#20)
+
+DUP_TEST = """
+import pytest
+
+@pytest.mark.lossless
+def test_out(golden):
+    golden.check("out.txt", b"made by %s")
+"""
+
+
+def test_two_modules_of_one_name_never_share_goldens(pytester):
+    """tests/a/test_dup.py and tests/b/test_dup.py: each its own folder, neither overwritten."""
+    for name in ("a", "b"):
+        folder = pytester.path / "tests" / name
+        folder.mkdir(parents=True)
+        (folder / "test_dup.py").write_text(DUP_TEST % name)
+    pytester.makeini("[pytest]\naddopts = --import-mode=importlib\n")
+    pytester.runpytest("--update-goldens").assert_outcomes(passed=2)
+    for name in ("a", "b"):
+        manifest = pytester.path / "goldens" / "tests" / name / "test_dup" / "test_out"
+        data = json.loads((manifest / "manifest.json").read_text())
+        assert data["test"] == f"tests/{name}/test_dup.py::test_out"
+        assert (manifest / "out.txt").read_bytes() == f"made by {name}".encode()
+    assert not (pytester.path / "goldens" / "test_dup").exists()
+    pytester.runpytest("--lossless").assert_outcomes(passed=2)
+    # One of them changes: only its own golden fails.
+    (pytester.path / "tests" / "b" / "test_dup.py").write_text(DUP_TEST % "another")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAILED tests/b/test_dup.py::test_out*"])
+
+
+def test_goldens_of_the_old_layout_are_moved_on_the_next_run(pytester):
+    """A folder an earlier version wrote at goldens/<file name>/<test>/ is moved, once, to
+    goldens/<module path>/<test>/ and compared there."""
+    folder = pytester.path / "tests" / "a"
+    folder.mkdir(parents=True)
+    (folder / "test_dup.py").write_text(DUP_TEST % "x")
+    pytester.runpytest("--update-goldens").assert_outcomes(passed=1)
+    new = pytester.path / "goldens/tests/a/test_dup/test_out"
+    old = pytester.path / "goldens/test_dup/test_out"
+    old.parent.mkdir(parents=True)
+    new.rename(old)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*migrated: 1*", "*goldens/tests/a/test_dup/test_out*moved from*"])
+    assert (new / "manifest.json").is_file()
+    assert not old.parent.exists()
+
+
+def test_a_committed_link_under_goldens_to_a_project_folder_is_never_replaced(pytester):
+    """goldens/test_links -> ../src: an update must not replace src/test_x (and delete the user's
+    untracked file there); the link is named, and src is untouched."""
+    pytester.makepyfile(
+        test_links="""
+import pytest
+
+@pytest.mark.lossless
+def test_x(golden):
+    golden.check("t.txt", b"new")
+"""
+    )
+    user = pytester.path / "src" / "test_x"
+    user.mkdir(parents=True)
+    (user / "notes.txt").write_text("the user's own file\n")
+    (pytester.path / "goldens").mkdir()
+    (pytester.path / "goldens" / "test_links").symlink_to("../src")
+    result = pytester.runpytest("--update-goldens")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*PathOutsideRoot*goldens/test_links*symbolic link*"])
+    assert (user / "notes.txt").read_text() == "the user's own file\n"
+    assert sorted(p.name for p in (pytester.path / "src").iterdir()) == ["test_x"]
+    assert sorted(p.name for p in user.iterdir()) == ["notes.txt"]
+    # Comparing refuses it as well: nothing is read through it.
+    result = pytester.runpytest("--lossless")
+    result.stdout.fnmatch_lines(["*PathOutsideRoot*goldens/test_links*"])

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pytest_lossless.goldens import swap as replace
 
+from pytest_lossless.goldens import swap as replace
 from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_manifest
 from pytest_lossless.goldens.swap import GoldenUpdateError
 from pytest_lossless.kinds.registry import KindRegistry
