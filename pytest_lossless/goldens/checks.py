@@ -155,7 +155,7 @@ class Golden:
         from ..errors import NondeterministicProducer
 
         verdict = compare_control_candidate(
-            producer,
+            _named_well(producer),
             None,
             runs=self.producer_runs,
             kinds=self.folder.kinds,
@@ -204,3 +204,17 @@ class Golden:
         if not self.update or not self.staged or self.misses:  # a miss is never written
             return []
         return self.folder.commit()
+
+
+def _named_well(producer: Any) -> Any:
+    """``producer``, whose every run's artifact names are checked before anything compares or
+    records them (a name that is not UTF-8 is refused, named: :func:`.manifest.artifact_name`)."""
+    from ..media.artifacts import named_artifacts, produce
+
+    def run() -> Any:
+        result = produce(producer)
+        for name in named_artifacts(result, "golden.check_all"):
+            artifact_name(name)
+        return result
+
+    return run

@@ -59,6 +59,16 @@ def artifact_name(name: str) -> str:
     file)."""
     if not isinstance(name, str) or not name:
         raise ArtifactError(str(name), "an artifact name must be a non-empty string")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = shown_name(name)
+        raise ArtifactError(
+            shown,
+            f"the artifact name '{shown}' holds bytes that are not UTF-8 (what os.fsdecode "
+            "makes of a file name it cannot decode): give the artifact a name in UTF-8, since "
+            "it is written into the manifest, the receipt and the report",
+        ) from None
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_NAME_BYTES:
         raise ArtifactError(
@@ -76,9 +86,16 @@ def artifact_name(name: str) -> str:
     return name
 
 
+def shown_name(name: object) -> str:
+    """An artifact name as messages and receipts show it: bytes that are not UTF-8 (lone
+    surrogates from ``os.fsdecode``) as ``\\udcff``, control characters escaped."""
+    text = str(name).encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable(text)
+
+
 def _shown(text: str, limit: int = 60) -> str:
     """``text`` as an error message shows it: escaped, and shortened when long."""
-    shown = printable(text)
+    shown = shown_name(text)
     return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} characters)"
 
 

@@ -138,7 +138,10 @@ class GoldenFixture:
         is what the test expects.
         """
         __tracebackhide__ = True
+        from ..goldens.manifest import artifact_name
+
         with failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)):
+            artifact_name(name)  # before its name is recorded anywhere (an export, a receipt)
             golden = self._of(scope)
             export.watch(self._item, golden, name, artifact, gate)
             staged, missed = len(golden.staged), len(golden.misses)
@@ -255,7 +258,10 @@ class GoldenFixture:
             )
 
     def _record_error(self, name: str, gate: object, exc: LosslessError) -> None:
-        label, message = type(exc).__name__, str(exc)
+        from ..goldens.manifest import shown_name
+
+        name = shown_name(name)  # a name that is not UTF-8 would end the session at its receipt
+        label, message = type(exc).__name__, shown_name(exc)
         add_row(
             self._item,
             report.Row(

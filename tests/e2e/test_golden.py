@@ -557,3 +557,37 @@ def test_x(golden):
     # Comparing refuses it as well: nothing is read through it.
     result = pytester.runpytest("--lossless")
     result.stdout.fnmatch_lines(["*PathOutsideRoot*goldens/test_links*"])
+
+
+UNDECODABLE_TEST = """
+import os
+import numpy as np
+import pytest
+
+NAME = os.fsdecode(b"out-\\xff.npy")
+
+@pytest.mark.lossless
+def test_one(golden):
+    golden.check(NAME, np.zeros(3))
+
+@pytest.mark.lossless
+def test_all(golden):
+    golden.check_all({NAME: np.zeros(3)})
+
+@pytest.mark.lossless
+def test_producer(golden):
+    golden.check_all(lambda: {NAME: np.zeros(3)})
+"""
+
+
+@pytest.mark.parametrize("mode", ["--update-goldens", "--lossless"])
+def test_an_artifact_name_that_is_not_utf8_is_named_never_an_internal_error(pytester, mode):
+    pytester.makepyfile(test_u=UNDECODABLE_TEST)
+    result = pytester.runpytest(mode)
+    text = result.stdout.str()
+    assert "INTERNALERROR" not in text
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        ["*ArtifactError*'out-\\udcff.npy' holds bytes that are not UTF-8*"]
+    )
+    assert not (pytester.path / "goldens" / "test_u" / "test_one").exists()

@@ -639,3 +639,24 @@ def test_the_committed_goldens_lie_where_their_tests_look_for_them():
             assert read_plans(path.parent)
         found += 1
     assert found >= 16
+
+
+def test_an_artifact_name_that_is_not_utf8_is_refused_by_name(tmp_path, kinds):
+    import os
+
+    name = os.fsdecode(b"out-\xff.npy")
+    with pytest.raises(ArtifactError) as caught:
+        artifact_name(name)
+    message = str(caught.value)
+    message.encode("utf-8")  # printable, and writable into a receipt
+    assert "out-\\udcff.npy" in message
+    assert "not UTF-8" in message
+    # The same name in a manifest from a pull request: a ManifestError that can be printed.
+    folder = tmp_path / "m" / "t"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(
+        '{"schema": 1, "test": "m.py::t", "artifacts": {"out-\\udcff.npy": {}}}'
+    )
+    with pytest.raises(ManifestError) as caught_manifest:
+        read_manifest(folder)
+    str(caught_manifest.value).encode("utf-8")
