@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +50,7 @@ from .manifest import (
     manifest_document,
     manifest_state,
     read_manifest,
+    read_version,
     safe_component,
     unhashed,
 )
@@ -109,6 +112,7 @@ class GoldenFolder:
         lock_timeout: float = 120.0,
         store: Path | None = None,
         environment: Environment | None = None,
+        workdir: Path | None = None,
     ) -> None:
         self.root = root
         self.store = store
@@ -134,6 +138,11 @@ class GoldenFolder:
         self._staged: dict[str, StagedArtifact] = {}
         self._manifest: dict[str, ManifestEntry] | None = None
         self._manifest_sha256: str | None = None
+        #: Where the stored files read with the manifest are copied (:func:`read_version`):
+        #: the caller's folder, else a temporary one removed with this object.
+        self._workdir = workdir
+        self._copies: dict[str, Path] = {}
+        self._reads = 0
         #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
         self.evidence: dict[str, dict[str, Any]] = {}
 
@@ -158,11 +167,25 @@ class GoldenFolder:
     # ---------------------------------------------------------------- comparing
 
     def manifest(self) -> dict[str, ManifestEntry]:
+        """The manifest as read for this test, with its stored files: one whole version, even
+        while another session replaces the folder (:func:`.manifest.read_version`)."""
         if self._manifest is None:
             self.inside(self.path, "golden folder")
-            self._manifest, self._manifest_sha256 = load_manifest(self.path, root=self.boundary)
-            check_scope(self._manifest, self.environment, self.path / MANIFEST)
+            self._reads += 1
+            version = read_version(
+                self.path, self._snapshots() / f"read-{self._reads}", root=self.boundary
+            )
+            check_scope(version.entries, self.environment, self.path / MANIFEST)
+            self._manifest, self._manifest_sha256 = version.entries, version.manifest_sha256
+            self._copies = version.copies
         return self._manifest
+
+    def _snapshots(self) -> Path:
+        if self._workdir is None:
+            made = Path(tempfile.mkdtemp(prefix="lossless-golden-"))
+            weakref.finalize(self, shutil.rmtree, made, True)
+            self._workdir = made
+        return self._workdir / "golden-read"
 
     def manifest_sha256(self) -> str:
         """SHA-256 of ``manifest.json`` as read for this test: of the very bytes parsed."""
@@ -187,6 +210,7 @@ class GoldenFolder:
             entry,
             kinds=self.kinds,
             root=self.boundary,
+            copy=self._copies.get(name),
         )
         kind = self.kinds.detect(obtained_path)
         if gate is None:

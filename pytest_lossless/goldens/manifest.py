@@ -8,9 +8,11 @@ its fingerprint (recomputed from the stored file) before anything is compared wi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.digests import canonical_sha256, loads_bounded
 from ..core.paths import inside_root, open_regular, read_regular
 from ..core.text import has_control, printable
-from ..errors import ArtifactError, GoldenIntegrityError, ManifestError
+from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, ManifestError
 
 if TYPE_CHECKING:
     from ..kinds.registry import KindRegistry
@@ -229,6 +231,11 @@ def load_manifest(
         )
     except OSError as exc:
         raise ManifestError(path, f"cannot be read: {exc.strerror or exc}") from None
+    return parse_manifest(path, raw), hashlib.sha256(raw).hexdigest()
+
+
+def parse_manifest(path: Path, raw: bytes) -> dict[str, ManifestEntry]:
+    """The entries of the manifest bytes ``raw`` read from ``path`` (named in errors)."""
     try:
         data = loads_bounded(raw)
     except ValueError as exc:
@@ -252,7 +259,7 @@ def load_manifest(
                 path, f"the artifact name {_shown(name)!r} is refused: {exc.problem}"
             ) from None
         entries[name] = ManifestEntry.from_dict(name, entry, path)
-    return entries, hashlib.sha256(raw).hexdigest()
+    return entries
 
 
 def manifest_state(folder: Path) -> str | None:
@@ -308,6 +315,7 @@ def check_integrity(
     *,
     kinds: KindRegistry | None = None,
     root: Path | None = None,
+    copy: Path | None = None,
 ) -> Path | None:
     """The stored file of ``entry`` after proving it matches the manifest (None: digest-only).
 
@@ -316,7 +324,9 @@ def check_integrity(
     fingerprint recomputed from the stored file must all agree, or it is a
     :class:`GoldenIntegrityError`. A digest-only entry has nothing to be checked against:
     its manifest is the golden, and only review vouches for it (docs/security.md). ``root``:
-    the stored file's path must stay inside it (a link that does is followed).
+    the stored file's path must stay inside it (a link that does is followed). ``copy``: the
+    stored file as read together with the manifest (:func:`read_version`), checked (and
+    returned) instead of the live one, which another session may have replaced since.
     """
     manifest = folder / MANIFEST
     if canonical_sha256(entry.fingerprint) != entry.fingerprint_sha256:
@@ -330,9 +340,12 @@ def check_integrity(
     if entry.file is None:
         raise GoldenIntegrityError(manifest, f"{entry.name!r} is stored but names no file")
     path = folder / entry.file
-    if root is not None:
-        inside_root(path, root, what="stored golden")
-    actual, size = _stored_digest(path, follow=root is not None)
+    if copy is not None:
+        actual, size = _stored_digest(copy, follow=False)
+    else:
+        if root is not None:
+            inside_root(path, root, what="stored golden")
+        actual, size = _stored_digest(path, follow=root is not None)
     if actual != entry.sha256:
         _refuse_stub(path)  # a pointer checked out instead of the golden: `git lfs pull`
         raise GoldenIntegrityError(
@@ -352,7 +365,7 @@ def check_integrity(
         )
     if kinds is not None:
         try:
-            again = kinds.fingerprint(entry.kind, path)
+            again = kinds.fingerprint(entry.kind, copy or path)
         except ArtifactError as exc:
             raise GoldenIntegrityError(
                 path, f"the stored golden cannot be fingerprinted as {entry.kind}: {exc.problem}"
@@ -370,7 +383,7 @@ def check_integrity(
                 "the manifest was edited, or written by another version of its kind",
             )
     _check_entry_hash(manifest, entry)  # last: the checks above name a forged file first
-    return path
+    return copy or path
 
 
 def _check_entry_hash(manifest: Path, entry: ManifestEntry) -> None:
@@ -410,3 +423,159 @@ def _stored_digest(path: Path, *, follow: bool) -> tuple[str, int]:
     finally:
         os.close(fd)
     return digest.hexdigest(), size
+
+
+# ------------------------------------------------------------------ one whole version
+
+
+@dataclass(frozen=True)
+class GoldenVersion:
+    """A golden folder as one reader saw it: its manifest and, for each artifact stored in full,
+    a copy of the stored file, all read from one and the same folder (never one version's
+    manifest with another version's file)."""
+
+    entries: dict[str, ManifestEntry]
+    manifest_sha256: str | None
+    #: Per artifact stored in full, the copy read with the manifest (absent: the file was not
+    #: in the folder, which :func:`check_integrity` then names).
+    copies: dict[str, Path]
+
+
+class _Replaced(Exception):
+    """The folder being read was replaced by another session's update meanwhile."""
+
+
+#: How often a read starts again because another session replaced the folder meanwhile.
+READ_ATTEMPTS = 50
+
+
+def read_version(folder: Path, into: Path, *, root: Path) -> GoldenVersion:
+    """The manifest of ``folder`` and copies (in ``into``) of its stored files, one version.
+
+    An update never changes a live golden folder: it stages a new one and exchanges the two
+    whole (:mod:`.swap`), and only then deletes the old one. So everything opened through one
+    descriptor of the folder belongs to one version, and a file that has gone missing from it
+    means that the folder was replaced while it was read: the read starts again on the new one.
+    A folder missing while an update's work folder lies beside it (the two-rename fallback) is
+    waited for. The caller has proven ``folder`` stays inside ``root``.
+    """
+    from .swap import has_strays
+
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            handle = os.open(
+                os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+            )
+        except FileNotFoundError:
+            if attempt + 1 < READ_ATTEMPTS and has_strays(folder):
+                time.sleep(min(0.002 * 2**attempt, 0.1))
+                continue
+            return GoldenVersion({}, None, {})
+        except OSError as exc:
+            raise ManifestError(folder, f"cannot be read: {exc.strerror or exc}") from None
+        try:
+            return _read_from(handle, folder, into, root)
+        except _Replaced:
+            time.sleep(min(0.001 * 2**attempt, 0.05))
+        finally:
+            os.close(handle)
+    raise GoldenError(
+        printable(
+            f"{folder} was replaced {READ_ATTEMPTS} times while it was read (another session is "
+            "updating it without pause): run the check again once that update is done"
+        )
+    )
+
+
+def _read_from(handle: int, folder: Path, into: Path, root: Path) -> GoldenVersion:
+    path = folder / MANIFEST
+    try:
+        raw = _read_at(handle, MANIFEST, folder, root, limit=MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        if _replaced(handle, folder):
+            raise _Replaced from None
+        return GoldenVersion({}, None, {})
+    except OSError as exc:
+        raise ManifestError(path, f"cannot be read: {exc.strerror or exc}") from None
+    entries = parse_manifest(path, raw)
+    copies: dict[str, Path] = {}
+    into.mkdir(parents=True, exist_ok=True)
+    for name, entry in sorted(entries.items()):
+        if entry.stored != "full" or entry.file is None:
+            continue
+        target = into / entry.file
+        try:
+            _copy_at(handle, entry.file, folder, root, target)
+        except FileNotFoundError:
+            if _replaced(handle, folder):
+                raise _Replaced from None
+            continue  # missing from this very version: check_integrity names it
+        except OSError:
+            continue  # a FIFO, a device: check_integrity names it, reading the live path
+        copies[name] = target
+    return GoldenVersion(entries, hashlib.sha256(raw).hexdigest(), copies)
+
+
+def _open_at(handle: int, name: str, folder: Path, root: Path) -> int:
+    """``name`` in the folder open as ``handle``, as a regular file; a link that stays inside
+    ``root`` is followed by its path (:func:`~..core.paths.inside_root`)."""
+    import errno
+    import stat
+
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=handle)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        inside_root(folder / name, root, what="stored golden")
+        return open_regular(os.path.realpath(folder / name))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(folder / name))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_at(handle: int, name: str, folder: Path, root: Path, *, limit: int) -> bytes:
+    fd = _open_at(handle, name, folder, root)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise OSError(f"larger than the limit of {limit} bytes ({size} bytes)")
+        chunks = []
+        while block := os.read(fd, 1 << 20):
+            chunks.append(block)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _copy_at(handle: int, name: str, folder: Path, root: Path, target: Path) -> None:
+    fd = _open_at(handle, name, folder, root)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)  # a copy from an attempt on an earlier version
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            while block := os.read(fd, 1 << 20):
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(out, view) :]
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _replaced(handle: int, folder: Path) -> bool:
+    """Whether ``folder`` no longer names the folder open as ``handle``."""
+    try:
+        now = os.stat(os.path.realpath(folder))
+    except OSError:
+        return True
+    held = os.fstat(handle)
+    return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)

@@ -288,6 +288,7 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
 
     def make(environment: Environment | None) -> Golden:
         module, test_name = golden_key(item)
+        workdir = tmp_path / ("golden" if environment is None else "golden-device")
         folder = GoldenFolder(
             resolved.goldens,
             module,
@@ -298,12 +299,12 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             rootdir=resolved.rootdir,
             store=resolved.store,
             environment=environment,
+            workdir=workdir,
         )
         with failing_on_errors():  # a lock file or module folder that cannot be used: its message
             recovered = folder.migrate()  # from the layout of an earlier version
             recovered += folder.begin_update() if resolved.update_goldens else folder.recover()
         _record_events(item, recovered, resolved.rootdir)
-        workdir = tmp_path / ("golden" if environment is None else "golden-device")
         return Golden(
             folder,
             update=resolved.update_goldens,
