@@ -463,9 +463,7 @@ def read_version(folder: Path, into: Path, *, root: Path) -> GoldenVersion:
 
     for attempt in range(READ_ATTEMPTS):
         try:
-            handle = os.open(
-                os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-            )
+            handle = os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             if attempt + 1 < READ_ATTEMPTS and has_strays(folder):
                 time.sleep(min(0.002 * 2**attempt, 0.1))
