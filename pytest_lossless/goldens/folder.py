@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -42,7 +43,9 @@ from .manifest import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
     MAX_NAME_BYTES,
+    READ_ATTEMPTS,
     SCHEMA_VERSION,
+    GoldenVersion,
     ManifestEntry,
     artifact_name,
     check_integrity,
@@ -171,14 +174,24 @@ class GoldenFolder:
         while another session replaces the folder (:func:`.manifest.read_version`)."""
         if self._manifest is None:
             self.inside(self.path, "golden folder")
-            self._reads += 1
-            version = read_version(
-                self.path, self._snapshots() / f"read-{self._reads}", root=self.boundary
-            )
+            version = self._read()
+            for attempt in range(READ_ATTEMPTS):
+                if version.manifest_sha256 is not None or not has_strays(self.path):
+                    break
+                # Missing while an update's work folder lies beside it: the update is between
+                # the two renames of the fallback (wait for it) or was killed there (put back).
+                if not self.recover():
+                    time.sleep(min(0.002 * 2**attempt, 0.1))
+                version = self._read()
             check_scope(version.entries, self.environment, self.path / MANIFEST)
             self._manifest, self._manifest_sha256 = version.entries, version.manifest_sha256
             self._copies = version.copies
         return self._manifest
+
+    def _read(self) -> GoldenVersion:
+        self._reads += 1
+        into = self._snapshots() / f"read-{self._reads}"
+        return read_version(self.path, into, root=self.boundary)
 
     def _snapshots(self) -> Path:
         if self._workdir is None:

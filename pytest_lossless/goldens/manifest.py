@@ -456,18 +456,14 @@ def read_version(folder: Path, into: Path, *, root: Path) -> GoldenVersion:
     whole (:mod:`.swap`), and only then deletes the old one. So everything opened through one
     descriptor of the folder belongs to one version, and a file that has gone missing from it
     means that the folder was replaced while it was read: the read starts again on the new one.
-    A folder missing while an update's work folder lies beside it (the two-rename fallback) is
-    waited for. The caller has proven ``folder`` stays inside ``root``.
+    A missing folder is an empty version (the caller tells a golden never written from one
+    an update is between its two renames: :meth:`.folder.GoldenFolder.manifest`). The caller
+    has proven ``folder`` stays inside ``root``.
     """
-    from .swap import has_strays
-
     for attempt in range(READ_ATTEMPTS):
         try:
-            handle = os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            handle = _open_folder(folder)
         except FileNotFoundError:
-            if attempt + 1 < READ_ATTEMPTS and has_strays(folder):
-                time.sleep(min(0.002 * 2**attempt, 0.1))
-                continue
             return GoldenVersion({}, None, {})
         except OSError as exc:
             raise ManifestError(folder, f"cannot be read: {exc.strerror or exc}") from None
@@ -483,6 +479,10 @@ def read_version(folder: Path, into: Path, *, root: Path) -> GoldenVersion:
             "updating it without pause): run the check again once that update is done"
         )
     )
+
+
+def _open_folder(folder: Path) -> int:
+    return os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def _read_from(handle: int, folder: Path, into: Path, root: Path) -> GoldenVersion:
