@@ -47,10 +47,14 @@ class Golden:
         workdir: Path,
         producer_runs: int = 2,
         provenance: Mapping[str, Any] | None = None,
+        diagnostics: Path | None = None,
     ) -> None:
         self.folder = folder
         self.update = update
         self.workdir = workdir
+        #: Where diff pictures, listings and the obtained file of a mismatch are written: the
+        #: session folder beside the report (the plugin's choice), else the work folder.
+        self.diagnostics = diagnostics if diagnostics is not None else workdir / "diagnostics"
         self.producer_runs = max(2, producer_runs)
         self.provenance = dict(provenance or {})
         self.results: list[GateResult] = []
@@ -89,13 +93,11 @@ class Golden:
             self.staged.append(entry)
             self._cover(expect, name, entry.kind, entry.fingerprint)
             return None
-        result = self.folder.compare(
-            name, path, chosen, diagnostics_dir=self.workdir / "diagnostics"
-        )
+        result = self.folder.compare(name, path, chosen, diagnostics_dir=self.diagnostics)
         obtained = self.folder.evidence[name]["obtained"]
         self._cover(expect, name, obtained["kind"], obtained["fingerprint"])
         if not result.passed and self.folder.stored_in_full(name):
-            keep = self.workdir / "obtained-for-upload"
+            keep = self.diagnostics / "obtained-for-upload"  # the report looks for it so
             keep.mkdir(parents=True, exist_ok=True)
             target = keep / name
             if path.resolve() != target.resolve():

@@ -303,6 +303,45 @@ def entry_sha256(entry: ManifestEntry) -> str:
     return canonical_sha256({"name": entry.name, **fields})
 
 
+#: The versions a golden's provenance records (``provenance["made_with"]``), as named there.
+MADE_WITH = ("python", "numpy", "ffmpeg", "pytest-lossless")
+
+
+def made_with(versions: Mapping[str, Any]) -> dict[str, str | None]:
+    """The versions a golden is made with, out of a session's versions (:data:`MADE_WITH`)."""
+    return {name: _version(versions.get(name)) for name in MADE_WITH}
+
+
+def _version(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    # "ffmpeg version 7.0.2-static https://..." -> "7.0.2-static"
+    words = value.split()
+    if len(words) >= 3 and words[0] == "ffmpeg" and words[1] == "version":
+        return words[2]
+    return value
+
+
+def version_changes(entry: ManifestEntry, now: Mapping[str, Any]) -> str:
+    """``made with ffmpeg 7.0.2, now 6.1.1; numpy 1.26.4, now 2.1.0``: what differs between the
+    versions a golden was made with and this session's ("" when none differs or it was made
+    before manifests recorded them)."""
+    recorded = entry.provenance.get("made_with")
+    if not isinstance(recorded, Mapping):
+        return ""
+    current = made_with(now)
+    changed = [
+        f"{name} {_brief(recorded.get(name))}, now {_brief(current[name])}"
+        for name in MADE_WITH
+        if recorded.get(name) and current.get(name) and recorded.get(name) != current[name]
+    ]
+    return ("made with " + "; ".join(changed)) if changed else ""
+
+
+def _brief(value: Any) -> str:
+    return printable(str(value))[:40]
+
+
 def unhashed(entries: Mapping[str, ManifestEntry]) -> list[str]:
     """The entries of a manifest written before entries were hashed (their gate is covered by
     no integrity check until they are written again by --update-goldens)."""

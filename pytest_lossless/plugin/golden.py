@@ -27,7 +27,7 @@ from ..errors import ConfigError, GoldenMissing, LosslessError
 from . import export
 from .config import kinds, settings
 from .devices import allocator, holds_devices
-from .evidence import ALLOCATION_KEY, receipt_for, source_revision
+from .evidence import ALLOCATION_KEY, FACTS_KEY, receipt_for, session_folder, source_revision
 from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, failing_on_errors
 
 if TYPE_CHECKING:
@@ -135,8 +135,25 @@ class GoldenFixture:
         run is checked against it, and a miss fails the test and is never written. ``scope``:
         ``"device"`` keeps one golden per environment class of the test's allocation. An empty
         file is never stored as a golden unless ``allow_empty=True`` says that an empty output
-        is what the test expects.
+        is what the test expects. A mismatch fails the test with what differs and, last, the
+        command that accepts it if it is intended.
         """
+        __tracebackhide__ = True
+        return self._check(
+            name, artifact, gate, expect=expect, scope=scope, allow_empty=allow_empty, advise=True
+        )
+
+    def _check(
+        self,
+        name: str,
+        artifact: Any,
+        gate: Gate | str | None = None,
+        *,
+        expect: Expect = None,
+        scope: str | None = None,
+        allow_empty: bool = False,
+        advise: bool,
+    ) -> GateResult | None:
         __tracebackhide__ = True
         from ..goldens.manifest import artifact_name
 
@@ -159,8 +176,26 @@ class GoldenFixture:
         receipt_for(self._item).add_gate({**result.to_dict(), "evidence": evidence})
         self._fail_misses(misses, result)
         if not result.passed:
-            pytest.fail(printable(result.message(), newlines=True), pytrace=False)
+            lines = [result.message()]
+            made = self._made_with(golden, name)
+            if made:
+                lines.append(made)
+            if advise:
+                lines.append(accept_advice(self._item))
+            pytest.fail(printable("\n".join(lines), newlines=True), pytrace=False)
         return result
+
+    def _made_with(self, golden: Golden, name: str) -> str:
+        """What differs between the versions the golden was made with and this session's."""
+        from ..goldens.manifest import version_changes
+
+        try:
+            entry = golden.folder.manifest().get(name)
+        except LosslessError:
+            return ""
+        if entry is None:
+            return ""
+        return version_changes(entry, session_versions(self._item.config))
 
     def check_all(
         self,
@@ -193,16 +228,34 @@ class GoldenFixture:
         named = named_artifacts(produce(artifacts), "golden.check_all")
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             check_names(expect, named, "golden.check_all")
-        results = []
+        results: list[GateResult] = []
+        failures: list[str] = []
         for name, value in named.items():
             wanted = expectation_for(expect, name)
             if isinstance(expect, Media):
                 wanted = RunMedia.of(expect)  # the run's clip and track, not its tensors
-            result = self.check(
-                name, value, gate, expect=wanted, scope=scope, allow_empty=allow_empty
-            )
+            try:  # every artifact is compared and reported; the test fails after the last
+                result = self._check(
+                    name,
+                    value,
+                    gate,
+                    expect=wanted,
+                    scope=scope,
+                    allow_empty=allow_empty,
+                    advise=False,
+                )
+            except pytest.fail.Exception as failed:
+                failures.append(str(failed.msg))
+                continue
             if result is not None:
                 results.append(result)
+        if failures:
+            mismatched = any(not r.passed for g in self.goldens for r in g.results)
+            count = f"{len(failures)} of {len(named)} artifacts of the run"
+            lines = [f"{count} failed their check (each is reported):", *failures]
+            if mismatched:
+                lines.append(accept_advice(self._item))
+            pytest.fail("\n\n".join(lines), pytrace=False)
         if (
             isinstance(expect, Media)
             and results
@@ -311,6 +364,7 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             workdir=workdir,
             producer_runs=resolved.control_runs,
             provenance=_golden_provenance(request),
+            diagnostics=diagnostics_folder(item, device=environment is not None),
         )
 
     fixture = GoldenFixture(item, make(None), lambda: make(_environment(request)))
@@ -456,10 +510,57 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
     identity: Any = None
     if holds_devices(request.node):
         identity = getattr(request.getfixturevalue("devices"), "identity", None)
+    from ..goldens.manifest import made_with
+
     return {
         "when": utc_iso(),
         "plugin_version": __version__,
         "source_revision": source_revision(config),
         "command": ["pytest", *config.invocation_params.args],
         "device_identity": identity,
+        # So that a later mismatch can say "made with ffmpeg X, now Y".
+        "made_with": made_with(session_versions(config)),
     }
+
+
+def session_versions(config: pytest.Config) -> dict[str, Any]:
+    """The session's versions (Python, packages, ffmpeg), computed once for every receipt."""
+    from ..evidence import provenance
+
+    facts = config.stash.get(FACTS_KEY, None)
+    if facts is None:
+        facts = config.stash[FACTS_KEY] = provenance.session_facts()
+    versions = facts.get("versions")
+    return dict(versions) if isinstance(versions, dict) else {}
+
+
+def diagnostics_folder(item: pytest.Item, *, device: bool = False) -> Path:
+    """Where a mismatch's diff pictures, listings and obtained file go: the session folder,
+    beside the report (pytest's temporary folders are deleted after three runs)."""
+    from ..goldens.manifest import safe_component
+
+    name = safe_component(item.nodeid, "test id")
+    return session_folder(item.config) / "diagnostics" / (f"{name}@device" if device else name)
+
+
+def accept_advice(item: pytest.Item) -> str:
+    """The command that accepts a mismatch of ``item`` if it is intended: ``--update-goldens``
+    for this test, and ``accept`` from this session's export when there is one."""
+    import shlex
+
+    module = item.nodeid.split("::", 1)[0]
+    words = shlex.quote(item.name)
+    advice = (
+        f"If the change is intended, accept it: pytest {shlex.quote(module)} --update-goldens "
+        f"-k {words}"
+    )
+    resolved = settings(item.config)
+    if resolved.export is not None:
+        folder = resolved.export
+        if folder.is_relative_to(resolved.rootdir):
+            folder = folder.relative_to(resolved.rootdir)
+        advice += (
+            f", or from this run's export: python -m pytest_lossless accept "
+            f"{shlex.quote(str(folder))} -k {words}"
+        )
+    return advice

@@ -591,3 +591,68 @@ def test_an_artifact_name_that_is_not_utf8_is_named_never_an_internal_error(pyte
         ["*ArtifactError*'out-\\udcff.npy' holds bytes that are not UTF-8*"]
     )
     assert not (pytester.path / "goldens" / "test_u" / "test_one").exists()
+
+
+# ------------------------------------------------------------------ what a failure says (#22)
+
+CHECK_ALL_TEST = """
+import numpy as np
+import pytest
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_run(golden):
+    golden.check_all({
+        "clip.mp4": HERE / "clip.mp4",
+        "audio.wav": HERE / "audio.wav",
+        "latent.npy": np.load(HERE / "latent.npy", allow_pickle=False),
+    })
+"""
+
+
+def test_check_all_compares_every_artifact_reports_each_then_fails(pytester, media_project):
+    """A changed frame, sample and float: all three are named, each a FAIL row, and the
+    message ends with the command that accepts them; the versions the goldens were made with
+    are in the manifest, and a different one is named; diagnostics go beside the report."""
+    pytester.makepyfile(test_media=CHECK_ALL_TEST)
+    assert pytester.runpytest("--update-goldens").ret == 0
+    manifest_path = media_project / "goldens/test_media/test_run/manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    made = manifest["artifacts"]["clip.mp4"]["provenance"]["made_with"]
+    assert set(made) == {"python", "numpy", "ffmpeg", "pytest-lossless"}
+    assert all(made[key] for key in ("python", "numpy", "ffmpeg"))
+    # As if made on another machine: provenance is not part of the entry's hash.
+    manifest["artifacts"]["audio.wav"]["provenance"]["made_with"]["ffmpeg"] = "0.1-elsewhere"
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    frames = gray_frames()
+    frames[5, 10 * 64 + 20] ^= 1
+    write_video(media_project / "clip.mp4", frames)
+    samples = tone()
+    samples[100] += 1
+    write_wav(media_project / "audio.wav", samples)
+    latent = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    latent[3, 3] = np.nextafter(latent[3, 3], np.float32(2))
+    np.save(media_project / "latent.npy", latent)
+
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    result.stdout.fnmatch_lines(["*3 of 3 artifacts of the run failed their check*"])
+    assert "first differing frame: 5" in text
+    assert f"made with ffmpeg 0.1-elsewhere, now {made['ffmpeg']}" in text
+    result.stdout.fnmatch_lines(
+        [
+            "*If the change is intended, accept it: pytest test_media.py --update-goldens -k test_run*"
+        ]
+    )
+    rows = [line for line in text.splitlines() if line.startswith("FAIL ")]
+    assert len(rows) == 3, rows
+    assert sorted(row.split()[2] for row in rows) == ["audio.wav", "clip.mp4", "latent.npy"]
+    # Diagnostics in the session folder, beside the report, not in pytest's temporary folder.
+    sessions = list((media_project / "lossless-receipts").iterdir())
+    diagnostics = [p for s in sessions for p in (s / "diagnostics").rglob("*") if p.is_file()]
+    assert diagnostics, "no diagnostics in the session folder"
+    assert "lossless-receipts/" in text
