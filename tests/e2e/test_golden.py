@@ -645,7 +645,8 @@ def test_check_all_compares_every_artifact_reports_each_then_fails(pytester, med
     assert f"made with ffmpeg 0.1-elsewhere, now {made['ffmpeg']}" in text
     result.stdout.fnmatch_lines(
         [
-            "*If the change is intended, accept it: pytest test_media.py --update-goldens -k test_run*"
+            "*If the change is intended, accept it: "
+            "pytest test_media.py --update-goldens -k test_run*"
         ]
     )
     rows = [line for line in text.splitlines() if line.startswith("FAIL ")]
