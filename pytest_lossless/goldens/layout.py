@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..core.digests import fsync_dir, loads_bounded
@@ -33,10 +35,14 @@ from .swap import FolderLock, UpdateEvent, lock_path, recover
 
 __all__ = [
     "LegacyLayout",
+    "Orphan",
     "folder_of",
+    "golden_folders",
     "legacy_folder",
     "migrate",
     "module_parts",
+    "orphans",
+    "remove_orphan",
     "split_test_id",
 ]
 
@@ -199,3 +205,92 @@ def _move(source: Path, target: Path, test_id: str, *, lock_timeout: float) -> l
         os.rmdir(source.parent)  # the old module folder, once it holds nothing
     detail = f"moved from {source}: goldens are kept by the module's path under the rootdir"
     return [*events, UpdateEvent(test_id, str(target), "", "migrated", detail)]
+
+
+# ------------------------------------------------------------------ golden folders of no test
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A golden folder whose test this session did not collect: renamed, deleted, or moved."""
+
+    folder: Path
+    #: The test id its manifest or plan names (None: it names none, or several).
+    test: str | None
+    why: str
+    #: Whether an update of an unfiltered, unsharded session that finished may remove it: the
+    #: folder is where its test keeps its goldens, and is not device-scoped (a device's
+    #: goldens are only ever judged where that device runs).
+    removable: bool
+
+
+def golden_folders(goldens: Path) -> list[Path]:
+    """Every test folder under ``goldens`` (a folder holding a manifest or a plan, or a test's
+    ``@device`` folder), found without following a link or looking into hidden folders."""
+    found: list[Path] = []
+    for here, folders, files in os.walk(goldens, followlinks=False):
+        folders[:] = sorted(f for f in folders if not f.startswith("."))
+        path = Path(here)
+        if path != goldens and (MANIFEST in files or PLAN in files or here.endswith(_DEVICE)):
+            found.append(path)
+            folders[:] = []
+    return found
+
+
+def orphans(
+    goldens: Path, rootdir: Path, *, collected: set[Path], modules: set[str]
+) -> list[Orphan]:
+    """The test folders under ``goldens`` that no collected test uses (``collected``: the folders
+    of the tests collected, default scope), judged only where this session can tell: the test's
+    module was collected (``modules``: their files, as test ids name them) without the test, or
+    its file no longer exists. A folder whose module exists but was not collected is not judged.
+    """
+    expected = collected | {f.with_name(f.name + _DEVICE) for f in collected}
+    found: list[Orphan] = []
+    for folder in golden_folders(goldens):
+        if folder in expected:
+            continue
+        device = folder.name.endswith(_DEVICE)
+        named = _named_tests(folder)
+        if named is None or len(named) != 1:
+            why = "its manifest names no test" if named is None else "it names several tests"
+            found.append(Orphan(folder, None, why, False))
+            continue
+        test = next(iter(named))
+        try:
+            module, name = split_test_id(test)
+            home = folder_of(goldens, module, name)
+        except (ValueError, ArtifactError):
+            found.append(Orphan(folder, test, "it names no test of a file", False))
+            continue
+        if folder not in (home, home.with_name(home.name + _DEVICE)):
+            why = f"it is not where {test} keeps its goldens ({home})"
+            found.append(Orphan(folder, test, why, False))
+            continue
+        file = test.split("::", 1)[0]
+        if file in modules:
+            why = f"{file} no longer has this test (renamed or deleted)"
+        elif not os.path.lexists(rootdir / file):
+            why = f"{file} no longer exists"
+        else:
+            continue  # its module was not collected by this session: not judged
+        if device:
+            why += "; device-scoped goldens are removed by hand, where their device runs"
+        found.append(Orphan(folder, test, why, not device))
+    return found
+
+
+def remove_orphan(orphan: Orphan, goldens: Path, *, lock_timeout: float = 120.0) -> None:
+    """Remove a removable orphan folder under its lock (never through a link), then the module
+    folders it leaves empty."""
+    inside_root(orphan.folder, goldens, what="golden folder")
+    with FolderLock(lock_path(orphan.folder), timeout=lock_timeout):
+        if os.path.lexists(orphan.folder) and not os.path.islink(orphan.folder):
+            shutil.rmtree(orphan.folder)
+    parent = orphan.folder.parent
+    while parent != goldens and parent.is_relative_to(goldens):
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break
+        parent = parent.parent

@@ -564,3 +564,132 @@ def accept_advice(item: pytest.Item) -> str:
             f"{shlex.quote(str(folder))} -k {words}"
         )
     return advice
+
+
+# ------------------------------------------------------------------ golden folders of no test
+
+_ORPHANS_PLUGIN = "lossless-golden-orphans"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # an xdist worker sees only its share
+        config.pluginmanager.register(OrphanWatch(config), _ORPHANS_PLUGIN)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.pluginmanager.get_plugin(_ORPHANS_PLUGIN)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin, _ORPHANS_PLUGIN)
+
+
+class OrphanWatch:
+    """Golden folders of renamed or deleted tests: reported by every lossless session that can
+    tell (:func:`..goldens.layout.orphans`), removed only by ``--update-goldens`` in a session
+    that collected everything (no ``-k``, ``-m``, deselection, path arguments, ``--lf``, shard
+    or xdist) and finished (no collection error, not stopped early nor interrupted)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tests: list[str] = []
+        self.modules: set[str] = set()
+        self.deselected = False
+        self.collection_errors = False
+        self.found: list[Any] = []
+        self.removed: list[Any] = []
+        self.problems: list[str] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        nodeid = report.nodeid
+        if report.failed:
+            self.collection_errors = True
+        if "::" not in nodeid and nodeid.endswith(".py") and report.passed:
+            # A module skipped at import (pytest.importorskip) collected none of its tests,
+            # so it is not counted: its goldens are never judged by this session.
+            self.modules.add(nodeid)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected = True
+        self.tests += [item.nodeid for item in items]
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.tests += [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        from ..goldens.layout import folder_of, orphans, remove_orphan, split_test_id
+
+        resolved = settings(self.config)
+        if not (resolved.lossless or resolved.update_goldens) or not resolved.goldens.is_dir():
+            return
+        if self.config.option.collectonly or _workers(self.config):
+            return
+        collected = set()
+        for test in self.tests:
+            try:
+                collected.add(folder_of(resolved.goldens, *split_test_id(test)))
+            except (ValueError, LosslessError):
+                continue
+        boundary = golden_boundary(resolved.goldens, resolved.rootdir)
+        if boundary != resolved.goldens:
+            return  # the goldens folder leads out of the rootdir: refused where it is used
+        self.found = orphans(
+            resolved.goldens, resolved.rootdir, collected=collected, modules=self.modules
+        )
+        why_not = self._why_not_removed(session, int(exitstatus))
+        if why_not:
+            self.problems.append(why_not)
+            return
+        for orphan in self.found:
+            if not orphan.removable:
+                continue
+            try:
+                remove_orphan(orphan, resolved.goldens)
+            except (OSError, LosslessError) as exc:
+                self.problems.append(f"{orphan.folder} could not be removed: {exc}")
+                continue
+            self.removed.append(orphan)
+
+    def _why_not_removed(self, session: pytest.Session, exitstatus: int) -> str:
+        """Why this session may not remove golden folders ("" when it may)."""
+        resolved = settings(self.config)
+        option = self.config.option
+        if not resolved.update_goldens:
+            return "remove them with --update-goldens in a session that runs every test"
+        filters = [
+            ("-k", getattr(option, "keyword", "")),
+            ("-m", getattr(option, "markexpr", "")),
+            ("--lf", getattr(option, "lf", False)),
+            ("--deselect", getattr(option, "deselect", None)),
+            ("--lossless-shard", getattr(option, "lossless_shard", None)),
+            ("deselection", self.deselected),
+        ]
+        used = [name for name, value in filters if value]
+        if self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            used.append("path arguments")
+        if used:
+            return f"not removed: the session was filtered ({', '.join(used)})"
+        if self.collection_errors:
+            return "not removed: a module could not be collected"
+        stopped = session.shouldfail or session.shouldstop
+        if stopped or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            return "not removed: the session did not finish"
+        return ""
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.found:
+            return
+        rootdir = settings(self.config).rootdir
+        terminalreporter.write_sep("=", "pytest-lossless: golden folders of no test")
+        removed = {id(o) for o in self.removed}
+        for orphan in self.found:
+            folder = orphan.folder
+            shown = folder.relative_to(rootdir) if folder.is_relative_to(rootdir) else folder
+            action = "removed" if id(orphan) in removed else "kept"
+            terminalreporter.write_line(printable(f"{action}: {shown} ({orphan.why})"))
+        for problem in self.problems:
+            terminalreporter.write_line(printable(problem), yellow=True)
+
+
+def _workers(config: pytest.Config) -> int:
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0

@@ -657,3 +657,75 @@ def test_check_all_compares_every_artifact_reports_each_then_fails(pytester, med
     diagnostics = [p for s in sessions for p in (s / "diagnostics").rglob("*") if p.is_file()]
     assert diagnostics, "no diagnostics in the session folder"
     assert "lossless-receipts/" in text
+
+
+# ------------------------------------------------------------------ golden folders of no test (#20)
+
+TWO_TESTS = """
+import pytest
+
+@pytest.mark.lossless
+def test_x(golden):
+    golden.check("x.txt", b"x")
+
+@pytest.mark.lossless
+def test_%s(golden):
+    golden.check("y.txt", b"y")
+"""
+
+
+def _manifest_of(folder: Path, test: str) -> None:
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"schema": 1, "test": test, "artifacts": {}}))
+
+
+def test_golden_folders_of_renamed_or_deleted_tests_are_reported_then_removed(pytester):
+    pytester.makepyfile(test_a=TWO_TESTS % "y", test_b=TWO_TESTS % "w")
+    pytester.runpytest("--update-goldens").assert_outcomes(passed=4)
+    goldens = pytester.path / "goldens"
+    # A device's goldens of a deleted module, and goldens of a module skipped at import.
+    _manifest_of(goldens / "test_c/test_d@device/cpu__slot__x86_64", "test_c.py::test_d")
+    pytester.makepyfile(
+        test_skipped="import pytest\npytest.skip('no such device', allow_module_level=True)\n"
+    )
+    _manifest_of(goldens / "test_skipped/test_s", "test_skipped.py::test_s")
+    # test_a.py::test_y renamed to test_z; test_b.py deleted.
+    pytester.makepyfile(test_a=TWO_TESTS % "z")
+    (pytester.path / "test_b.py").unlink()
+
+    result = pytester.runpytest("--update-goldens", "-k", "test_x")
+    result.stdout.fnmatch_lines(
+        [
+            "*golden folders of no test*",
+            "kept: goldens/test_a/test_y (test_a.py no longer has this test*",
+            "kept: goldens/test_b/test_w (test_b.py no longer exists)",
+            "kept: goldens/test_b/test_x (test_b.py no longer exists)",
+            "kept: goldens/test_c/test_d@device (test_c.py no longer exists; device-scoped*",
+            "not removed: the session was filtered (-k, deselection)",
+        ]
+    )
+    assert (goldens / "test_a/test_y").is_dir()
+    assert "test_skipped" not in result.stdout.str()
+
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "removed: goldens/test_a/test_y*",
+            "removed: goldens/test_b/test_w*",
+            "removed: goldens/test_b/test_x*",
+            "kept: goldens/test_c/test_d@device*",
+        ]
+    )
+    assert sorted(p.name for p in (goldens / "test_a").iterdir()) == ["test_x", "test_z"]
+    assert not (goldens / "test_b").exists()
+    assert (goldens / "test_c/test_d@device").is_dir()
+    assert (goldens / "test_skipped/test_s/manifest.json").is_file()
+    # A session stopped early (-x after a failure) removes nothing.
+    pytester.makepyfile(test_a=TWO_TESTS % "q", test_0="def test_fails():\n    assert False\n")
+    result = pytester.runpytest("--update-goldens", "-x")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        ["kept: goldens/test_a/test_z*", "not removed: the session did not finish"]
+    )
+    assert (goldens / "test_a/test_z").is_dir()
