@@ -14,8 +14,9 @@ written. ``scope="device"`` keeps the golden of the allocation's environment cla
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,7 +158,10 @@ class GoldenFixture:
         __tracebackhide__ = True
         from ..goldens.manifest import artifact_name
 
-        with failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)):
+        with (
+            self._noting_failures(name, gate),
+            failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)),
+        ):
             artifact_name(name)  # before its name is recorded anywhere (an export, a receipt)
             golden = self._of(scope)
             export.watch(self._item, golden, name, artifact, gate)
@@ -214,7 +218,10 @@ class GoldenFixture:
         from ..core.expect import Media
         from ..errors import ConfigError
 
-        with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
+        with (
+            self._noting_failures("(run)", gate),
+            failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)),
+        ):
             golden = self._of(scope)
             export.watch(self._item, golden, None, artifacts, gate)
             before, missed = len(golden.staged), len(golden.misses)
@@ -225,8 +232,11 @@ class GoldenFixture:
             return []
         from ..media.artifacts import named_artifacts, produce
 
-        named = named_artifacts(produce(artifacts), "golden.check_all")
-        with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
+        with (
+            self._noting_failures("(run)", gate),
+            failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)),
+        ):
+            named = named_artifacts(produce(artifacts), "golden.check_all")
             check_names(expect, named, "golden.check_all")
         results: list[GateResult] = []
         failures: list[str] = []
@@ -310,11 +320,35 @@ class GoldenFixture:
                 ),
             )
 
+    @contextlib.contextmanager
+    def _noting_failures(self, name: str, gate: object) -> Iterator[None]:
+        """A producer (or anything the check runs) that raises: an ERROR row and a receipt
+        entry saying that the producer failed, so the session never reads "no gate compared
+        anything" when the tests did call a check; the exception goes on as it was."""
+        __tracebackhide__ = True
+        try:
+            yield
+        except Exception as exc:
+            if not isinstance(exc, LosslessError):
+                self._record_failure(
+                    name,
+                    gate,
+                    "ProducerFailed",
+                    f"the producer failed before anything was compared: "
+                    f"{type(exc).__name__}: {exc}",
+                )
+            raise
+
     def _record_error(self, name: str, gate: object, exc: LosslessError) -> None:
         from ..goldens.manifest import shown_name
 
+        self._record_failure(name, gate, type(exc).__name__, shown_name(exc))
+
+    def _record_failure(self, name: str, gate: object, label: str, message: str) -> None:
+        from ..goldens.manifest import shown_name
+
         name = shown_name(name)  # a name that is not UTF-8 would end the session at its receipt
-        label, message = type(exc).__name__, shown_name(exc)
+        message = shown_name(message)
         add_row(
             self._item,
             report.Row(

@@ -729,3 +729,30 @@ def test_golden_folders_of_renamed_or_deleted_tests_are_reported_then_removed(py
         ["kept: goldens/test_a/test_z*", "not removed: the session did not finish"]
     )
     assert (goldens / "test_a/test_z").is_dir()
+
+
+PRODUCER_FAILS = """
+import pytest
+
+def producer():
+    raise RuntimeError("ffmpeg could not put PCM audio in an MP4")
+
+@pytest.mark.lossless
+def test_run(golden):
+    golden.check_all(producer)
+"""
+
+
+@pytest.mark.parametrize("mode", ["--lossless", "--update-goldens"])
+def test_a_producer_that_fails_is_named_never_no_gate_compared_anything(pytester, mode):
+    """#22: a producer that fails (an ffmpeg too old to mux the audio) is an ERROR row saying
+    that the producer failed, not "no gate compared anything (check -m and -k)"."""
+    pytester.makepyfile(test_p=PRODUCER_FAILS)
+    result = pytester.runpytest(*dict.fromkeys([mode, "--lossless"]))
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "no gate compared anything" not in text
+    result.stdout.fnmatch_lines(
+        ["ERROR*test_p.py::test_run*(run)*", "*ProducerFailed: the producer failed*"]
+    )
+    assert "ffmpeg could not put PCM audio in an MP4" in text
