@@ -449,6 +449,16 @@ class GoldenFolder:
     def _write(self, entries: Mapping[str, ManifestEntry]) -> None:
         # Checked again right before writing: the folder is replaced under the lock.
         self.inside(self.path, "golden folder")
+        held = _subfolders(self.path)
+        if held:
+            # tests/test_a.py::test_x and tests/test_a/test_x.py share goldens/tests/test_a/
+            # test_x/: replacing the test's folder whole would delete the module's goldens.
+            raise GoldenUpdateError(
+                self.path,
+                f"holds the folder {held[0]!r}, the goldens of another test module whose path "
+                f"is this test's folder ({self.test_id}): a module and a test of one name side "
+                "by side. Rename one of them; nothing was written",
+            )
 
         def fill(staging: Path) -> None:
             for name, entry in entries.items():
@@ -473,6 +483,19 @@ class GoldenFolder:
                 self.path,
                 f"cannot be replaced ({exc.strerror or exc}): the previous golden is kept",
             ) from None
+
+
+def _subfolders(path: Path) -> list[str]:
+    """The folders (not hidden) inside a live golden folder, which holds files only."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(
+                e.name
+                for e in entries
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            )
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _file_sha256(artifact: Artifact) -> str:

@@ -660,3 +660,36 @@ def test_an_artifact_name_that_is_not_utf8_is_refused_by_name(tmp_path, kinds):
     with pytest.raises(ManifestError) as caught_manifest:
         read_manifest(folder)
     str(caught_manifest.value).encode("utf-8")
+
+
+def test_a_test_folder_that_is_also_a_module_folder_is_never_replaced(tmp_path, kinds):
+    """tests/test_a.py::test_x and tests/test_a/test_x.py::test_y: the second's goldens lie
+    inside the first's folder; updating the first must not delete them."""
+    root = tmp_path / "goldens"
+    source = _array_file(tmp_path / "a.npy", [1.0])
+    inner = GoldenFolder(
+        root,
+        "tests/test_a/test_x",
+        "test_y",
+        "tests/test_a/test_x.py::test_y",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    inner.stage("a.npy", source, None, {})
+    inner.commit()
+    outer = GoldenFolder(
+        root,
+        "tests/test_a",
+        "test_x",
+        "tests/test_a.py::test_x",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    outer.stage("a.npy", source, None, {})
+    from pytest_lossless.goldens.swap import GoldenUpdateError
+
+    with pytest.raises(GoldenUpdateError, match="another test module"):
+        outer.commit()
+    assert (inner.path / "manifest.json").is_file()
