@@ -693,3 +693,12 @@ def test_a_test_folder_that_is_also_a_module_folder_is_never_replaced(tmp_path, 
     with pytest.raises(GoldenUpdateError, match="another test module"):
         outer.commit()
     assert (inner.path / "manifest.json").is_file()
+
+
+def test_accept_writes_into_the_folder_of_the_module_path():
+    from pytest_lossless.goldens.accept import golden_names
+    from pytest_lossless.goldens.layout import folder_of
+
+    module, name = golden_names("tests/sub/test_s.py::test_m[5s]")
+    assert (module, name) == ("tests/sub/test_s", "test_m[5s]")
+    assert folder_of(Path("/g"), module, name) == Path("/g/tests/sub/test_s/test_m[5s]")
