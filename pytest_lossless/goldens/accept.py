@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ..core.digests import canonical_sha256, loads_bounded, sha256_file
@@ -34,6 +34,7 @@ from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds.registry import Artifact, KindRegistry
 from .folder import GoldenFolder
+from .layout import split_test_id
 from .manifest import artifact_name
 from .scope import Environment
 
@@ -276,15 +277,11 @@ class Decision:
 
 
 def golden_names(test_id: str) -> tuple[str, str]:
-    """The module and test folders of ``test_id``'s goldens (``<goldens>/<module>/<test>/``):
-    the stem of the test file and the rest of the id, as the ``golden`` fixture names them
-    (``item.path.stem`` and the id after its first ``::``). A ``ValueError`` when the id names
-    no test of a file."""
-    file, separator, name = test_id.partition("::")
-    module = PurePosixPath(file).stem
-    if not separator or not name or not module:
-        raise ValueError(f"the test id {test_id!r} names no test of a file")
-    return module, name
+    """The module and test of ``test_id``'s goldens (``<goldens>/<module path>/<test>/``): the
+    test file's path under the rootdir without ``.py`` and the rest of the id, as the
+    ``golden`` fixture names them (:func:`.layout.split_test_id`). A ``ValueError`` when the id
+    names no test of a file."""
+    return split_test_id(test_id)
 
 
 def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], list[str]]) -> str:
@@ -517,6 +514,7 @@ def _accept_test(
     entries = [entry for entry, _ in accepted]
     fingerprinted = {id(entry): artifact for entry, artifact in accepted}
     try:
+        golden.migrate()  # from the layout of an earlier version, when the folder is the test's
         golden.begin_update()
         frozen = golden.manifest()
     except LosslessError as exc:

@@ -66,10 +66,14 @@ class Golden:
         producer_runs: int = 2,
         provenance: Mapping[str, Any] | None = None,
         repeat_producers: bool = False,
+        diagnostics: Path | None = None,
     ) -> None:
         self.folder = folder
         self.update = update
         self.workdir = workdir
+        #: Where diff pictures, listings and the obtained file of a mismatch are written: the
+        #: session folder beside the report (the plugin's choice), else the work folder.
+        self.diagnostics = diagnostics if diagnostics is not None else workdir / "diagnostics"
         self.producer_runs = max(2, producer_runs)
         #: Compare mode runs a producer ``producer_runs`` times too (:meth:`repeated_run`).
         self.repeat_producers = repeat_producers
@@ -115,13 +119,11 @@ class Golden:
             self._cover(expect, name, entry.kind, entry.fingerprint)
             return None
         faults.point("compare")
-        result = self.folder.compare(
-            name, path, chosen, diagnostics_dir=self.workdir / "diagnostics"
-        )
+        result = self.folder.compare(name, path, chosen, diagnostics_dir=self.diagnostics)
         obtained = self.folder.evidence[name]["obtained"]
         self._cover(expect, name, obtained["kind"], obtained["fingerprint"])
         if not result.passed and self.folder.stored_in_full(name):
-            keep = self.workdir / "obtained-for-upload"
+            keep = self.diagnostics / "obtained-for-upload"  # the report looks for it so
             keep.mkdir(parents=True, exist_ok=True)
             target = keep / name
             if path.resolve() != target.resolve():
@@ -210,7 +212,7 @@ class Golden:
         from ..errors import NondeterministicProducer
 
         verdict = compare_control_candidate(
-            producer,
+            _named_well(producer),
             None,
             runs=self.producer_runs,
             kinds=self.folder.kinds,
@@ -334,3 +336,17 @@ def trace_artifacts(
             + ", ".join(sorted({e.name for e in read.entries})[:10]),
         )
     return chosen
+
+
+def _named_well(producer: Any) -> Any:
+    """``producer``, whose every run's artifact names are checked before anything compares or
+    records them (a name that is not UTF-8 is refused, named: :func:`.manifest.artifact_name`)."""
+    from ..media.artifacts import named_artifacts, produce
+
+    def run() -> Any:
+        result = produce(producer)
+        for name in named_artifacts(result, "golden.check_all"):
+            artifact_name(name)
+        return result
+
+    return run

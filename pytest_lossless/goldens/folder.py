@@ -23,6 +23,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+import time
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,11 +38,14 @@ from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
 from ..media.detect import not_the_kind
+from .layout import folder_of, migrate
 from .manifest import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
     MAX_NAME_BYTES,
+    READ_ATTEMPTS,
     SCHEMA_VERSION,
+    GoldenVersion,
     ManifestEntry,
     artifact_name,
     check_integrity,
@@ -47,6 +53,7 @@ from .manifest import (
     manifest_document,
     manifest_state,
     read_manifest,
+    read_version,
     safe_component,
     unhashed,
 )
@@ -108,18 +115,22 @@ class GoldenFolder:
         lock_timeout: float = 120.0,
         store: Path | None = None,
         environment: Environment | None = None,
+        workdir: Path | None = None,
     ) -> None:
         self.root = root
         self.store = store
+        self.module = module
+        self.test_name = test_name
         #: The test's folder of the default scope; ``path`` is this scope's (:mod:`.scope`).
-        self.default_path = (
-            root / safe_component(module, "test module") / safe_component(test_name, "test name")
-        )
+        #: ``module`` is the module's path under the rootdir without ``.py`` (:mod:`.layout`).
+        self.default_path = folder_of(root, module, test_name)
         self.environment = environment
         self.path = scoped_path(self.default_path, environment)
-        #: Nothing is read, written or deleted through a link that leaves this folder: the
-        #: rootdir when the goldens are inside it, else the goldens folder a setting named.
-        self.boundary = rootdir if rootdir is not None and is_under(root, rootdir) else root
+        #: Nothing is read, written or deleted through a link that leaves the goldens folder
+        #: (a committed link to a project folder would make an update replace that folder).
+        self.boundary = root
+        #: The goldens folder itself may not lead out of the rootdir when it lies inside it.
+        self.rootdir = rootdir if rootdir is not None and is_under(root, rootdir) else None
         self.test_id = test_id
         self.kinds = kinds
         self.digest_above = digest_above
@@ -130,16 +141,64 @@ class GoldenFolder:
         self._staged: dict[str, StagedArtifact] = {}
         self._manifest: dict[str, ManifestEntry] | None = None
         self._manifest_sha256: str | None = None
+        #: Where the stored files read with the manifest are copied (:func:`read_version`):
+        #: the caller's folder, else a temporary one removed with this object.
+        self._workdir = workdir
+        self._copies: dict[str, Path] = {}
+        self._reads = 0
         #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
         self.evidence: dict[str, dict[str, Any]] = {}
+
+    def inside(self, path: Path, what: str) -> Path:
+        """``path`` after proving that no link takes it out of the goldens folder, nor the
+        goldens folder out of the rootdir (:class:`~..core.paths.PathOutsideRoot` names it)."""
+        if self.rootdir is not None:
+            inside_root(self.root, self.rootdir, what="goldens folder")
+        return inside_root(path, self.boundary, what=what)
+
+    def migrate(self) -> list[UpdateEvent]:
+        """Move the test's goldens from the layout of an earlier version (:mod:`.layout`).
+        A folder that leads out of the goldens folder is left to the refusal where it is used."""
+        try:
+            self.inside(self.default_path, "golden folder")
+        except PathOutsideRoot:
+            return []
+        return migrate(
+            self.root, self.module, self.test_name, self.test_id, lock_timeout=self.lock_timeout
+        )
 
     # ---------------------------------------------------------------- comparing
 
     def manifest(self) -> dict[str, ManifestEntry]:
+        """The manifest as read for this test, with its stored files: one whole version, even
+        while another session replaces the folder (:func:`.manifest.read_version`)."""
         if self._manifest is None:
-            self._manifest, self._manifest_sha256 = load_manifest(self.path, root=self.boundary)
-            check_scope(self._manifest, self.environment, self.path / MANIFEST)
+            self.inside(self.path, "golden folder")
+            version = self._read()
+            for attempt in range(READ_ATTEMPTS):
+                if version.manifest_sha256 is not None or not has_strays(self.path):
+                    break
+                # Missing while an update's work folder lies beside it: the update is between
+                # the two renames of the fallback (wait for it) or was killed there (put back).
+                if not self.recover():
+                    time.sleep(min(0.002 * 2**attempt, 0.1))
+                version = self._read()
+            check_scope(version.entries, self.environment, self.path / MANIFEST)
+            self._manifest, self._manifest_sha256 = version.entries, version.manifest_sha256
+            self._copies = version.copies
         return self._manifest
+
+    def _read(self) -> GoldenVersion:
+        self._reads += 1
+        into = self._snapshots() / f"read-{self._reads}"
+        return read_version(self.path, into, root=self.boundary)
+
+    def _snapshots(self) -> Path:
+        if self._workdir is None:
+            made = Path(tempfile.mkdtemp(prefix="lossless-golden-"))
+            weakref.finalize(self, shutil.rmtree, made, True)
+            self._workdir = made
+        return self._workdir / "golden-read"
 
     def manifest_sha256(self) -> str:
         """SHA-256 of ``manifest.json`` as read for this test: of the very bytes parsed."""
@@ -164,6 +223,7 @@ class GoldenFolder:
             entry,
             kinds=self.kinds,
             root=self.boundary,
+            copy=self._copies.get(name),
         )
         kind = self.kinds.detect(obtained_path)
         if gate is None:
@@ -221,7 +281,7 @@ class GoldenFolder:
         out of the rootdir is refused here already, before any work is done for it.
         """
         name = artifact_name(name)
-        inside_root(self.path, self.boundary, what="golden folder")
+        self.inside(self.path, "golden folder")
         if not self._began:
             self.begin_update()
         if name in self._staged:
@@ -268,7 +328,7 @@ class GoldenFolder:
         and a folder that leads out of the rootdir is left to the refusal where it is used.
         """
         try:
-            inside_root(self.path, self.boundary, what="golden folder")
+            self.inside(self.path, "golden folder")
         except PathOutsideRoot:
             return []
         if not has_strays(self.path):
@@ -290,7 +350,7 @@ class GoldenFolder:
         """Start an update: recover what killed writers left, and note the manifest as it is
         now, so that :meth:`commit` can tell whether another session changed it meanwhile."""
         try:
-            inside_root(self.path, self.boundary, what="golden folder")
+            self.inside(self.path, "golden folder")
         except PathOutsideRoot:
             return []  # stage() refuses it, naming the link
         if not os.path.lexists(self.path.parent):
@@ -328,7 +388,7 @@ class GoldenFolder:
         folder's manifest is no longer the one the update began from, another session wrote
         it meanwhile: nothing is written and :class:`GoldenConflict` is raised.
         """
-        inside_root(self.path, self.boundary, what="golden folder")
+        self.inside(self.path, "golden folder")
         if not self._began:
             self.begin_update()
         if self.store is not None:  # each artifact also kept whole by SHA-256 (lossless_store)
@@ -388,7 +448,17 @@ class GoldenFolder:
 
     def _write(self, entries: Mapping[str, ManifestEntry]) -> None:
         # Checked again right before writing: the folder is replaced under the lock.
-        inside_root(self.path, self.boundary, what="golden folder")
+        self.inside(self.path, "golden folder")
+        held = _subfolders(self.path)
+        if held:
+            # tests/test_a.py::test_x and tests/test_a/test_x.py share goldens/tests/test_a/
+            # test_x/: replacing the test's folder whole would delete the module's goldens.
+            raise GoldenUpdateError(
+                self.path,
+                f"holds the folder {held[0]!r}, the goldens of another test module whose path "
+                f"is this test's folder ({self.test_id}): a module and a test of one name side "
+                "by side. Rename one of them; nothing was written",
+            )
 
         def fill(staging: Path) -> None:
             for name, entry in entries.items():
@@ -399,7 +469,7 @@ class GoldenFolder:
                 if source is None:
                     continue
                 if staged is None:
-                    inside_root(source, self.boundary, what="stored golden")
+                    self.inside(source, "stored golden")
                 _copy_durably(source, staging / entry.file)
             document = manifest_document(entries, self.test_id)
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"
@@ -413,6 +483,19 @@ class GoldenFolder:
                 self.path,
                 f"cannot be replaced ({exc.strerror or exc}): the previous golden is kept",
             ) from None
+
+
+def _subfolders(path: Path) -> list[str]:
+    """The folders (not hidden) inside a live golden folder, which holds files only."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(
+                e.name
+                for e in entries
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            )
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _file_sha256(artifact: Artifact) -> str:

@@ -8,9 +8,11 @@ its fingerprint (recomputed from the stored file) before anything is compared wi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.digests import canonical_sha256, loads_bounded
 from ..core.paths import inside_root, open_regular, read_regular
 from ..core.text import has_control, printable
-from ..errors import ArtifactError, GoldenIntegrityError, ManifestError
+from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, ManifestError
 
 if TYPE_CHECKING:
     from ..kinds.registry import KindRegistry
@@ -59,6 +61,16 @@ def artifact_name(name: str) -> str:
     file)."""
     if not isinstance(name, str) or not name:
         raise ArtifactError(str(name), "an artifact name must be a non-empty string")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = shown_name(name)
+        raise ArtifactError(
+            shown,
+            f"the artifact name '{shown}' holds bytes that are not UTF-8 (what os.fsdecode "
+            "makes of a file name it cannot decode): give the artifact a name in UTF-8, since "
+            "it is written into the manifest, the receipt and the report",
+        ) from None
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_NAME_BYTES:
         raise ArtifactError(
@@ -76,9 +88,16 @@ def artifact_name(name: str) -> str:
     return name
 
 
+def shown_name(name: object) -> str:
+    """An artifact name as messages and receipts show it: bytes that are not UTF-8 (lone
+    surrogates from ``os.fsdecode``) as ``\\udcff``, control characters escaped."""
+    text = str(name).encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable(text)
+
+
 def _shown(text: str, limit: int = 60) -> str:
     """``text`` as an error message shows it: escaped, and shortened when long."""
-    shown = printable(text)
+    shown = shown_name(text)
     return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} characters)"
 
 
@@ -212,6 +231,11 @@ def load_manifest(
         )
     except OSError as exc:
         raise ManifestError(path, f"cannot be read: {exc.strerror or exc}") from None
+    return parse_manifest(path, raw), hashlib.sha256(raw).hexdigest()
+
+
+def parse_manifest(path: Path, raw: bytes) -> dict[str, ManifestEntry]:
+    """The entries of the manifest bytes ``raw`` read from ``path`` (named in errors)."""
     try:
         data = loads_bounded(raw)
     except ValueError as exc:
@@ -235,7 +259,7 @@ def load_manifest(
                 path, f"the artifact name {_shown(name)!r} is refused: {exc.problem}"
             ) from None
         entries[name] = ManifestEntry.from_dict(name, entry, path)
-    return entries, hashlib.sha256(raw).hexdigest()
+    return entries
 
 
 def manifest_state(folder: Path) -> str | None:
@@ -279,6 +303,45 @@ def entry_sha256(entry: ManifestEntry) -> str:
     return canonical_sha256({"name": entry.name, **fields})
 
 
+#: The versions a golden's provenance records (``provenance["made_with"]``), as named there.
+MADE_WITH = ("python", "numpy", "ffmpeg", "pytest-lossless")
+
+
+def made_with(versions: Mapping[str, Any]) -> dict[str, str | None]:
+    """The versions a golden is made with, out of a session's versions (:data:`MADE_WITH`)."""
+    return {name: _version(versions.get(name)) for name in MADE_WITH}
+
+
+def _version(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    # "ffmpeg version 7.0.2-static https://..." -> "7.0.2-static"
+    words = value.split()
+    if len(words) >= 3 and words[0] == "ffmpeg" and words[1] == "version":
+        return words[2]
+    return value
+
+
+def version_changes(entry: ManifestEntry, now: Mapping[str, Any]) -> str:
+    """``made with ffmpeg 7.0.2, now 6.1.1; numpy 1.26.4, now 2.1.0``: what differs between the
+    versions a golden was made with and this session's ("" when none differs or it was made
+    before manifests recorded them)."""
+    recorded = entry.provenance.get("made_with")
+    if not isinstance(recorded, Mapping):
+        return ""
+    current = made_with(now)
+    changed = [
+        f"{name} {_brief(recorded.get(name))}, now {_brief(current[name])}"
+        for name in MADE_WITH
+        if recorded.get(name) and current.get(name) and recorded.get(name) != current[name]
+    ]
+    return ("made with " + "; ".join(changed)) if changed else ""
+
+
+def _brief(value: Any) -> str:
+    return printable(str(value))[:40]
+
+
 def unhashed(entries: Mapping[str, ManifestEntry]) -> list[str]:
     """The entries of a manifest written before entries were hashed (their gate is covered by
     no integrity check until they are written again by --update-goldens)."""
@@ -291,6 +354,7 @@ def check_integrity(
     *,
     kinds: KindRegistry | None = None,
     root: Path | None = None,
+    copy: Path | None = None,
 ) -> Path | None:
     """The stored file of ``entry`` after proving it matches the manifest (None: digest-only).
 
@@ -299,7 +363,9 @@ def check_integrity(
     fingerprint recomputed from the stored file must all agree, or it is a
     :class:`GoldenIntegrityError`. A digest-only entry has nothing to be checked against:
     its manifest is the golden, and only review vouches for it (docs/security.md). ``root``:
-    the stored file's path must stay inside it (a link that does is followed).
+    the stored file's path must stay inside it (a link that does is followed). ``copy``: the
+    stored file as read together with the manifest (:func:`read_version`), checked (and
+    returned) instead of the live one, which another session may have replaced since.
     """
     manifest = folder / MANIFEST
     if canonical_sha256(entry.fingerprint) != entry.fingerprint_sha256:
@@ -313,9 +379,12 @@ def check_integrity(
     if entry.file is None:
         raise GoldenIntegrityError(manifest, f"{entry.name!r} is stored but names no file")
     path = folder / entry.file
-    if root is not None:
-        inside_root(path, root, what="stored golden")
-    actual, size = _stored_digest(path, follow=root is not None)
+    if copy is not None:
+        actual, size = _stored_digest(copy, follow=False)
+    else:
+        if root is not None:
+            inside_root(path, root, what="stored golden")
+        actual, size = _stored_digest(path, follow=root is not None)
     if actual != entry.sha256:
         _refuse_stub(path)  # a pointer checked out instead of the golden: `git lfs pull`
         raise GoldenIntegrityError(
@@ -335,7 +404,7 @@ def check_integrity(
         )
     if kinds is not None:
         try:
-            again = kinds.fingerprint(entry.kind, path)
+            again = kinds.fingerprint(entry.kind, copy or path)
         except ArtifactError as exc:
             raise GoldenIntegrityError(
                 path, f"the stored golden cannot be fingerprinted as {entry.kind}: {exc.problem}"
@@ -353,7 +422,7 @@ def check_integrity(
                 "the manifest was edited, or written by another version of its kind",
             )
     _check_entry_hash(manifest, entry)  # last: the checks above name a forged file first
-    return path
+    return copy or path
 
 
 def _check_entry_hash(manifest: Path, entry: ManifestEntry) -> None:
@@ -393,3 +462,157 @@ def _stored_digest(path: Path, *, follow: bool) -> tuple[str, int]:
     finally:
         os.close(fd)
     return digest.hexdigest(), size
+
+
+# ------------------------------------------------------------------ one whole version
+
+
+@dataclass(frozen=True)
+class GoldenVersion:
+    """A golden folder as one reader saw it: its manifest and, for each artifact stored in full,
+    a copy of the stored file, all read from one and the same folder (never one version's
+    manifest with another version's file)."""
+
+    entries: dict[str, ManifestEntry]
+    manifest_sha256: str | None
+    #: Per artifact stored in full, the copy read with the manifest (absent: the file was not
+    #: in the folder, which :func:`check_integrity` then names).
+    copies: dict[str, Path]
+
+
+class _Replaced(Exception):
+    """The folder being read was replaced by another session's update meanwhile."""
+
+
+#: How often a read starts again because another session replaced the folder meanwhile.
+READ_ATTEMPTS = 50
+
+
+def read_version(folder: Path, into: Path, *, root: Path) -> GoldenVersion:
+    """The manifest of ``folder`` and copies (in ``into``) of its stored files, one version.
+
+    An update never changes a live golden folder: it stages a new one and exchanges the two
+    whole (:mod:`.swap`), and only then deletes the old one. So everything opened through one
+    descriptor of the folder belongs to one version, and a file that has gone missing from it
+    means that the folder was replaced while it was read: the read starts again on the new one.
+    A missing folder is an empty version (the caller tells a golden never written from one
+    an update is between its two renames: :meth:`.folder.GoldenFolder.manifest`). The caller
+    has proven ``folder`` stays inside ``root``.
+    """
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            handle = _open_folder(folder)
+        except FileNotFoundError:
+            return GoldenVersion({}, None, {})
+        except OSError as exc:
+            raise ManifestError(folder, f"cannot be read: {exc.strerror or exc}") from None
+        try:
+            return _read_from(handle, folder, into, root)
+        except _Replaced:
+            time.sleep(min(0.001 * 2**attempt, 0.05))
+        finally:
+            os.close(handle)
+    raise GoldenError(
+        printable(
+            f"{folder} was replaced {READ_ATTEMPTS} times while it was read (another session is "
+            "updating it without pause): run the check again once that update is done"
+        )
+    )
+
+
+def _open_folder(folder: Path) -> int:
+    return os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _read_from(handle: int, folder: Path, into: Path, root: Path) -> GoldenVersion:
+    path = folder / MANIFEST
+    try:
+        raw = _read_at(handle, MANIFEST, folder, root, limit=MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        if _replaced(handle, folder):
+            raise _Replaced from None
+        return GoldenVersion({}, None, {})
+    except OSError as exc:
+        raise ManifestError(path, f"cannot be read: {exc.strerror or exc}") from None
+    entries = parse_manifest(path, raw)
+    copies: dict[str, Path] = {}
+    into.mkdir(parents=True, exist_ok=True)
+    for name, entry in sorted(entries.items()):
+        if entry.stored != "full" or entry.file is None:
+            continue
+        target = into / entry.file
+        try:
+            _copy_at(handle, entry.file, folder, root, target)
+        except FileNotFoundError:
+            if _replaced(handle, folder):
+                raise _Replaced from None
+            continue  # missing from this very version: check_integrity names it
+        except OSError:
+            continue  # a FIFO, a device: check_integrity names it, reading the live path
+        copies[name] = target
+    return GoldenVersion(entries, hashlib.sha256(raw).hexdigest(), copies)
+
+
+def _open_at(handle: int, name: str, folder: Path, root: Path) -> int:
+    """``name`` in the folder open as ``handle``, as a regular file; a link that stays inside
+    ``root`` is followed by its path (:func:`~..core.paths.inside_root`)."""
+    import errno
+    import stat
+
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=handle)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        inside_root(folder / name, root, what="stored golden")
+        return open_regular(os.path.realpath(folder / name))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(folder / name))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_at(handle: int, name: str, folder: Path, root: Path, *, limit: int) -> bytes:
+    fd = _open_at(handle, name, folder, root)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise OSError(f"larger than the limit of {limit} bytes ({size} bytes)")
+        chunks = []
+        while block := os.read(fd, 1 << 20):
+            chunks.append(block)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _copy_at(handle: int, name: str, folder: Path, root: Path, target: Path) -> None:
+    fd = _open_at(handle, name, folder, root)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)  # a copy from an attempt on an earlier version
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            while block := os.read(fd, 1 << 20):
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(out, view) :]
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def _replaced(handle: int, folder: Path) -> bool:
+    """Whether ``folder`` no longer names the folder open as ``handle``."""
+    try:
+        now = os.stat(os.path.realpath(folder))
+    except OSError:
+        return True
+    held = os.fstat(handle)
+    return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)

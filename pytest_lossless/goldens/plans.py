@@ -31,7 +31,7 @@ from ..core.digests import canonical_sha256, loads_bounded, write_atomic, write_
 from ..core.paths import folder_problem, inside_root, read_regular
 from ..core.text import has_control, printable
 from ..errors import GateChanged, GoldenError, GoldenIntegrityError, ManifestError
-from .manifest import PLAN, safe_component
+from .manifest import PLAN
 from .swap import FolderLock, GoldenUpdateError, UpdateEvent, lock_path, recover
 
 PLAN_SCHEMA = 1
@@ -211,8 +211,11 @@ def same_plan(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def plan_folder(goldens: Path, module: str, test_name: str) -> Path:
-    """The test's golden folder, named as :class:`.goldens.GoldenFolder` names it."""
-    return goldens / safe_component(module, "test module") / safe_component(test_name, "test name")
+    """The test's golden folder, named as :class:`.folder.GoldenFolder` names it
+    (:func:`.layout.folder_of`)."""
+    from .layout import folder_of
+
+    return folder_of(goldens, module, test_name)
 
 
 # ------------------------------------------------------------------ the file

@@ -14,8 +14,9 @@ written. ``scope="device"`` keeps the golden of the allocation's environment cla
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -28,7 +29,7 @@ from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
 from . import export
 from .config import kinds, settings
 from .devices import allocator, holds_devices
-from .evidence import ALLOCATION_KEY, receipt_for, source_revision
+from .evidence import ALLOCATION_KEY, FACTS_KEY, receipt_for, session_folder, source_revision
 from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, failing_on_errors
 
 if TYPE_CHECKING:
@@ -44,8 +45,48 @@ if TYPE_CHECKING:
 RUNTIMES_KEY = pytest.StashKey[dict[str, "str | None"]]()
 
 
-def _test_name(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+def golden_key(item: pytest.Item) -> tuple[str, str]:
+    """The module (its path under the rootdir, without ``.py``) and the test name that key the
+    test's goldens (:func:`..goldens.layout.split_test_id`)."""
+    from ..goldens.layout import split_test_id
+
+    try:
+        return split_test_id(item.nodeid)
+    except ValueError:
+        return item.path.stem, item.name
+
+
+def golden_boundary(goldens: Path, rootdir: Path) -> Path:
+    """What no link under the goldens folder may lead out of: the goldens folder itself; or the
+    rootdir when the goldens folder is a link out of it (refused where used, naming the link)."""
+    from ..core.paths import PathOutsideRoot, inside_root, is_under
+
+    if is_under(goldens, rootdir):
+        try:
+            inside_root(goldens, rootdir, what="goldens folder")
+        except PathOutsideRoot:
+            return rootdir
+    return goldens
+
+
+def migrate_plans(
+    item: pytest.Item, goldens: Path, module: str, test_name: str, boundary: Path
+) -> None:
+    """A test's plans in the layout of an earlier version, moved to where they belong now
+    (:mod:`..goldens.layout`); what cannot be moved is reported among the golden updates."""
+    from ..core.paths import PathOutsideRoot, inside_root
+    from ..goldens.layout import folder_of, migrate
+    from ..goldens.swap import UpdateEvent
+
+    try:
+        inside_root(folder_of(goldens, module, test_name), boundary, what="golden folder")
+    except (PathOutsideRoot, LosslessError):
+        return  # refused where the plan is read or written, naming the link
+    try:
+        events = migrate(goldens, module, test_name, item.nodeid)
+    except LosslessError as exc:
+        events = [UpdateEvent(item.nodeid, str(goldens), "", "kept", str(exc))]
+    _record_events(item, events, settings(item.config).rootdir)
 
 
 class GoldenFixture:
@@ -96,19 +137,40 @@ class GoldenFixture:
         run is checked against it, and a miss fails the test and is never written. ``scope``:
         ``"device"`` keeps one golden per environment class of the test's allocation. An empty
         file is never stored as a golden unless ``allow_empty=True`` says that an empty output
-        is what the test expects.
+        is what the test expects. A mismatch fails the test with what differs and, last, the
+        command that accepts it if it is intended.
         """
         __tracebackhide__ = True
+        return self._check(
+            name, artifact, gate, expect=expect, scope=scope, allow_empty=allow_empty, advise=True
+        )
+
+    def _check(
+        self,
+        name: str,
+        artifact: Any,
+        gate: Gate | str | None = None,
+        *,
+        expect: Expect = None,
+        scope: str | None = None,
+        allow_empty: bool = False,
+        advise: bool,
+    ) -> GateResult | None:
+        __tracebackhide__ = True
         from ..goldens.checks import UnrepeatableProducer
+        from ..goldens.manifest import artifact_name
 
         unrepeatable = None
-        with failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)):
+        with (
+            self._noting_failures(name, gate),
+            failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)),
+        ):
+            artifact_name(name)  # before its name is recorded anywhere (an export, a receipt)
             golden = self._of(scope)
             export.watch(self._item, golden, name, artifact, gate)
             staged, missed = len(golden.staged), len(golden.misses)
-            watched = self._watched(name, gate, artifact)
             try:
-                result = golden.check(name, watched, gate, allow_empty=allow_empty, expect=expect)
+                result = golden.check(name, artifact, gate, allow_empty=allow_empty, expect=expect)
             except GoldenMissing as exc:
                 raise _scope_missing(golden, exc) from None
             except UnrepeatableProducer as exc:
@@ -125,8 +187,26 @@ class GoldenFixture:
         receipt_for(self._item).add_gate({**result.to_dict(), "evidence": evidence})
         self._fail_misses(misses, result)
         if not result.passed:
-            pytest.fail(printable(result.message(), newlines=True), pytrace=False)
+            lines = [result.message()]
+            made = self._made_with(golden, name)
+            if made:
+                lines.append(made)
+            if advise:
+                lines.append(accept_advice(self._item))
+            pytest.fail(printable("\n".join(lines), newlines=True), pytrace=False)
         return result
+
+    def _made_with(self, golden: Golden, name: str) -> str:
+        """What differs between the versions the golden was made with and this session's."""
+        from ..goldens.manifest import version_changes
+
+        try:
+            entry = golden.folder.manifest().get(name)
+        except LosslessError:
+            return ""
+        if entry is None:
+            return ""
+        return version_changes(entry, session_versions(self._item.config))
 
     def check_all(
         self,
@@ -146,12 +226,14 @@ class GoldenFixture:
         from ..errors import ConfigError
         from ..gates import parse_gate
 
-        with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
+        with (
+            self._noting_failures("(run)", gate),
+            failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)),
+        ):
             golden = self._of(scope)
             export.watch(self._item, golden, None, artifacts, gate)
             before, missed = len(golden.staged), len(golden.misses)
-            watched = self._watched("(run)", gate, artifacts)
-            staged = golden.stage_run(watched, gate, allow_empty=allow_empty, expect=expect)
+            staged = golden.stage_run(artifacts, gate, allow_empty=allow_empty, expect=expect)
         if staged is not None:
             self._add_staged(golden.staged[before:])
             self._fail_misses(golden.misses[missed:])
@@ -159,29 +241,49 @@ class GoldenFixture:
         from ..goldens.checks import UnrepeatableProducer
         from ..media.artifacts import is_producer, named_artifacts, produce
 
-        if golden.repeat_producers and is_producer(watched):
-            unrepeatable = None
-            with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
+        with (
+            self._noting_failures("(run)", gate),
+            failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)),
+        ):
+            if golden.repeat_producers and is_producer(artifacts):
                 try:
-                    run = golden.repeated_run(watched, parse_gate(gate), "golden.check_all")
+                    artifacts = golden.repeated_run(artifacts, parse_gate(gate), "golden.check_all")
                 except UnrepeatableProducer as exc:
                     unrepeatable = exc
-            if unrepeatable is not None:
-                self._inconclusive(unrepeatable)
-            watched = run
-        named = named_artifacts(produce(watched), "golden.check_all")
+            if unrepeatable is None:
+                named = named_artifacts(produce(artifacts), "golden.check_all")
+        if unrepeatable is not None:
+            self._inconclusive(unrepeatable)
         with failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)):
             check_names(expect, named, "golden.check_all")
-        results = []
+        results: list[GateResult] = []
+        failures: list[str] = []
         for name, value in named.items():
             wanted = expectation_for(expect, name)
             if isinstance(expect, Media):
                 wanted = RunMedia.of(expect)  # the run's clip and track, not its tensors
-            result = self.check(
-                name, value, gate, expect=wanted, scope=scope, allow_empty=allow_empty
-            )
+            try:  # every artifact is compared and reported; the test fails after the last
+                result = self._check(
+                    name,
+                    value,
+                    gate,
+                    expect=wanted,
+                    scope=scope,
+                    allow_empty=allow_empty,
+                    advise=False,
+                )
+            except pytest.fail.Exception as failed:
+                failures.append(str(failed.msg))
+                continue
             if result is not None:
                 results.append(result)
+        if failures:
+            mismatched = any(not r.passed for g in self.goldens for r in g.results)
+            count = f"{len(failures)} of {len(named)} artifacts of the run"
+            lines = [f"{count} failed their check (each is reported):", *failures]
+            if mismatched:
+                lines.append(accept_advice(self._item))
+            pytest.fail("\n\n".join(lines), pytrace=False)
         if (
             isinstance(expect, Media)
             and results
@@ -276,34 +378,38 @@ class GoldenFixture:
         )
         raise Inconclusive(printable(str(error), newlines=True)) from None
 
-    def _watched(self, name: str, gate: object, artifact: Any) -> Any:
-        """A producer whose failure gets its own ERROR row (the session then says the producer
-        failed, not that no gate was selected); anything else as it is."""
-        from ..media.artifacts import is_producer
-
-        if not is_producer(artifact):
-            return artifact
-
-        def run() -> Any:
-            try:
-                return artifact()
-            except LosslessError:
-                raise  # recorded with its own name by failing_on_errors
-            except Exception as exc:
-                first = (str(exc).splitlines() or [""])[0]
-                detail = f"the producer failed: {type(exc).__name__}: {first}"
-                add_row(
-                    self._item,
-                    report.Row(
-                        self._item.nodeid, name, str(gate or "default"), Status.ERROR, detail
-                    ),
+    @contextlib.contextmanager
+    def _noting_failures(self, name: str, gate: object) -> Iterator[None]:
+        """A producer (or anything the check runs) that raises: an ERROR row and a receipt
+        entry saying that the producer failed, so the session never reads "no gate compared
+        anything" when the tests did call a check; the exception goes on as it was."""
+        __tracebackhide__ = True
+        try:
+            yield
+        except Exception as exc:
+            if not isinstance(exc, LosslessError):
+                self._record_failure(
+                    name,
+                    gate,
+                    "ProducerFailed",
+                    f"the producer failed: {type(exc).__name__}: {exc}",
                 )
-                raise
-
-        return run
+            raise
 
     def _record_error(self, name: str, gate: object, exc: LosslessError) -> None:
-        label, message = type(exc).__name__, str(exc)
+        from ..goldens.manifest import shown_name
+
+        self._record_failure(
+            name, gate, type(exc).__name__, shown_name(exc), missing=isinstance(exc, GoldenMissing)
+        )
+
+    def _record_failure(
+        self, name: str, gate: object, label: str, message: str, *, missing: bool = False
+    ) -> None:
+        from ..goldens.manifest import shown_name
+
+        name = shown_name(name)  # a name that is not UTF-8 would end the session at its receipt
+        message = shown_name(message)
         add_row(
             self._item,
             report.Row(
@@ -315,7 +421,7 @@ class GoldenFixture:
             ),
         )
         entry = {"artifact": name, "error": label, "message": message, "passed": False}
-        if isinstance(exc, GoldenMissing):  # a fact for the export, not a class name to match
+        if missing:  # a fact for the export, not a class name to match
             entry["golden_missing"] = True
         receipt_for(self._item).add_gate(entry)
 
@@ -330,21 +436,24 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
     resolved = settings(request.config)
 
     def make(environment: Environment | None) -> Golden:
+        module, test_name = golden_key(item)
+        workdir = tmp_path / ("golden" if environment is None else "golden-device")
         folder = GoldenFolder(
             resolved.goldens,
-            item.path.stem,
-            _test_name(item),
+            module,
+            test_name,
             item.nodeid,
             kinds(request.config),
             digest_above=resolved.digest_above,
             rootdir=resolved.rootdir,
             store=resolved.store,
             environment=environment,
+            workdir=workdir,
         )
         with failing_on_errors():  # a lock file or module folder that cannot be used: its message
-            recovered = folder.begin_update() if resolved.update_goldens else folder.recover()
+            recovered = folder.migrate()  # from the layout of an earlier version
+            recovered += folder.begin_update() if resolved.update_goldens else folder.recover()
         _record_events(item, recovered, resolved.rootdir)
-        workdir = tmp_path / ("golden" if environment is None else "golden-device")
         return Golden(
             folder,
             update=resolved.update_goldens,
@@ -352,6 +461,7 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             producer_runs=resolved.control_runs,
             provenance=_golden_provenance(request),
             repeat_producers=resolved.repeat_producers and resolved.lossless,
+            diagnostics=diagnostics_folder(item, device=environment is not None),
         )
 
     fixture = GoldenFixture(item, make(None), lambda: make(_environment(request)))
@@ -497,10 +607,186 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
     identity: Any = None
     if holds_devices(request.node):
         identity = getattr(request.getfixturevalue("devices"), "identity", None)
+    from ..goldens.manifest import made_with
+
     return {
         "when": utc_iso(),
         "plugin_version": __version__,
         "source_revision": source_revision(config),
         "command": ["pytest", *config.invocation_params.args],
         "device_identity": identity,
+        # So that a later mismatch can say "made with ffmpeg X, now Y".
+        "made_with": made_with(session_versions(config)),
     }
+
+
+def session_versions(config: pytest.Config) -> dict[str, Any]:
+    """The session's versions (Python, packages, ffmpeg), computed once for every receipt."""
+    from ..evidence import provenance
+
+    facts = config.stash.get(FACTS_KEY, None)
+    if facts is None:
+        facts = config.stash[FACTS_KEY] = provenance.session_facts()
+    versions = facts.get("versions")
+    return dict(versions) if isinstance(versions, dict) else {}
+
+
+def diagnostics_folder(item: pytest.Item, *, device: bool = False) -> Path:
+    """Where a mismatch's diff pictures, listings and obtained file go: the session folder,
+    beside the report (pytest's temporary folders are deleted after three runs)."""
+    from ..goldens.manifest import safe_component
+
+    name = safe_component(item.nodeid, "test id")
+    return session_folder(item.config) / "diagnostics" / (f"{name}@device" if device else name)
+
+
+def accept_advice(item: pytest.Item) -> str:
+    """The command that accepts a mismatch of ``item`` if it is intended: ``--update-goldens``
+    for this test, and ``accept`` from this session's export when there is one."""
+    import shlex
+
+    module = item.nodeid.split("::", 1)[0]
+    words = shlex.quote(item.name)
+    advice = (
+        f"If the change is intended, accept it: pytest {shlex.quote(module)} --update-goldens "
+        f"-k {words}"
+    )
+    resolved = settings(item.config)
+    if resolved.export is not None:
+        folder = resolved.export
+        if folder.is_relative_to(resolved.rootdir):
+            folder = folder.relative_to(resolved.rootdir)
+        advice += (
+            f", or from this run's export: python -m pytest_lossless accept "
+            f"{shlex.quote(str(folder))} -k {words}"
+        )
+    return advice
+
+
+# ------------------------------------------------------------------ golden folders of no test
+
+_ORPHANS_PLUGIN = "lossless-golden-orphans"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # an xdist worker sees only its share
+        config.pluginmanager.register(OrphanWatch(config), _ORPHANS_PLUGIN)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plugin = config.pluginmanager.get_plugin(_ORPHANS_PLUGIN)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin, _ORPHANS_PLUGIN)
+
+
+class OrphanWatch:
+    """Golden folders of renamed or deleted tests: reported by every lossless session that can
+    tell (:func:`..goldens.layout.orphans`), removed only by ``--update-goldens`` in a session
+    that collected everything (no ``-k``, ``-m``, deselection, path arguments, ``--lf``, shard
+    or xdist) and finished (no collection error, not stopped early nor interrupted)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tests: list[str] = []
+        self.modules: set[str] = set()
+        self.deselected = False
+        self.collection_errors = False
+        self.found: list[Any] = []
+        self.removed: list[Any] = []
+        self.problems: list[str] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        nodeid = report.nodeid
+        if report.failed:
+            self.collection_errors = True
+        if "::" not in nodeid and nodeid.endswith(".py") and report.passed:
+            # A module skipped at import (pytest.importorskip) collected none of its tests,
+            # so it is not counted: its goldens are never judged by this session.
+            self.modules.add(nodeid)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected = True
+        self.tests += [item.nodeid for item in items]
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.tests += [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        from ..goldens.layout import folder_of, orphans, remove_orphan, split_test_id
+
+        resolved = settings(self.config)
+        if not (resolved.lossless or resolved.update_goldens) or not resolved.goldens.is_dir():
+            return
+        if self.config.option.collectonly or _workers(self.config):
+            return
+        collected = set()
+        for test in self.tests:
+            try:
+                collected.add(folder_of(resolved.goldens, *split_test_id(test)))
+            except (ValueError, LosslessError):
+                continue
+        boundary = golden_boundary(resolved.goldens, resolved.rootdir)
+        if boundary != resolved.goldens:
+            return  # the goldens folder leads out of the rootdir: refused where it is used
+        self.found = orphans(
+            resolved.goldens, resolved.rootdir, collected=collected, modules=self.modules
+        )
+        why_not = self._why_not_removed(session, int(exitstatus))
+        if why_not:
+            self.problems.append(why_not)
+            return
+        for orphan in self.found:
+            if not orphan.removable:
+                continue
+            try:
+                remove_orphan(orphan, resolved.goldens)
+            except (OSError, LosslessError) as exc:
+                self.problems.append(f"{orphan.folder} could not be removed: {exc}")
+                continue
+            self.removed.append(orphan)
+
+    def _why_not_removed(self, session: pytest.Session, exitstatus: int) -> str:
+        """Why this session may not remove golden folders ("" when it may)."""
+        resolved = settings(self.config)
+        option = self.config.option
+        if not resolved.update_goldens:
+            return "remove them with --update-goldens in a session that runs every test"
+        filters = [
+            ("-k", getattr(option, "keyword", "")),
+            ("-m", getattr(option, "markexpr", "")),
+            ("--lf", getattr(option, "lf", False)),
+            ("--deselect", getattr(option, "deselect", None)),
+            ("--lossless-shard", getattr(option, "lossless_shard", None)),
+            ("deselection", self.deselected),
+        ]
+        used = [name for name, value in filters if value]
+        if self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            used.append("path arguments")
+        if used:
+            return f"not removed: the session was filtered ({', '.join(used)})"
+        if self.collection_errors:
+            return "not removed: a module could not be collected"
+        stopped = session.shouldfail or session.shouldstop
+        if stopped or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            return "not removed: the session did not finish"
+        return ""
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.found:
+            return
+        rootdir = settings(self.config).rootdir
+        terminalreporter.write_sep("=", "pytest-lossless: golden folders of no test")
+        removed = {id(o) for o in self.removed}
+        for orphan in self.found:
+            folder = orphan.folder
+            shown = folder.relative_to(rootdir) if folder.is_relative_to(rootdir) else folder
+            action = "removed" if id(orphan) in removed else "kept"
+            terminalreporter.write_line(printable(f"{action}: {shown} ({orphan.why})"))
+        for problem in self.problems:
+            terminalreporter.write_line(printable(problem), yellow=True)
+
+
+def _workers(config: pytest.Config) -> int:
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0

@@ -25,7 +25,7 @@ from ..settings import Settings
 from . import export
 from .config import kinds, settings
 from .evidence import receipt_for
-from .golden import _record_events, _test_name
+from .golden import _record_events, golden_boundary, golden_key, migrate_plans
 from .outcomes import (
     CALL_PASSED_KEY,
     act_on_verdict,
@@ -56,20 +56,23 @@ _NOTES_PLUGIN = "lossless-plan-notes"
 
 def plan_book(item: pytest.Item) -> PlanBook:
     """The test's frozen plans, made on first use (reading ``plan.json`` waits until asked)."""
-    from ..core.paths import is_under
     from ..goldens.plans import PlanBook, plan_folder
 
     book = item.stash.get(PLANS_KEY, None)
     if book is None:
         resolved = settings(item.config)
         root = resolved.goldens
+        module, test_name = golden_key(item)
+        folder = plan_folder(root, module, test_name)
+        boundary = golden_boundary(root, resolved.rootdir)
         book = item.stash[PLANS_KEY] = PlanBook(
-            plan_folder(root, item.path.stem, _test_name(item)),
+            folder,
             item.nodeid,
-            boundary=resolved.rootdir if is_under(root, resolved.rootdir) else root,
+            boundary=boundary,
             update=resolved.update_goldens,
             require_frozen=resolved.require_published,
         )
+        migrate_plans(item, root, module, test_name, boundary)
     return book
 
 

@@ -551,3 +551,281 @@ def test_repeat_producers_makes_a_flaky_producer_inconclusive_not_a_fail(pyteste
     assert {t["outcome"] for t in index["tests"]} == {"failed"}
     verified = pytester.run(sys.executable, "-m", "pytest_lossless", "verify", str(session))
     assert verified.ret == 0, verified.stdout.str()
+
+
+# ------------------------------------------------------------------ layout (#20)
+
+DUP_TEST = """
+import pytest
+
+@pytest.mark.lossless
+def test_out(golden):
+    golden.check("out.txt", b"made by %s")
+"""
+
+
+def test_two_modules_of_one_name_never_share_goldens(pytester):
+    """tests/a/test_dup.py and tests/b/test_dup.py: each its own folder, neither overwritten."""
+    for name in ("a", "b"):
+        folder = pytester.path / "tests" / name
+        folder.mkdir(parents=True)
+        (folder / "test_dup.py").write_text(DUP_TEST % name)
+    pytester.makeini("[pytest]\naddopts = --import-mode=importlib\n")
+    pytester.runpytest("--update-goldens").assert_outcomes(passed=2)
+    for name in ("a", "b"):
+        manifest = pytester.path / "goldens" / "tests" / name / "test_dup" / "test_out"
+        data = json.loads((manifest / "manifest.json").read_text())
+        assert data["test"] == f"tests/{name}/test_dup.py::test_out"
+        assert (manifest / "out.txt").read_bytes() == f"made by {name}".encode()
+    assert not (pytester.path / "goldens" / "test_dup").exists()
+    pytester.runpytest("--lossless").assert_outcomes(passed=2)
+    # One of them changes: only its own golden fails.
+    (pytester.path / "tests" / "b" / "test_dup.py").write_text(DUP_TEST % "another")
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAILED tests/b/test_dup.py::test_out*"])
+
+
+def test_goldens_of_the_old_layout_are_moved_on_the_next_run(pytester):
+    """A folder an earlier version wrote at goldens/<file name>/<test>/ is moved, once, to
+    goldens/<module path>/<test>/ and compared there."""
+    folder = pytester.path / "tests" / "a"
+    folder.mkdir(parents=True)
+    (folder / "test_dup.py").write_text(DUP_TEST % "x")
+    pytester.runpytest("--update-goldens").assert_outcomes(passed=1)
+    new = pytester.path / "goldens/tests/a/test_dup/test_out"
+    old = pytester.path / "goldens/test_dup/test_out"
+    old.parent.mkdir(parents=True)
+    new.rename(old)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*migrated: 1*", "*goldens/tests/a/test_dup/test_out*moved from*"])
+    assert (new / "manifest.json").is_file()
+    assert not old.parent.exists()
+
+
+def test_a_committed_link_under_goldens_to_a_project_folder_is_never_replaced(pytester):
+    """goldens/test_links -> ../src: an update must not replace src/test_x (and delete the user's
+    untracked file there); the link is named, and src is untouched."""
+    pytester.makepyfile(
+        test_links="""
+import pytest
+
+@pytest.mark.lossless
+def test_x(golden):
+    golden.check("t.txt", b"new")
+"""
+    )
+    user = pytester.path / "src" / "test_x"
+    user.mkdir(parents=True)
+    (user / "notes.txt").write_text("the user's own file\n")
+    (pytester.path / "goldens").mkdir()
+    (pytester.path / "goldens" / "test_links").symlink_to("../src")
+    result = pytester.runpytest("--update-goldens")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*PathOutsideRoot*goldens/test_links*symbolic link*"])
+    assert (user / "notes.txt").read_text() == "the user's own file\n"
+    assert sorted(p.name for p in (pytester.path / "src").iterdir()) == ["test_x"]
+    assert sorted(p.name for p in user.iterdir()) == ["notes.txt"]
+    # Comparing refuses it as well: nothing is read through it.
+    result = pytester.runpytest("--lossless")
+    result.stdout.fnmatch_lines(["*PathOutsideRoot*goldens/test_links*"])
+
+
+UNDECODABLE_TEST = """
+import os
+import numpy as np
+import pytest
+
+NAME = os.fsdecode(b"out-\\xff.npy")
+
+@pytest.mark.lossless
+def test_one(golden):
+    golden.check(NAME, np.zeros(3))
+
+@pytest.mark.lossless
+def test_all(golden):
+    golden.check_all({NAME: np.zeros(3)})
+
+@pytest.mark.lossless
+def test_producer(golden):
+    golden.check_all(lambda: {NAME: np.zeros(3)})
+"""
+
+
+@pytest.mark.parametrize("mode", ["--update-goldens", "--lossless"])
+def test_an_artifact_name_that_is_not_utf8_is_named_never_an_internal_error(pytester, mode):
+    pytester.makepyfile(test_u=UNDECODABLE_TEST)
+    result = pytester.runpytest(mode)
+    text = result.stdout.str()
+    assert "INTERNALERROR" not in text
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        ["*ArtifactError*'out-\\udcff.npy' holds bytes that are not UTF-8*"]
+    )
+    assert not (pytester.path / "goldens" / "test_u" / "test_one").exists()
+
+
+# ------------------------------------------------------------------ what a failure says (#22)
+
+CHECK_ALL_TEST = """
+import numpy as np
+import pytest
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_run(golden):
+    golden.check_all({
+        "clip.mp4": HERE / "clip.mp4",
+        "audio.wav": HERE / "audio.wav",
+        "latent.npy": np.load(HERE / "latent.npy", allow_pickle=False),
+    })
+"""
+
+
+def test_check_all_compares_every_artifact_reports_each_then_fails(pytester, media_project):
+    """A changed frame, sample and float: all three are named, each a FAIL row, and the
+    message ends with the command that accepts them; the versions the goldens were made with
+    are in the manifest, and a different one is named; diagnostics go beside the report."""
+    pytester.makepyfile(test_media=CHECK_ALL_TEST)
+    assert pytester.runpytest("--update-goldens").ret == 0
+    manifest_path = media_project / "goldens/test_media/test_run/manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    made = manifest["artifacts"]["clip.mp4"]["provenance"]["made_with"]
+    assert set(made) == {"python", "numpy", "ffmpeg", "pytest-lossless"}
+    assert all(made[key] for key in ("python", "numpy", "ffmpeg"))
+    # As if made on another machine: provenance is not part of the entry's hash.
+    manifest["artifacts"]["audio.wav"]["provenance"]["made_with"]["ffmpeg"] = "0.1-elsewhere"
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    frames = gray_frames()
+    frames[5, 10 * 64 + 20] ^= 1
+    write_video(media_project / "clip.mp4", frames)
+    samples = tone()
+    samples[100] += 1
+    write_wav(media_project / "audio.wav", samples)
+    latent = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    latent[3, 3] = np.nextafter(latent[3, 3], np.float32(2))
+    np.save(media_project / "latent.npy", latent)
+
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    result.stdout.fnmatch_lines(["*3 of 3 artifacts of the run failed their check*"])
+    assert "first differing frame: 5" in text
+    assert f"made with ffmpeg 0.1-elsewhere, now {made['ffmpeg']}" in text
+    result.stdout.fnmatch_lines(
+        [
+            "*If the change is intended, accept it: "
+            "pytest test_media.py --update-goldens -k test_run*"
+        ]
+    )
+    rows = [line for line in text.splitlines() if line.startswith("FAIL ")]
+    assert len(rows) == 3, rows
+    assert sorted(row.split()[2] for row in rows) == ["audio.wav", "clip.mp4", "latent.npy"]
+    # Diagnostics in the session folder, beside the report, not in pytest's temporary folder.
+    sessions = list((media_project / "lossless-receipts").iterdir())
+    diagnostics = [p for s in sessions for p in (s / "diagnostics").rglob("*") if p.is_file()]
+    assert diagnostics, "no diagnostics in the session folder"
+    assert "lossless-receipts/" in text
+
+
+# ------------------------------------------------------------------ golden folders of no test (#20)
+
+TWO_TESTS = """
+import pytest
+
+@pytest.mark.lossless
+def test_x(golden):
+    golden.check("x.txt", b"x")
+
+@pytest.mark.lossless
+def test_%s(golden):
+    golden.check("y.txt", b"y")
+"""
+
+
+def _manifest_of(folder: Path, test: str) -> None:
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"schema": 1, "test": test, "artifacts": {}}))
+
+
+def test_golden_folders_of_renamed_or_deleted_tests_are_reported_then_removed(pytester):
+    pytester.makepyfile(test_a=TWO_TESTS % "y", test_b=TWO_TESTS % "w")
+    pytester.runpytest("--update-goldens").assert_outcomes(passed=4)
+    goldens = pytester.path / "goldens"
+    # A device's goldens of a deleted module, and goldens of a module skipped at import.
+    _manifest_of(goldens / "test_c/test_d@device/cpu__slot__x86_64", "test_c.py::test_d")
+    pytester.makepyfile(
+        test_skipped="import pytest\npytest.skip('no such device', allow_module_level=True)\n"
+    )
+    _manifest_of(goldens / "test_skipped/test_s", "test_skipped.py::test_s")
+    # test_a.py::test_y renamed to test_z; test_b.py deleted.
+    pytester.makepyfile(test_a=TWO_TESTS % "z")
+    (pytester.path / "test_b.py").unlink()
+
+    result = pytester.runpytest("--update-goldens", "-k", "test_x")
+    result.stdout.fnmatch_lines(
+        [
+            "*golden folders of no test*",
+            "kept: goldens/test_a/test_y (test_a.py no longer has this test*",
+            "kept: goldens/test_b/test_w (test_b.py no longer exists)",
+            "kept: goldens/test_b/test_x (test_b.py no longer exists)",
+            "kept: goldens/test_c/test_d@device (test_c.py no longer exists; device-scoped*",
+            "not removed: the session was filtered (-k, deselection)",
+        ]
+    )
+    assert (goldens / "test_a/test_y").is_dir()
+    assert "test_skipped" not in result.stdout.str()
+
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "removed: goldens/test_a/test_y*",
+            "removed: goldens/test_b/test_w*",
+            "removed: goldens/test_b/test_x*",
+            "kept: goldens/test_c/test_d@device*",
+        ]
+    )
+    assert sorted(p.name for p in (goldens / "test_a").iterdir()) == ["test_x", "test_z"]
+    assert not (goldens / "test_b").exists()
+    assert (goldens / "test_c/test_d@device").is_dir()
+    assert (goldens / "test_skipped/test_s/manifest.json").is_file()
+    # A session stopped early (-x after a failure) removes nothing.
+    pytester.makepyfile(test_a=TWO_TESTS % "q", test_0="def test_fails():\n    assert False\n")
+    result = pytester.runpytest("--update-goldens", "-x")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        ["kept: goldens/test_a/test_z*", "not removed: the session did not finish"]
+    )
+    assert (goldens / "test_a/test_z").is_dir()
+
+
+PRODUCER_FAILS = """
+import pytest
+
+def producer():
+    raise RuntimeError("ffmpeg could not put PCM audio in an MP4")
+
+@pytest.mark.lossless
+def test_run(golden):
+    golden.check_all(producer)
+"""
+
+
+@pytest.mark.parametrize("mode", ["--lossless", "--update-goldens"])
+def test_a_producer_that_fails_is_named_never_no_gate_compared_anything(pytester, mode):
+    """#22: a producer that fails (an ffmpeg too old to mux the audio) is an ERROR row saying
+    that the producer failed, not "no gate compared anything (check -m and -k)"."""
+    pytester.makepyfile(test_p=PRODUCER_FAILS)
+    result = pytester.runpytest(*dict.fromkeys([mode, "--lossless"]))
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "no gate compared anything" not in text
+    result.stdout.fnmatch_lines(
+        ["ERROR*test_p.py::test_run*(run)*", "*ProducerFailed: the producer failed*"]
+    )
+    assert "ffmpeg could not put PCM audio in an MP4" in text

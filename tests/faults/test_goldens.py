@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_lossless.errors import GoldenMissing
 from pytest_lossless.goldens import swap as replace
 from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_manifest
 from pytest_lossless.goldens.swap import GoldenUpdateError
@@ -608,3 +609,61 @@ def test_a_stored_array_golden_round_trips_through_the_new_layout(tmp_path):
     assert [e.action for e in folder.commit()] == ["created"]
     assert (folder.path / "a.npy").read_bytes() == source.read_bytes()
     assert _folder(tmp_path).compare("a.npy", source, None).passed
+
+
+# ------------------------------------------------------------------ readers see one version (#20)
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from pytest_lossless.goldens.folder import GoldenFolder
+from pytest_lossless.kinds.registry import KindRegistry
+
+root, seconds = Path(sys.argv[1]), float(sys.argv[2])
+end = time.monotonic() + seconds
+count = 0
+while time.monotonic() < end:
+    value = (b"A" if count % 2 else b"B") * 300_000
+    folder = GoldenFolder(root / "goldens", "test_mod", "test_x", "test_mod.py::test_x",
+                          KindRegistry(), digest_above=1 << 30, rootdir=root)
+    folder.begin_update()
+    source = root / "src.bin"
+    source.write_bytes(value)
+    folder.stage("v.bin", source, None, {})
+    folder.commit()
+    count += 1
+print(count)
+"""
+
+
+def test_a_check_during_another_sessions_updates_never_reads_a_torn_golden(tmp_path):
+    """Another process replaces the golden folder over and over (two versions, A and B) while
+    this one compares: every comparison reads one whole version (it passes against A or fails
+    as a mismatch against B), never one version's manifest with the other's file (a false
+    "golden integrity error")."""
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(b"A" * 300_000)
+    b.write_bytes(b"B" * 300_000)
+    _commit(tmp_path, b"A" * 300_000)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path), "6"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    outcomes: dict[str, int] = {}
+    try:
+        while writer.poll() is None:
+            folder = _folder(tmp_path)
+            try:
+                result = folder.compare("v.bin", a, None)
+            except GoldenMissing:
+                outcomes["missing"] = outcomes.get("missing", 0) + 1
+                continue
+            key = "pass" if result.passed else "mismatch"
+            outcomes[key] = outcomes.get(key, 0) + 1
+    finally:
+        commits = int((writer.communicate()[0] or b"0").strip() or 0)
+    assert writer.returncode == 0
+    assert commits > 10, "the writer barely ran: the test proves nothing"
+    assert outcomes.get("pass", 0) + outcomes.get("mismatch", 0) > 10
+    assert set(outcomes) <= {"pass", "mismatch"}, outcomes

@@ -467,3 +467,238 @@ def test_no_golden_of_this_class_names_the_classes_that_have_one(tmp_path, kinds
 
     with pytest.raises(ConfigError, match="'all' or 'device'"):
         parse_scope("gpu")
+
+
+# ------------------------------------------------------------------ layout (#20)
+
+
+def test_goldens_are_keyed_by_the_module_path_under_the_rootdir():
+    from pytest_lossless.goldens.layout import folder_of, split_test_id
+
+    root = Path("/g")
+    module, name = split_test_id("tests/a/test_dup.py::test_out")
+    assert (module, name) == ("tests/a/test_dup", "test_out")
+    assert folder_of(root, module, name) == root / "tests/a/test_dup/test_out"
+    assert folder_of(root, *split_test_id("test_f.py::test_x")) == root / "test_f/test_x"
+    assert folder_of(root, *split_test_id("t/test_c.py::TestC::test_y[5s]")) == (
+        root / "t/test_c/TestC.test_y[5s]"
+    )
+    a = folder_of(root, *split_test_id("tests/a/test_dup.py::test_out"))
+    b = folder_of(root, *split_test_id("tests/b/test_dup.py::test_out"))
+    assert a != b
+
+
+def test_a_module_outside_the_rootdir_is_refused_with_advice():
+    from pytest_lossless.goldens.layout import folder_of, split_test_id
+
+    with pytest.raises(ArtifactError, match="outside the rootdir"):
+        folder_of(Path("/g"), *split_test_id("../other/test_x.py::test_y"))
+
+
+def _legacy(root: Path, test_id: str, value: bytes, kinds) -> Path:
+    """A golden folder written where an earlier version kept it: ``goldens/<stem>/<test>/``."""
+    from pytest_lossless.goldens.layout import split_test_id
+
+    module, name = split_test_id(test_id)
+    old = GoldenFolder(root, module.rsplit("/", 1)[-1], name, test_id, kinds, digest_above=1 << 20)
+    source = root.parent / f"src-{value.hex()}.bin"
+    source.write_bytes(value)
+    old.stage("v.bin", source, None, {})
+    old.commit()
+    return old.path
+
+
+def test_an_old_layout_folder_of_this_test_is_moved_whole(tmp_path, kinds):
+    root = tmp_path / "goldens"
+    old = _legacy(root, "tests/a/test_dup.py::test_out", b"one", kinds)
+    manifest = (old / "manifest.json").read_bytes()
+    folder = GoldenFolder(
+        root,
+        "tests/a/test_dup",
+        "test_out",
+        "tests/a/test_dup.py::test_out",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    events = folder.migrate()
+    assert [e.action for e in events] == ["migrated"]
+    assert str(old) in events[0].detail
+    assert not old.exists()
+    assert not old.parent.exists(), "the old module folder is left"
+    assert (folder.path / "manifest.json").read_bytes() == manifest
+    source = tmp_path / "src-6f6e65.bin"
+    assert folder.compare("v.bin", source, None).passed
+    assert folder.migrate() == []
+
+
+def test_an_old_layout_folder_of_a_same_named_module_elsewhere_is_left_for_it(tmp_path, kinds):
+    root = tmp_path / "goldens"
+    old = _legacy(root, "tests/b/test_dup.py::test_out", b"bee", kinds)
+    folder = GoldenFolder(
+        root,
+        "tests/a/test_dup",
+        "test_out",
+        "tests/a/test_dup.py::test_out",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    assert folder.migrate() == []
+    assert old.is_dir()
+    with pytest.raises(GoldenMissing):
+        folder.compare("v.bin", tmp_path / "src-626565.bin", None)
+    other = GoldenFolder(
+        root,
+        "tests/b/test_dup",
+        "test_out",
+        "tests/b/test_dup.py::test_out",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    assert [e.action for e in other.migrate()] == ["migrated"]
+
+
+def test_an_old_layout_folder_that_names_no_test_is_refused_with_the_git_mv(tmp_path, kinds):
+    from pytest_lossless.goldens.layout import LegacyLayout
+
+    root = tmp_path / "goldens"
+    old = _legacy(root, "tests/a/test_dup.py::test_out", b"one", kinds)
+    data = json.loads((old / "manifest.json").read_text())
+    del data["test"]
+    (old / "manifest.json").write_text(json.dumps(data))
+    folder = GoldenFolder(
+        root,
+        "tests/a/test_dup",
+        "test_out",
+        "tests/a/test_dup.py::test_out",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    with pytest.raises(LegacyLayout) as caught:
+        folder.migrate()
+    text = str(caught.value)
+    assert f"git mv {old} {folder.path}" in text
+    assert "names no test" in text
+    assert old.is_dir()
+    assert not folder.path.exists()
+
+
+def test_device_scoped_goldens_move_with_their_test(tmp_path, kinds):
+    from pytest_lossless.goldens.scope import Environment
+
+    root = tmp_path / "goldens"
+    env = Environment("cuda", "NVIDIA H200", "CUDA 13")
+    old = GoldenFolder(
+        root,
+        "test_gpu",
+        "test_g[5s]",
+        "tests/gpu/test_gpu.py::test_g[5s]",
+        kinds,
+        digest_above=1 << 20,
+        environment=env,
+    )
+    source = _array_file(tmp_path / "a.npy", [1.0])
+    old.stage("a.npy", source, None, {})
+    old.commit()
+    folder = GoldenFolder(
+        root,
+        "tests/gpu/test_gpu",
+        "test_g[5s]",
+        "tests/gpu/test_gpu.py::test_g[5s]",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+        environment=env,
+    )
+    assert [e.action for e in folder.migrate()] == ["migrated"]
+    assert folder.path == root / "tests/gpu/test_gpu/test_g[5s]@device" / env.folder
+    assert folder.compare("a.npy", source, None).passed
+
+
+def test_the_committed_goldens_lie_where_their_tests_look_for_them():
+    """This repository's goldens were moved to the new layout (git mv): each manifest and plan
+    lies in the folder its own test id names, and still reads whole."""
+    from pytest_lossless.goldens.layout import folder_of, split_test_id
+    from pytest_lossless.goldens.plans import read_plans
+
+    root = Path(__file__).resolve().parents[2] / "goldens"
+    found = 0
+    for path in sorted(root.rglob("*.json")):
+        test = json.loads(path.read_text())["test"]
+        folder = folder_of(root, *split_test_id(test))
+        where = path.parent
+        if where.parent.name.endswith("@device"):
+            where = where.parent.with_name(where.parent.name.removesuffix("@device"))
+        assert where == folder, f"{path} is not where {test} keeps its goldens"
+        if path.name == "manifest.json":
+            assert read_manifest(path.parent)
+        else:
+            assert read_plans(path.parent)
+        found += 1
+    assert found >= 16
+
+
+def test_an_artifact_name_that_is_not_utf8_is_refused_by_name(tmp_path, kinds):
+    import os
+
+    name = os.fsdecode(b"out-\xff.npy")
+    with pytest.raises(ArtifactError) as caught:
+        artifact_name(name)
+    message = str(caught.value)
+    message.encode("utf-8")  # printable, and writable into a receipt
+    assert "out-\\udcff.npy" in message
+    assert "not UTF-8" in message
+    # The same name in a manifest from a pull request: a ManifestError that can be printed.
+    folder = tmp_path / "m" / "t"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(
+        '{"schema": 1, "test": "m.py::t", "artifacts": {"out-\\udcff.npy": {}}}'
+    )
+    with pytest.raises(ManifestError) as caught_manifest:
+        read_manifest(folder)
+    str(caught_manifest.value).encode("utf-8")
+
+
+def test_a_test_folder_that_is_also_a_module_folder_is_never_replaced(tmp_path, kinds):
+    """tests/test_a.py::test_x and tests/test_a/test_x.py::test_y: the second's goldens lie
+    inside the first's folder; updating the first must not delete them."""
+    root = tmp_path / "goldens"
+    source = _array_file(tmp_path / "a.npy", [1.0])
+    inner = GoldenFolder(
+        root,
+        "tests/test_a/test_x",
+        "test_y",
+        "tests/test_a/test_x.py::test_y",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    inner.stage("a.npy", source, None, {})
+    inner.commit()
+    outer = GoldenFolder(
+        root,
+        "tests/test_a",
+        "test_x",
+        "tests/test_a.py::test_x",
+        kinds,
+        digest_above=1 << 20,
+        rootdir=tmp_path,
+    )
+    outer.stage("a.npy", source, None, {})
+    from pytest_lossless.goldens.swap import GoldenUpdateError
+
+    with pytest.raises(GoldenUpdateError, match="another test module"):
+        outer.commit()
+    assert (inner.path / "manifest.json").is_file()
+
+
+def test_accept_writes_into_the_folder_of_the_module_path():
+    from pytest_lossless.goldens.accept import golden_names
+    from pytest_lossless.goldens.layout import folder_of
+
+    module, name = golden_names("tests/sub/test_s.py::test_m[5s]")
+    assert (module, name) == ("tests/sub/test_s", "test_m[5s]")
+    assert folder_of(Path("/g"), module, name) == Path("/g/tests/sub/test_s/test_m[5s]")

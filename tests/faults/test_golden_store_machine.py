@@ -1,0 +1,384 @@
+"""The golden store under concurrent update, check and kill: a hypothesis rule-based machine.
+
+Writers are real processes (forked), each updating one golden folder to a value of its own and
+pausing at every stop point of the folder swap (``swap.fault``: staged, retired, swapped) until
+the machine lets it go on, or SIGKILLs it there. A reader (a thread of this process) compares
+an artifact with the golden and pauses before every file it opens, so hypothesis interleaves
+each read with each step of each update, with or without ``RENAME_EXCHANGE``.
+
+What must hold, whatever the order (#20):
+- a check never reports a golden integrity error: it reads one version's manifest with that
+  same version's file, and its verdict is the verdict against that version;
+- a check never finds the golden missing once one was written, unless it ran out of attempts
+  while a writer sat between the two renames of the fallback;
+- once no writer runs, the folder holds one whole version that some writer committed (a killed
+  writer's leftovers recovered by the next update).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import queue
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from pytest_lossless.errors import GoldenError, GoldenIntegrityError, GoldenMissing
+from pytest_lossless.goldens import manifest as manifest_module
+from pytest_lossless.goldens import swap
+from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_manifest
+from pytest_lossless.kinds.registry import KindRegistry
+
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="forks writers; Linux only"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
+
+SIZE = 20_000
+TEST_ID = "tests/m/test_mod.py::test_x"
+
+
+def _value(index: int) -> bytes:
+    return bytes([65 + index % 26]) * SIZE
+
+
+def _folder(root: Path, workdir: Path | None = None) -> GoldenFolder:
+    return GoldenFolder(
+        root / "goldens",
+        "tests/m/test_mod",
+        "test_x",
+        TEST_ID,
+        KindRegistry(),
+        digest_above=1 << 30,
+        rootdir=root,
+        lock_timeout=5,
+        workdir=workdir,
+    )
+
+
+class Writer:
+    """One forked update, paused at each stop point of the swap until told to go on."""
+
+    def __init__(self, root: Path, value: bytes, *, exchange: bool) -> None:
+        self.value = value
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+        source = root / f"src-{hashlib.sha256(value).hexdigest()[:8]}.bin"
+        source.write_bytes(value)
+        pid = os.fork()
+        if pid == 0:  # the writer: never returns into pytest
+            code = 0
+            try:
+                os.close(self._to_child)
+                os.close(self._from_child)
+                if not exchange:
+                    os.environ[swap.FAULT_ENV] = "no-exchange"
+
+                def pause(point: str) -> None:
+                    os.write(from_child_w, point.encode() + b"\n")
+                    if os.read(to_child_r, 1) != b"g":
+                        os._exit(3)
+
+                swap.fault = pause  # type: ignore[assignment]
+                folder = _folder(root)
+                folder.begin_update()
+                folder.stage("v.bin", source, None, {})
+                try:
+                    folder.commit()
+                except GoldenConflict:
+                    code = 4
+            except BaseException:
+                code = 5
+            finally:
+                os._exit(code)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.pid = pid
+        self.point: str | None = None
+        self.status: int | None = None
+        self._lines = os.fdopen(self._from_child, "rb")
+        self._next()
+
+    def _next(self) -> None:
+        line = self._lines.readline()
+        if line:
+            self.point = line.decode().strip()
+            return
+        self.point = None
+        _, status = os.waitpid(self.pid, 0)
+        self.status = os.waitstatus_to_exitcode(status)
+        self._close()
+
+    def step(self) -> None:
+        os.write(self._to_child, b"g")
+        self._next()
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        self.status = -signal.SIGKILL
+        self._close()
+
+    def _close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._to_child)
+        self._lines.close()
+
+    @property
+    def running(self) -> bool:
+        return self.status is None
+
+
+class Reader:
+    """A check in a thread of its own, paused before each file it opens."""
+
+    def __init__(self, root: Path, obtained: Path, workdir: Path) -> None:
+        self.go: queue.Queue[bool] = queue.Queue()
+        self.events: queue.Queue[str] = queue.Queue()
+        self.outcome: Any = None
+        self.done = False
+        self.thread = threading.Thread(target=self._run, args=(root, obtained, workdir))
+        self.thread.start()
+        self._wait()
+
+    def pause(self) -> None:
+        if threading.current_thread() is self.thread:
+            self.events.put("paused")
+            self.go.get()
+
+    def _run(self, root: Path, obtained: Path, workdir: Path) -> None:
+        self.pause()
+        try:
+            folder = _folder(root, workdir)
+            result = folder.compare("v.bin", obtained, None)
+            self.outcome = (result.passed, folder.evidence["v.bin"]["golden"]["sha256"])
+        except GoldenError as exc:
+            self.outcome = exc
+        finally:
+            self.done = True
+            self.events.put("done")
+
+    def _wait(self) -> None:
+        self.events.get(timeout=60)
+
+    def step(self) -> None:
+        self.go.put(True)
+        self._wait()
+
+
+class GoldenStore(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="golden-machine-"))
+        self.root = self.tmp / "project"
+        self.root.mkdir()
+        self.writer: Writer | None = None
+        self.reader: Reader | None = None
+        self.made = 0
+        #: SHA-256 of every value a writer was started with (what the folder may hold).
+        self.versions: set[str] = set()
+        self.committed: set[str] = set()
+        self.readers = 0
+        #: A writer sat between the fallback's two renames while the reader read.
+        self.window = False
+
+    # ---------------------------------------------------------------- set up
+
+    @initialize()
+    def first_golden(self) -> None:
+        value = _value(0)
+        self.versions.add(hashlib.sha256(value).hexdigest())
+        self.committed.add(hashlib.sha256(value).hexdigest())
+        folder = _folder(self.root)
+        folder.begin_update()
+        source = self.root / "first.bin"
+        source.write_bytes(value)
+        folder.stage("v.bin", source, None, {})
+        folder.commit()
+        self.obtained = source
+
+    # ---------------------------------------------------------------- writers
+
+    @precondition(lambda self: self.writer is None or not self.writer.running)
+    @rule(exchange=st.booleans())
+    def start_update(self, exchange: bool) -> None:
+        self.made += 1
+        value = _value(self.made)
+        self.versions.add(hashlib.sha256(value).hexdigest())
+        self.writer = Writer(self.root, value, exchange=exchange)
+        self._note_window()
+
+    @precondition(lambda self: self.writer is not None and self.writer.running)
+    @rule()
+    def step_update(self) -> None:
+        assert self.writer is not None
+        self.writer.step()
+        self._note_window()
+        if not self.writer.running:
+            assert self.writer.status in (0, 4), f"the writer failed ({self.writer.status})"
+            if self.writer.status == 0:
+                self.committed.add(hashlib.sha256(self.writer.value).hexdigest())
+
+    @precondition(lambda self: self.writer is not None and self.writer.running)
+    @rule()
+    def kill_update(self) -> None:
+        assert self.writer is not None
+        self._note_window()
+        self.writer.kill()
+
+    def _note_window(self) -> None:
+        if self.writer is not None and self.writer.point == "golden-retired":
+            self.window = True
+
+    # ---------------------------------------------------------------- the check
+
+    @precondition(lambda self: self.reader is None)
+    @rule()
+    def start_check(self) -> None:
+        self.readers += 1
+        self.window = self.writer is not None and self.writer.point == "golden-retired"
+        workdir = self.tmp / f"reader-{self.readers}"
+        self.reader = Reader(self.root, self.obtained, workdir)
+
+    @precondition(lambda self: self.reader is not None)
+    @rule()
+    def step_check(self) -> None:
+        assert self.reader is not None
+        self.reader.step()
+        if self.reader.done:
+            self._judge(self.reader.outcome)
+            self.reader.thread.join()
+            self.reader = None
+
+    def _judge(self, outcome: Any) -> None:
+        assert not isinstance(outcome, GoldenIntegrityError), f"a torn read: {outcome}"
+        if isinstance(outcome, GoldenMissing):
+            assert self.window, "the golden went missing although no writer was between renames"
+            return
+        assert not isinstance(outcome, Exception), outcome
+        passed, sha256 = outcome
+        assert sha256 in self.versions, "a golden nobody wrote"
+        assert passed == (sha256 == hashlib.sha256(_value(0)).hexdigest())
+
+    # ---------------------------------------------------------------- invariants
+
+    @invariant()
+    def a_whole_golden_once_no_writer_runs(self) -> None:
+        if self.writer is not None and self.writer.running:
+            return
+        if self.reader is not None:
+            return  # the reader may be recovering; judged when it finishes
+        path = _folder(self.root).path
+        if not path.exists():
+            # Only a writer killed between the fallback's renames leaves it missing.
+            assert self.writer is not None
+            assert self.writer.point == "golden-retired"
+            return
+        entries = read_manifest(path)
+        stored = (path / "v.bin").read_bytes()
+        assert hashlib.sha256(stored).hexdigest() == entries["v.bin"].sha256
+        assert entries["v.bin"].sha256 in self.versions
+
+    def teardown(self) -> None:
+        if self.reader is not None:
+            while not self.reader.done:
+                self.reader.step()
+            self.reader.thread.join()
+        if self.writer is not None and self.writer.running:
+            self.writer.kill()
+        import shutil
+
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _pausing(reader_of: Any) -> Any:
+    """``manifest._open_at`` and ``_open_folder``, each preceded by the reader's pause."""
+
+    def wrap(real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            reader = reader_of()
+            if reader is not None:
+                reader.pause()
+            return real(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def test_the_golden_store_under_concurrent_update_check_and_kill(monkeypatch):
+    current: dict[str, Reader | None] = {"reader": None}
+    original_init = Reader.__init__
+
+    def init(self: Reader, *args: Any) -> None:
+        current["reader"] = self
+        original_init(self, *args)
+
+    monkeypatch.setattr(Reader, "__init__", init)
+    wrap = _pausing(lambda: current["reader"])
+    monkeypatch.setattr(manifest_module, "_open_at", wrap(manifest_module._open_at))
+    monkeypatch.setattr(manifest_module, "_open_folder", wrap(manifest_module._open_folder))
+    run_state_machine_as_test(
+        GoldenStore,
+        settings=settings(
+            max_examples=int(os.environ.get("LOSSLESS_MACHINE_EXAMPLES", "25")),
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+
+
+@pytest.mark.slow
+def test_the_machine_finds_the_torn_read_of_a_reader_that_opens_files_by_path(monkeypatch):
+    """The machine can fail: a reader that takes the manifest from the folder it opened but the
+    stored file from the live path (what the plugin did before) is caught reading one version's
+    manifest with another version's file."""
+    current: dict[str, Reader | None] = {"reader": None}
+    original_init = Reader.__init__
+
+    def init(self: Reader, *args: Any) -> None:
+        current["reader"] = self
+        original_init(self, *args)
+
+    real_open_at = manifest_module._open_at
+
+    def by_path(handle: int, name: str, folder: Path, root: Path) -> int:
+        if name == "manifest.json":
+            return real_open_at(handle, name, folder, root)
+        return os.open(folder / name, os.O_RDONLY)
+
+    monkeypatch.setattr(Reader, "__init__", init)
+    wrap = _pausing(lambda: current["reader"])
+    monkeypatch.setattr(manifest_module, "_open_at", wrap(by_path))
+    monkeypatch.setattr(manifest_module, "_open_folder", wrap(manifest_module._open_folder))
+    with pytest.raises(AssertionError, match="torn read"):
+        run_state_machine_as_test(
+            GoldenStore,
+            settings=settings(
+                max_examples=300,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+                database=None,
+                print_blob=False,
+                phases=[Phase.generate],  # found is enough: no shrinking
+            ),
+        )
