@@ -75,6 +75,6 @@ echo "verify rc=$?" | tee -a "$OUT/verify.log"
 
 # Small evidence back: receipts (JSON), summaries, the GPU goldens' manifests and plans.
 tar -C / -czf "$OUT/gpu-run.tgz" --exclude="*/report/*" \
-  "${RECEIPTS#/}" -C "$REPO" goldens/test_ref2va_gpu 2>/dev/null
+  "${RECEIPTS#/}" -C "$REPO" goldens/tests/gpu/test_ref2va_gpu 2>/dev/null
 ls -la "$OUT"
 exit $status
