@@ -241,6 +241,7 @@ class GoldenFixture:
         from ..goldens.checks import UnrepeatableProducer
         from ..media.artifacts import is_producer, named_artifacts, produce
 
+        unrepeatable: UnrepeatableProducer | None = None
         with (
             self._noting_failures("(run)", gate),
             failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)),
