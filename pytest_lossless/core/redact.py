@@ -288,8 +288,11 @@ class Redactor:
         """A unified diff with the values of secret-looking assignments hidden in its content
         lines (headers and binary patches are left whole, so hunks still line up).
 
-        Returns the redacted diff, the number of values hidden and the values."""
+        Returns the redacted diff, the number of values hidden (markers written, so a
+        ``Bearer <token>`` hidden whole counts once, though its bare token is also among the
+        values found) and the values."""
         found: list[str] = []
+        already = len(MARKER_RE.findall(diff))
         lines = diff.split("\n")
         code = header = binary = False
         for index, line in enumerate(lines):
@@ -305,7 +308,8 @@ class Redactor:
             elif header or binary or line[:1] not in ("+", "-", " "):
                 continue
             lines[index] = self._scan(line, found, code=code)
-        return "\n".join(lines), len(found), found
+        text = "\n".join(lines)
+        return text, len(MARKER_RE.findall(text)) - already, found
 
     def _scan(self, text: str, found: list[str], *, code: bool) -> str:
         text = self._known(text)

@@ -614,3 +614,22 @@ def test_prints_it(model_run):
         assert inherited not in text, f"the inherited secret leaked into {name}"
         assert TOKEN not in text, f"the bare bearer token leaked into {name}"
     assert marker(inherited) in terminal
+
+
+def test_a_redacted_diff_counts_the_markers_it_writes() -> None:
+    """A bearer token is hidden whole (one marker) though its bare token is a secret too: the
+    count a receipt records is the markers written, which verify checks against the stored
+    diff (on the GPU machine, 144 counted against 140 markers before)."""
+    from pytest_lossless.core.redact import MARKER_RE, Redactor
+
+    diff = (
+        "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1 +1,2 @@\n"
+        '+headers = {"Authorization": "Bearer abcdefgh12345678"}\n'
+        "+API_TOKEN = 'zyxwvuts98765432'\n"
+        " already = '<redacted sha256:0123456789ab>'\n"
+    )
+    text, count, found = Redactor().diff(diff)
+    assert "abcdefgh12345678" not in text and "zyxwvuts98765432" not in text
+    assert count == len(MARKER_RE.findall(text)) - 1  # the marker that was there is not counted
+    assert count == 2
+    assert len(found) > count  # the bare bearer token is among the values found
