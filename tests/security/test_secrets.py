@@ -629,7 +629,8 @@ def test_a_redacted_diff_counts_the_markers_it_writes() -> None:
         " already = '<redacted sha256:0123456789ab>'\n"
     )
     text, count, found = Redactor().diff(diff)
-    assert "abcdefgh12345678" not in text and "zyxwvuts98765432" not in text
+    assert "abcdefgh12345678" not in text
+    assert "zyxwvuts98765432" not in text
     assert count == len(MARKER_RE.findall(text)) - 1  # the marker that was there is not counted
     assert count == 2
     assert len(found) > count  # the bare bearer token is among the values found
