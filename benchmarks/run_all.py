@@ -137,9 +137,14 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
         obtained = Artifact("clip.mp4", "video", media.fingerprint("video", clip, limits=tight))
         return kinds.compare(None, golden, obtained)
 
+    def with_canary() -> object:
+        # A fresh session's registry: its canary runs once per (kind, gate), i.e. here.
+        return check(KindRegistry(canary="on"), golden, clip)()
+
     times = paired(
         {
             "check": check(kinds, golden, clip),
+            "canary": with_canary,
             "decode": run(decode_only(clip)),
             "merged": merged,
             "general": general_way(clip),
@@ -156,7 +161,14 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
     video = fp["streams"][0]
     label = f"{seconds:g} s {video['width']}x{video['height']} {video['frame_count']} frames"
     return [
-        (f"golden.check, decoded gate ({label})", times["check"], times["decode"], goal, "decode"),
+        (
+            f"golden.check, decoded gate, canary on ({label})",
+            times["canary"],
+            times["decode"],
+            goal,
+            "decode",
+        ),
+        ("  the same without the canary", times["check"], times["decode"], None, ""),
         (
             "  the same with its declared-size probe merged into the fingerprint",
             times["merged"],
@@ -337,12 +349,105 @@ def peer_rows(folder: Path, python: str, repeats: int, kinds: KindRegistry) -> l
     ]
 
 
+# ------------------------------------------------------------------ end to end, as a user runs it
+
+E2E_TEST = """
+from pathlib import Path
+
+import pytest
+
+CLIP = Path({clip!r})
+
+
+@pytest.mark.lossless
+def test_clip(golden):
+    golden.check("clip.mp4", CLIP)
+
+
+def test_trivial():
+    pass
+"""
+
+
+def _pytest_env(folder: Path) -> dict[str, str]:
+    """Only this plugin (autoload off: other installed plugins cost both arms the same, but
+    add noise), the source tree on the path, a lock folder of its own, bytecode written (as a
+    user's machine has it; ``PYTHONDONTWRITEBYTECODE`` is measured by ``bench_idle.py``)."""
+    path = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS",)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(
+        PYTHONPATH=path,
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+        PYTEST_LOSSLESS_LOCK_DIR=str(folder / "locks"),
+    )
+    return env
+
+
+def pytest_arm(project: Path, *args: str) -> Callable[[], object]:
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "pytest_lossless.plugin"]
+    argv += ["-p", "no:cacheprovider", *args]
+    env = _pytest_env(project)
+
+    def go() -> object:
+        done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(args)} failed:\n{done.stdout[-3000:]}")
+        return done
+
+    return go
+
+
+def e2e_rows(folder: Path, seconds: float, repeats: int) -> list[Row]:
+    """``golden.check`` of the clip inside a real pytest run (the user's path: start-up, the
+    fixture, the canary, the receipt and the report), minus a trivial test's run in the same
+    file, against ffmpeg's decode-only time; with the canary (the default) and without."""
+    clip = folder / "clip.mp4"
+    if not clip.exists():
+        make_clip(clip, seconds)
+    project = folder / "e2e"
+    project.mkdir(exist_ok=True)
+    (project / "locks").mkdir(exist_ok=True)
+    (project / "test_e2e.py").write_text(E2E_TEST.format(clip=str(clip)))
+    pytest_arm(project, "--update-goldens", "-k", "test_clip")()
+    times = paired(
+        {
+            "clip": pytest_arm(project, "--lossless", "-k", "test_clip"),
+            "clip_no_canary": pytest_arm(
+                project, "--lossless", "--lossless-no-canary", "-k", "test_clip"
+            ),
+            "trivial": pytest_arm(project, "--lossless", "-k", "test_trivial"),
+            "decode": run(decode_only(clip)),
+        },
+        repeats,
+    )
+    goal = 1.25 if len(os.sched_getaffinity(0)) >= 16 else 1.5
+    base = times["trivial"]
+    return [
+        (
+            "pytest: golden.check of the clip minus a trivial test (canary on) / decode",
+            times["clip"] - base,
+            times["decode"],
+            goal,
+            "decode",
+        ),
+        (
+            "  the same with --lossless-no-canary",
+            times["clip_no_canary"] - base,
+            times["decode"],
+            None,
+            "",
+        ),
+        ("  the trivial test's whole pytest run (subtracted above)", base, base, None, ""),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--big-mib", type=int, default=1024)
-    parser.add_argument("--only", default="video,memory,pair,bytes,peers,idle,speed")
+    parser.add_argument("--only", default="e2e,video,memory,pair,bytes,peers,idle,speed")
     parser.add_argument("--peers", default=None, help="a python that has the peers installed")
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--folder", default=None, help="work here instead of a temp folder")
@@ -352,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     cores = len(os.sched_getaffinity(0))
     print(f"machine: {platform.processor() or platform.machine()}, {cores} cores", flush=True)
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
     print(f"{'figure':78s} {'ours':>9s} {'ref':>9s} {'ratio':>6s}  goal", flush=True)
 
     def show(new: list[Row]) -> None:
@@ -364,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(dir=args.folder) as tmp:
         folder = Path(tmp)
+        if "e2e" in wanted:
+            show(e2e_rows(folder, args.seconds, max(5, args.repeats)))
         if "video" in wanted:
             show(video_rows(folder, args.seconds, args.repeats, kinds))
         if "memory" in wanted:
