@@ -105,7 +105,18 @@ _LAZY = {
     "write_png": "video",
 }
 _SUBMODULES = frozenset(
-    "artifacts audio container detect ffmpeg hashing limits probe tensor video".split()
+    [
+        "artifacts",
+        "audio",
+        "container",
+        "detect",
+        "ffmpeg",
+        "hashing",
+        "limits",
+        "probe",
+        "tensor",
+        "video",
+    ]
 )
 
 
