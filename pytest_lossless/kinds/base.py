@@ -162,6 +162,15 @@ class BuiltinKind(Kind):
         """The kind's own exact gate (``decoded``, ``elementwise``)."""
         raise NotImplementedError
 
+    def fingerprint_within(self, path: Path, limits: MediaLimits) -> dict[str, Any]:
+        """The fingerprint of an obtained file whose every decode stays within ``limits``
+        (derived from its golden): its declared sizes are checked first, when the kind has a
+        ``check_declared``. A kind that checks them while it decodes does it in one pass."""
+        check = getattr(self, "check_declared", None)
+        if check is not None:
+            check(path, limits)
+        return self.fingerprint(path)
+
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Any:
         """The canary's perturbed copy (a :class:`~.canary.Plan`) of ``artifact`` under a gate
         other than ``bytes``."""

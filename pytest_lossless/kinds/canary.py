@@ -60,6 +60,8 @@ class Plan:
     expected: Path | None = None
     #: The fingerprint of ``expected``, when it was taken already (to check the copy).
     expected_fingerprint: dict[str, Any] | None = None
+    #: The fingerprint of ``obtained``, when the kind took it already (with the expected one).
+    obtained_fingerprint: dict[str, Any] | None = None
     location: dict[str, Any] = field(default_factory=dict)
     prefix: str | None = None
 
@@ -327,7 +329,12 @@ class Canary:
                 fingerprint = self.registry.fingerprint(record.kind, plan.expected)
             expected = Artifact(artifact.name, record.kind, fingerprint, plan.expected)
         try:
-            obtained = self.registry.artifact(artifact.name, plan.obtained, plan.kind)
+            if plan.obtained_fingerprint is not None:
+                obtained = Artifact(
+                    artifact.name, plan.kind, plan.obtained_fingerprint, plan.obtained
+                )
+            else:
+                obtained = self.registry.artifact(artifact.name, plan.obtained, plan.kind)
         except ArtifactError as exc:
             if builtin:  # our own copies are sound: a refusal is the canary's problem
                 raise Unavailable(f"the changed copy cannot be fingerprinted: {exc}") from None
