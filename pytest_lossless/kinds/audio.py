@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..media.detect import is_audio_header, read_head
-from ..media.limits import MediaLimits
 from .base import BuiltinKind
 from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..media.limits import MediaLimits
 
 
 class AudioKind(BuiltinKind):
@@ -31,7 +30,7 @@ class AudioKind(BuiltinKind):
     }
 
     def detect(self, path: Path, head: bytes) -> bool:
-        from ..media.detect import detect_kind, may_be_container
+        from ..media.detect import detect_kind, is_audio_header, may_be_container
 
         # The header test is cheap; a container is probed only when no header says audio.
         return is_audio_header(head) or (
@@ -82,6 +81,7 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
     import soundfile
 
     from ..media.audio import load_audio
+    from ..media.detect import is_audio_header, read_head
 
     if not is_audio_header(read_head(path, 12)):
         raise Unavailable("audio in a media container: the canary changes WAV/FLAC files only")

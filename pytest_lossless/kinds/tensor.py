@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from ..media.detect import read_head
-from ..media.limits import MediaLimits
 from .base import BuiltinKind
 from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 
@@ -21,11 +19,12 @@ if TYPE_CHECKING:
 
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..media.limits import MediaLimits
 
 #: How many differing positions a listing shows.
 _LISTED = 20
 #: The limits on decoding the expected side and the obtained side.
-Sides = tuple[MediaLimits, MediaLimits]
+Sides = tuple["MediaLimits", "MediaLimits"]
 
 
 class TensorKind(BuiltinKind):
@@ -103,6 +102,8 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     name, index, value, what = found
     arrays[name][index] = value
     with open(out, "wb") as fh:  # a file object: numpy adds no suffix to it
+        from ..media.detect import read_head
+
         if read_head(path, 6) == b"\x93NUMPY":
             np.save(fh, arrays[""], allow_pickle=False)
         else:

@@ -16,17 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import LosslessError
-from ..media.hashing import sha256_hex
-from ..media.limits import MediaLimits
 from .base import BuiltinKind, Kind
 from .canary import Plan, Unavailable, Unfailable, beyond, middle_out, show
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..media.limits import MediaLimits
 
 #: The limits on decoding the expected side and the obtained side.
-Sides = tuple[MediaLimits, MediaLimits]
+Sides = tuple["MediaLimits", "MediaLimits"]
 
 
 class VideoKind(BuiltinKind):
@@ -196,6 +195,7 @@ def _seek_window(
     came cannot be placed in the fingerprint's digests."""
     from collections import deque
 
+    from ..media.hashing import sha256_hex
     from ..media.video import iter_video_frames
 
     frames = stream["frames"]
