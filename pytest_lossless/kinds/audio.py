@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import BuiltinKind
 from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
+from .video import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
@@ -28,6 +29,12 @@ class AudioKind(BuiltinKind):
     hints: ClassVar[dict[str, str]] = {
         "elementwise": "PCM samples are compared bit for bit by 'decoded'"
     }
+    #: WAV, RF64 and BW64 (RIFF forms), FLAC, or a container holding only audio.
+    signatures = (
+        *((0, magic) for magic in (b"RIFF", b"RF64", b"BW64", b"fLaC")),
+        *CONTAINER_SIGNATURES,
+    )
+    suffixes = CONTAINER_SUFFIXES
 
     def detect(self, path: Path, head: bytes) -> bool:
         from ..media.detect import detect_kind, is_audio_header, may_be_container

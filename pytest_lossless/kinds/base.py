@@ -53,6 +53,11 @@ class Kind:
     gates: ClassVar[tuple[str, ...]] = ("bytes",)
     #: For a refused gate: which gate does what it was asked for.
     hints: ClassVar[dict[str, str]] = {}
+    #: What every file of this kind has at its start, as ``(offset, bytes)`` pairs, unless it
+    #: is named with one of :attr:`suffixes`: a file with neither is never of this kind, so
+    #: detection does not ask :meth:`detect` (no probe, no read). None: always ask.
+    signatures: ClassVar[tuple[tuple[int, bytes], ...] | None] = None
+    suffixes: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, settings: Settings | None = None) -> None:
         #: The session's settings; the limits on decoding work come from them.

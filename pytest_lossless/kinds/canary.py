@@ -342,7 +342,7 @@ class Canary:
             record.first_mismatch = f"its fingerprint refused the changed copy: {exc}"
             return
         result: GateResult = self.registry.compare_only(gate, expected, obtained)
-        record.verdict = str(result.verdict)
+        record.verdict = result.verdict.value
         record.first_mismatch = result.first_mismatch or (
             "; ".join(result.metadata_diffs) if result.metadata_diffs else None
         )

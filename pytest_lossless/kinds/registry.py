@@ -153,6 +153,14 @@ def plugin_manager(
     return manager
 
 
+def _may_be(kind: Kind, head: bytes, suffix: str) -> bool:
+    """Whether ``kind``'s declared signatures or suffixes leave the file possible."""
+    signatures = kind.signatures
+    if signatures is None or suffix in kind.suffixes:
+        return True
+    return any(head[offset : offset + len(magic)] == magic for offset, magic in signatures)
+
+
 class KindRegistry:
     """Detects, fingerprints and compares artifacts through the ``pytest_lossless_*`` hooks.
 
@@ -201,8 +209,33 @@ class KindRegistry:
 
         path = Path(path)
         head = read_head(path)
-        kind = self.hook.pytest_lossless_detect_kind(path=path, head=head)
-        return str(kind) if kind else "bytes"
+        ordered = self._kinds_in_call_order("pytest_lossless_detect_kind")
+        if ordered is not None:
+            # Only kinds answer: each is asked in the hook's order, except those whose
+            # signatures rule the file out (a plain file is not probed as a video).
+            suffix = path.suffix.lower()
+            for kind in ordered:
+                if _may_be(kind, head, suffix) and kind.detect(path, head):
+                    return kind.name
+            return "bytes"
+        found = self.hook.pytest_lossless_detect_kind(path=path, head=head)
+        return str(found) if found else "bytes"
+
+    def _kinds_in_call_order(self, hook_name: str) -> list[Kind] | None:
+        """The :class:`~.base.Kind` objects implementing ``hook_name``, in the order pluggy
+        calls them; None when anything else implements it (a conftest function, a wrapper)."""
+        caller = getattr(self.hook, hook_name, None)
+        impls = getattr(caller, "get_hookimpls", None)
+        if impls is None:
+            return None
+        kinds: list[Kind] = []
+        for impl in reversed(impls()):
+            if impl.hookwrapper or getattr(impl, "wrapper", False):
+                return None
+            if not isinstance(impl.plugin, Kind):
+                return None
+            kinds.append(impl.plugin)
+        return kinds
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
         """The fingerprint of ``path`` as ``kind``; ArtifactError for a damaged file."""

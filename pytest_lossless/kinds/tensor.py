@@ -36,6 +36,8 @@ class TensorKind(BuiltinKind):
     hints: ClassVar[dict[str, str]] = {
         "decoded": "tensors are compared bit for bit by 'elementwise'"
     }
+    #: ``.npy`` (its magic string) and ``.npz`` (a zip: a local header or an empty archive).
+    signatures = ((0, b"\x93NUMPY"), (0, b"PK\x03\x04"), (0, b"PK\x05\x06"))
 
     def detect(self, path: Path, head: bytes) -> bool:
         from ..media.detect import is_tensor_file
