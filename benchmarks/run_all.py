@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -66,18 +67,44 @@ def make_clip(path: Path, seconds: float, size: str = "1344x768", *, audio: bool
     return path
 
 
-def paired(arms: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+class Timing(dict[str, float]):
+    """Median wall seconds of each arm, and (``cpu``) median CPU seconds: this process's threads
+    and its children's, steadier than wall time on a machine other work shares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cpu: dict[str, float] = {}
+
+    def cpu_note(self, ours: str, ref: str) -> str:
+        return f" [CPU {self.cpu[ours] / self.cpu[ref]:.2f}x]" if self.cpu.get(ref) else ""
+
+
+def _cpu() -> float:
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def paired(arms: dict[str, Callable[[], object]], repeats: int) -> Timing:
     """Median seconds of each arm, run in turn and in reversed turn (A B C, C B A, ...)."""
     times: dict[str, list[float]] = {name: [] for name in arms}
+    cpu: dict[str, list[float]] = {name: [] for name in arms}
     for fn in arms.values():
         fn()  # warm the page cache, the executable and the imports
     order = list(arms.items())
     for i in range(repeats):
         for name, fn in order if i % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
+            used, start = _cpu(), time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+            cpu[name].append(_cpu() - used)
+    timing = Timing()
+    for name in arms:
+        timing[name] = statistics.median(times[name])
+        timing.cpu[name] = statistics.median(cpu[name])
+    return timing
 
 
 def run(argv: list[str]) -> Callable[[], object]:
@@ -89,13 +116,18 @@ def decode_only(clip: Path) -> list[str]:
     return [*head, "-i", str(clip), "-map", "0:v", "-f", "null", "-"]
 
 
-def check(kinds: KindRegistry, golden: Artifact, path: Path) -> Callable[[], object]:
+def check(
+    kinds: KindRegistry | Callable[[], KindRegistry], golden: Artifact, path: Path
+) -> Callable[[], object]:
     """What ``golden.check`` does once pytest is up: the obtained file checked against limits
-    from its golden, fingerprinted, and compared under the kind's default gate."""
+    from its golden, fingerprinted, and compared under the kind's default gate. ``kinds``: a
+    registry, or a function making a fresh one for each call (a session's registry would
+    answer a second call from its fingerprint cache)."""
 
     def go() -> object:
-        obtained = kinds.artifact(golden.name, path, golden.kind, golden=golden.fingerprint)
-        result = kinds.compare(None, golden, obtained)
+        registry = kinds if isinstance(kinds, KindRegistry) else kinds()
+        obtained = registry.artifact(golden.name, path, golden.kind, golden=golden.fingerprint)
+        result = registry.compare(None, golden, obtained)
         assert result.passed, result
         return result
 
@@ -132,19 +164,15 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
     tight = media.MediaLimits.from_env().for_golden(fp)
 
     def merged() -> object:
-        # The declared check inside the fingerprint (overlapped with the decode), under the
-        # golden-derived limits, instead of a probe of its own before it.
+        # The fingerprint alone, under the golden-derived limits, and the comparison.
         obtained = Artifact("clip.mp4", "video", media.fingerprint("video", clip, limits=tight))
-        return kinds.compare(None, golden, obtained)
-
-    def with_canary() -> object:
-        # A fresh session's registry: its canary runs once per (kind, gate), i.e. here.
-        return check(KindRegistry(canary="on"), golden, clip)()
+        return KindRegistry().compare(None, golden, obtained)
 
     times = paired(
         {
-            "check": check(kinds, golden, clip),
-            "canary": with_canary,
+            "check": check(KindRegistry, golden, clip),
+            # A fresh session's registry each time: its canary runs once per (kind, gate).
+            "canary": check(lambda: KindRegistry(canary="on"), golden, clip),
             "decode": run(decode_only(clip)),
             "merged": merged,
             "general": general_way(clip),
@@ -162,15 +190,21 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
     label = f"{seconds:g} s {video['width']}x{video['height']} {video['frame_count']} frames"
     return [
         (
-            f"golden.check, decoded gate, canary on ({label})",
+            f"golden.check, decoded gate, canary on ({label})" + times.cpu_note("canary", "decode"),
             times["canary"],
             times["decode"],
             goal,
             "decode",
         ),
-        ("  the same without the canary", times["check"], times["decode"], None, ""),
         (
-            "  the same with its declared-size probe merged into the fingerprint",
+            "  the same without the canary" + times.cpu_note("check", "decode"),
+            times["check"],
+            times["decode"],
+            None,
+            "",
+        ),
+        (
+            "  the fingerprint and the comparison alone" + times.cpu_note("merged", "decode"),
             times["merged"],
             times["decode"],
             None,
@@ -240,9 +274,10 @@ def pair_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) -
     shutil.copyfile(control, candidate)
 
     def compare() -> object:
-        left = kinds.artifact("clip.mp4", control, "video")
-        right = kinds.artifact("clip.mp4", candidate, "video")
-        result = kinds.compare(None, left, right)
+        fresh = KindRegistry()  # a session's registry would answer from its fingerprint cache
+        left = fresh.artifact("clip.mp4", control, "video")
+        right = fresh.artifact("clip.mp4", candidate, "video")
+        result = fresh.compare(None, left, right)
         assert result.passed, result
         return result
 
@@ -262,7 +297,7 @@ def pair_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) -
         assert fp == reference
     return [
         (
-            "control vs candidate (two clips, no goldens)",
+            "control vs candidate (two clips, no goldens)" + times.cpu_note("pair", "decode"),
             times["pair"],
             times["decode"],
             1.25,
@@ -292,7 +327,10 @@ def bytes_rows(folder: Path, mib: int, repeats: int, kinds: KindRegistry) -> lis
     for kind, path, what in (("bytes", blob, "bytes"), ("tensor", tensor, "elementwise")):
         golden = Artifact(name=path.name, kind=kind, fingerprint=media.fingerprint(kind, path))
         times = paired(
-            {"check": check(kinds, golden, path), "sha256sum": run(["sha256sum", str(path)])},
+            {
+                "check": check(KindRegistry, golden, path),
+                "sha256sum": run(["sha256sum", str(path)]),
+            },
             repeats,
         )
         rows.append(
@@ -315,7 +353,7 @@ def peer_rows(folder: Path, python: str, repeats: int, kinds: KindRegistry) -> l
     ours: dict[str, float] = {}
     for kind, path in (("video", clip), ("bytes", clip), ("tensor", tensor)):
         golden = Artifact(name=path.name, kind=kind, fingerprint=media.fingerprint(kind, path))
-        ours[kind] = paired({"check": check(kinds, golden, path)}, repeats)["check"]
+        ours[kind] = paired({"check": check(KindRegistry, golden, path)}, repeats)["check"]
     mib = tensor.stat().st_size / (1 << 20)
     return [
         (
@@ -425,7 +463,7 @@ def e2e_rows(folder: Path, seconds: float, repeats: int) -> list[Row]:
     base = times["trivial"]
     return [
         (
-            "pytest: golden.check of the clip minus a trivial test (canary on) / decode",
+            "pytest: golden.check minus a trivial test (canary on) / decode",
             times["clip"] - base,
             times["decode"],
             goal,

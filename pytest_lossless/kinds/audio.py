@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import BuiltinKind
-from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 from .video import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
+    from .canary import Plan
 
 
 class AudioKind(BuiltinKind):
@@ -89,6 +89,7 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
 
     from ..media.audio import load_audio
     from ..media.detect import is_audio_header, read_head
+    from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 
     if not is_audio_header(read_head(path, 12)):
         raise Unavailable("audio in a media container: the canary changes WAV/FLAC files only")

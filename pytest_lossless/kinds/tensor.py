@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .base import BuiltinKind
-from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
+    from .canary import Plan
 
 #: How many differing positions a listing shows.
 _LISTED = 20
@@ -80,6 +80,7 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     import numpy as np
 
     from ..gates.arrays import load_arrays, unravel
+    from .canary import Plan, Unavailable, Unfailable, middle_out
 
     arrays = {
         name: np.array(a, copy=True, order="K") for name, a in load_arrays(path, limits).items()
@@ -125,6 +126,8 @@ def _tensor_change(array: npt.NDArray[Any], index: tuple[int, ...], gate: Gate) 
     """The new value of one element under ``gate`` and what it is, or (None, "")."""
     import numpy as np
 
+    from .canary import beyond, flip_lsb, show
+
     old = np.array(array[index], dtype=array.dtype).reshape(1)
     if gate.name == "ulp":
         return _ulp_change(array, old, gate)
@@ -148,6 +151,7 @@ def _ulp_change(array: npt.NDArray[Any], old: npt.NDArray[Any], gate: Gate) -> t
     import numpy as np
 
     from ..gates import ulps
+    from .canary import Unavailable
 
     try:
         bits, fmt, lost = ulps.float_bits(old, gate.dtype)

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import LosslessError
 from .base import BuiltinKind, Kind
-from .canary import Plan, Unavailable, Unfailable, beyond, middle_out, show
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
+    from .canary import Plan
 
 #: Where a container may start (what :func:`~..media.detect.may_be_container` looks for): ISO
 #: BMFF boxes at offset 4, EBML, RIFF (AVI), Ogg, MPEG-PS, FLV, an ID3 tag, an MPEG-TS sync byte.
@@ -121,6 +121,8 @@ def plan_frames(
     (one sample, for a tolerance) of the middle one changed. The copy must decode to the
     original's frame digests, or the next codec is tried. The frames come from one short
     decode near the middle of the clip (:func:`window_frames`), not from a second whole one."""
+    from .canary import Plan, Unavailable
+
     assert artifact.path is not None
     stream = video_stream(artifact.fingerprint)
     frames = stream["frames"]
@@ -199,6 +201,7 @@ def window_frames(
     in the fingerprint. Only where a seek cannot tell (no timing, a damaged index) is the clip
     decoded from its start up to the middle's frames."""
     from ..media.video import load_video_frames
+    from .canary import Unavailable
 
     frames = stream["frames"]
     digests = [f["sha256"] for f in frames]
@@ -320,6 +323,8 @@ def write_frames(
 
 def video_stream(fingerprint: dict[str, Any]) -> dict[str, Any]:
     """The first video stream of a container fingerprint that has frames (not a cover)."""
+    from .canary import Unavailable
+
     for stream in fingerprint.get("streams", []):
         if (
             stream.get("type") == "video"
@@ -336,6 +341,7 @@ def change_frame(frame: bytes, stream: dict[str, Any], gate: Gate) -> tuple[byte
     import numpy as np
 
     from ..media.video import sample_dtype
+    from .canary import Unfailable, beyond, middle_out, show
 
     data = bytearray(frame)
     if gate.name != "tolerance":
