@@ -291,6 +291,12 @@ class KindRegistry:
         if own is None or check is None or golden is None:
             return Artifact(name, found, self.fingerprint(found, path), path=path)
         limits = media_limits(self.settings).for_golden(golden)
+        if self.canary is not None:
+            # The canary's copies are made from the file while it is decoded (the common
+            # case: the file equals its golden; otherwise they are made again after).
+            self.canary.rehearse(
+                self.default_gate(found), Artifact(name, found, dict(golden), path)
+            )
         within = getattr(own, "fingerprint_within", None)
         if within is not None and self._answers_alone(own, "pytest_lossless_fingerprint"):
             # The kind checks the declared sizes while it starts decoding, under the same
