@@ -58,6 +58,11 @@ class Kind:
     #: detection does not ask :meth:`detect` (no probe, no read). None: always ask.
     signatures: ClassVar[tuple[tuple[int, bytes], ...] | None] = None
     suffixes: ClassVar[frozenset[str]] = frozenset()
+    #: Signatures (as :attr:`signatures`) of files whose kind :meth:`BuiltinKind.
+    #: fingerprint_within` decides itself, refusing one of another kind as detection would:
+    #: detection of such a file, expected to be of this kind, leaves the question to it
+    #: instead of a probe of its own.
+    decided_by_fingerprint: ClassVar[tuple[tuple[int, bytes], ...]] = ()
 
     def __init__(self, settings: Settings | None = None) -> None:
         #: The session's settings; the limits on decoding work come from them.

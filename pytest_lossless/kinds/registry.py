@@ -203,8 +203,15 @@ class KindRegistry:
             self._builtins[name] = builtin_kind(name, self.settings)
         return self._builtins[name]
 
-    def detect(self, path: Path) -> str:
-        """The kind of the artifact at ``path``, from its content."""
+    def detect(self, path: Path, expected: str | None = None) -> str:
+        """The kind of the artifact at ``path``, from its content.
+
+        ``expected``: the kind its golden has, when the caller fingerprints it next with
+        ``artifact(..., golden=...)``. A kind whose fingerprint decides files of some
+        signatures (:attr:`~.base.Kind.decided_by_fingerprint`: an mp4 or mkv is a video
+        unless it holds audio only) is then not asked to probe such a file: when no kind
+        before it in detection order claims it, the answer is ``expected`` and the fingerprint
+        decides."""
         from ..media.detect import read_head
 
         path = Path(path)
@@ -215,11 +222,27 @@ class KindRegistry:
             # signatures rule the file out (a plain file is not probed as a video).
             suffix = path.suffix.lower()
             for kind in ordered:
-                if _may_be(kind, head, suffix) and kind.detect(path, head):
+                if not _may_be(kind, head, suffix):
+                    continue
+                if kind.name == expected and self._decided_by_fingerprint(kind, head):
+                    return kind.name
+                if kind.detect(path, head):
                     return kind.name
             return "bytes"
         found = self.hook.pytest_lossless_detect_kind(path=path, head=head)
         return str(found) if found else "bytes"
+
+    def _decided_by_fingerprint(self, kind: Kind, head: bytes) -> bool:
+        """Whether the file (its first bytes ``head``) is one whose kind ``kind``'s own
+        fingerprint decides, and that fingerprint is the one a golden check of it takes (a
+        built-in kind that no other implementation overrides)."""
+        return (
+            isinstance(kind, BuiltinKind)
+            and any(
+                head[at : at + len(magic)] == magic for at, magic in kind.decided_by_fingerprint
+            )
+            and self._answers_alone(kind, "pytest_lossless_fingerprint")
+        )
 
     def _kinds_in_call_order(self, hook_name: str) -> list[Kind] | None:
         """The :class:`~.base.Kind` objects implementing ``hook_name``, in the order pluggy
@@ -307,18 +330,24 @@ class KindRegistry:
         return Artifact(name, found, self.fingerprint(found, path), path=path)
 
     def _answers_alone(self, kind: Kind, hook_name: str) -> bool:
-        """Whether ``kind`` is the one implementation of ``hook_name`` that answers for its own
-        name: every other implementation is a :class:`~.base.Kind` of another name (a plugin
-        or conftest function could answer for any kind, and it goes first)."""
+        """Whether ``kind`` (or the registered object of its class) is the one implementation
+        of ``hook_name`` that answers for its name: every other one is a
+        :class:`~.base.Kind` of another name (a plugin or conftest function could answer for
+        any kind, and it goes first; so could another kind object of the same name)."""
         caller = getattr(self.hook, hook_name, None)
         impls = getattr(caller, "get_hookimpls", None)
         if impls is None:
             return False
+        answering = 0
         for impl in impls():
             plugin = impl.plugin
-            if plugin is not kind and not (isinstance(plugin, Kind) and plugin.name != kind.name):
+            if not isinstance(plugin, Kind) or impl.hookwrapper or getattr(impl, "wrapper", False):
                 return False
-        return True
+            if plugin.name == kind.name:
+                if type(plugin) is not type(kind):
+                    return False
+                answering += 1
+        return answering == 1
 
     def _cached(
         self, kind: str, path: Path, compute: Callable[[], dict[str, Any]], key: Hashable = None

@@ -72,6 +72,9 @@ class VideoKind(BuiltinKind):
     }
     signatures = CONTAINER_SIGNATURES
     suffixes = CONTAINER_SUFFIXES
+    #: ISO BMFF and EBML: detection says video for these whatever a probe finds, unless the
+    #: probe finds audio only; the fingerprint finds the same.
+    decided_by_fingerprint = CONTAINER_SIGNATURES[:8]
 
     def detect(self, path: Path, head: bytes) -> bool:
         from ..media.detect import detect_kind, may_be_container
@@ -95,7 +98,14 @@ class VideoKind(BuiltinKind):
         from ..media.container import fingerprint_container
 
         # The fast way checks the declared sizes under these limits while the decode starts.
-        return fingerprint_container(path, video=True, limits=limits)
+        found = fingerprint_container(path, video=True, limits=limits)
+        if not any(s.get("type") == "video" for s in found.get("streams", [])):
+            # What detection would have said (its probe finds no video stream): audio.
+            from ..errors import ArtifactError
+            from ..media.detect import not_the_kind
+
+            raise ArtifactError(path, not_the_kind(path, self.name, "audio"))
+        return found
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         from ..gates.exact import compare_container

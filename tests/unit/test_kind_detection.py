@@ -101,4 +101,48 @@ def test_the_kinds_signatures_cover_what_media_detection_looks_for() -> None:
     assert brands <= set(VideoKind.signatures or ()) <= set(AudioKind.signatures or ())
     assert {(0, riff) for riff in detect.RIFF_IDS} <= set(AudioKind.signatures or ())
     assert (0, detect.NPY_MAGIC) in (TensorKind.signatures or ())
+    # Where detection says video whatever its probe finds (media.detect.has_container_signature)
+    assert set(VideoKind.decided_by_fingerprint) == brands | {(0, b"\x1a\x45\xdf\xa3")}
     assert set(ImageKind.signatures or ()) == {(0, magic) for _name, magic in IMAGE_SIGNATURES}
+
+
+def test_a_file_expected_to_be_a_video_is_not_probed_and_its_fingerprint_decides(
+    samples: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A golden check of a video leaves the question to the video fingerprint (one pass): an
+    obtained file that holds only audio is refused there, as detection would have refused it."""
+    from pytest_lossless.errors import ArtifactError
+
+    golden = KindRegistry().fingerprint("video", samples["video.mp4"])
+
+    def no_probe(self: object, path: Path, head: bytes) -> bool:
+        raise AssertionError(f"probed {path.name}")
+
+    monkeypatch.setattr(VideoKind, "detect", no_probe)
+    registry = KindRegistry()
+    assert registry.detect(samples["video.mp4"], expected="video") == "video"
+    found = registry.artifact("v", samples["video.mp4"], "video", golden=golden)
+    assert found.fingerprint["streams"][0]["type"] == "video"
+    assert registry.detect(samples["audio.m4a"], expected="video") == "video"
+    with pytest.raises(ArtifactError, match=r"not a video: .* read as audio"):
+        registry.artifact("v", samples["audio.m4a"], "video", golden=golden)
+    assert registry.detect(samples["bytes.bin"], expected="video") == "bytes"  # no signature
+    with pytest.raises(AssertionError, match="probed"):  # without expected, detection probes
+        registry.detect(samples["audio.m4a"])
+
+
+def test_a_hook_that_fingerprints_videos_keeps_answering_golden_checks(
+    samples: dict[str, Path],
+) -> None:
+    """The one-pass golden check is the built-in kind's own: a plugin or conftest that
+    fingerprints videos itself still answers first, and detection probes again."""
+    golden = KindRegistry().fingerprint("video", samples["video.mp4"])
+    registry = KindRegistry()
+    plugin = types.SimpleNamespace(
+        pytest_lossless_fingerprint=lambda kind, path: {"mine": True} if kind == "video" else None
+    )
+    assert registry.plugin_manager is not None
+    registry.plugin_manager.register(plugin, "my-video-fingerprint")
+    found = registry.artifact("v", samples["video.mp4"], "video", golden=golden)
+    assert found.fingerprint == {"mine": True}
+    assert registry.detect(samples["audio.m4a"], expected="video") == "audio"  # probed
