@@ -461,16 +461,21 @@ def e2e_rows(folder: Path, seconds: float, repeats: int) -> list[Row]:
     )
     goal = 1.25 if len(os.sched_getaffinity(0)) >= 16 else 1.5
     base = times["trivial"]
+
+    def cpu(arm: str) -> str:  # pytest's CPU and its children's, less the trivial run's
+        extra, ref = times.cpu[arm] - times.cpu["trivial"], times.cpu["decode"]
+        return f" [CPU {extra / ref:.2f}x]" if ref else ""
+
     return [
         (
-            "pytest: golden.check minus a trivial test (canary on) / decode",
+            "pytest: golden.check minus a trivial test (canary on) / decode" + cpu("clip"),
             times["clip"] - base,
             times["decode"],
             goal,
             "decode",
         ),
         (
-            "  the same with --lossless-no-canary",
+            "  the same with --lossless-no-canary" + cpu("clip_no_canary"),
             times["clip_no_canary"] - base,
             times["decode"],
             None,
