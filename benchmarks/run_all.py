@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -66,18 +67,44 @@ def make_clip(path: Path, seconds: float, size: str = "1344x768", *, audio: bool
     return path
 
 
-def paired(arms: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+class Timing(dict[str, float]):
+    """Median wall seconds of each arm, and (``cpu``) median CPU seconds: this process's threads
+    and its children's, steadier than wall time on a machine other work shares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cpu: dict[str, float] = {}
+
+    def cpu_note(self, ours: str, ref: str) -> str:
+        return f" [CPU {self.cpu[ours] / self.cpu[ref]:.2f}x]" if self.cpu.get(ref) else ""
+
+
+def _cpu() -> float:
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def paired(arms: dict[str, Callable[[], object]], repeats: int) -> Timing:
     """Median seconds of each arm, run in turn and in reversed turn (A B C, C B A, ...)."""
     times: dict[str, list[float]] = {name: [] for name in arms}
+    cpu: dict[str, list[float]] = {name: [] for name in arms}
     for fn in arms.values():
         fn()  # warm the page cache, the executable and the imports
     order = list(arms.items())
     for i in range(repeats):
         for name, fn in order if i % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
+            used, start = _cpu(), time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+            cpu[name].append(_cpu() - used)
+    timing = Timing()
+    for name in arms:
+        timing[name] = statistics.median(times[name])
+        timing.cpu[name] = statistics.median(cpu[name])
+    return timing
 
 
 def run(argv: list[str]) -> Callable[[], object]:
@@ -89,13 +116,18 @@ def decode_only(clip: Path) -> list[str]:
     return [*head, "-i", str(clip), "-map", "0:v", "-f", "null", "-"]
 
 
-def check(kinds: KindRegistry, golden: Artifact, path: Path) -> Callable[[], object]:
+def check(
+    kinds: KindRegistry | Callable[[], KindRegistry], golden: Artifact, path: Path
+) -> Callable[[], object]:
     """What ``golden.check`` does once pytest is up: the obtained file checked against limits
-    from its golden, fingerprinted, and compared under the kind's default gate."""
+    from its golden, fingerprinted, and compared under the kind's default gate. ``kinds``: a
+    registry, or a function making a fresh one for each call (a session's registry would
+    answer a second call from its fingerprint cache)."""
 
     def go() -> object:
-        obtained = kinds.artifact(golden.name, path, golden.kind, golden=golden.fingerprint)
-        result = kinds.compare(None, golden, obtained)
+        registry = kinds if isinstance(kinds, KindRegistry) else kinds()
+        obtained = registry.artifact(golden.name, path, golden.kind, golden=golden.fingerprint)
+        result = registry.compare(None, golden, obtained)
         assert result.passed, result
         return result
 
@@ -105,7 +137,7 @@ def check(kinds: KindRegistry, golden: Artifact, path: Path) -> Callable[[], obj
 def general_way(clip: Path) -> Callable[[], object]:
     def go() -> object:
         fast = container._fast_fingerprint
-        container._fast_fingerprint = lambda path, limits: None  # type: ignore[assignment]
+        container._fast_fingerprint = lambda path, limits, **_: None  # type: ignore[assignment]
         try:
             return media.fingerprint("video", clip)
         finally:
@@ -132,14 +164,15 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
     tight = media.MediaLimits.from_env().for_golden(fp)
 
     def merged() -> object:
-        # The declared check inside the fingerprint (overlapped with the decode), under the
-        # golden-derived limits, instead of a probe of its own before it.
+        # The fingerprint alone, under the golden-derived limits, and the comparison.
         obtained = Artifact("clip.mp4", "video", media.fingerprint("video", clip, limits=tight))
-        return kinds.compare(None, golden, obtained)
+        return KindRegistry().compare(None, golden, obtained)
 
     times = paired(
         {
-            "check": check(kinds, golden, clip),
+            "check": check(KindRegistry, golden, clip),
+            # A fresh session's registry each time: its canary runs once per (kind, gate).
+            "canary": check(lambda: KindRegistry(canary="on"), golden, clip),
             "decode": run(decode_only(clip)),
             "merged": merged,
             "general": general_way(clip),
@@ -156,9 +189,22 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
     video = fp["streams"][0]
     label = f"{seconds:g} s {video['width']}x{video['height']} {video['frame_count']} frames"
     return [
-        (f"golden.check, decoded gate ({label})", times["check"], times["decode"], goal, "decode"),
         (
-            "  the same with its declared-size probe merged into the fingerprint",
+            f"golden.check, decoded gate, canary on ({label})" + times.cpu_note("canary", "decode"),
+            times["canary"],
+            times["decode"],
+            goal,
+            "decode",
+        ),
+        (
+            "  the same without the canary" + times.cpu_note("check", "decode"),
+            times["check"],
+            times["decode"],
+            None,
+            "",
+        ),
+        (
+            "  the fingerprint and the comparison alone" + times.cpu_note("merged", "decode"),
             times["merged"],
             times["decode"],
             None,
@@ -228,9 +274,10 @@ def pair_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) -
     shutil.copyfile(control, candidate)
 
     def compare() -> object:
-        left = kinds.artifact("clip.mp4", control, "video")
-        right = kinds.artifact("clip.mp4", candidate, "video")
-        result = kinds.compare(None, left, right)
+        fresh = KindRegistry()  # a session's registry would answer from its fingerprint cache
+        left = fresh.artifact("clip.mp4", control, "video")
+        right = fresh.artifact("clip.mp4", candidate, "video")
+        result = fresh.compare(None, left, right)
         assert result.passed, result
         return result
 
@@ -250,7 +297,7 @@ def pair_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) -
         assert fp == reference
     return [
         (
-            "control vs candidate (two clips, no goldens)",
+            "control vs candidate (two clips, no goldens)" + times.cpu_note("pair", "decode"),
             times["pair"],
             times["decode"],
             1.25,
@@ -280,7 +327,10 @@ def bytes_rows(folder: Path, mib: int, repeats: int, kinds: KindRegistry) -> lis
     for kind, path, what in (("bytes", blob, "bytes"), ("tensor", tensor, "elementwise")):
         golden = Artifact(name=path.name, kind=kind, fingerprint=media.fingerprint(kind, path))
         times = paired(
-            {"check": check(kinds, golden, path), "sha256sum": run(["sha256sum", str(path)])},
+            {
+                "check": check(KindRegistry, golden, path),
+                "sha256sum": run(["sha256sum", str(path)]),
+            },
             repeats,
         )
         rows.append(
@@ -303,7 +353,7 @@ def peer_rows(folder: Path, python: str, repeats: int, kinds: KindRegistry) -> l
     ours: dict[str, float] = {}
     for kind, path in (("video", clip), ("bytes", clip), ("tensor", tensor)):
         golden = Artifact(name=path.name, kind=kind, fingerprint=media.fingerprint(kind, path))
-        ours[kind] = paired({"check": check(kinds, golden, path)}, repeats)["check"]
+        ours[kind] = paired({"check": check(KindRegistry, golden, path)}, repeats)["check"]
     mib = tensor.stat().st_size / (1 << 20)
     return [
         (
@@ -337,12 +387,110 @@ def peer_rows(folder: Path, python: str, repeats: int, kinds: KindRegistry) -> l
     ]
 
 
+# ------------------------------------------------------------------ end to end, as a user runs it
+
+E2E_TEST = """
+from pathlib import Path
+
+import pytest
+
+CLIP = Path({clip!r})
+
+
+@pytest.mark.lossless
+def test_clip(golden):
+    golden.check("clip.mp4", CLIP)
+
+
+def test_trivial():
+    pass
+"""
+
+
+def _pytest_env(folder: Path) -> dict[str, str]:
+    """Only this plugin (autoload off: other installed plugins cost both arms the same, but
+    add noise), the source tree on the path, a lock folder of its own, bytecode written (as a
+    user's machine has it; ``PYTHONDONTWRITEBYTECODE`` is measured by ``bench_idle.py``)."""
+    path = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS",)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(
+        PYTHONPATH=path,
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+        PYTEST_LOSSLESS_LOCK_DIR=str(folder / "locks"),
+    )
+    return env
+
+
+def pytest_arm(project: Path, *args: str) -> Callable[[], object]:
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "pytest_lossless.plugin"]
+    argv += ["-p", "no:cacheprovider", *args]
+    env = _pytest_env(project)
+
+    def go() -> object:
+        done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(args)} failed:\n{done.stdout[-3000:]}")
+        return done
+
+    return go
+
+
+def e2e_rows(folder: Path, seconds: float, repeats: int) -> list[Row]:
+    """``golden.check`` of the clip inside a real pytest run (the user's path: start-up, the
+    fixture, the canary, the receipt and the report), minus a trivial test's run in the same
+    file, against ffmpeg's decode-only time; with the canary (the default) and without."""
+    clip = folder / "clip.mp4"
+    if not clip.exists():
+        make_clip(clip, seconds)
+    project = folder / "e2e"
+    project.mkdir(exist_ok=True)
+    (project / "locks").mkdir(exist_ok=True)
+    (project / "test_e2e.py").write_text(E2E_TEST.format(clip=str(clip)))
+    pytest_arm(project, "--update-goldens", "-k", "test_clip")()
+    times = paired(
+        {
+            "clip": pytest_arm(project, "--lossless", "-k", "test_clip"),
+            "clip_no_canary": pytest_arm(
+                project, "--lossless", "--lossless-no-canary", "-k", "test_clip"
+            ),
+            "trivial": pytest_arm(project, "--lossless", "-k", "test_trivial"),
+            "decode": run(decode_only(clip)),
+        },
+        repeats,
+    )
+    goal = 1.25 if len(os.sched_getaffinity(0)) >= 16 else 1.5
+    base = times["trivial"]
+
+    def cpu(arm: str) -> str:  # pytest's CPU and its children's, less the trivial run's
+        extra, ref = times.cpu[arm] - times.cpu["trivial"], times.cpu["decode"]
+        return f" [CPU {extra / ref:.2f}x]" if ref else ""
+
+    return [
+        (
+            "pytest: golden.check minus a trivial test (canary on) / decode" + cpu("clip"),
+            times["clip"] - base,
+            times["decode"],
+            goal,
+            "decode",
+        ),
+        (
+            "  the same with --lossless-no-canary" + cpu("clip_no_canary"),
+            times["clip_no_canary"] - base,
+            times["decode"],
+            None,
+            "",
+        ),
+        ("  the trivial test's whole pytest run (subtracted above)", base, base, None, ""),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--big-mib", type=int, default=1024)
-    parser.add_argument("--only", default="video,memory,pair,bytes,peers,idle,speed")
+    parser.add_argument("--only", default="e2e,video,memory,pair,bytes,peers,idle,speed")
     parser.add_argument("--peers", default=None, help="a python that has the peers installed")
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--folder", default=None, help="work here instead of a temp folder")
@@ -352,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     cores = len(os.sched_getaffinity(0))
     print(f"machine: {platform.processor() or platform.machine()}, {cores} cores", flush=True)
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
     print(f"{'figure':78s} {'ours':>9s} {'ref':>9s} {'ratio':>6s}  goal", flush=True)
 
     def show(new: list[Row]) -> None:
@@ -364,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(dir=args.folder) as tmp:
         folder = Path(tmp)
+        if "e2e" in wanted:
+            show(e2e_rows(folder, args.seconds, max(5, args.repeats)))
         if "video" in wanted:
             show(video_rows(folder, args.seconds, args.repeats, kinds))
         if "memory" in wanted:

@@ -11,17 +11,38 @@ implements or calls these hooks.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from .core.artifact import Artifact
-from .devices.base import Backend
-from .gates.result import GateResult
-from .gates.spec import Gate
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .core.artifact import Artifact
+    from .devices.base import Backend
+    from .gates.result import GateResult
+    from .gates.spec import Gate
 
 __all__ = ["Artifact", "Backend", "Gate", "GateResult", "hookimpl", "hookspec"]
+
+#: The value types the hooks speak of, importable from here as before; loaded on first use, so
+#: that registering the hooks at start-up loads none of them (PEP 562).
+_TYPES = {
+    "Artifact": "core.artifact",
+    "Backend": "devices.base",
+    "Gate": "gates.spec",
+    "GateResult": "gates.result",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _TYPES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
 
 hookspec = pluggy.HookspecMarker("pytest")
 #: Implementations of our hooks: pytest's project name, so pytest's own manager accepts them.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,9 @@ from .. import media
 from ..errors import LosslessError
 from .arrays import Sides
 from .result import GateResult
+
+if TYPE_CHECKING:
+    from ..media.limits import MediaLimits
 
 #: How many differing positions a diagnostics text file lists.
 _LISTED = 20
@@ -52,17 +55,21 @@ def frame_diagnostics(result: GateResult, epath: Path, opath: Path, limits: Side
     loc = result.location
     if "frame" not in loc:
         return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def load(p: Path, side: MediaLimits) -> dict[int, npt.NDArray[Any]]:
+        return media.load_video_frames(
+            p,
+            stream_index=loc.get("stream"),
+            indices=[loc["frame"]],
+            frame_bytes=loc.get("frame_bytes"),
+            limits=side,
+        )
+
     try:
-        frames = [
-            media.load_video_frames(
-                p,
-                stream_index=loc.get("stream"),
-                indices=[loc["frame"]],
-                frame_bytes=loc.get("frame_bytes"),
-                limits=side,
-            )
-            for p, side in zip((epath, opath), limits, strict=True)
-        ]
+        # Both sides decode at the same time: two short ffmpeg runs, mostly start-up.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            frames = list(pool.map(load, (epath, opath), limits))
     except LosslessError:
         return
     if loc["frame"] not in frames[0] or loc["frame"] not in frames[1]:

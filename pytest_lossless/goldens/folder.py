@@ -225,7 +225,11 @@ class GoldenFolder:
             root=self.boundary,
             copy=self._copies.get(name),
         )
-        kind = self.kinds.detect(obtained_path)
+        # Under a gate other than bytes the file must be of the golden's kind: the kind's
+        # fingerprint may tell, in one pass, instead of a probe before it (#21).
+        named = gate if gate is not None else self.kinds.gate_for(entry.gate, entry.kind)
+        expected_kind = entry.kind if named.name != "bytes" else None
+        kind = self.kinds.detect(obtained_path, expected=expected_kind)
         if gate is None:
             # The test named no gate: the one frozen with the golden applies, whatever the
             # obtained file turned out to be (never a "gate changed" for an empty output).

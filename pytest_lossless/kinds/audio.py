@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..media.detect import is_audio_header, read_head
-from ..media.limits import MediaLimits
 from .base import BuiltinKind
-from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
+from .video import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..media.limits import MediaLimits
+    from .canary import Plan
 
 
 class AudioKind(BuiltinKind):
@@ -29,9 +29,15 @@ class AudioKind(BuiltinKind):
     hints: ClassVar[dict[str, str]] = {
         "elementwise": "PCM samples are compared bit for bit by 'decoded'"
     }
+    #: WAV, RF64 and BW64 (RIFF forms), FLAC, or a container holding only audio.
+    signatures = (
+        *((0, magic) for magic in (b"RIFF", b"RF64", b"BW64", b"fLaC")),
+        *CONTAINER_SIGNATURES,
+    )
+    suffixes = CONTAINER_SUFFIXES
 
     def detect(self, path: Path, head: bytes) -> bool:
-        from ..media.detect import detect_kind, may_be_container
+        from ..media.detect import detect_kind, is_audio_header, may_be_container
 
         # The header test is cheap; a container is probed only when no header says audio.
         return is_audio_header(head) or (
@@ -82,6 +88,8 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
     import soundfile
 
     from ..media.audio import load_audio
+    from ..media.detect import is_audio_header, read_head
+    from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 
     if not is_audio_header(read_head(path, 12)):
         raise Unavailable("audio in a media container: the canary changes WAV/FLAC files only")

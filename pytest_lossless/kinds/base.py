@@ -53,6 +53,16 @@ class Kind:
     gates: ClassVar[tuple[str, ...]] = ("bytes",)
     #: For a refused gate: which gate does what it was asked for.
     hints: ClassVar[dict[str, str]] = {}
+    #: What every file of this kind has at its start, as ``(offset, bytes)`` pairs, unless it
+    #: is named with one of :attr:`suffixes`: a file with neither is never of this kind, so
+    #: detection does not ask :meth:`detect` (no probe, no read). None: always ask.
+    signatures: ClassVar[tuple[tuple[int, bytes], ...] | None] = None
+    suffixes: ClassVar[frozenset[str]] = frozenset()
+    #: Signatures (as :attr:`signatures`) of files whose kind :meth:`BuiltinKind.
+    #: fingerprint_within` decides itself, refusing one of another kind as detection would:
+    #: detection of such a file, expected to be of this kind, leaves the question to it
+    #: instead of a probe of its own.
+    decided_by_fingerprint: ClassVar[tuple[tuple[int, bytes], ...]] = ()
 
     def __init__(self, settings: Settings | None = None) -> None:
         #: The session's settings; the limits on decoding work come from them.
@@ -161,6 +171,15 @@ class BuiltinKind(Kind):
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         """The kind's own exact gate (``decoded``, ``elementwise``)."""
         raise NotImplementedError
+
+    def fingerprint_within(self, path: Path, limits: MediaLimits) -> dict[str, Any]:
+        """The fingerprint of an obtained file whose every decode stays within ``limits``
+        (derived from its golden): its declared sizes are checked first, when the kind has a
+        ``check_declared``. A kind that checks them while it decodes does it in one pass."""
+        check = getattr(self, "check_declared", None)
+        if check is not None:
+            check(path, limits)
+        return self.fingerprint(path)
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Any:
         """The canary's perturbed copy (a :class:`~.canary.Plan`) of ``artifact`` under a gate

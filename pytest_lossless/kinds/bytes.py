@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..gates.findings import first_difference, new_result, note_meta, settle
 from ..hookspecs import hookimpl
-from ..media.hashing import CHUNK_BYTES, fingerprint_bytes
 from .base import BuiltinKind
 
 if TYPE_CHECKING:
@@ -33,6 +32,8 @@ class BytesKind(BuiltinKind):
         return True
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
+        from ..media.hashing import fingerprint_bytes
+
         return fingerprint_bytes(path)
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
@@ -76,6 +77,8 @@ def compare_bytes(gate: Gate, expected: Artifact, obtained: Artifact, kind: str)
             result.mismatch_count = None
     else:
         chunk = first_difference(efp.get("chunk_sha256", []), ofp.get("chunk_sha256", []))
+        from ..media.hashing import CHUNK_BYTES
+
         step = int(efp.get("chunk_bytes", CHUNK_BYTES))
         if chunk is not None and efp.get("chunk_sha256") is not None:
             result.first_mismatch = (
@@ -90,6 +93,10 @@ def compare_bytes(gate: Gate, expected: Artifact, obtained: Artifact, kind: str)
     return settle(result)
 
 
+#: The files are read and compared in blocks of this size.
+_READ_BYTES = 1 << 20
+
+
 def _diff_files(a: Path, b: Path) -> tuple[int | None, int, str]:
     """First differing offset, number of differing bytes (extra length counts), and that pair."""
     import numpy as np  # only when the files differ
@@ -100,7 +107,7 @@ def _diff_files(a: Path, b: Path) -> tuple[int | None, int, str]:
     offset = 0
     with open(a, "rb") as fa, open(b, "rb") as fb:
         while True:
-            ca, cb = fa.read(CHUNK_BYTES), fb.read(CHUNK_BYTES)
+            ca, cb = fa.read(_READ_BYTES), fb.read(_READ_BYTES)
             if not ca and not cb:
                 break
             n = min(len(ca), len(cb))

@@ -16,11 +16,14 @@ plugin puts them in the receipt of the test they ran in.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +63,11 @@ class Plan:
     expected: Path | None = None
     #: The fingerprint of ``expected``, when it was taken already (to check the copy).
     expected_fingerprint: dict[str, Any] | None = None
+    #: The fingerprint of ``obtained``, when the kind took it already (with the expected one).
+    obtained_fingerprint: dict[str, Any] | None = None
+    #: The gate reads only digests: ``expected`` is judged as a digest-only golden is (no
+    #: file, so no diagnostics decode of both copies after the FAIL: the record needs none).
+    digests_suffice: bool = False
     location: dict[str, Any] = field(default_factory=dict)
     prefix: str | None = None
 
@@ -257,11 +265,66 @@ class Canary:
         self.records: dict[tuple[str, str], CanaryRecord] = {}
         #: Records made since the plugin last took them (:meth:`take`) for a test's receipt.
         self.fresh: list[CanaryRecord] = []
+        #: Copies being made in the background (:meth:`rehearse`), by (kind, gate).
+        self._rehearsals: dict[tuple[str, str], _Rehearsal] = {}
+
+    def rehearse(self, gate: Gate, artifact: Artifact) -> None:
+        """Start the canary that the comparison of ``artifact`` (a file about to be
+        fingerprinted; the fingerprint given is its golden's) will run, in a background thread:
+        its copies are made and judged, by the same comparator, while the file is decoded.
+        Only for a built-in kind's own copy, and only when that (kind, gate) has no record yet.
+        Its verdict is used only if the file's own fingerprint turns out to equal the one given
+        (else the canary runs again after the comparison, as without a rehearsal)."""
+        key = (artifact.kind, gate.spec)
+        if self.skip or key in self.records or key in self._rehearsals or artifact.path is None:
+            return
+        own = self.registry.builtin(artifact.kind)
+        if own is None or gate.name == "bytes" or artifact.kind == "bytes":
+            return
+        folder = Path(tempfile.mkdtemp(prefix="lossless-canary-", dir=self._workdir()))
+        future: Future[CanaryRecord] = Future()
+
+        def make() -> None:
+            judged = CanaryRecord(artifact.kind, gate.spec, artifact.name, "unavailable")
+            try:
+                self._judge(judged, gate, artifact, folder)
+                future.set_result(judged)
+            except BaseException as exc:  # handed to the canary that uses it
+                future.set_exception(exc)
+
+        threading.Thread(target=make, name="lossless-canary-rehearsal", daemon=True).start()
+        self._rehearsals[key] = _Rehearsal(artifact, folder, future)
+
+    def _workdir(self) -> Path | None:
+        if self.workdir is not None:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        return self.workdir
+
+    def _rehearsed(self, key: tuple[str, str], artifact: Artifact) -> _Rehearsal | None:
+        """The rehearsal of ``key`` made from this very artifact, if any; others are dropped."""
+        found = self._rehearsals.pop(key, None)
+        if found is None:
+            return None
+        if found.artifact.path == artifact.path and found.artifact.fingerprint == (
+            artifact.fingerprint
+        ):
+            return found
+        found.discard()
+        return None
+
+    def _drop_rehearsals(self) -> None:
+        """Rehearsals no comparison used (another gate was asked for): their copies go."""
+        for rehearsal in self._rehearsals.values():
+            rehearsal.discard()
+        self._rehearsals.clear()
 
     def check(self, gate: Gate, expected: Artifact, obtained: Artifact) -> None:
         """After a comparison: its (kind, gate)'s canary, run once per session; raises the
         :class:`~..errors.CanaryError` of a gate that cannot fail, here and at every later use."""
-        record = self.observe(gate, expected, obtained)
+        try:
+            record = self.observe(gate, expected, obtained)
+        finally:
+            self._drop_rehearsals()
         if record is not None:
             self.fresh.append(record)
         error = self.error_for(gate, expected)
@@ -270,6 +333,7 @@ class Canary:
 
     def take(self) -> list[CanaryRecord]:
         """The records made since the last call (for the receipt of the test that made them)."""
+        self._drop_rehearsals()  # one that no comparison used, in the test that started it
         taken, self.fresh = self.fresh, []
         return taken
 
@@ -301,11 +365,22 @@ class Canary:
         """Perturb a copy of ``artifact`` (a file) and judge it under ``gate``, now."""
         started = time.perf_counter()
         record = CanaryRecord(kind, gate.spec, artifact.name, "unavailable")
-        if self.workdir is not None:
-            self.workdir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="lossless-canary-", dir=self.workdir) as tmp:
+        rehearsal = self._rehearsed((kind, gate.spec), artifact)
+        with contextlib.ExitStack() as stack:
+            if rehearsal is not None:
+                stack.callback(shutil.rmtree, rehearsal.folder, ignore_errors=True)
+                tmp = str(rehearsal.folder)
+            else:
+                tmp = stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="lossless-canary-", dir=self._workdir())
+                )
             try:
-                self._judge(record, gate, artifact, Path(tmp))
+                if rehearsal is not None:
+                    judged = rehearsal.future.result()  # or its exception, as if judged now
+                    for name in ("unit", "verdict", "first_mismatch", "located", "status"):
+                        setattr(record, name, getattr(judged, name))
+                else:
+                    self._judge(record, gate, artifact, Path(tmp))
             except Unfailable as exc:
                 record.status, record.reason = "cannot-fail", str(exc)
             except Unavailable as exc:
@@ -325,9 +400,15 @@ class Canary:
             fingerprint = plan.expected_fingerprint
             if fingerprint is None:
                 fingerprint = self.registry.fingerprint(record.kind, plan.expected)
-            expected = Artifact(artifact.name, record.kind, fingerprint, plan.expected)
+            kept = None if plan.digests_suffice else plan.expected
+            expected = Artifact(artifact.name, record.kind, fingerprint, kept)
         try:
-            obtained = self.registry.artifact(artifact.name, plan.obtained, plan.kind)
+            if plan.obtained_fingerprint is not None:
+                obtained = Artifact(
+                    artifact.name, plan.kind, plan.obtained_fingerprint, plan.obtained
+                )
+            else:
+                obtained = self.registry.artifact(artifact.name, plan.obtained, plan.kind)
         except ArtifactError as exc:
             if builtin:  # our own copies are sound: a refusal is the canary's problem
                 raise Unavailable(f"the changed copy cannot be fingerprinted: {exc}") from None
@@ -335,7 +416,7 @@ class Canary:
             record.first_mismatch = f"its fingerprint refused the changed copy: {exc}"
             return
         result: GateResult = self.registry.compare_only(gate, expected, obtained)
-        record.verdict = str(result.verdict)
+        record.verdict = result.verdict.value
         record.first_mismatch = result.first_mismatch or (
             "; ".join(result.metadata_diffs) if result.metadata_diffs else None
         )
@@ -370,6 +451,22 @@ class Canary:
             return flip_byte(path, out, "bytes")
         made: Plan = own.plan(gate, artifact, folder)
         return made
+
+
+@dataclass
+class _Rehearsal:
+    """A canary judged in the background on copies of ``artifact``, made in ``folder``."""
+
+    artifact: Artifact
+    folder: Path
+    future: Future[CanaryRecord]
+
+    def discard(self) -> None:
+        """Wait for the copies (a thread writing into a removed folder would fail noisily) and
+        remove them."""
+        with contextlib.suppress(BaseException):
+            self.future.exception()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _source(expected: Artifact, obtained: Artifact) -> Artifact | None:

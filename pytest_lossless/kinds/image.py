@@ -53,6 +53,8 @@ class ImageKind(BuiltinKind):
         "elementwise": "decoded pixels are compared exactly by 'decoded'"
     }
 
+    signatures = tuple((0, magic) for _name, magic in SIGNATURES)
+
     def detect(self, path: Path, head: bytes) -> bool:
         return image_format(head) is not None
 

@@ -14,7 +14,7 @@ manager is built.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +153,14 @@ def plugin_manager(
     return manager
 
 
+def _may_be(kind: Kind, head: bytes, suffix: str) -> bool:
+    """Whether ``kind``'s declared signatures or suffixes leave the file possible."""
+    signatures = kind.signatures
+    if signatures is None or suffix in kind.suffixes:
+        return True
+    return any(head[offset : offset + len(magic)] == magic for offset, magic in signatures)
+
+
 class KindRegistry:
     """Detects, fingerprints and compares artifacts through the ``pytest_lossless_*`` hooks.
 
@@ -195,14 +203,62 @@ class KindRegistry:
             self._builtins[name] = builtin_kind(name, self.settings)
         return self._builtins[name]
 
-    def detect(self, path: Path) -> str:
-        """The kind of the artifact at ``path``, from its content."""
+    def detect(self, path: Path, expected: str | None = None) -> str:
+        """The kind of the artifact at ``path``, from its content.
+
+        ``expected``: the kind its golden has, when the caller fingerprints it next with
+        ``artifact(..., golden=...)``. A kind whose fingerprint decides files of some
+        signatures (:attr:`~.base.Kind.decided_by_fingerprint`: an mp4 or mkv is a video
+        unless it holds audio only) is then not asked to probe such a file: when no kind
+        before it in detection order claims it, the answer is ``expected`` and the fingerprint
+        decides."""
         from ..media.detect import read_head
 
         path = Path(path)
         head = read_head(path)
-        kind = self.hook.pytest_lossless_detect_kind(path=path, head=head)
-        return str(kind) if kind else "bytes"
+        ordered = self._kinds_in_call_order("pytest_lossless_detect_kind")
+        if ordered is not None:
+            # Only kinds answer: each is asked in the hook's order, except those whose
+            # signatures rule the file out (a plain file is not probed as a video).
+            suffix = path.suffix.lower()
+            for kind in ordered:
+                if not _may_be(kind, head, suffix):
+                    continue
+                if kind.name == expected and self._decided_by_fingerprint(kind, head):
+                    return kind.name
+                if kind.detect(path, head):
+                    return kind.name
+            return "bytes"
+        found = self.hook.pytest_lossless_detect_kind(path=path, head=head)
+        return str(found) if found else "bytes"
+
+    def _decided_by_fingerprint(self, kind: Kind, head: bytes) -> bool:
+        """Whether the file (its first bytes ``head``) is one whose kind ``kind``'s own
+        fingerprint decides, and that fingerprint is the one a golden check of it takes (a
+        built-in kind that no other implementation overrides)."""
+        return (
+            isinstance(kind, BuiltinKind)
+            and any(
+                head[at : at + len(magic)] == magic for at, magic in kind.decided_by_fingerprint
+            )
+            and self._answers_alone(kind, "pytest_lossless_fingerprint")
+        )
+
+    def _kinds_in_call_order(self, hook_name: str) -> list[Kind] | None:
+        """The :class:`~.base.Kind` objects implementing ``hook_name``, in the order pluggy
+        calls them; None when anything else implements it (a conftest function, a wrapper)."""
+        caller = getattr(self.hook, hook_name, None)
+        impls = getattr(caller, "get_hookimpls", None)
+        if impls is None:
+            return None
+        kinds: list[Kind] = []
+        for impl in reversed(impls()):
+            if impl.hookwrapper or getattr(impl, "wrapper", False):
+                return None
+            if not isinstance(impl.plugin, Kind):
+                return None
+            kinds.append(impl.plugin)
+        return kinds
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
         """The fingerprint of ``path`` as ``kind``; ArtifactError for a damaged file."""
@@ -210,11 +266,7 @@ class KindRegistry:
 
         path = Path(path)
         read_head(path, 1)  # a missing file is named as such, whatever the kind
-        if self.fingerprints is None:
-            from ..media.hashing import FingerprintCache
-
-            self.fingerprints = FingerprintCache()
-        result = self.fingerprints.fingerprint(
+        result = self._cached(
             kind, path, lambda: self.hook.pytest_lossless_fingerprint(kind=kind, path=path)
         )
         if result is None:
@@ -259,9 +311,53 @@ class KindRegistry:
         found = kind or self.detect(path)
         own = self.builtin(found) if golden is not None else None
         check = getattr(own, "check_declared", None)
-        if check is not None and golden is not None:
-            check(path, media_limits(self.settings).for_golden(golden))
-        return Artifact(name=name, kind=found, fingerprint=self.fingerprint(found, path), path=path)
+        if own is None or check is None or golden is None:
+            return Artifact(name, found, self.fingerprint(found, path), path=path)
+        limits = media_limits(self.settings).for_golden(golden)
+        if self.canary is not None:
+            # The canary's copies are made from the file while it is decoded (the common
+            # case: the file equals its golden; otherwise they are made again after).
+            self.canary.rehearse(
+                self.default_gate(found), Artifact(name, found, dict(golden), path)
+            )
+        within = getattr(own, "fingerprint_within", None)
+        if within is not None and self._answers_alone(own, "pytest_lossless_fingerprint"):
+            # The kind checks the declared sizes while it starts decoding, under the same
+            # limits: one pass over the file, no probe of its own before it.
+            fingerprint = self._cached(found, path, lambda: within(path, limits), key=limits)
+            return Artifact(name, found, fingerprint, path=path)
+        check(path, limits)
+        return Artifact(name, found, self.fingerprint(found, path), path=path)
+
+    def _answers_alone(self, kind: Kind, hook_name: str) -> bool:
+        """Whether ``kind`` (or the registered object of its class) is the one implementation
+        of ``hook_name`` that answers for its name: every other one is a
+        :class:`~.base.Kind` of another name (a plugin or conftest function could answer for
+        any kind, and it goes first; so could another kind object of the same name)."""
+        caller = getattr(self.hook, hook_name, None)
+        impls = getattr(caller, "get_hookimpls", None)
+        if impls is None:
+            return False
+        answering = 0
+        for impl in impls():
+            plugin = impl.plugin
+            if not isinstance(plugin, Kind) or impl.hookwrapper or getattr(impl, "wrapper", False):
+                return False
+            if plugin.name == kind.name:
+                if type(plugin) is not type(kind):
+                    return False
+                answering += 1
+        return answering == 1
+
+    def _cached(
+        self, kind: str, path: Path, compute: Callable[[], dict[str, Any]], key: Hashable = None
+    ) -> dict[str, Any]:
+        """``compute()``, or the session's fingerprint of the unchanged file."""
+        if self.fingerprints is None:
+            from ..media.hashing import FingerprintCache
+
+            self.fingerprints = FingerprintCache()
+        return self.fingerprints.fingerprint(kind, path, compute, key=key)
 
     def gate_for(self, gate: Gate | str | None, kind: str) -> Gate:
         """``gate`` parsed, or the default gate of ``kind`` when the test names none."""

@@ -11,21 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from ..media.detect import read_head
-from ..media.limits import MediaLimits
 from .base import BuiltinKind
-from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..media.limits import MediaLimits
+    from .canary import Plan
 
 #: How many differing positions a listing shows.
 _LISTED = 20
 #: The limits on decoding the expected side and the obtained side.
-Sides = tuple[MediaLimits, MediaLimits]
+Sides = tuple["MediaLimits", "MediaLimits"]
 
 
 class TensorKind(BuiltinKind):
@@ -37,6 +36,8 @@ class TensorKind(BuiltinKind):
     hints: ClassVar[dict[str, str]] = {
         "decoded": "tensors are compared bit for bit by 'elementwise'"
     }
+    #: ``.npy`` (its magic string) and ``.npz`` (a zip: a local header or an empty archive).
+    signatures = ((0, b"\x93NUMPY"), (0, b"PK\x03\x04"), (0, b"PK\x05\x06"))
 
     def detect(self, path: Path, head: bytes) -> bool:
         from ..media.detect import is_tensor_file
@@ -79,6 +80,7 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     import numpy as np
 
     from ..gates.arrays import load_arrays, unravel
+    from .canary import Plan, Unavailable, Unfailable, middle_out
 
     arrays = {
         name: np.array(a, copy=True, order="K") for name, a in load_arrays(path, limits).items()
@@ -103,6 +105,8 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     name, index, value, what = found
     arrays[name][index] = value
     with open(out, "wb") as fh:  # a file object: numpy adds no suffix to it
+        from ..media.detect import read_head
+
         if read_head(path, 6) == b"\x93NUMPY":
             np.save(fh, arrays[""], allow_pickle=False)
         else:
@@ -121,6 +125,8 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
 def _tensor_change(array: npt.NDArray[Any], index: tuple[int, ...], gate: Gate) -> tuple[Any, str]:
     """The new value of one element under ``gate`` and what it is, or (None, "")."""
     import numpy as np
+
+    from .canary import beyond, flip_lsb, show
 
     old = np.array(array[index], dtype=array.dtype).reshape(1)
     if gate.name == "ulp":
@@ -145,6 +151,7 @@ def _ulp_change(array: npt.NDArray[Any], old: npt.NDArray[Any], gate: Gate) -> t
     import numpy as np
 
     from ..gates import ulps
+    from .canary import Unavailable
 
     try:
         bits, fmt, lost = ulps.float_bits(old, gate.dtype)

@@ -10,22 +10,55 @@ which the image kind shares); a failed comparison gets the first differing frame
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import LosslessError
-from ..media.hashing import sha256_hex
-from ..media.limits import MediaLimits
 from .base import BuiltinKind, Kind
-from .canary import Plan, Unavailable, Unfailable, beyond, middle_out, show
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..media.limits import MediaLimits
+    from .canary import Plan
+
+#: Where a container may start (what :func:`~..media.detect.may_be_container` looks for): ISO
+#: BMFF boxes at offset 4, EBML, RIFF (AVI), Ogg, MPEG-PS, FLV, an ID3 tag, an MPEG-TS sync byte.
+CONTAINER_SIGNATURES = (
+    *((4, brand) for brand in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")),
+    *((0, magic) for magic in (b"\x1a\x45\xdf\xa3", b"RIFF", b"OggS", b"\x00\x00\x01\xba")),
+    *((0, magic) for magic in (b"FLV", b"ID3", b"\x47")),
+)
+#: The media suffixes worth a probe whatever the file starts with.
+CONTAINER_SUFFIXES = frozenset(
+    [
+        ".mp4",
+        ".m4v",
+        ".m4a",
+        ".mov",
+        ".mkv",
+        ".webm",
+        ".avi",
+        ".ts",
+        ".mts",
+        ".m2ts",
+        ".mpg",
+        ".mpeg",
+        ".ogg",
+        ".ogv",
+        ".oga",
+        ".opus",
+        ".flv",
+        ".mp3",
+        ".aac",
+        ".3gp",
+    ]
+)
 
 #: The limits on decoding the expected side and the obtained side.
-Sides = tuple[MediaLimits, MediaLimits]
+Sides = tuple["MediaLimits", "MediaLimits"]
 
 
 class VideoKind(BuiltinKind):
@@ -37,6 +70,11 @@ class VideoKind(BuiltinKind):
     hints: ClassVar[dict[str, str]] = {
         "elementwise": "decoded frames are compared exactly by 'decoded'"
     }
+    signatures = CONTAINER_SIGNATURES
+    suffixes = CONTAINER_SUFFIXES
+    #: ISO BMFF and EBML: detection says video for these whatever a probe finds, unless the
+    #: probe finds audio only; the fingerprint finds the same.
+    decided_by_fingerprint = CONTAINER_SIGNATURES[:8]
 
     def detect(self, path: Path, head: bytes) -> bool:
         from ..media.detect import detect_kind, may_be_container
@@ -55,6 +93,19 @@ class VideoKind(BuiltinKind):
         from ..media.container import check_declared_container
 
         check_declared_container(path, limits, video=True)
+
+    def fingerprint_within(self, path: Path, limits: MediaLimits) -> dict[str, Any]:
+        from ..media.container import fingerprint_container
+
+        # The fast way checks the declared sizes under these limits while the decode starts.
+        found = fingerprint_container(path, video=True, limits=limits)
+        if not any(s.get("type") == "video" for s in found.get("streams", [])):
+            # What detection would have said (its probe finds no video stream): audio.
+            from ..errors import ArtifactError
+            from ..media.detect import not_the_kind
+
+            raise ArtifactError(path, not_the_kind(path, self.name, "audio"))
+        return found
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         from ..gates.exact import compare_container
@@ -80,6 +131,8 @@ def plan_frames(
     (one sample, for a tolerance) of the middle one changed. The copy must decode to the
     original's frame digests, or the next codec is tried. The frames come from one short
     decode near the middle of the clip (:func:`window_frames`), not from a second whole one."""
+    from .canary import Plan, Unavailable
+
     assert artifact.path is not None
     stream = video_stream(artifact.fingerprint)
     frames = stream["frames"]
@@ -89,12 +142,16 @@ def plan_frames(
     at = changed - start
     new_frame, what = change_frame(window[at], stream, gate)
     wanted = [f["sha256"] for f in frames[start:stop]]
+    changed_window = [*window[:at], new_frame, *window[at + 1 :]]
     problems = []
     for codec in VIDEO_COPY_CODECS:
         same, other = folder / f"same.{codec[0]}.{codec[1]}", folder / f"changed.{codec[1]}"
+        # Both copies are written, and then fingerprinted, at the same time: four short ffmpeg
+        # runs in two steps (each mostly start-up), not four in a row.
         try:
-            write_frames(window, stream, same, codec, limits)
-            copy = kind.fingerprint(same)
+            copy, changed_copy = _write_and_fingerprint(
+                kind, stream, ((window, same), (changed_window, other)), codec, limits
+            )
         except LosslessError as exc:
             problems.append(f"{codec[0]}: {exc}")
             continue
@@ -102,11 +159,12 @@ def plan_frames(
         if got != wanted:
             problems.append(f"{codec[0]} does not decode to the same frames")
             continue
-        write_frames([*window[:at], new_frame, *window[at + 1 :]], stream, other, codec, limits)
         return Plan(
             obtained=other,
             expected=same,
             expected_fingerprint=copy,
+            obtained_fingerprint=changed_copy,
+            digests_suffice=gate.name == "decoded",
             kind=kind.name,
             unit=f"frame {changed}: {what} (a {codec[0]} copy of frames {start}-{stop - 1})",
             location={"frame": at},
@@ -119,6 +177,31 @@ def plan_frames(
 SEEK_REACH = 48
 
 
+def _write_and_fingerprint(
+    kind: Kind,
+    stream: dict[str, Any],
+    jobs: tuple[tuple[list[bytes], Path], ...],
+    codec: tuple[str, str],
+    limits: MediaLimits,
+) -> list[dict[str, Any]]:
+    """Each ``(frames, file)`` written with ``codec``, then fingerprinted, all files at the same
+    time: short ffmpeg runs that are mostly start-up, in two steps instead of one after another."""
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        list(pool.map(lambda job: write_frames(job[0], stream, job[1], codec, limits), jobs))
+        return list(pool.map(lambda job: _copy_fingerprint(kind, job[1], limits), jobs))
+
+
+def _copy_fingerprint(kind: Kind, path: Path, limits: MediaLimits) -> dict[str, Any]:
+    """The fingerprint of a copy the canary has just written from frames it holds: the video
+    kind's own, without the probe of declared sizes (they are known); another kind's (the
+    image kind's) as it makes it."""
+    if isinstance(kind, VideoKind):
+        from ..media.container import fingerprint_container
+
+        return fingerprint_container(path, video=True, limits=limits, declared=False)
+    return kind.fingerprint(path)
+
+
 def window_frames(
     path: Path, stream: dict[str, Any], limits: MediaLimits
 ) -> tuple[int, list[bytes]]:
@@ -129,6 +212,7 @@ def window_frames(
     in the fingerprint. Only where a seek cannot tell (no timing, a damaged index) is the clip
     decoded from its start up to the middle's frames."""
     from ..media.video import load_video_frames
+    from .canary import Unavailable
 
     frames = stream["frames"]
     digests = [f["sha256"] for f in frames]
@@ -160,6 +244,7 @@ def _seek_window(
     came cannot be placed in the fingerprint's digests."""
     from collections import deque
 
+    from ..media.hashing import sha256_hex
     from ..media.video import iter_video_frames
 
     frames = stream["frames"]
@@ -249,6 +334,8 @@ def write_frames(
 
 def video_stream(fingerprint: dict[str, Any]) -> dict[str, Any]:
     """The first video stream of a container fingerprint that has frames (not a cover)."""
+    from .canary import Unavailable
+
     for stream in fingerprint.get("streams", []):
         if (
             stream.get("type") == "video"
@@ -265,6 +352,7 @@ def change_frame(frame: bytes, stream: dict[str, Any], gate: Gate) -> tuple[byte
     import numpy as np
 
     from ..media.video import sample_dtype
+    from .canary import Unfailable, beyond, middle_out, show
 
     data = bytearray(frame)
     if gate.name != "tolerance":

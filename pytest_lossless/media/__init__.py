@@ -18,43 +18,120 @@ with the shared digests in ``hashing``. Every reader takes ``limits``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LosslessError
-from .audio import (
-    WavLayout,
-    check_declared_audio_file,
-    check_wav_complete,
-    fingerprint_audio,
-    fingerprint_audio_file,
-    load_audio,
-    load_container_audio,
-    lossless_dtype,
-    parse_wav_layout,
+
+if TYPE_CHECKING:
+    from .audio import (
+        WavLayout,
+        check_declared_audio_file,
+        check_wav_complete,
+        fingerprint_audio,
+        fingerprint_audio_file,
+        load_audio,
+        load_container_audio,
+        lossless_dtype,
+        parse_wav_layout,
+    )
+    from .container import check_declared_container, fingerprint_container
+    from .detect import (
+        HEAD_BYTES,
+        detect_kind,
+        has_container_signature,
+        is_audio_header,
+        is_tensor_file,
+        read_head,
+    )
+    from .ffmpeg import ffmpeg_exe, probe
+    from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest, fingerprint_bytes
+    from .limits import DecodeLimitExceeded, FFmpegTimeout, MediaLimits
+    from .probe import FramehashStream, ProbeInfo, StreamInfo, parse_framehash, parse_probe
+    from .probe import _split_top_level as _split_top_level  # for the parser's unit tests
+    from .tensor import check_declared_tensor, check_npz_member, fingerprint_tensor, load_tensor
+    from .video import (
+        fingerprint_video,
+        iter_video_frames,
+        load_video_frames,
+        sample_dtype,
+        sample_peak,
+        write_png,
+    )
+
+#: Where each public name lives: the submodules load on first use (PEP 562), so that importing
+#: one light module (``media.detect``, ``media.limits``) does not load numpy and soundfile.
+_LAZY = {
+    "WavLayout": "audio",
+    "check_declared_audio_file": "audio",
+    "check_wav_complete": "audio",
+    "fingerprint_audio": "audio",
+    "fingerprint_audio_file": "audio",
+    "load_audio": "audio",
+    "load_container_audio": "audio",
+    "lossless_dtype": "audio",
+    "parse_wav_layout": "audio",
+    "check_declared_container": "container",
+    "fingerprint_container": "container",
+    "HEAD_BYTES": "detect",
+    "detect_kind": "detect",
+    "has_container_signature": "detect",
+    "is_audio_header": "detect",
+    "is_tensor_file": "detect",
+    "read_head": "detect",
+    "ffmpeg_exe": "ffmpeg",
+    "probe": "ffmpeg",
+    "CHUNK_BYTES": "hashing",
+    "FINGERPRINT_VERSION": "hashing",
+    "file_digest": "hashing",
+    "fingerprint_bytes": "hashing",
+    "DecodeLimitExceeded": "limits",
+    "FFmpegTimeout": "limits",
+    "MediaLimits": "limits",
+    "FramehashStream": "probe",
+    "ProbeInfo": "probe",
+    "StreamInfo": "probe",
+    "parse_framehash": "probe",
+    "parse_probe": "probe",
+    "_split_top_level": "probe",
+    "check_declared_tensor": "tensor",
+    "check_npz_member": "tensor",
+    "fingerprint_tensor": "tensor",
+    "load_tensor": "tensor",
+    "fingerprint_video": "video",
+    "iter_video_frames": "video",
+    "load_video_frames": "video",
+    "sample_dtype": "video",
+    "sample_peak": "video",
+    "write_png": "video",
+}
+_SUBMODULES = frozenset(
+    [
+        "artifacts",
+        "audio",
+        "container",
+        "detect",
+        "ffmpeg",
+        "hashing",
+        "limits",
+        "probe",
+        "tensor",
+        "video",
+    ]
 )
-from .container import check_declared_container, fingerprint_container
-from .detect import (
-    HEAD_BYTES,
-    detect_kind,
-    has_container_signature,
-    is_audio_header,
-    is_tensor_file,
-    read_head,
-)
-from .ffmpeg import ffmpeg_exe, probe
-from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest, fingerprint_bytes
-from .limits import DecodeLimitExceeded, FFmpegTimeout, MediaLimits
-from .probe import FramehashStream, ProbeInfo, StreamInfo, parse_framehash, parse_probe
-from .probe import _split_top_level as _split_top_level  # for the parser's unit tests
-from .tensor import check_declared_tensor, check_npz_member, fingerprint_tensor, load_tensor
-from .video import (
-    fingerprint_video,
-    iter_video_frames,
-    load_video_frames,
-    sample_dtype,
-    sample_peak,
-    write_png,
-)
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BUILTIN_KINDS",
@@ -108,6 +185,12 @@ BUILTIN_KINDS = ("video", "audio", "tensor", "bytes")
 
 def fingerprint(kind: str, path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
     """The fingerprint of a built-in kind, its work bounded by ``limits`` (see :mod:`.limits`)."""
+    from .audio import fingerprint_audio
+    from .detect import read_head
+    from .hashing import fingerprint_bytes
+    from .tensor import fingerprint_tensor
+    from .video import fingerprint_video
+
     path = Path(path)
     read_head(path, 1)  # a missing file is named as such, whatever the kind
     if kind == "video":
@@ -129,6 +212,11 @@ def check_declared(kind: str, path: Path, limits: MediaLimits) -> None:
     audio), ``.npz`` members that expand too far or ``.npy`` data the file does not hold. An
     obtained file is checked against limits derived from its golden
     (:meth:`MediaLimits.for_golden`); other kinds are not checked."""
+    from .audio import check_declared_audio_file
+    from .container import check_declared_container
+    from .detect import is_audio_header, read_head
+    from .tensor import check_declared_tensor
+
     path = Path(path)
     if kind == "video":
         check_declared_container(path, limits, video=True)

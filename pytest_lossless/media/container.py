@@ -232,7 +232,7 @@ class FramehashBudget:
 
 
 def fingerprint_container(
-    path: Path, *, video: bool = True, limits: MediaLimits | None = None
+    path: Path, *, video: bool = True, limits: MediaLimits | None = None, declared: bool = True
 ) -> dict[str, Any]:
     """Fingerprint every video and audio stream of a container through ffmpeg's framehash.
 
@@ -244,14 +244,19 @@ def fingerprint_container(
     With ``video``, the first video stream goes the fast way (:func:`_fast_fingerprint`): its
     raw frames are hashed here on several threads, the same digests ffmpeg's framehash gives;
     whatever that way cannot vouch for is decoded again the general way.
+
+    ``declared=False`` skips the probe of the declared sizes (ffmpeg's own description of the
+    input is still checked): for a file this process has just written from frames it holds,
+    the canary's copies, whose sizes are known.
     """
     path = Path(path)
     limits = limits or MediaLimits.from_env()
     if video:
-        fast = _fast_fingerprint(path, limits)
+        fast = _fast_fingerprint(path, limits, declared=declared)
         if fast is not None:
             return fast
-    check_declared_container(path, limits, video=video)
+    if declared:
+        check_declared_container(path, limits, video=video)
     # One ffmpeg run decodes and hashes everything; its own stream description (-v info) tells
     # the sample formats. Audio is first hashed as float, the native format of most audio
     # decoders (aac, opus, vorbis, mp3); streams in another format are hashed again, natively.
@@ -269,7 +274,7 @@ def fingerprint_container(
 
 
 def _fast_fingerprint(
-    path: Path, limits: MediaLimits, *, stripes: int | None = None
+    path: Path, limits: MediaLimits, *, stripes: int | None = None, declared: bool = True
 ) -> dict[str, Any] | None:
     """The fingerprint with the first video stream's raw frames hashed here, on several threads
     (:func:`~.ffmpeg.fast_video_args`), and the audio streams hashed by a second ffmpeg run at
@@ -295,7 +300,8 @@ def _fast_fingerprint(
         # starts: it cannot write more than the pipe holds until its frames are read. Its own
         # description of the input (which names the decoded pixel format, where the probe may
         # not) comes before its first frame, and is checked against the limits too.
-        check_declared_container(path, limits, video=True)
+        if declared:
+            check_declared_container(path, limits, video=True)
         described = parse_probe(run.stderr_until(b"Stream mapping:").decode("utf-8", "replace"))
         run.check_expired()
         if described is None:

@@ -102,13 +102,8 @@ def _option_names(parser: pytest.Parser) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from ..kinds.registry import register_builtin_kinds  # light: media and gates load on first use
-
     _check_rootdir(config)
     resolved = settings(config)  # a bad value is a usage error now, not an error in every test
-    # The built-in kinds answer our own hooks like any plugin, last (trylast), and decode within
-    # the session's limits (--lossless-ffmpeg-timeout, --lossless-decode-limit).
-    register_builtin_kinds(config.pluginmanager, resolved)
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
     _check_folders(config, resolved)
@@ -322,11 +317,15 @@ def kinds(config: pytest.Config) -> KindRegistry:
     kinds' code): the plugins' :class:`~..kinds.Kind` objects are registered then, and the
     registry runs the canary after each comparison (``--lossless-no-canary``: recorded as
     skipped)."""
-    from ..kinds.registry import KindRegistry, register_plugin_kinds
+    from ..kinds.registry import KindRegistry, register_builtin_kinds, register_plugin_kinds
 
     registry = config.stash.get(KINDS_KEY, None)
     if registry is None:
         resolved = settings(config)
+        # The built-in kinds answer our own hooks like any plugin, last (trylast), and decode
+        # within the session's limits (--lossless-ffmpeg-timeout, --lossless-decode-limit);
+        # registered here, not at start-up, so that a session of plain tests never imports them.
+        register_builtin_kinds(config.pluginmanager, resolved)
         register_plugin_kinds(config.pluginmanager, resolved)
         canary = "skip" if resolved.no_canary else "on"
         registry = KindRegistry(config.hook, settings=resolved, canary=canary)

@@ -97,3 +97,37 @@ def test_a_plain_session_loads_no_domain_module(tmp_path: Path) -> None:
     assert "HEAVY []" in done.stdout, done.stdout
     # Our plugin modules are imported by pytest in order, each before any other needs it.
     assert "PytestAssertRewriteWarning" not in done.stdout, done.stdout
+
+
+def test_where_bytecode_is_not_written_none_of_ours_is_rewritten(tmp_path: Path) -> None:
+    """pytest marks a plugin's whole distribution for assertion rewriting, and its rewriting
+    importer compiles from source on every run under ``PYTHONDONTWRITEBYTECODE=1``; our
+    modules (no test assertions in them) are left to Python's importer (#21)."""
+    (tmp_path / "test_plain.py").write_text("def test_one():\n    pass\n")
+    probe = (
+        "import sys, pytest\n"
+        "from _pytest.assertion.rewrite import AssertionRewritingHook as Hook\n"
+        "code = pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]])\n"
+        "names = sorted(m for m in sys.modules if m.startswith(('pytest_lossless', 'test_')))\n"
+        "print('REWRITTEN', [m for m in names if isinstance(sys.modules[m].__loader__, Hook)])\n"
+        "print('LOADED', names)\n"
+        "sys.exit(code)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "CI")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env=env | {"PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("REWRITTEN "))
+    rewritten = json.loads(line.split(" ", 1)[1].replace("'", '"'))
+    loaded = next(x for x in done.stdout.splitlines() if x.startswith("LOADED "))
+    assert "pytest_lossless.plugin.golden" in loaded  # the adapter was loaded ...
+    assert "test_plain" in rewritten  # ... and the checker sees rewriting
+    # The package and the entry point itself are imported by pytest before they can say so.
+    ours = [m for m in rewritten if m.startswith("pytest_lossless")]
+    assert ours == ["pytest_lossless", "pytest_lossless.plugin"], rewritten

@@ -546,7 +546,7 @@ def _run(command: str, *paths: Path) -> None:
 def _general_way(monkeypatch: pytest.MonkeyPatch, path: Path) -> dict[str, object]:
     """The fingerprint as ffmpeg's own framehash makes it (the fast way switched off)."""
     with monkeypatch.context() as patch:
-        patch.setattr(container, "_fast_fingerprint", lambda path, limits: None)
+        patch.setattr(container, "_fast_fingerprint", lambda path, limits, **_: None)
         return media.fingerprint("video", path)
 
 
