@@ -4,7 +4,9 @@ sessions of several folders, hosts or CI shards merge into one campaign.
 A session folder is any folder that holds receipts or an ``INDEX.json``. Each must have its
 index (:mod:`.index`); against it, a missing, added or changed receipt, a missing or changed
 ``SUMMARY.md``, a gate test that ran without a receipt and a session that did not finish are
-named. Across the campaign, receipts of more than one source revision are refused unless asked.
+named. Within one session, and across the shards of one campaign, records of more than one
+source revision are refused unless asked; sessions of different revisions (ordinary use across
+commits) are each judged on their own, and ``--revision`` requires one.
 """
 
 from __future__ import annotations
@@ -467,10 +469,11 @@ def check_campaign(
     revision: str | None = None,
 ) -> Campaign:
     """Every session under the given folders checked, then the campaign as a whole: one
-    session found in two folders is a contradiction (it counts once); receipts of more than
-    one source revision are refused unless ``allow_mixed_revisions``; with ``revision``,
-    every record must show that revision. An export's copies of receipts are loose receipts,
-    not sessions."""
+    session found in two folders is a contradiction (it counts once); one session, or the
+    shards of one campaign, of more than one source revision are refused unless
+    ``allow_mixed_revisions`` (sessions of different revisions are not: each is judged on its
+    own, and a note says so); with ``revision``, every record must show that revision. An
+    export's copies of receipts are loose receipts, not sessions."""
     sessions: list[Session] = []
     singles: list[Path] = []
     for directory, loaded in loaded_by_folder.items():
@@ -516,8 +519,13 @@ def check_campaign(
     for problem in shard_findings(_sharded(sessions)):  # each shard of N there once, finished
         kind = INCOMPLETE if problem.incomplete else CONTRADICTION
         campaign.findings.append(Finding(kind, problem.text))
-    revisions = campaign.revisions()
-    if len(revisions) > 1 and len(sessions) > 1 and not allow_mixed_revisions:
+    # Sessions of several revisions are ordinary use across commits, each judged on its own;
+    # the shards of one campaign split one selection of one revision, so they must agree.
+    shards = Campaign(
+        [s for s in sessions if isinstance((s.index or {}).get("shard"), Mapping)], []
+    )
+    revisions = shards.revisions()
+    if len(revisions) > 1 and not allow_mixed_revisions:
         seen = "; ".join(
             f"{_short(rev)} in {', '.join(s.session_id for s in found)}"
             for rev, found in sorted(revisions.items())
@@ -525,9 +533,17 @@ def check_campaign(
         campaign.findings.append(
             Finding(
                 CONTRADICTION,
-                f"receipts of {len(revisions)} source revisions verified together ({seen}): "
-                "a campaign judges one revision; verify each apart, or pass "
-                "--allow-mixed-revisions",
+                f"the sharded sessions are of {len(revisions)} source revisions ({seen}): "
+                "the shards of a campaign split one revision's tests; verify each campaign "
+                "apart, or pass --allow-mixed-revisions",
+            )
+        )
+    elif len(campaign.revisions()) > 1 and revision is None:
+        campaign.notes.append(
+            Finding(
+                NOTE,
+                f"the sessions are of {len(campaign.revisions())} source revisions: each "
+                "session is judged on its own revision; pass --revision REV to require one",
             )
         )
     return campaign
