@@ -144,7 +144,10 @@ class Details:
 
     def _gate(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
         if "error" in entry:
-            return [Text(str(entry.get("error"))), Pre(str(entry.get("message") or ""))]
+            message = str(entry.get("message") or "")
+            if not message.strip() or message.strip() in row.detail:
+                return []  # the table's row says it all: said once, not again below it
+            return [Text(f"raised {entry.get('error')}"), Pre(message)]
         from ..gates import GateResult
 
         result = GateResult.from_dict(dict(entry))

@@ -435,3 +435,45 @@ def test_golden_updates_are_listed_what_needs_a_look_first():
     updates = text[text.index("Golden updates") :]
     assert updates.index("conflict") < updates.index("created")
     assert "<code>goldens/t/b</code>" in updates  # a folder's event names no artifact
+
+
+# ------------------------------------------------------------------ #22: said once, with reasons
+
+
+def test_a_golden_missing_message_appears_once(tmp_path):
+    message = "no golden 'x.npy' in goldens/t/test_m: run with --update-goldens to create it"
+    row = Row("t.py::test_m", "x.npy", "default", "ERROR", f"GoldenMissing: {message}")
+    entry = {"artifact": "x.npy", "error": "GoldenMissing", "message": message, "passed": False}
+    index = write_report(tmp_path / "report", [row], {"t.py::test_m": {"gates": [entry]}})
+    text = index.read_text(encoding="utf-8")
+    assert text.count("run with --update-goldens to create it") == 1
+
+
+def test_an_artifact_not_copied_says_why(tmp_path):
+    from pytest_lossless.report.blocks import Assets
+
+    clip = tmp_path / "obtained.mp4"
+    clip.write_bytes(b"\0" * 10)
+    (tmp_path / "report").mkdir()
+    name, src, note = Assets(tmp_path / "report").copy(str(clip))
+    assert (name, src) == ("obtained.mp4", None)
+    assert note.startswith("not copied (only pictures and listings, .png, .txt, are copied")
+    assert ".mp4 is left where the test wrote it" in note
+    assert str(clip) in note
+
+
+def test_table_cells_never_break_mid_word(tmp_path):
+    """``overflow-wrap: anywhere`` on every cell broke "elementwise" as "elementwi se": only
+    the long ids may break anywhere."""
+    import re
+
+    from pytest_lossless.report.html import _STYLE
+
+    style = re.sub(r"/\*.*?\*/", "", _STYLE, flags=re.S)
+    rules = {
+        selector.strip(): body
+        for selector, body in (r.split("{", 1) for r in style.split("}") if "{" in r)
+    }
+    assert "anywhere" not in rules["td"]
+    assert "word-break: normal" in rules["td"]
+    assert "overflow-wrap: anywhere" in rules["td.test, td code"]
