@@ -23,15 +23,10 @@ from pytest_lossless.core.paths import PathOutsideRoot
 from pytest_lossless.core.text import printable
 from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row
+from pytest_lossless.report.charts import histogram_svg, speed_svg, waveforms_svg
 from pytest_lossless.report.html import page, write_report
 from pytest_lossless.report.mismatch import max_ulps
-from pytest_lossless.report.pictures import (
-    difference,
-    frame_triptych,
-    histogram,
-    speed_plot,
-    waveforms,
-)
+from pytest_lossless.report.pictures import difference, frame_triptych
 from pytest_lossless.report.raster import Canvas, encode_png
 
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>\x1b[31m\u202e&amp;'
@@ -261,7 +256,10 @@ def test_links_are_relative_and_resolve_inside_the_report(tmp_path, kinds):
                 pictures += 1
                 picture = _read_png(target.read_bytes())
                 assert picture.shape == (int(attrs["height"]), int(attrs["width"]), 3)
-    assert pictures == 2  # the tensor that varied between control runs, and the speed plot
+    # The tensor that varied between control runs and the speed plot are charts: inline SVG
+    # (#22: they were PNGs drawn with a bitmap font), so no picture file is linked for them.
+    assert pictures == 0
+    assert len([tag for tag, _ in parsed.tags if tag == "svg"]) == 2
     text = index.read_text(encoding="utf-8")
     assert "control#1 vs control#2" in text
     assert "Which runs differed" in text
@@ -377,18 +375,25 @@ def test_a_missing_frame_is_drawn_as_missing():
     assert peak == 0
 
 
-def test_plots_have_the_expected_size():
-    wave = waveforms(np.arange(600), np.arange(580), start=100, first=250, caption="channel 0")
-    assert wave.shape == (450, 900, 3)
-    assert histogram(np.linspace(-1, 1, 50), caption="d").shape == (284, 640, 3)
-    assert histogram(np.array([np.nan]), caption="d").shape == (284, 640, 3)
+def test_charts_are_svg_and_frames_stay_png():
+    """#22: the charts (waveforms, histogram, speed) are inline SVG with real text (their
+    raster versions, with the 3x5 font, are gone); a frame stays a PNG."""
+    import xml.etree.ElementTree as ET
+
+    wave = waveforms_svg(np.arange(600), np.arange(580), start=100, first=250, rate=None)
     samples = _speed_receipt()["speed"][0]["samples"]
-    plot = speed_plot(samples, ratio=0.33, ci=(0.31, 0.35), target_ratio=0.7, caption="5s")
-    assert plot.shape == (464, 820, 3)
-    # The target line is drawn in red across the ratio panel.
-    assert ((plot[:, :, 0] == 200) & (plot[:, :, 1] == 30)).sum() > 100
-    for picture in (wave, plot):
-        assert _read_png(encode_png(picture)).shape == picture.shape
+    charts = [
+        wave,
+        histogram_svg(np.linspace(-1, 1, 50), what="d", unit="u"),
+        histogram_svg(np.array([np.nan]), what="d", unit="u"),
+        speed_svg(samples, ratio=0.33, ci=(0.31, 0.35), target_ratio=0.7),
+    ]
+    for chart in charts:
+        svg = ET.fromstring(chart)
+        assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+        assert list(svg.iter("{http://www.w3.org/2000/svg}text"))
+    frame, _ = frame_triptych(_frame(64, 48), _frame(64, 48), caption="frame 1")
+    assert _read_png(encode_png(frame)).shape == frame.shape
 
 
 def test_text_is_drawn_in_the_font():
