@@ -203,3 +203,26 @@ def test_identical_frames_give_a_black_difference():
     assert {(int(r), int(c)) for r, c in zip(*np.nonzero(diff.any(axis=2)), strict=True)} == {
         (0, 63)
     }
+
+
+def test_a_panel_label_is_drawn_whole():
+    """#22: the difference panel's label was cut to a character count ("difference, max 2"
+    for max 200): it is drawn whole when it fits its panel."""
+    from pytest_lossless.report.raster import Canvas, text_height
+
+    a = np.zeros((48, 64, 3), dtype=np.uint8)
+    b = a.copy()
+    b[10, 10] = 200
+    picture, peak = frame_triptych(a, b, caption="frame 1")
+    assert peak == 200
+    margin, line = pictures._MARGIN, pictures._LINE
+    panel = (picture.shape[1] - 4 * margin) // 3
+    x, y = margin + 2 * (panel + margin), margin + line
+    label = "difference, max 200"
+    expected = Canvas(picture.shape[1], picture.shape[0])
+    end = expected.text(x, y, label)
+    assert end <= x + panel + margin
+    rows = slice(y, y + text_height())
+    ink = (expected.pixels[rows, x:end] != 255).any(axis=2)
+    drawn = (picture[rows, x:end] != 255).any(axis=2)
+    assert np.array_equal(drawn, ink)
