@@ -455,7 +455,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     check.add_argument(
         "--allow-mixed-revisions",
         action="store_true",
-        help="accept receipts of more than one source revision in one verify",
+        help="accept one session, or the shards of one campaign, whose records name more than "
+        "one source revision (sessions of different revisions are each judged on their own)",
     )
     make = commands.add_parser(
         "summary",

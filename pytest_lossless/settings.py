@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .core.redact import parse_patterns
 from .core.shard import Shard, parse_shard
@@ -155,6 +155,12 @@ class OptionSpec:
     alias: str | None = None
 
 
+def ini_type(spec: OptionSpec) -> Literal["bool"] | None:
+    """The type pytest is told of the ini key (``--help`` shows it): ``bool`` for a boolean
+    setting, else pytest's default (a string); the resolver still parses every value."""
+    return "bool" if spec.parse is _parse_bool else None
+
+
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "lossless",
@@ -177,6 +183,18 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "where no other plugin defines it)",
         is_flag=True,
         alias="--update-goldens",
+    ),
+    OptionSpec(
+        "receipts_keep",
+        "--lossless-receipts-keep",
+        "lossless_receipts_keep",
+        None,
+        "10",
+        _parse_positive_int(0),
+        "keep the last N session folders under the receipts folder (default 10; 0 keeps "
+        "all): older finished sessions of this host are removed at the session's end, never "
+        "a signed one, and never under --lossless-shard or a scheduler (SLURM_JOB_ID)",
+        metavar="N",
     ),
     OptionSpec(
         "goldens",
@@ -447,6 +465,8 @@ class Settings:
     backend: str
     devices: tuple[str, ...] | None
     receipts: Path
+    #: --lossless-receipts-keep: how many session folders to keep (0: all).
+    receipts_keep: int
     lock_dir: Path
     lock_timeout: float
     busy: str

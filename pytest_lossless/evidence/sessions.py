@@ -4,7 +4,9 @@ sessions of several folders, hosts or CI shards merge into one campaign.
 A session folder is any folder that holds receipts or an ``INDEX.json``. Each must have its
 index (:mod:`.index`); against it, a missing, added or changed receipt, a missing or changed
 ``SUMMARY.md``, a gate test that ran without a receipt and a session that did not finish are
-named. Across the campaign, receipts of more than one source revision are refused unless asked.
+named. Within one session, and across the shards of one campaign, records of more than one
+source revision are refused unless asked; sessions of different revisions (ordinary use across
+commits) are each judged on their own, and ``--revision`` requires one.
 """
 
 from __future__ import annotations
@@ -467,10 +469,11 @@ def check_campaign(
     revision: str | None = None,
 ) -> Campaign:
     """Every session under the given folders checked, then the campaign as a whole: one
-    session found in two folders is a contradiction (it counts once); receipts of more than
-    one source revision are refused unless ``allow_mixed_revisions``; with ``revision``,
-    every record must show that revision. An export's copies of receipts are loose receipts,
-    not sessions."""
+    session found in two folders is a contradiction (it counts once); one session, or the
+    shards of one campaign, of more than one source revision are refused unless
+    ``allow_mixed_revisions`` (sessions of different revisions are not: each is judged on its
+    own, and a note says so); with ``revision``, every record must show that revision. An
+    export's copies of receipts are loose receipts, not sessions."""
     sessions: list[Session] = []
     singles: list[Path] = []
     for directory, loaded in loaded_by_folder.items():
@@ -516,8 +519,13 @@ def check_campaign(
     for problem in shard_findings(_sharded(sessions)):  # each shard of N there once, finished
         kind = INCOMPLETE if problem.incomplete else CONTRADICTION
         campaign.findings.append(Finding(kind, problem.text))
-    revisions = campaign.revisions()
-    if len(revisions) > 1 and len(sessions) > 1 and not allow_mixed_revisions:
+    # Sessions of several revisions are ordinary use across commits, each judged on its own;
+    # the shards of one campaign split one selection of one revision, so they must agree.
+    shards = Campaign(
+        [s for s in sessions if isinstance((s.index or {}).get("shard"), Mapping)], []
+    )
+    revisions = shards.revisions()
+    if len(revisions) > 1 and not allow_mixed_revisions:
         seen = "; ".join(
             f"{_short(rev)} in {', '.join(s.session_id for s in found)}"
             for rev, found in sorted(revisions.items())
@@ -525,19 +533,157 @@ def check_campaign(
         campaign.findings.append(
             Finding(
                 CONTRADICTION,
-                f"receipts of {len(revisions)} source revisions verified together ({seen}): "
-                "a campaign judges one revision; verify each apart, or pass "
-                "--allow-mixed-revisions",
+                f"the sharded sessions are of {len(revisions)} source revisions ({seen}): "
+                "the shards of a campaign split one revision's tests; verify each campaign "
+                "apart, or pass --allow-mixed-revisions",
+            )
+        )
+    elif len(campaign.revisions()) > 1 and revision is None:
+        campaign.notes.append(
+            Finding(
+                NOTE,
+                f"the sessions are of {len(campaign.revisions())} source revisions: each "
+                "session is judged on its own revision; pass --revision REV to require one",
             )
         )
     return campaign
+
+
+# --- pruning old sessions (lossless_receipts_keep) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A finished or unfinished session folder under the receipts root, as pruning sees it."""
+
+    folder: Path
+    session_id: str
+    #: When it started (``started_at`` of its index, else its id, which starts with the time).
+    started: str
+    finished: bool
+    host: Mapping[str, Any] | None
+    #: A ``sign`` output names it (a bundle's envelope or an unsigned Statement).
+    signed: bool
+
+
+def sessions_to_prune(
+    stored: list[StoredSession], *, keep: int, host: Mapping[str, Any], current: str
+) -> list[StoredSession]:
+    """The session folders to remove so that the last ``keep`` remain (``keep`` 0: none):
+    of the ones older than the ``keep`` newest, only the finished sessions of ``host`` that
+    no ``sign`` output names, and never ``current``. Pure: it removes nothing."""
+    if keep <= 0:
+        return []
+    newest = sorted(stored, key=lambda s: (s.started, s.session_id), reverse=True)
+    return [
+        s
+        for s in newest[keep:]
+        if s.finished
+        and not s.signed
+        and s.session_id != current
+        and _host_key(s.host) == _host_key(host)
+    ]
+
+
+def stored_sessions(root: Path, signed: set[str]) -> list[StoredSession]:
+    """Every session folder directly under ``root`` that holds a readable index (a folder
+    that is a link, or whose index is a link or cannot be read, is left out: never pruned)."""
+    found: list[StoredSession] = []
+    try:
+        children = sorted(root.iterdir())
+    except OSError:
+        return found
+    for folder in children:
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        try:
+            index = load_index(folder / INDEX_NAME)
+        except ReceiptError:
+            continue
+        session_id = str(index.get("session_id") or "")
+        if session_id != folder.name:
+            continue  # renamed or copied in: not a folder this plugin wrote under that name
+        host = index.get("host")
+        found.append(
+            StoredSession(
+                folder=folder,
+                session_id=session_id,
+                started=str(index.get("started_at") or session_id),
+                finished=index.get("finished") is True,
+                host=host if isinstance(host, Mapping) else None,
+                signed=session_id in signed or _signs_inside(folder),
+            )
+        )
+    return found
+
+
+def _signs_inside(folder: Path) -> bool:
+    """A ``sign`` output put into the session folder itself."""
+    return any(folder.glob("*.intoto.jsonl")) or any(folder.glob("*.statement.json"))
+
+
+#: The folders that ``sign`` output is looked for in: ``--out``'s default, under the rootdir.
+SIGN_OUT_DEFAULT = "lossless-attestation"
+#: How many files the search for ``sign`` output reads at most (a bigger tree keeps all).
+_MAX_SIGN_FILES = 10_000
+
+
+def signed_session_ids(places: list[Path]) -> tuple[set[str], str | None]:
+    """The sessions that ``python -m pytest_lossless sign`` output under ``places`` names:
+    each envelope of a ``*.intoto.jsonl`` bundle (its Statement read, its signature not
+    checked: a key is not needed to keep a session) and each unsigned ``*.statement.json``
+    (and the ``<session id>`` folder it was written in). The second value, when not None,
+    says why the answer cannot be trusted (a bundle that cannot be read): prune nothing then."""
+    import base64
+    import json
+    import os
+
+    from ..core.digests import loads_bounded
+    from ..core.paths import read_regular
+    from .attest import MAX_BUNDLE_BYTES, statement_session
+
+    ids: set[str] = set()
+    seen = 0
+    for place in places:
+        if place.is_symlink() or not place.is_dir():
+            continue
+        for here, dirs, files in os.walk(place):  # links to folders are not followed
+            dirs.sort()
+            for name in sorted(files):
+                if not (name.endswith(".intoto.jsonl") or name.endswith(".statement.json")):
+                    continue
+                seen += 1
+                path = Path(here) / name
+                if seen > _MAX_SIGN_FILES:
+                    return ids, f"more than {_MAX_SIGN_FILES} signing files under {place}"
+                try:
+                    text = read_regular(path, limit=MAX_BUNDLE_BYTES).decode()
+                    if name.endswith(".statement.json"):
+                        ids.add(Path(here).name)
+                        statements = [loads_bounded(text.encode())]
+                    else:
+                        statements = [
+                            loads_bounded(base64.b64decode(json.loads(line)["payload"]))
+                            for line in text.splitlines()
+                            if line.strip()
+                        ]
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    return ids, f"{path} cannot be read ({exc}), so no session is pruned"
+                for statement in statements:
+                    if isinstance(statement, Mapping) and (sid := statement_session(statement)):
+                        ids.add(sid)
+    return ids, None
 
 
 __all__ = [
     "Campaign",
     "Finding",
     "Session",
+    "StoredSession",
     "check_campaign",
     "check_session",
     "group_sessions",
+    "sessions_to_prune",
+    "signed_session_ids",
+    "stored_sessions",
 ]

@@ -16,7 +16,7 @@ import pytest
 from .. import hookspecs
 from ..core.text import printable
 from ..errors import ConfigError
-from ..settings import OPTIONS, Settings, resolve
+from ..settings import OPTIONS, OptionSpec, Settings, ini_type, resolve
 
 if TYPE_CHECKING:
     from ..kinds.registry import KindRegistry
@@ -58,7 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 metavar=spec.metavar,
                 help=spec.help,
             )
-        parser.addini(spec.ini, help=spec.help, default=None)
+        # Typed for --help ("(bool)"); every value is still checked by the resolver.
+        parser.addini(spec.ini, help=spec.help, type=ini_type(spec), default=None)
 
 
 #: ``config.stash[ALIASES_TAKEN_KEY]``: aliases another plugin defines, with our own flag.
@@ -302,13 +303,24 @@ def settings(config: pytest.Config) -> Settings:
     resolved = config.stash.get(SETTINGS_KEY, None)
     if resolved is None:
         cli = {spec.dest: config.getoption(spec.dest) for spec in OPTIONS}
-        ini = {spec.dest: config.getini(spec.ini) for spec in OPTIONS}
+        ini = {spec.dest: _ini_value(config, spec) for spec in OPTIONS}
         try:
             resolved = resolve(cli, ini, rootdir=config.rootpath)
         except ConfigError as exc:
             raise pytest.UsageError(f"pytest-lossless: {exc}") from None
         config.stash[SETTINGS_KEY] = resolved
     return resolved
+
+
+def _ini_value(config: pytest.Config, spec: OptionSpec) -> Any:
+    """The ini value of ``spec`` as pytest reads it (a boolean key already a bool); a value
+    pytest cannot read as its type is a usage error naming the key, not a traceback."""
+    try:
+        return config.getini(spec.ini)
+    except (ValueError, pytest.UsageError) as exc:  # pytest 9 raises the latter itself
+        raise pytest.UsageError(
+            f"pytest-lossless: ini {spec.ini}: {exc}: expected a boolean (true/false, 1/0, yes/no)"
+        ) from None
 
 
 def kinds(config: pytest.Config) -> KindRegistry:

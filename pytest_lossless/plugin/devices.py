@@ -338,7 +338,29 @@ def _announce(config: pytest.Config, line: str) -> None:
                 stream.write(line + "\n")
                 stream.flush()
         else:
-            terminal.write_line(line)
+            _write_own_line(terminal, line, config.stash.get(WAITING_KEY, None))
+
+
+#: ``config.stash[WAITING_KEY]``: the test whose setup is acquiring devices (its wait line).
+WAITING_KEY = pytest.StashKey["pytest.Item | None"]()
+
+
+def _write_own_line(terminal: Any, line: str, item: pytest.Item | None) -> None:
+    """``line`` on a line of its own, never inside pytest's progress line: a newline first
+    when that line is open (under ``-q`` pytest's dots leave it open), and then the waiting
+    test's prefix (its file, or its id under ``-v``) written again, so its result and the
+    percentage land where pytest puts them, not on a bare line."""
+    writer = terminal._tw
+    terminal.ensure_newline()
+    if writer.width_of_current_line:
+        writer.line()
+    if item is not None and (terminal.showlongtestinfo or terminal.showfspath):
+        writer.write(line)
+        terminal.currentfspath = None  # the prefix is written again, ending our line
+        terminal.pytest_runtest_logstart(item.nodeid, item.location)
+    else:
+        writer.line(line)
+    writer.flush()
 
 
 def device_request(item: pytest.Item) -> tuple[str | None, int]:
@@ -377,8 +399,12 @@ def devices(request: pytest.FixtureRequest) -> Generator[Allocation, None, None]
             f"marked {marker}, but the device backend is {backend} "
             f"(choose one with --lossless-backend)"
         )
-    with failing_on_errors():
-        allocation = chosen.acquire(count, holder=item.nodeid)
+    request.config.stash[WAITING_KEY] = item
+    try:
+        with failing_on_errors():
+            allocation = chosen.acquire(count, holder=item.nodeid)
+    finally:
+        request.config.stash[WAITING_KEY] = None
     item.stash[ALLOCATION_KEY] = allocation
     state = interruption(request.config)
     if state is not None:

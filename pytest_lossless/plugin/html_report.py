@@ -21,6 +21,7 @@ from .config import settings
 from .evidence import session_folder, source_revision
 
 _PLUGIN_NAME = "lossless-html-report"
+_LINK_NAME = "lossless-pytest-html-link"
 #: ``config.stash[REPORT_KEY]``: the session's report, on the controller of a gate session.
 REPORT_KEY = pytest.StashKey["HtmlReport"]()
 
@@ -33,9 +34,15 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # nothing ran: no page, no session folder
     plugin = config.stash[REPORT_KEY] = HtmlReport(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
+    if config.pluginmanager.hasplugin("html") and getattr(config.option, "htmlpath", None):
+        # pytest-html's hook exists only where pytest-html is loaded: registered only then.
+        config.pluginmanager.register(PytestHtmlLink(plugin), _LINK_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    link = config.pluginmanager.get_plugin(_LINK_NAME)
+    if link is not None:
+        config.pluginmanager.unregister(link, _LINK_NAME)
     plugin = config.stash.get(REPORT_KEY, None)
     if plugin is not None:
         config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
@@ -124,6 +131,35 @@ class HtmlReport:
         rootdir = settings(self.config).rootdir
         shown = path.relative_to(rootdir) if path.is_relative_to(rootdir) else path
         terminalreporter.write_line(f"pytest-lossless report: {shown}")
+
+
+@final
+class PytestHtmlLink:
+    """With pytest-html: a link to this session's lossless report in pytest-html's summary."""
+
+    def __init__(self, report: HtmlReport) -> None:
+        self.report = report
+
+    def pytest_html_results_summary(
+        self, prefix: list[Any], summary: list[Any], postfix: list[Any], session: Any
+    ) -> None:
+        import html
+        import os
+
+        from ..report.html import INDEX
+
+        config = self.report.config
+        if not (self.report.rows or self.report.events):
+            return  # no lossless report is written for this session
+        target = report_folder(config) / INDEX
+        page = Path(os.path.expandvars(str(config.option.htmlpath))).expanduser()
+        base = (Path.cwd() / page).parent
+        href = Path(os.path.relpath(target, base)).as_posix()
+        prefix.append(
+            f'<p>pytest-lossless: <a href="{html.escape(href, quote=True)}">the lossless '
+            f"report</a> (verdicts, frames and charts of this session: "
+            f"{html.escape(report.counts_line(self.report.rows) or 'golden updates')})</p>"
+        )
 
 
 def _source(revision: str, source: dict[str, Any]) -> str:

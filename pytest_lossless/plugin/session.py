@@ -68,6 +68,10 @@ class SummaryPlugin:
         self.unended: list[tuple[Any, ...]] = []
         #: Where each test is defined (file relative to the rootdir, 1-based line): annotations.
         self.locations: dict[str, tuple[str, int | None]] = {}
+        #: The old session folders removed at the end (lossless_receipts_keep), and why some
+        #: could not be.
+        self.pruned: list[str] = []
+        self.prune_problems: list[str] = []
 
     @property
     def all_gates_skipped(self) -> bool:
@@ -157,11 +161,47 @@ class SummaryPlugin:
             )
             write_index(folder, index)
             self.written = folder
+            self._prune(session_id, host)
             write_summary(resolved.receipts, root=resolved.rootdir)
         except (OSError, LosslessError) as exc:
             self.not_written = f"{exc}"
             if self.written is None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _prune(self, session_id: str, host: Mapping[str, Any]) -> None:
+        """Keep the last ``lossless_receipts_keep`` session folders: older finished sessions
+        of this host that no ``sign`` output names are removed; never under sharding or a
+        scheduler, whose shared folder holds sessions still to be merged."""
+        import os
+        import shutil
+
+        from ..evidence.sessions import (
+            SIGN_OUT_DEFAULT,
+            sessions_to_prune,
+            signed_session_ids,
+            stored_sessions,
+        )
+
+        resolved = settings(self.config)
+        if resolved.receipts_keep <= 0 or resolved.shard is not None:
+            return
+        if shard_record(self.config) is not None or os.environ.get("SLURM_JOB_ID"):
+            return
+        root = resolved.receipts
+        signed, problem = signed_session_ids([root, resolved.rootdir / SIGN_OUT_DEFAULT])
+        if problem is not None:
+            self.prune_problems.append(problem)
+            return
+        stored = stored_sessions(root, signed)
+        for old in sessions_to_prune(
+            stored, keep=resolved.receipts_keep, host=host, current=session_id
+        ):
+            try:
+                shutil.rmtree(old.folder)
+            except OSError as exc:
+                self.prune_problems.append(f"{old.folder}: {exc.strerror or exc}")
+            else:
+                self.pruned.append(old.session_id)
 
     def _unsignable(self, folder: Path) -> str | None:
         """Why the session must not be signed: a process it started still runs (waited for a
@@ -296,11 +336,23 @@ class SummaryPlugin:
                 noun = "test" if len(missing) == 1 else "tests"
                 tail += f"; {len(missing)} {noun} wrote no receipt: {', '.join(missing)}"
             write(line + tail, red=bool(missing))
+            self._pruned_lines(write, resolved.receipts_keep)
         elif self.not_written:
             write(
                 f"pytest-lossless: the session's evidence was not written: {self.not_written}",
                 red=True,
             )
+
+    def _pruned_lines(self, write: Any, keep: int) -> None:
+        if self.pruned:
+            count = len(self.pruned)
+            folders = "session folder" if count == 1 else "session folders"
+            write(
+                f"pytest-lossless: pruned {count} old {folders} of this host (keeping the last "
+                f"{keep}: lossless_receipts_keep; 0 keeps all): {', '.join(self.pruned)}"
+            )
+        for problem in self.prune_problems:
+            write(f"pytest-lossless: old session folders not pruned: {problem}", yellow=True)
 
     def _github(self, terminalreporter: Any) -> None:
         """Under GitHub Actions (``$GITHUB_STEP_SUMMARY`` set): the verdict table appended to

@@ -130,13 +130,22 @@ class Assets:
         """A diagnostic file copied in (never through a link, bounded in size), or why not."""
         name = os.path.basename(source)
         if not source.lower().endswith(COPIED_SUFFIXES):
-            return name, None, f"not copied: {source}"
+            kind = os.path.splitext(name)[1] or "a file without a suffix"
+            return (
+                name,
+                None,
+                f"not copied (only pictures and listings, {', '.join(COPIED_SUFFIXES)}, are "
+                f"copied into the report; {kind} is left where the test wrote it): {source}",
+            )
         try:
             data = read_regular(source, limit=max(0, min(COPY_LIMIT, COPY_TOTAL - self._copied)))
         except FileNotFoundError:
             return name, None, f"gone (pytest's temporary folder was removed): {source}"
         except OSError as exc:
-            return name, None, f"not copied ({exc.strerror or exc}): {source}"
+            why = exc.strerror or str(exc)
+            if self._copied >= COPY_TOTAL:
+                why = f"the report already holds {COPY_TOTAL >> 20} MiB of copies"
+            return name, None, f"not copied ({why}): {source}"
         self._copied += len(data)
         stem, suffix = os.path.splitext(name)
         path = self._name("files", stem, suffix.lower())

@@ -18,8 +18,8 @@ from .. import media
 from ..core.digests import sha256_file
 from ..errors import LosslessError
 from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text, mapping
+from .charts import speed_svg
 from .mismatch import draw
-from .pictures import speed_plot
 from .table import Row
 
 #: Failing results drawn per lossless comparison.
@@ -144,7 +144,10 @@ class Details:
 
     def _gate(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
         if "error" in entry:
-            return [Text(str(entry.get("error"))), Pre(str(entry.get("message") or ""))]
+            message = str(entry.get("message") or "")
+            if not message.strip() or message.strip() in row.detail:
+                return []  # the table's row says it all: said once, not again below it
+            return [Text(f"raised {entry.get('error')}"), Pre(message)]
         from ..gates import GateResult
 
         result = GateResult.from_dict(dict(entry))
@@ -290,12 +293,8 @@ class Details:
         target = _float(entry.get("target_ratio"))
         if target is None:
             target = 1 - (_float(entry.get("target")) or 0.0)
-        picture = speed_plot(
-            samples,
-            ratio=_float(entry.get("ratio")),
-            ci=interval or None,
-            target_ratio=target,
-            caption=f"{row.check}: {entry.get('verdict')}",
+        chart = speed_svg(
+            samples, ratio=_float(entry.get("ratio")), ci=interval or None, target_ratio=target
         )
         errors = sum(1 for s in samples if s.get("error") is not None)
         blocks_run = len({s.get("block") for s in samples})
@@ -308,7 +307,7 @@ class Details:
         if errors:
             caption += f"; {errors} arms raised (the crosses)"
         return [
-            self.assets.picture(f"{row.test}-{row.check}", picture, caption),
+            Svg(chart, f"{row.check}: {entry.get('verdict')}: {caption}"),
             Pre(str(entry.get("message") or entry.get("reason") or "")),
             *_stages(mapping(entry.get("stages"))),
         ]

@@ -42,7 +42,11 @@ code, pre, td.test { font-family: ui-monospace, SFMono-Regular, Menlo, monospace
 table { border-collapse: collapse; margin: 0.6em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
-td { overflow-wrap: anywhere; }
+/* Words never break mid-word; only long ids (a test id, a path) may break anywhere. */
+td { word-break: normal; overflow-wrap: normal; hyphens: manual; }
+td.test, td code { overflow-wrap: anywhere; }
+svg.chart { max-width: 100%; height: auto; overflow: visible; }
+svg.chart text { font: 11px system-ui, sans-serif; fill: #1a1a1a; }
 .verdict { font-weight: 600; white-space: nowrap; padding: 0.05em 0.4em; border-radius: 3px; }
 .v-fail { background: #fde0e0; color: #8a0000; }
 .v-inconclusive { background: #fff1c2; color: #6b4d00; }
@@ -122,6 +126,18 @@ def _block(block: Block) -> str:
     return f'<p>diagnostic files:</p><ul class="files">{"".join(items)}</ul>'
 
 
+def _unrepeated(detail: Detail) -> Detail:
+    """``detail`` without the text and preformatted blocks that its row's detail already says
+    (``GoldenMissing: <message>`` holds the message)."""
+    said = detail.row.detail
+    blocks = [
+        b
+        for b in detail.blocks
+        if not (isinstance(b, (Text, Pre)) and b.text.strip() and b.text.strip() in said)
+    ]
+    return Detail(detail.anchor, detail.row, blocks)
+
+
 def page(
     rows: Sequence[Row],
     details: Mapping[int, Detail],
@@ -133,6 +149,9 @@ def page(
     """The page: the verdict table (worst first, each row once) and a section per detail
     (``details`` maps an index of ``rows`` to its detail)."""
     order = ordered(rows)
+    # A section that would only repeat its row's detail (a GoldenMissing message) is left out:
+    # every text is said once, in the table.
+    details = {i: d for i, d in ((i, _unrepeated(d)) for i, d in details.items()) if d.blocks}
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

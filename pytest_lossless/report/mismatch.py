@@ -16,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import media
-from .blocks import Assets, Block, Figure, Side, Table, Text, mapping
-from .pictures import frame_triptych, histogram, waveforms
+from .blocks import Assets, Block, Figure, Side, Svg, Table, Text, mapping
+from .charts import histogram_svg, waveforms_svg
+from .pictures import frame_triptych
 
 #: Differing frames drawn per failing video (the first, and a few more).
 FRAMES_SHOWN = 3
@@ -214,20 +215,22 @@ def _audio(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) -
     wa, wb = a[pick][:AUDIO_WINDOW], b[pick][:AUDIO_WINDOW]
     when = f", t = {first / rate:.6f} s" if rate else ""
     head = f"first differing sample {first} (channel {channel}{when})"
-    picture = waveforms(
+    chart = waveforms_svg(
         wa,
         wb,
         start=start,
         first=first,
-        caption=f"{head}, samples {start}-{start + max(len(wa), len(wb)) - 1}",
+        rate=rate or None,
         labels=(left.label, right.label),
+        unit=f"sample value, {a.dtype}",
     )
     counted = int(where.size) + abs(len(a) - len(b))
     caption = (
-        f"{head}: {left.label}, {right.label} and their difference; "
+        f"{head}: {left.label}, {right.label} and their difference, samples {start}-"
+        f"{start + max(len(wa), len(wb)) - 1}; "
         f"{_count(counted, 'sample frame')} of {max(len(a), len(b))} differ"
     )
-    return [assets.picture(f"{stem}-sample{first}", picture, caption)]
+    return [Svg(chart, caption)]
 
 
 # ------------------------------------------------------------------ tensors
@@ -289,10 +292,12 @@ def _tensor(
     ulps = max_ulps(a, b, differ)
     if ulps is not None:
         caption += f"; at most {_count(ulps, 'unit')} in the last place apart"
-    picture = histogram(
-        np.real(values), caption=f"{right.label} - {left.label}, {flat.size} elements"
+    chart = histogram_svg(
+        np.real(values),
+        what=f"{right.label} - {left.label}",
+        unit=f"difference of {a.dtype} element values",
     )
-    blocks.append(assets.picture(f"{stem}-histogram", picture, caption))
+    blocks.append(Svg(chart, caption))
     return blocks
 
 

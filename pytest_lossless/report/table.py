@@ -174,6 +174,62 @@ def _clip_left(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[len(text) - max(0, width - 1) :]
 
 
+def _clip_middle(text: str, width: int) -> str:
+    """``text`` with its middle replaced by an ellipsis: its start and end both stay."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return _clip(text, width)
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]
+
+
+def _split_id(test_id: str) -> tuple[str, str, str]:
+    """(module part, function name, parametrization) of a test id."""
+    module, sep, name = test_id.rpartition("::")
+    func, bracket, rest = name.partition("[")
+    return module + sep, func, bracket + rest
+
+
+def _common_prefix(names: set[str]) -> str:
+    """The start that every name shares, up to its last ``_`` (empty for one name)."""
+    if len(names) < 2:
+        return ""
+    first, last = min(names), max(names)
+    size = 0
+    while size < min(len(first), len(last)) and first[size] == last[size]:
+        size += 1
+    return first[: first.rfind("_", 0, size) + 1]
+
+
+def clip_test_id(test_id: str, width: int, others: Iterable[str] = ()) -> str:
+    """``test_id`` in ``width`` characters, keeping what tells it apart from ``others`` (the
+    ids beside it in the table): the module goes first, unless another row has the same name
+    in another module; then the name keeps its start past what every name shares (``test_``)
+    and its parametrization, whole when it fits, so ``test_cli_matches_goldens[15s]`` and
+    ``test_server_matches_goldens[15s]`` never both read ``…es_goldens[15s]``."""
+    if len(test_id) <= width:
+        return test_id
+    module, func, params = _split_id(test_id)
+    name = func + params
+    twins = {m for m, f, p in map(_split_id, others) if f + p == name and m != module}
+    if twins:  # the module is what tells it apart: its end, then the name as far as it goes
+        room = width - len(name)
+        if room >= 6:
+            return _clip_left(module, room) + name
+        return _clip_middle(test_id, width)
+    if len(name) < width:
+        return "…" + name
+    # The parametrization whole when it leaves the name 8 characters, else its start and end.
+    params = _clip_middle(params, max(0, min(len(params), width - 8)))
+    room = width - len(params)
+    common = _common_prefix({f for _, f, _ in map(_split_id, (*others, test_id))})
+    wanted = len(common) + min(6, len(func) - len(common))
+    # Too narrow for the shared start as well: it is left out.
+    shown = "…" + func[len(common) :] if common and room - 1 < wanted else func
+    return _clip(shown, room) + params
+
+
 def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     """A fixed-width table of every check, worst verdicts first, then a count line.
 
@@ -209,10 +265,11 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     lines.append(
         _clip("  ".join("-" * w for w in widths) + "  " + "-" * min(detail_width, 40), width)
     )
+    ids = [c[1] for c in cells]
     for cell in cells:
-        # A test id keeps its end (the test's name and parameters), the other cells their start.
+        # A test id keeps what tells it apart (name start, parameters), the others their start.
         clipped = [
-            _clip(c, w) if i != 1 else _clip_left(c, w)
+            _clip(c, w) if i != 1 else clip_test_id(c, w, ids)
             for i, (c, w) in enumerate(zip(cell[:4], widths, strict=True))
         ]
         parts = "  ".join(c.ljust(w) for c, w in zip(clipped, widths, strict=True))

@@ -239,7 +239,12 @@ def _git(root: Path, *args: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_folder_mixing_two_revisions_is_refused(project: pytest.Pytester) -> None:
+def test_sessions_across_two_commits_verify_and_revision_stays_strict(
+    project: pytest.Pytester,
+) -> None:
+    """Ordinary use across one commit (#22): sessions of two revisions are each judged on their
+    own, so the folder verifies (it used to be a CONTRADICTION, "2 source revisions"), with a
+    note; ``--revision REV`` still requires one revision of every record."""
     root = project.path
     (root / ".gitignore").write_text("lossless-receipts/\n__pycache__/\n")
     _git(root, "init", "-q")
@@ -253,14 +258,22 @@ def test_a_folder_mixing_two_revisions_is_refused(project: pytest.Pytester) -> N
     receipts = root / "lossless-receipts"
     assert len(_sessions(receipts)) == 2
     done = _verify(receipts)
-    assert done.returncode == 1
-    assert "receipts of 2 source revisions verified together" in done.stdout
-    assert "--allow-mixed-revisions" in done.stdout
+    assert done.returncode == 0, done.stdout
+    assert "CONTRADICTION" not in done.stdout
+    assert "source revisions: 2" in done.stdout
+    assert "note: the sessions are of 2 source revisions" in done.stdout
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    strict = _verify(receipts, "--revision", head)
+    assert strict.returncode == 1
+    assert f"--revision {head} is required" in strict.stdout
     allowed = _verify(receipts, "--allow-mixed-revisions")
     assert allowed.returncode == 0, allowed.stdout
-    assert "source revisions: 2" in allowed.stdout
     for session in _sessions(receipts):
         assert _verify(session).returncode == 0  # each session alone is one revision
+    newest = _sessions(receipts)[-1]
+    assert _verify(newest, "--revision", head).returncode == 0
 
 
 @pytest.mark.slow

@@ -23,15 +23,10 @@ from pytest_lossless.core.paths import PathOutsideRoot
 from pytest_lossless.core.text import printable
 from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row
+from pytest_lossless.report.charts import histogram_svg, speed_svg, waveforms_svg
 from pytest_lossless.report.html import page, write_report
 from pytest_lossless.report.mismatch import max_ulps
-from pytest_lossless.report.pictures import (
-    difference,
-    frame_triptych,
-    histogram,
-    speed_plot,
-    waveforms,
-)
+from pytest_lossless.report.pictures import difference, frame_triptych
 from pytest_lossless.report.raster import Canvas, encode_png
 
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>\x1b[31m\u202e&amp;'
@@ -261,7 +256,10 @@ def test_links_are_relative_and_resolve_inside_the_report(tmp_path, kinds):
                 pictures += 1
                 picture = _read_png(target.read_bytes())
                 assert picture.shape == (int(attrs["height"]), int(attrs["width"]), 3)
-    assert pictures == 2  # the tensor that varied between control runs, and the speed plot
+    # The tensor that varied between control runs and the speed plot are charts: inline SVG
+    # (#22: they were PNGs drawn with a bitmap font), so no picture file is linked for them.
+    assert pictures == 0
+    assert len([tag for tag, _ in parsed.tags if tag == "svg"]) == 2
     text = index.read_text(encoding="utf-8")
     assert "control#1 vs control#2" in text
     assert "Which runs differed" in text
@@ -377,18 +375,25 @@ def test_a_missing_frame_is_drawn_as_missing():
     assert peak == 0
 
 
-def test_plots_have_the_expected_size():
-    wave = waveforms(np.arange(600), np.arange(580), start=100, first=250, caption="channel 0")
-    assert wave.shape == (450, 900, 3)
-    assert histogram(np.linspace(-1, 1, 50), caption="d").shape == (284, 640, 3)
-    assert histogram(np.array([np.nan]), caption="d").shape == (284, 640, 3)
+def test_charts_are_svg_and_frames_stay_png():
+    """#22: the charts (waveforms, histogram, speed) are inline SVG with real text (their
+    raster versions, with the 3x5 font, are gone); a frame stays a PNG."""
+    import xml.etree.ElementTree as ET
+
+    wave = waveforms_svg(np.arange(600), np.arange(580), start=100, first=250, rate=None)
     samples = _speed_receipt()["speed"][0]["samples"]
-    plot = speed_plot(samples, ratio=0.33, ci=(0.31, 0.35), target_ratio=0.7, caption="5s")
-    assert plot.shape == (464, 820, 3)
-    # The target line is drawn in red across the ratio panel.
-    assert ((plot[:, :, 0] == 200) & (plot[:, :, 1] == 30)).sum() > 100
-    for picture in (wave, plot):
-        assert _read_png(encode_png(picture)).shape == picture.shape
+    charts = [
+        wave,
+        histogram_svg(np.linspace(-1, 1, 50), what="d", unit="u"),
+        histogram_svg(np.array([np.nan]), what="d", unit="u"),
+        speed_svg(samples, ratio=0.33, ci=(0.31, 0.35), target_ratio=0.7),
+    ]
+    for chart in charts:
+        svg = ET.fromstring(chart)
+        assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+        assert list(svg.iter("{http://www.w3.org/2000/svg}text"))
+    frame, _ = frame_triptych(_frame(64, 48), _frame(64, 48), caption="frame 1")
+    assert _read_png(encode_png(frame)).shape == frame.shape
 
 
 def test_text_is_drawn_in_the_font():
@@ -435,3 +440,45 @@ def test_golden_updates_are_listed_what_needs_a_look_first():
     updates = text[text.index("Golden updates") :]
     assert updates.index("conflict") < updates.index("created")
     assert "<code>goldens/t/b</code>" in updates  # a folder's event names no artifact
+
+
+# ------------------------------------------------------------------ #22: said once, with reasons
+
+
+def test_a_golden_missing_message_appears_once(tmp_path):
+    message = "no golden 'x.npy' in goldens/t/test_m: run with --update-goldens to create it"
+    row = Row("t.py::test_m", "x.npy", "default", "ERROR", f"GoldenMissing: {message}")
+    entry = {"artifact": "x.npy", "error": "GoldenMissing", "message": message, "passed": False}
+    index = write_report(tmp_path / "report", [row], {"t.py::test_m": {"gates": [entry]}})
+    text = index.read_text(encoding="utf-8")
+    assert text.count("run with --update-goldens to create it") == 1
+
+
+def test_an_artifact_not_copied_says_why(tmp_path):
+    from pytest_lossless.report.blocks import Assets
+
+    clip = tmp_path / "obtained.mp4"
+    clip.write_bytes(b"\0" * 10)
+    (tmp_path / "report").mkdir()
+    name, src, note = Assets(tmp_path / "report").copy(str(clip))
+    assert (name, src) == ("obtained.mp4", None)
+    assert note.startswith("not copied (only pictures and listings, .png, .txt, are copied")
+    assert ".mp4 is left where the test wrote it" in note
+    assert str(clip) in note
+
+
+def test_table_cells_never_break_mid_word(tmp_path):
+    """``overflow-wrap: anywhere`` on every cell broke "elementwise" as "elementwi se": only
+    the long ids may break anywhere."""
+    import re
+
+    from pytest_lossless.report.html import _STYLE
+
+    style = re.sub(r"/\*.*?\*/", "", _STYLE, flags=re.S)
+    rules = {
+        selector.strip(): body
+        for selector, body in (r.split("{", 1) for r in style.split("}") if "{" in r)
+    }
+    assert "anywhere" not in rules["td"]
+    assert "word-break: normal" in rules["td"]
+    assert "overflow-wrap: anywhere" in rules["td.test, td code"]

@@ -172,3 +172,44 @@ def test_rows_carry_their_status_as_an_enum_never_as_display_text():
     assert Row("t.py::a", "x", "-", Status.INCONCLUSIVE).failing
     assert Update.of_action("created") is Update.CREATED
     assert Update.of_action("restored") is None  # a folder's recovery is no artifact's row
+
+
+def test_at_80_columns_test_ids_keep_what_tells_them_apart():
+    """#22: clipped from the left, both ids read ``…atches_goldens[15s]``; the part that
+    differs (the name's start past ``test_gpu_``) and the parametrization stay."""
+    module = "tests/gpu/test_ref2va_gpu.py::"
+    rows = [
+        Row(
+            f"{module}test_gpu_cli_matches_goldens[15s]",
+            "frames/clip.mp4",
+            "tolerance(atol=1e-06, rtol=0)",
+            "FAIL",
+            "x" * 50,
+        ),
+        Row(
+            f"{module}test_gpu_server_matches_goldens[15s]",
+            "frames/clip.mp4",
+            "tolerance(atol=1e-06, rtol=0)",
+            "LOSSY-PASS",
+            "y" * 30,
+        ),
+        Row(f"{module}test_gpu_fast[5s]", "speed cli-5s vs control", "ratio <= 0.70", "PASS"),
+    ]
+    lines = verdict_table(rows, width=80)
+    assert max(len(line) for line in lines) <= 80
+    fail = next(line for line in lines if line.startswith("FAIL"))
+    lossy = next(line for line in lines if line.startswith("LOSSY-PASS"))
+    test_cells = [line[12:].split("  ")[0] for line in (fail, lossy)]
+    assert test_cells[0] != test_cells[1]
+    assert "cli_" in test_cells[0]
+    assert "server_" in test_cells[1]
+    assert all(cell.endswith("[15s]") for cell in test_cells)
+
+
+def test_a_name_shared_by_two_modules_keeps_the_modules():
+    from pytest_lossless.report.table import clip_test_id
+
+    ids = ["tests/a/test_x.py::test_one[p]", "tests/b/test_y.py::test_one[p]"]
+    shown = [clip_test_id(i, 20, ids) for i in ids]
+    assert shown[0] != shown[1]
+    assert all(len(s) <= 20 and s.endswith("test_one[p]") for s in shown)

@@ -124,3 +124,28 @@ def test_repeat_producers_is_a_flag_and_an_ini_setting():
     with pytest.raises(ConfigError) as info:
         _resolve(ini={"repeat_producers": "twice"})
     assert "ini lossless_repeat_producers" in str(info.value)
+
+
+def test_boolean_ini_keys_are_typed_bool_in_help(pytester: pytest.Pytester) -> None:
+    """--help says "(bool)" for a boolean ini key, not "(string)"; the value still resolves."""
+    result = pytester.runpytest("--help")
+    lines = [" ".join(line.split()) for line in result.outlines]
+    assert any(line.startswith("lossless_enabled (bool):") for line in lines)
+    assert any(line.startswith("lossless_no_canary (bool):") for line in lines)
+    assert any(line.startswith("lossless_goldens (string):") for line in lines)
+    assert not any(line.startswith("lossless_enabled (string)") for line in lines)
+
+
+def test_a_boolean_ini_key_resolves_and_a_bad_one_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_x="""
+def test_on(pytestconfig):
+    from pytest_lossless.plugin.config import settings
+    assert settings(pytestconfig).no_canary is True
+"""
+    )
+    pytester.makeini("[pytest]\nlossless_no_canary = yes\n")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.makeini("[pytest]\nlossless_no_canary = maybe\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*pytest-lossless: ini lossless_no_canary:*expected a boolean*"])
