@@ -128,6 +128,7 @@ def test_where_bytecode_is_not_written_none_of_ours_is_rewritten(tmp_path: Path)
     loaded = next(x for x in done.stdout.splitlines() if x.startswith("LOADED "))
     assert "pytest_lossless.plugin.golden" in loaded  # the adapter was loaded ...
     assert "test_plain" in rewritten  # ... and the checker sees rewriting
-    # The package and the entry point itself are imported by pytest before they can say so.
+    # The package and the entry point itself are imported by pytest before they can say so
+    # (where pytest marked them at all: an editable install lists no module for it to mark).
     ours = [m for m in rewritten if m.startswith("pytest_lossless")]
-    assert ours == ["pytest_lossless", "pytest_lossless.plugin"], rewritten
+    assert set(ours) <= {"pytest_lossless", "pytest_lossless.plugin"}, rewritten
