@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .core.redact import parse_patterns
-from .core.shard import Shard, parse_shard
+from .core.sharding import Shard, parse_shard
 from .errors import ConfigError
 
 BACKENDS = ("auto", "npu", "cuda", "cpu")

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.shard import Shard
+from ..core.sharding import Shard
 from ..errors import ConfigError
 from ..settings import parse_device_list
 

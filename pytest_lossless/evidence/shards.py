@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.shard import Shard, shard_from_record
+from ..core.sharding import Shard, shard_from_record
 from ..core.text import printable
 
 

@@ -3,7 +3,7 @@ and one module per built-in kind (video, audio, tensor, image, bytes)."""
 
 from __future__ import annotations
 
-from .base import Kind as Kind
+from .interface import Kind as Kind
 from .registry import (
     BUILTIN_KIND_NAMES as BUILTIN_KIND_NAMES,
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import BuiltinKind
+from .interface import BuiltinKind
 from .video import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 
 if TYPE_CHECKING:

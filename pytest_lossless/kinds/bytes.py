@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..gates.findings import first_difference, new_result, note_meta, settle
 from ..hookspecs import hookimpl
-from .base import BuiltinKind
+from .interface import BuiltinKind
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import BuiltinKind
+from .interface import BuiltinKind
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact

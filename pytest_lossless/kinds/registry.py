@@ -23,7 +23,7 @@ import pluggy
 from .. import hookspecs
 from ..core.artifact import Artifact
 from ..errors import ArtifactError, LosslessError
-from .base import BuiltinKind, Kind, media_limits
+from .interface import BuiltinKind, Kind, media_limits
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .base import BuiltinKind
+from .interface import BuiltinKind
 
 if TYPE_CHECKING:
     import numpy.typing as npt

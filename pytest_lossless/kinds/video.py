@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import LosslessError
-from .base import BuiltinKind, Kind
+from .interface import BuiltinKind, Kind
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact

@@ -1,7 +1,7 @@
 """``--lossless-shard I/N``: this session runs one shard of the selected tests.
 
 After every other selection (``-m``, ``-k``, a plugin's deselection: this hook runs last), the
-tests are split by :func:`~pytest_lossless.core.shard.assign` and the others are deselected
+tests are split by :func:`~pytest_lossless.core.sharding.assign` and the others are deselected
 through pytest's ``pytest_deselected`` hook, so the terminal says how many. In a Slurm array
 task the shard defaults to the task's position in the array (:mod:`..devices.scheduler`).
 The session's ``INDEX.json`` records the shard and the selection it split (:func:`record`), so
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ..core.shard import Shard, assign, split_record
+from ..core.sharding import Shard, assign, split_record
 from ..errors import ConfigError
 from .config import settings
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_lossless.core.shard import Shard, split_record
+from pytest_lossless.core.sharding import Shard, split_record
 from pytest_lossless.evidence.index import build_index, write_index
 from pytest_lossless.evidence.sessions import CONTRADICTION, NOTE, check_campaign
 from pytest_lossless.evidence.summary_md import write_summary

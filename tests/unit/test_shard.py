@@ -1,4 +1,4 @@
-"""The stable split of a selection into shards (core/shard.py): every test in exactly one
+"""The stable split of a selection into shards (core/sharding.py): every test in exactly one
 shard, nearly equal sizes, few moves when a test is added, and I/N parsed with clear errors."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_lossless.core.shard import Shard, assign, parse_shard, selection_sha256
+from pytest_lossless.core.sharding import Shard, assign, parse_shard, selection_sha256
 
 ids = st.lists(st.text(min_size=1, max_size=30), max_size=60, unique=True)
 counts = st.integers(min_value=1, max_value=9)

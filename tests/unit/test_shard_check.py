@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_lossless.core.shard import Shard, split_record
+from pytest_lossless.core.sharding import Shard, split_record
 from pytest_lossless.evidence.shards import ShardedSession, shard_findings, shard_lines
 
 TESTS = [f"t.py::test_{i}" for i in range(10)]
 
 
 def _session(index: int, count: int = 4, *, finished: bool = True, tests=TESTS) -> ShardedSession:
-    from pytest_lossless.core.shard import assign
+    from pytest_lossless.core.sharding import assign
 
     kept = sum(1 for s in assign(tests, count).values() if s == index)
     index_: dict[str, Any] = {
