@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..gates import Gate
 from ..kinds.registry import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
+from . import divergence as tracing
 from .repeatability import Comparison, _compare_runs, _resolve_gates, lossless_table
 
 #: The JSON scalars an axis value may be: it names the cell and is frozen in ``plan.json``.
@@ -166,8 +167,11 @@ class CellResult:
     reference_comparison: Comparison | None
     #: What the cell ran under, besides its axes (the devices it was given).
     context: dict[str, Any] = field(default_factory=dict)
-    #: With ``trace=True``: the first divergence from the reference, when one was found.
-    divergence: str | None = None
+    #: With ``trace=True``: where the two runs that explain the verdict first part
+    #: (:func:`.divergence.between`'s record): the reference's first run and the cell's first
+    #: (FAIL), or the cell's first run and the first of its own that differs (not repeatable);
+    #: None when the verdict has no two such runs, or the grid is not traced.
+    divergence: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -189,7 +193,10 @@ class CellResult:
                 {n for c in self.repeat_comparisons for n in c.missing}
                 | {r.artifact for c in self.repeat_comparisons for r in c.results if not r.passed}
             )
-            return f"not repeatable over {len(self.runs)} runs: {', '.join(varied)} varied"
+            return (
+                f"not repeatable over {len(self.runs)} runs: {', '.join(varied)} varied"
+                + self._divergence_short()
+            )
         if self.verdict == Verdict.INCONCLUSIVE:
             return f"{len(self.runs)} runs identical; the reference is not repeatable"
         if self.reference_comparison is None:
@@ -204,12 +211,21 @@ class CellResult:
                 for r in comparison.results
                 if not r.passed
             ]
-            line = "differs from the reference: " + "; ".join(parts)
-            if self.divergence:
-                line += f"; first divergence: {self.divergence}"
-            return line
+            return "differs from the reference: " + "; ".join(parts) + self._divergence_short()
         how = "within tolerance" if self.verdict == Verdict.LOSSY_PASS else "bit for bit"
         return f"{len(self.runs)} runs identical; identical to the reference {how}"
+
+    def _divergence_short(self) -> str:
+        """``; first divergence: block.proj`` (``trace=True``), or why there is none."""
+        found = self.divergence or {}
+        first = found.get("first")
+        if isinstance(first, Mapping):
+            return f"; first divergence: {first.get('name')}"
+        if found.get("error"):
+            return f"; trace: {found['error']}"
+        if found.get("headline"):
+            return f"; trace: {found['headline']}"
+        return ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -319,7 +335,9 @@ def run_matrix(
 ) -> Grid:
     """Run every cell ``runs`` times (``make_run(**cell)`` gives its producer) and judge each
     against the reference cell. ``cell_context`` wraps each cell's runs (the plugin narrows
-    the test's devices there for a ``devices`` axis)."""
+    the test's devices there for a ``devices`` axis). With ``trace``, every run traces into a
+    folder of its own (:func:`.divergence.tracing_into`, as ``lossless.compare`` does), and
+    each cell that is FAIL or not repeatable names where its two disagreeing runs first part."""
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ConfigError(
             "lossless.matrix(runs=...)", runs, "a cell must run at least twice to show it repeats"
@@ -334,6 +352,7 @@ def run_matrix(
     fingerprints: dict[str, dict[str, Artifact]] = {}
     records: dict[Cell, list[dict[str, Any]]] = {}
     contexts: dict[Cell, dict[str, Any]] = {}
+    traces: dict[str, Path | None] = {}
     # The reference first: every other cell is compared with its first run.
     for index, cell in enumerate([ref, *(c for c in found if c != ref)]):
         with around(cell) as context:
@@ -348,10 +367,16 @@ def run_matrix(
             records[cell] = []
             for n in range(runs):
                 name = run_name(cell, n)
+                place = workdir / f"cell{index}-{safe_name(cell.name, default='cell')}"
                 started = clock.monotonic()
-                result = producer()
+                if trace:
+                    with tracing.tracing_into(place / f"trace-r{n}"):
+                        result = producer()
+                    traces[name] = tracing.run_trace(result, place / f"trace-r{n}")
+                else:
+                    result = producer()
                 seconds = clock.monotonic() - started
-                folder = workdir / f"cell{index}-{safe_name(cell.name, default='cell')}" / f"r{n}"
+                folder = place / f"r{n}"
                 paths = materialize_all(result, name, folder)
                 fingerprints[name] = {k: kinds.artifact(k, p) for k, p in paths.items()}
                 records[cell].append(
@@ -364,6 +389,10 @@ def run_matrix(
                         },
                     }
                 )
+                if trace:
+                    records[cell][-1]["trace_dir"] = (
+                        None if traces[name] is None else str(traces[name])
+                    )
     reference_first = run_name(ref, 0)
     gates = _resolve_gates(gate, fingerprints[reference_first], kinds)
     lossy = any(not g.lossless for g in gates.values())
@@ -386,6 +415,11 @@ def run_matrix(
         result.verdict = cell_verdict(
             reference_repeatable, result.repeatable, result.identical, lossy=lossy
         )
+        pairs = [(c.right, c.identical) for c in result.repeat_comparisons]
+        pair = divergence_pair(result.runs[0]["name"], reference_first, result.verdict, pairs)
+        if trace and pair is not None:
+            left, right = pair
+            result.divergence = tracing.between(left, traces.get(left), right, traces.get(right))
     return Grid(
         label=label,
         axes=check_axes(axes),
@@ -401,6 +435,19 @@ def run_matrix(
 def run_name(cell: Cell, index: int) -> str:
     """``threads=4, batch=2 #1``: a run's name, unique across the grid."""
     return f"{cell.name} #{index + 1}"
+
+
+def divergence_pair(
+    first: str, reference_first: str, verdict: Verdict, repeats: Sequence[tuple[str, bool]]
+) -> tuple[str, str] | None:
+    """The two runs whose traces explain a cell's verdict, as ``lossless.compare`` picks them:
+    its first run and the first of its own that differs (``repeats``: each later run's name and
+    whether it is identical to the first), else, for a FAIL, the reference's first run and its
+    first. None when no two runs disagree (a pass, or INCONCLUSIVE for the reference's sake)."""
+    for right, identical in repeats:
+        if not identical:
+            return first, right
+    return (reference_first, first) if verdict == Verdict.FAIL else None
 
 
 def cell_verdict(
@@ -446,6 +493,51 @@ def rederive(block: Mapping[str, Any]) -> dict[str, Verdict]:
         found[str(entry.get("name"))] = cell_verdict(
             repeatable(reference), repeatable(entry), identical, lossy=lossy
         )
+    return found
+
+
+def divergence_problems(block: Mapping[str, Any]) -> list[str]:
+    """Where a receipt's matrix (``matrix[i]``) records a divergence that its own evidence does
+    not call for: on a grid that was not traced, on a cell whose re-derived verdict has no two
+    disagreeing runs, or between other runs than :func:`divergence_pair` picks; and a traced
+    cell that needs one but records none. The traces themselves may be gone by then, so the
+    record is checked for consistency, not re-measured."""
+    entries = [c for c in block.get("cells") or [] if isinstance(c, Mapping)]
+    reference = next((c for c in entries if c.get("name") == block.get("reference")), None)
+    ref_runs = [r for r in (reference or {}).get("runs") or [] if isinstance(r, Mapping)]
+    ref_first = str(ref_runs[0].get("name")) if ref_runs else ""
+    verdicts = rederive(block)
+    traced = block.get("trace") is True
+    found: list[str] = []
+    for entry in entries:
+        name = str(entry.get("name"))
+        recorded = entry.get("divergence")
+        runs = [r for r in entry.get("runs") or [] if isinstance(r, Mapping)]
+        if not runs:
+            continue
+        repeats = [
+            (str(c.get("right")), _recorded_identical(c))
+            for c in entry.get("repeat_comparisons") or []
+            if isinstance(c, Mapping)
+        ]
+        verdict = verdicts.get(name, Verdict.INCONCLUSIVE)
+        pair = divergence_pair(str(runs[0].get("name")), ref_first, verdict, repeats)
+        if recorded is None:
+            if traced and pair is not None:
+                found.append(f"cell {name}: traced and {verdict}, but no divergence recorded")
+            continue
+        if not isinstance(recorded, Mapping):
+            found.append(f"cell {name}: its divergence is not a mapping")
+        elif not traced:
+            found.append(f"cell {name}: a divergence recorded but the grid was not traced")
+        elif pair is None:
+            why = "passes" if verdict.passed else "has no two runs that disagree"
+            found.append(f"cell {name}: a divergence recorded for a cell that {why}")
+        elif list(recorded.get("between") or []) != list(pair):
+            shown = " and ".join(str(x) for x in recorded.get("between") or []) or "no runs"
+            found.append(
+                f"cell {name}: its divergence is between {shown}, not {pair[0]} and {pair[1]}"
+            )
     return found
 
 

@@ -425,8 +425,9 @@ def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> 
 def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """Each determinism matrix (#24) re-derived: every comparison from the runs' fingerprints,
     every cell's verdict from its comparisons (:func:`..compare.matrix.rederive`), the grid's
-    verdict as its worst cell and its explanation line from the cells' verdicts."""
-    from ..compare.matrix import explanation_line, rederive
+    verdict as its worst cell and its explanation line from the cells' verdicts; a traced
+    cell's first divergence is carried between the runs its verdict calls for."""
+    from ..compare.matrix import divergence_problems, explanation_line, rederive
     from ..core.verdict import Verdict
 
     if block is None:
@@ -474,6 +475,7 @@ def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> li
                     f"{where} cell {cell.get('name')}: recorded {cell.get('verdict')} but its "
                     f"comparisons give {again_word}"
                 )
+        found += [f"{where} {problem}" for problem in divergence_problems(grid)]
         worst = Verdict.worst(verdicts.values())
         if worst is not None and grid.get("verdict") != worst:
             found.append(f"{where}: recorded {grid.get('verdict')} but its cells give {worst}")

@@ -266,6 +266,7 @@ class Details:
         ]
         if where:
             blocks.append(Table(("runs", "artifact", "first difference", "how many"), where))
+        blocks += _divergence(mapping(cell.get("divergence")))  # lossless.matrix(trace=True)
         shown = [dict(r, role="cell") for r in cell.get("runs") or [] if isinstance(r, Mapping)]
         first = (reference.get("runs") or [None])[0]
         if isinstance(first, Mapping) and cell is not reference:
