@@ -80,6 +80,7 @@ def compare_container(
         )
     _compare_video_streams(result, efp, ofp)
     _compare_audio_streams(result, efp, ofp, expected, obtained, pair)
+    _compare_other_streams(result, efp, ofp)
     if (
         result.unit == "frame"
         and not result.metadata_diffs
@@ -183,6 +184,96 @@ def _compare_audio_streams(
         else:
             counted = "an unknown number of" if count is None else str(count)
             result.notes.append(f"{counted} audio samples also differ; first: {text}")
+
+
+#: The stream types a container fingerprint records by their packets (``other_streams``).
+_OTHER_TYPES = ("subtitle", "data", "attachment")
+
+
+def _unrecorded(fp: dict[str, Any]) -> list[str]:
+    """The other streams a fingerprint made before they were recorded names, unhashed."""
+    if "other_streams" in fp:
+        return []
+    return [
+        str(text)
+        for text in fp.get("ignored_streams", [])
+        if len(str(text).split()) > 1 and str(text).split()[1] in _OTHER_TYPES
+    ]
+
+
+def _compare_other_streams(result: GateResult, efp: dict[str, Any], ofp: dict[str, Any]) -> None:
+    """Subtitle, data and attachment streams, by their packets (copied, never decoded): a
+    stream that differs, or is present on one side only, fails naming it. A fingerprint made
+    before they were recorded compares nothing here, and a note names what was not compared."""
+    old = {side: _unrecorded(fp) for side, fp in (("expected", efp), ("obtained", ofp))}
+    if old["expected"] or old["obtained"]:
+        sides_ = " and ".join(side for side, names in old.items() if names)
+        names = sorted(set(old["expected"] + old["obtained"]))
+        result.notes.append(
+            f"streams other than video and audio were not recorded in the {sides_} "
+            f"fingerprint (made before they were): {', '.join(names)} not compared; accept "
+            "the golden again to compare them"
+        )
+        return
+    findings: list[tuple[str, int, int]] = []
+    for kind in _OTHER_TYPES:
+        eos = [s for s in efp.get("other_streams", []) if s.get("codec_type") == kind]
+        oos = [s for s in ofp.get("other_streams", []) if s.get("codec_type") == kind]
+        for es, os_ in zip_longest(eos, oos):
+            shown = es or os_
+            label = f"{kind} stream #{shown.get('index')} ({shown.get('codec_name')})"
+            if es is None or os_ is None:
+                side = "expected" if os_ is None else "obtained"
+                result.metadata_diffs.append(f"{label}: present in {side} only")
+                continue
+            note_meta(
+                result.metadata_diffs, "codec", es.get("codec_name"), os_.get("codec_name"),
+                f"{label}: ",
+            )  # fmt: skip
+            found = _packet_difference(es, os_)
+            if found is not None:
+                findings.append((f"{label}: {found[0]}", found[1], found[2]))
+    for text, count, total in findings:
+        if result.first_mismatch is None:
+            # Video and audio are identical (or absent): this stream is the first difference.
+            result.unit = "packet"
+            result.first_mismatch = text
+            result.mismatch_count = count
+            result.total = total
+        else:
+            result.notes.append(f"{count} of {total} packets also differ in {text}")
+
+
+def _packet_difference(es: dict[str, Any], os_: dict[str, Any]) -> tuple[str, int, int] | None:
+    """The first difference between two streams' packets (or their extradata), how many
+    packets differ, and of how many; None when they are the same."""
+    epk, opk = es.get("packets", []), os_.get("packets", [])
+    total = max(len(epk), len(opk))
+    if epk == opk and es.get("sha256") == os_.get("sha256"):
+        if es.get("extradata_sha256") != os_.get("extradata_sha256"):
+            return "extradata (styles, attached file) differs", 0, total
+        return None
+    count = sum(1 for a, b in zip_longest(epk, opk) if a != b)
+    k = next((i for i, (a, b) in enumerate(zip_longest(epk, opk)) if a != b), None)
+    if k is None:  # the packets agree, their summary does not: only an edit makes this
+        return "the SHA-256 of its packets differs, the packets listed do not", count, total
+    ep, op = (epk[k] if k < len(epk) else None), (opk[k] if k < len(opk) else None)
+    tb = es.get("time_base")
+    if ep is None or op is None:
+        side = "expected" if op is None else "obtained"
+        packet = ep if ep is not None else op
+        assert packet is not None  # k is within the longer list
+        return f"packet {k} ({pts_time(packet['pts'], tb)}): present in {side} only", count, total
+    where = f"packet {k} ({pts_time(ep['pts'], tb)})"
+    if ep["sha256"] != op["sha256"]:
+        return f"{where}: payload differs", count, total
+    return (
+        f"{where}: payload identical, timing differs: obtained "
+        f"{pts_time(op['pts'], os_.get('time_base'))}, duration {op.get('duration')} "
+        f"(expected {ep.get('duration')})",
+        count,
+        total,
+    )
 
 
 def _audio_mismatch(

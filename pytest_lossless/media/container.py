@@ -1,9 +1,11 @@
 """Fingerprints of media containers (mp4, mkv, mp3, ...): every video and audio stream decoded
-and hashed frame by frame by ffmpeg's framehash muxer, in the stream's own format.
+and hashed frame by frame by ffmpeg's framehash muxer, in the stream's own format; every other
+stream (subtitles, data, attachments) by its packets, copied as they are, in the same run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import subprocess
 import threading
@@ -14,6 +16,7 @@ from typing import Any
 
 from ..errors import ArtifactError
 from .ffmpeg import (
+    OTHER_STREAM_TYPES,
     RAW_PIPE_BYTES,
     FFmpegRun,
     OutputPipe,
@@ -107,6 +110,54 @@ def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> dic
         "time_base": _frac_str(tb),
         "packets": packets,
     }
+
+
+def other_streams(info: ProbeInfo) -> list[StreamInfo]:
+    """The streams other than video and audio whose packets are hashed, in the order ffmpeg's
+    command lines map them (:data:`~.ffmpeg.OTHER_STREAM_TYPES`, then file order)."""
+    return [s for kind in OTHER_STREAM_TYPES for s in info.of_type(kind)]
+
+
+def _other_stream_fp(path: Path, stream: StreamInfo, fh: FramehashStream) -> dict[str, Any]:
+    """A subtitle, data or attachment stream's fingerprint from the framehash lines of its
+    copied packets: each packet's time and payload SHA-256, and ``sha256``, the SHA-256 of
+    those payload digests in order (equal exactly when the payloads are, in the same order).
+    ``extradata_sha256``: what the stream carries beside its packets (a subtitle's styles, an
+    attachment's file), when it carries anything."""
+    media_type = fh.header.get("media_type")
+    if media_type is not None and media_type != stream.type:
+        raise ArtifactError(
+            path,
+            f"ffmpeg hashed a {media_type} stream where its description has {stream.type} "
+            f"stream #{stream.index}; it cannot be fingerprinted reliably. Report this file",
+        )
+    digests = [digest for _pts, _dur, _size, digest in fh.lines]
+    return {
+        "index": stream.index,
+        "codec_type": stream.type,
+        "codec_name": stream.codec,
+        "time_base": fh.header.get("tb"),
+        "extradata_sha256": fh.header.get("extradata"),
+        "packet_count": len(digests),
+        "sha256": hashlib.sha256("\n".join(digests).encode("ascii")).hexdigest(),
+        "packets": [
+            {"pts": pts, "duration": dur, "sha256": digest} for pts, dur, _size, digest in fh.lines
+        ],
+    }
+
+
+def legacy_fingerprint(fp: dict[str, Any]) -> dict[str, Any]:
+    """``fp`` as it was made before streams other than video and audio were recorded: without
+    ``other_streams``, and those streams named in ``ignored_streams`` (in file order). A
+    golden's manifest written then is checked against its stored file in this form."""
+    others = fp.get("other_streams")
+    if not isinstance(others, list):
+        return dict(fp)
+    named = [f"#{s['index']} {s['codec_type']} {s['codec_name']}" for s in others]
+    ignored = [*fp.get("ignored_streams", []), *named]
+    old = {k: v for k, v in fp.items() if k != "other_streams"}
+    old["ignored_streams"] = sorted(ignored, key=lambda text: int(text[1:].split()[0]))
+    return old
 
 
 def _fps(stream: StreamInfo) -> float | None:
@@ -316,12 +367,17 @@ def _fast_fingerprint(
         if frame_bytes is None:
             return None
         audio_streams = described.of_type("audio")
+        others = other_streams(described)
         audio = None
-        if audio_streams:
+        if audio_streams or others:
+            # The audio decoded, and the packets of the other streams copied, by one run.
             audio = audio_pool.submit(
                 run_ffmpeg,
                 audio_framehash_args(
-                    path, limits.frame_pixels, [(s.index, "pcm_f32le") for s in audio_streams]
+                    path,
+                    limits.frame_pixels,
+                    [(s.index, "pcm_f32le") for s in audio_streams],
+                    [s.index for s in others],
                 ),
                 path=path,
                 limits=limits,
@@ -346,7 +402,11 @@ def _fast_fingerprint(
     # one's size), and the count of frames and bytes read says the same.
     if raw_frame_bytes(written.pix_fmt, written.width, written.height) != frame_bytes:
         return None
-    if len(info.of_type("video")) != 1 or len(info.of_type("audio")) != len(audio_streams):
+    if (
+        len(info.of_type("video")) != 1
+        or len(info.of_type("audio")) != len(audio_streams)
+        or other_streams(info) != others
+    ):
         return None
     header = {**timed.header, "dimensions": f"{written.width}x{written.height}"}
     hashed = {
@@ -403,7 +463,9 @@ def _assemble(
     video: bool,
 ) -> dict[str, Any]:
     """The fingerprint from ffmpeg's description of the streams and their framehash lines
-    (keyed by output position: video streams in file order, then audio streams)."""
+    (keyed by output position: video streams in file order, then audio streams, then the
+    :func:`other_streams`). ``other_streams`` is there only when the file has any: the
+    fingerprint of a file of video and audio alone is what it was before they were recorded."""
     audio = info.of_type("audio")
     chosen = (info.of_type("video") if video else []) + audio
     if not chosen:
@@ -433,6 +495,13 @@ def _assemble(
         else:
             width = SAMPLE_FORMATS[formats[stream.index]][1]
             streams.append(_audio_stream_fp(stream, fh, width))
+    recorded = other_streams(info)
+    extra = {
+        "other_streams": [
+            _other_stream_fp(path, stream, hashed.get(pos, FramehashStream(pos, {}, [])))
+            for pos, stream in enumerate(recorded, start=len(chosen))
+        ]
+    }
     size, sha = file_digest(path)
     return {
         "fingerprint_version": FINGERPRINT_VERSION,
@@ -444,9 +513,11 @@ def _assemble(
         "ignored_streams": [
             f"#{s.index} {s.type} {s.codec}"
             for s in info.streams
-            if s.type not in ("video", "audio") or (s.type == "video" and not video)
+            if s not in recorded
+            and (s.type not in ("video", "audio") or (s.type == "video" and not video))
         ],
         "streams": streams,
+        **(extra if recorded else {}),
     }
 
 

@@ -27,6 +27,11 @@ from .probe import ProbeInfo, parse_probe
 _FRAMEHASH_OUTPUT = ("-f", "framehash", "-hash", "sha256", "-format_version", "2", "-")
 #: Raw video frames, each passed through with its own timestamp (none dropped or duplicated).
 _RAW_FRAMES = ("-c:v", "rawvideo", "-fps_mode", "passthrough")
+#: The streams other than video and audio (subtitles, data, attachments), in the order they are
+#: mapped, their packets copied as they are (never decoded) and hashed one by one.
+OTHER_STREAM_TYPES = ("subtitle", "data", "attachment")
+_OTHER_MAPS = ("0:s?", "0:d?", "0:t?")
+_OTHER_COPY = ("-c:s", "copy", "-c:d", "copy", "-c:t", "copy")
 #: The raw frames' pipe is enlarged to this (Linux caps it at /proc/sys/fs/pipe-max-size, 1 MiB
 #: by default): fewer, larger writes and reads between ffmpeg and the hashing threads.
 RAW_PIPE_BYTES = 1 << 20
@@ -90,9 +95,11 @@ def declared_args(path: Path) -> list[str]:
 
 def container_framehash_args(path: Path, max_pixels: int, *, video: bool) -> list[str]:
     """One pass over a container: every audio stream as float PCM and (with ``video``) every
-    video stream as raw frames, hashed frame by frame, with the stream description on stderr."""
+    video stream as raw frames, hashed frame by frame, then the packets of every other stream
+    (:data:`OTHER_STREAM_TYPES`, copied), with the stream description on stderr."""
     maps = ["0:v?", "0:a?"] if video else ["0:a?"]
-    codecs = ["-c:a", "pcm_f32le", *(_RAW_FRAMES if video else ())]
+    codecs = ["-c:a", "pcm_f32le", *(_RAW_FRAMES if video else ()), *_OTHER_COPY]
+    maps += _OTHER_MAPS
     return [
         *_decode_input(path, max_pixels, log="info"),
         *_maps(maps),
@@ -137,12 +144,15 @@ def fast_video_args(
 
 
 def audio_framehash_args(
-    path: Path, max_pixels: int, streams: Sequence[tuple[int, str]]
+    path: Path, max_pixels: int, streams: Sequence[tuple[int, str]], others: Sequence[int] = ()
 ) -> list[str]:
-    """Audio streams, given as ``(stream index, pcm encoder)``, hashed in their own format."""
+    """Audio streams, given as ``(stream index, pcm encoder)``, hashed in their own format;
+    then the streams of index ``others`` (subtitles, data, attachments), their packets copied
+    and hashed as they are."""
     codecs = [arg for pos, (_index, enc) in enumerate(streams) for arg in (f"-c:a:{pos}", enc)]
-    maps = _maps(f"0:{index}" for index, _enc in streams)
-    return [*_decode_input(path, max_pixels), *maps, *codecs, *_FRAMEHASH_OUTPUT]
+    maps = _maps([*(f"0:{index}" for index, _enc in streams), *(f"0:{i}" for i in others)])
+    copy = _OTHER_COPY if others else ()
+    return [*_decode_input(path, max_pixels), *maps, *codecs, *copy, *_FRAMEHASH_OUTPUT]
 
 
 def first_frame_framehash_args(path: Path, max_pixels: int, selector: str) -> list[str]:

@@ -159,6 +159,9 @@ _SIZE_RE = re.compile(r"^(?P<w>\d+)x(?P<h>\d+)\b")
 _RATE_RE = re.compile(r"^(?P<v>\d+(?:\.\d+)?)(?P<k>k?) (?P<unit>fps|tbr|tbn|tbc)$")
 _FMT_TOKEN_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _FRAMEHASH_HEADER_RE = re.compile(r"^#(?P<key>[a-z_]+) (?P<idx>\d+): (?P<value>.*)$")
+#: ``#extradata 2,   68, <hash>``: the digest of a stream's extradata (a subtitle's styles, an
+#: attachment's file), which framehash prints for streams that have any.
+_FRAMEHASH_EXTRADATA_RE = re.compile(r"^#extradata (?P<idx>\d+),\s*(?P<size>\d+),\s*(?P<hash>\S+)$")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -308,6 +311,12 @@ def parse_framehash(text: str) -> dict[int, FramehashStream]:
         if not line:
             continue
         if line.startswith("#"):
+            extra = _FRAMEHASH_EXTRADATA_RE.match(line)
+            if extra:
+                idx = int(extra["idx"])
+                header = streams.setdefault(idx, FramehashStream(idx, {}, [])).header
+                header["extradata"] = extra["hash"]
+                continue
             head = _FRAMEHASH_HEADER_RE.match(line)
             if head:
                 idx = int(head["idx"])
