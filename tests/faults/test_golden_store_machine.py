@@ -45,6 +45,7 @@ from pytest_lossless.goldens import manifest as manifest_module
 from pytest_lossless.goldens import swap
 from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_manifest
 from pytest_lossless.kinds.registry import KindRegistry
+from tests.faults import tiers
 
 pytestmark = [
     pytest.mark.skipif(sys.platform != "linux", reason="forks writers; Linux only"),
@@ -335,12 +336,15 @@ def test_the_golden_store_under_concurrent_update_check_and_kill(monkeypatch):
     wrap = _pausing(lambda: current["reader"])
     monkeypatch.setattr(manifest_module, "_open_at", wrap(manifest_module._open_at))
     monkeypatch.setattr(manifest_module, "_open_folder", wrap(manifest_module._open_folder))
+    profile = settings.get_profile(tiers.machine_profile())
     run_state_machine_as_test(
         GoldenStore,
+        # Examples: the profile tests/conftest.py registers (bounded in CI, thorough with
+        # PYTEST_LOSSLESS_FULL_HARNESS=1; 25 before the profiles, #24), or this variable's.
         settings=settings(
-            max_examples=int(os.environ.get("LOSSLESS_MACHINE_EXAMPLES", "25")),
+            profile,
+            max_examples=int(os.environ.get("LOSSLESS_MACHINE_EXAMPLES", profile.max_examples)),
             stateful_step_count=30,
-            deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )

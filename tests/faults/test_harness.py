@@ -16,7 +16,10 @@ device slots) is stopped at the armed point. Then:
    index says ``interrupted``, and the test's receipt names the signal; after SIGKILL or
    ``exit`` no index claims the session finished.
 
-A point added to the registry is covered here at once. Deep tier: ``pytest -m deep``.
+A point added to the registry is covered here at once. Deep tier: ``pytest -m deep``. In CI a
+covering design runs (each point once, each action at least once, the pairing drawn from a seed
+the session header prints); ``PYTEST_LOSSLESS_FULL_HARNESS=1`` runs every point with every
+action (``tests/faults/tiers.py``, docs/faults.md).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import pytest
 
 from pytest_lossless.core import faults
 from pytest_lossless.goldens.folder import read_manifest
+from tests.faults import tiers
 
 pytestmark = [pytest.mark.deep, pytest.mark.slow]
 
@@ -163,8 +167,13 @@ def test_the_registry_names_every_point_the_code_calls() -> None:
     assert called == set(faults.POINTS), called ^ set(faults.POINTS)
 
 
-@pytest.mark.parametrize("action", faults.ACTIONS)
-@pytest.mark.parametrize("point", list(faults.POINTS))
+@pytest.mark.parametrize(
+    ("point", "action"),
+    [
+        pytest.param(point, action, id=f"{point}-{action}")
+        for point, action in tiers.cases(list(faults.POINTS), faults.ACTIONS)
+    ],
+)
 def test_a_session_stopped_at_any_point_breaks_no_invariant(
     tmp_path: Path, baseline: Path, point: str, action: str
 ) -> None:

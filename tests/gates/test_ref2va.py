@@ -12,13 +12,14 @@ import pytest
 from pytest_lossless import Media
 from pytest_lossless.run import lifecycle_verdict
 from tests.gates.ref2va import (
+    GATE_STEPS,
     OUTPUTS,
     REFERENCE,
     REPO,
     WORKLOADS,
     arm,
+    gate_argv,
     generate,
-    generate_argv,
     request_clip,
     start_server,
 )
@@ -105,7 +106,7 @@ def test_fused_is_not_lossless(model_run, lossless):
         "denoise.eps_scaled",
         "denoise/step 0",
     ), found
-    assert ["denoise.eps", 12] in found["only_left"]
+    assert ["denoise.eps", int(GATE_STEPS)] in found["only_left"]  # one per step
     assert "first divergence: denoise.eps_scaled" in verdict.message()
 
 
@@ -163,7 +164,7 @@ KNOB_CELLS = {
 
 def test_matrix_of_the_racy_knobs(model_run, lossless):
     def make_run(threads, chunk):
-        argv = [*generate_argv("racy", 0.5), "--threads", str(threads), "--chunk", str(chunk)]
+        argv = [*gate_argv("racy", 0.5), "--threads", str(threads), "--chunk", str(chunk)]
         return lambda: model_run(
             argv, outputs=OUTPUTS, cwd=REPO, timeout=300, inputs={"reference": REFERENCE}
         )

@@ -1,0 +1,45 @@
+"""Configuration of the repository's own tests: the deep tier's bounds (#24).
+
+- The hypothesis state machines run under a settings profile registered here: bounded in CI
+  (``lossless-machines-ci``), thorough with ``PYTEST_LOSSLESS_FULL_HARNESS=1``
+  (``lossless-machines-full``). Other hypothesis tests keep hypothesis's own defaults.
+- The fault harness's covering design is seeded once per session, here, so that every
+  pytest-xdist worker collects the cases the controller did; the header says how to run them
+  again (see ``tests/faults/tiers.py`` and docs/faults.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+from pytest_lossless.core import faults
+from tests.faults import tiers
+
+for _name, _examples in tiers.MACHINE_EXAMPLES.items():
+    settings.register_profile(_name, max_examples=_examples, deadline=None, print_blob=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Fixed before xdist starts its workers: they inherit it, so a run that crosses midnight
+    # still collects one set of cases everywhere.
+    os.environ.setdefault(tiers.SEED_ENV, str(tiers.seed()))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    points, actions = list(faults.POINTS), faults.ACTIONS
+    total = len(points) * len(actions)
+    if tiers.full():
+        return (
+            f"deep tier: the full fault harness ({total} cases, {tiers.FULL_ENV} set); "
+            f"machines: {tiers.MACHINES_FULL}"
+        )
+    chosen = len(tiers.cases(points, actions))
+    seed = tiers.seed()
+    return (
+        f"deep tier: fault harness covering design, {chosen} of {total} cases (each point once, "
+        f"each action at least once), seed {seed}: {tiers.SEED_ENV}={seed} runs the same "
+        f"cases, {tiers.FULL_ENV}=1 all {total}; machines: {tiers.MACHINES_CI}"
+    )
