@@ -49,11 +49,16 @@ def test_csv(golden):
 
     done = _verify(pytester.path, "lossless-receipts", "-p", "csvkind")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 of 1 receipts consistent" in done.stdout
+    # Two sessions, one receipt each: --update-goldens leaves one too (its updates block).
+    assert "2 of 2 receipts consistent" in done.stdout
+    assert re.search(
+        r"^OK \S+test_csv\.json: test_csv\.py::test_csv: 0 runs, verdict PASS$", done.stdout, re.M
+    ), done.stdout
     # Without the module, the csv gate cannot be re-derived: -p is what made it consistent.
     bare = _verify(pytester.path, "lossless-receipts")
     assert bare.returncode == 1
     assert "no plugin compares artifacts of kind 'csv'" in bare.stdout
+    assert "1 of 2 receipts consistent" in bare.stdout  # the updates-only receipt has no gate
     # A module that cannot be imported is a usage error naming it, not a traceback.
     missing = _verify(pytester.path, "lossless-receipts", "-p", "no_such_kind_module")
     assert missing.returncode == 2

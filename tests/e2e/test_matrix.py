@@ -95,7 +95,8 @@ def test_one_row_per_cell_and_the_grid_acts(suite):
     text = result.stdout.str()
     result.stdout.fnmatch_lines(["*test_acts FAILED*", "*test_expected_cells PASSED*"])
     assert "lossless matrix knobs verdict: FAIL: differs whenever threads > 1" in text
-    # Each cell's row names it in full, with its verdict and evidence.
+    # Each cell's row names it in full, with its verdict and evidence. The test column is
+    # clipped at 80 columns keeping the name's start: 'test_expected_cel…'.
     lines = text.splitlines()
     for cell, verdict in (
         ("threads=2, batch=8: differs from the reference: latent.npy", "FAIL (expected)"),
@@ -105,8 +106,7 @@ def test_one_row_per_cell_and_the_grid_acts(suite):
         where = next(
             i
             for i, line in enumerate(lines)
-            if line.strip().startswith(cell)
-            and "test_expected_cel" in lines[i - 1]  # the id may be clipped
+            if line.strip().startswith(cell) and "test_expected_cel" in lines[i - 1]
         )
         assert lines[where - 1].startswith(verdict + " "), lines[where - 1]
         assert "knobs: threads=" in lines[where - 1]

@@ -52,7 +52,10 @@ def _write(pytester: pytest.Pytester, shift: int, gate: str = ULP_1) -> None:
 
 
 def _receipt(folder: Path, name: str) -> tuple[Path, dict[str, Any]]:
-    path = next(p for p in folder.rglob(f"*{name}*.json"))
+    """The named receipt of the latest session: an ``--update-goldens`` session leaves receipts
+    too (their ``updates`` block, no gates), and session folders sort by their start (a UTC
+    timestamp first in their name)."""
+    path = max(folder.glob(f"*/*{name}*.json"), key=lambda p: p.parent.name)
     return path, json.loads(path.read_text())
 
 
