@@ -56,10 +56,16 @@ def progress_for(item: pytest.Item) -> Progress | None:
     # Live logs (log_cli) write under a drawn line: beside them, sparse lines instead.
     live_logs: Any = config.pluginmanager.get_plugin("logging-plugin")
     live = bool(getattr(live_logs, "_log_cli_enabled", lambda: False)())
+    # pytest 7 has ``isatty`` as a value and no ``get_verbosity``; pytest 8 and later, methods.
+    isatty = reporter.isatty
+    tty = bool(isatty() if callable(isatty) else isatty)
+    verbosity = (
+        config.get_verbosity() if hasattr(config, "get_verbosity") else config.option.verbose
+    )
     mode = progress_mode(
         settings(config).progress,
-        tty=bool(reporter.isatty()) and not live,
-        verbosity=config.get_verbosity(),
+        tty=tty and not live,
+        verbosity=int(verbosity),
         worker=hasattr(config, "workerinput"),
     )
     if mode is None:
