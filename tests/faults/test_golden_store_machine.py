@@ -47,7 +47,10 @@ from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_ma
 from pytest_lossless.kinds.registry import KindRegistry
 from tests.faults import tiers
 
+# Deep tier (#24): the normal test command keeps the guarantee with real sessions (test_goldens.py:
+# test_a_check_during_another_sessions_updates_never_reads_a_torn_golden).
 pytestmark = [
+    pytest.mark.deep,
     pytest.mark.skipif(sys.platform != "linux", reason="forks writers; Linux only"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]

@@ -535,7 +535,12 @@ def _many_values(root: Path, count: int) -> dict[int, bytes | None]:
     return found
 
 
+# Deep tier (#24): three -n 4 sessions, 28 s on a shared 2-core machine. The normal test command
+# keeps the same guarantee for one session killed between the renames
+# (test_sigkill_during_an_update_loses_no_golden_and_the_next_run_recovers[between-renames]) and
+# for an update under xdist (tests/e2e/test_golden.py::test_update_goldens_under_xdist_...).
 @pytest.mark.slow
+@pytest.mark.deep
 def test_xdist_workers_killed_between_the_renames_lose_no_golden(tmp_path):
     """Under -n 4 every worker is SIGKILLed at its first commit, between the two renames; the
     next run (compare mode) restores every folder and reports each in one line."""
@@ -565,7 +570,11 @@ def test_xdist_workers_killed_between_the_renames_lose_no_golden(tmp_path):
     )
 
 
+# Deep tier (#24): five -n 4 sessions, 41 s on a shared 2-core machine. The normal test command
+# keeps a SIGKILL at each step of the swap (..._the_next_run_recovers[staged, between-renames,
+# after-renames, after-exchange]) and a whole update under xdist.
 @pytest.mark.slow
+@pytest.mark.deep
 def test_sigkill_of_an_xdist_session_at_random_moments_writes_every_folder_whole(tmp_path):
     """The whole process group of a -n 4 update is killed at several moments; every folder
     holds the old or the new goldens, whole, and a later update leaves nothing stray."""
