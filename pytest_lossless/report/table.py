@@ -251,7 +251,8 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     ]
     widths = [max(len(headers[i]), *(len(c[i]) for c in cells)) for i in range(4)]
     widths[1], widths[2], widths[3] = min(widths[1], 48), min(widths[2], 22), min(widths[3], 22)
-    # The four columns must fit: shrink the test id (it keeps what tells the ids apart), then check, gate, verdict.
+    # The four columns must fit: shrink the test id (it keeps what tells the ids apart), then
+    # check, gate, verdict.
     for column, floor in ((1, _MIN_TEST), (2, 12), (3, 12), (0, 7)):
         excess = sum(widths) + 2 * 3 - width
         if excess > 0:
