@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind
-from .video import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact

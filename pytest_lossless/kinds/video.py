@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import LosslessError
+from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind, Kind
 
 if TYPE_CHECKING:
@@ -23,39 +24,6 @@ if TYPE_CHECKING:
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
     from .canary import Plan
-
-#: Where a container may start (what :func:`~..media.detect.may_be_container` looks for): ISO
-#: BMFF boxes at offset 4, EBML, RIFF (AVI), Ogg, MPEG-PS, FLV, an ID3 tag, an MPEG-TS sync byte.
-CONTAINER_SIGNATURES = (
-    *((4, brand) for brand in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")),
-    *((0, magic) for magic in (b"\x1a\x45\xdf\xa3", b"RIFF", b"OggS", b"\x00\x00\x01\xba")),
-    *((0, magic) for magic in (b"FLV", b"ID3", b"\x47")),
-)
-#: The media suffixes worth a probe whatever the file starts with.
-CONTAINER_SUFFIXES = frozenset(
-    [
-        ".mp4",
-        ".m4v",
-        ".m4a",
-        ".mov",
-        ".mkv",
-        ".webm",
-        ".avi",
-        ".ts",
-        ".mts",
-        ".m2ts",
-        ".mpg",
-        ".mpeg",
-        ".ogg",
-        ".ogv",
-        ".oga",
-        ".opus",
-        ".flv",
-        ".mp3",
-        ".aac",
-        ".3gp",
-    ]
-)
 
 #: The limits on decoding the expected side and the obtained side.
 Sides = tuple["MediaLimits", "MediaLimits"]

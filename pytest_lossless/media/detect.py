@@ -13,6 +13,7 @@ from ..core.paths import read_regular
 from ..errors import ArtifactError, GoldenError
 from .ffmpeg import try_probe
 from .limits import MediaLimits
+from .signatures import CONTAINER_BRANDS, CONTAINER_SUFFIXES
 
 #: Bytes read at the start of a file for content detection.
 HEAD_BYTES = 4096
@@ -28,32 +29,6 @@ LFS_POINTER_LINES = (
 )
 #: The largest pointer file recognised: the LFS spec keeps pointers under 1024 bytes.
 POINTER_MAX_BYTES = 1024
-
-_STRONG_CONTAINER_BRANDS = (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot")
-_WEAK_CONTAINER_SUFFIXES = frozenset(
-    {
-        ".mp4",
-        ".m4v",
-        ".m4a",
-        ".mov",
-        ".mkv",
-        ".webm",
-        ".avi",
-        ".ts",
-        ".mts",
-        ".m2ts",
-        ".mpg",
-        ".mpeg",
-        ".ogg",
-        ".ogv",
-        ".oga",
-        ".opus",
-        ".flv",
-        ".mp3",
-        ".aac",
-        ".3gp",
-    }
-)
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
@@ -93,7 +68,7 @@ def is_tensor_file(path: Path, head: bytes) -> bool:
 
 def has_container_signature(head: bytes) -> bool:
     """ISO BMFF (mp4/mov: ``ftyp``, ``moov``...) or EBML (mkv/webm) at the start of the file."""
-    if len(head) >= 8 and head[4:8] in _STRONG_CONTAINER_BRANDS:
+    if len(head) >= 8 and head[4:8] in CONTAINER_BRANDS:
         return True
     return head[:4] == b"\x1a\x45\xdf\xa3"
 
@@ -106,7 +81,7 @@ def _maybe_container(path: Path, head: bytes) -> bool:
         return True
     if len(head) > 188 and head[0] == 0x47 and head[188] == 0x47:
         return True
-    return path.suffix.lower() in _WEAK_CONTAINER_SUFFIXES
+    return path.suffix.lower() in CONTAINER_SUFFIXES
 
 
 def may_be_container(path: Path, head: bytes) -> bool:
