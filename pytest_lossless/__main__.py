@@ -415,21 +415,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         help="a receipts folder (searched recursively: every session folder in it, of any "
         "host), a session folder, or one receipt file",
     )
-    check.add_argument(
-        "-p",
-        dest="plugins",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="also load this plugin module (as pytest's -p), e.g. the module "
-        "that adds an artifact kind; may be repeated",
-    )
-    check.add_argument(
-        "--no-entry-points",
-        dest="entry_points",
-        action="store_false",
-        help="do not load the plugins installed through pytest11 entry points",
-    )
+    _plugin_options(check)
     check.add_argument(
         "--revision",
         metavar="REV",
@@ -437,20 +423,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         help="require every receipt (and signed Statement) to show this source revision "
         "(a commit SHA, or a prefix of at least 7 hex digits)",
     )
-    check.add_argument(
-        "--attestation",
-        type=Path,
-        metavar="FILE",
-        default=None,
-        help="the signed bundle (*.intoto.jsonl) that sign wrote: every session and receipt "
+    _signature_options(
+        check,
+        "the signed bundle (*.intoto.jsonl) that sign wrote: every session and receipt "
         "must be signed in it, and every signed digest match the files on disk",
-    )
-    check.add_argument(
-        "--key",
-        type=Path,
-        metavar="PUBKEY",
-        default=None,
-        help="the ed25519 public key (PEM) the bundle's signatures must verify with",
     )
     check.add_argument(
         "--allow-mixed-revisions",
@@ -523,6 +499,39 @@ def _main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+def _plugin_options(command: argparse.ArgumentParser) -> None:
+    """``-p MODULE`` and ``--no-entry-points``: the plugins a command loads, as pytest would."""
+    command.add_argument(
+        "-p",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also load this plugin module (as pytest's -p), e.g. the module that adds an "
+        "artifact kind; may be repeated",
+    )
+    command.add_argument(
+        "--no-entry-points",
+        dest="entry_points",
+        action="store_false",
+        help="do not load the plugins installed through pytest11 entry points",
+    )
+
+
+def _signature_options(command: argparse.ArgumentParser, attestation_help: str) -> None:
+    """``--attestation FILE`` and ``--key PUBKEY``: the bundle sign wrote and its public key."""
+    command.add_argument(
+        "--attestation", type=Path, metavar="FILE", default=None, help=attestation_help
+    )
+    command.add_argument(
+        "--key",
+        type=Path,
+        metavar="PUBKEY",
+        default=None,
+        help="the ed25519 public key (PEM) the bundle's signatures must verify with",
+    )
+
+
 def _accept_parser(commands: Any) -> None:
     accept = commands.add_parser(
         "accept",
@@ -552,33 +561,9 @@ def _accept_parser(commands: Any) -> None:
         default=None,
         help="also keep every accepted artifact in this content-addressed store (lossless_store)",
     )
-    accept.add_argument(
-        "-p",
-        dest="plugins",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="also load this plugin module (the one that adds an artifact kind)",
-    )
-    accept.add_argument(
-        "--no-entry-points",
-        dest="entry_points",
-        action="store_false",
-        help="do not load the plugins installed through pytest11 entry points",
-    )
-    accept.add_argument(
-        "--attestation",
-        type=Path,
-        metavar="FILE",
-        default=None,
-        help="accept only artifacts whose receipt a session signed in FILE lists (with --key)",
-    )
-    accept.add_argument(
-        "--key",
-        type=Path,
-        metavar="PUBKEY",
-        default=None,
-        help="the ed25519 public key (PEM) the bundle's signatures must verify with",
+    _plugin_options(accept)
+    _signature_options(
+        accept, "accept only artifacts whose receipt a session signed in FILE lists (with --key)"
     )
 
 
@@ -606,20 +591,7 @@ def _sign_parser(commands: Any) -> None:
         default=Path("lossless-attestation"),
         help="where to write (default: lossless-attestation)",
     )
-    sign.add_argument(
-        "-p",
-        dest="plugins",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="also load this plugin module (the one that adds an artifact kind)",
-    )
-    sign.add_argument(
-        "--no-entry-points",
-        dest="entry_points",
-        action="store_false",
-        help="do not load the plugins installed through pytest11 entry points",
-    )
+    _plugin_options(sign)
 
 
 def sign_command(
