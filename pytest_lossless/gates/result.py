@@ -1,4 +1,7 @@
-"""The outcome of one gate on one artifact, as data for receipts and as text for a CI log.
+"""The outcome of one gate on one artifact (:class:`GateResult`), as data for receipts and as
+text for a CI log, and how every comparer builds it: a result started for a gate
+(:func:`new_result`), metadata differences noted (:func:`note_meta`), and pass/fail settled from
+what was noted (:func:`settle`).
 
 Standard library only (with ``errors`` and ``core``), so that hook specifications and receipts
 can carry results without loading numpy or media.
@@ -7,11 +10,17 @@ can carry results without loading numpy or media.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from itertools import zip_longest
+from typing import TYPE_CHECKING, Any
 
 from ..core.verdict import Verdict
 from ..errors import LosslessError
+
+if TYPE_CHECKING:
+    from ..core.artifact import Artifact
+    from .spec import Gate
 
 
 @dataclass
@@ -86,3 +95,37 @@ def _show(value: Any) -> str:
     if isinstance(value, float):
         return "inf" if math.isinf(value) else f"{value:.6g}"
     return str(value)
+
+
+def new_result(expected: Artifact, gate: Gate, kind: str, unit: str) -> GateResult:
+    """A failing result for ``expected`` under ``gate``, until :func:`settle` says otherwise."""
+    return GateResult(
+        artifact=expected.name,
+        kind=kind,
+        gate=gate.spec,
+        lossless=gate.lossless,
+        passed=False,
+        unit=unit,
+    )
+
+
+def note_meta(diffs: list[str], label: str, exp: Any, obt: Any, prefix: str = "") -> None:
+    """Add ``label: expected X, obtained Y`` to ``diffs`` when the two differ."""
+    if exp != obt:
+        diffs.append(f"{prefix}{label}: expected {exp}, obtained {obt}")
+
+
+def settle(result: GateResult) -> GateResult:
+    """Passed when no metadata, no count and no first mismatch were noted."""
+    result.passed = (
+        not result.metadata_diffs and not result.mismatch_count and (result.first_mismatch is None)
+    )
+    return result
+
+
+def first_difference(exp: Sequence[str], obt: Sequence[str]) -> int | None:
+    """The index of the first differing digest (a missing one differs), or None."""
+    for i, (a, b) in enumerate(zip_longest(exp, obt)):
+        if a != b:
+            return i
+    return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..gates.findings import first_difference, new_result, note_meta, settle
+from ..gates.result import first_difference, new_result, note_meta, settle
 from ..hookspecs import hookimpl
 from .interface import BuiltinKind
 

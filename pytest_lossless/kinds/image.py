@@ -72,7 +72,7 @@ class ImageKind(BuiltinKind):
         check_declared_container(path, limits, video=True)
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from ..gates.exact import compare_container
+        from .video import compare_container
 
         result = compare_container(gate, expected, obtained, self.name, limits=self.limits())
         formats = {
@@ -82,6 +82,11 @@ class ImageKind(BuiltinKind):
         if not result.passed and "jpeg" in formats:
             result.notes.append(JPEG_NOTE)
         return result
+
+    def compare_tolerance(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        from .video import compare_tolerance
+
+        return compare_tolerance(gate, expected, obtained, self.name, limits=self.limits())
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         from .video import plan_frames

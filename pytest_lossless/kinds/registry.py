@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from ..gates import Gate, GateResult
     from ..media.hashing import FingerprintCache
+    from ..media.limits import MediaLimits
     from ..settings import Settings
     from .canary import Canary
 
@@ -41,6 +42,7 @@ __all__ = [
     "KindRegistry",
     "builtin_kind",
     "builtin_kinds",
+    "fingerprint",
     "media_limits",
     "plugin_manager",
     "register_builtin_kinds",
@@ -60,14 +62,32 @@ _BUILTIN_CLASSES = {
 }
 
 
-def builtin_kind(name: str, settings: Settings | None = None) -> BuiltinKind | None:
+def builtin_kind(
+    name: str, settings: Settings | None = None, *, limits: MediaLimits | None = None
+) -> BuiltinKind | None:
     """A fresh plugin object of the built-in kind ``name`` (None for any other name)."""
     found = _BUILTIN_CLASSES.get(name)
     if found is None:
         return None
     module = importlib.import_module(f"{__package__}.{found[0]}")
-    kind: BuiltinKind = getattr(module, found[1])(settings)
+    kind: BuiltinKind = getattr(module, found[1])(settings, limits=limits)
     return kind
+
+
+def fingerprint(kind: str, path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+    """The fingerprint (as JSON) of a file of the built-in kind ``kind``, outside a session: its
+    work bounded by ``limits`` (the defaults and the environment without them)."""
+    from ..media.detect import read_head
+
+    found = builtin_kind(kind, limits=limits)
+    if found is None:
+        raise LosslessError(
+            f"no built-in fingerprint for kind {kind!r} (built-ins: "
+            f"{', '.join(BUILTIN_KIND_NAMES)})"
+        )
+    path = Path(path)
+    read_head(path, 1)  # a missing file is named as such, whatever the kind
+    return found.fingerprint(path)
 
 
 def builtin_kinds(settings: Settings | None = None) -> list[BuiltinKind]:

@@ -113,7 +113,7 @@ import numpy as np
 from pytest_lossless.gates import GateResult
 from pytest_lossless.kinds import Kind
 from pytest_lossless.media.hashing import fingerprint_bytes
-from pytest_lossless.media.video import write_png
+from pytest_lossless.media.frames import write_png
 
 
 class TextKind(Kind):
