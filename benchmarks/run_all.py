@@ -13,7 +13,7 @@ reference measured in the same run (interleaved arms, medians).
   check of a 5 s and a 15 s clip, each in a fresh process.
 - pair: control against candidate (two clips, no goldens) against decoding both; and how many
   times the candidate is decoded when it is judged against two control runs and a golden
-  through one session's :class:`~pytest_lossless.media.hashing.FingerprintCache`.
+  through one session's :class:`~pytest_lossless.kinds.registry.FingerprintCache`.
 - bytes: the ``bytes`` and ``elementwise`` checks of a ``--big-mib`` artifact against
   ``sha256sum`` of the same file (page cache warm).
 - peers: pytest-regressions ``file_regression`` and ``ndarrays_regression`` and syrupy's
@@ -48,9 +48,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from pytest_lossless import kinds, media  # noqa: E402
 from pytest_lossless.core.artifact import Artifact  # noqa: E402
-from pytest_lossless.kinds.registry import KindRegistry  # noqa: E402
+from pytest_lossless.kinds.registry import FingerprintCache, KindRegistry  # noqa: E402
 from pytest_lossless.media import container  # noqa: E402
-from pytest_lossless.media.hashing import FingerprintCache  # noqa: E402
 
 Row = tuple[str, float, float, float | None, str]
 

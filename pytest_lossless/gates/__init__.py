@@ -22,14 +22,14 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .result import GateResult as GateResult
-from .spec import GATE_NAMES as GATE_NAMES
-from .spec import Gate as Gate
-from .spec import check_gate_applies as check_gate_applies
-from .spec import lossy_figure as lossy_figure
-from .spec import parse_gate as parse_gate
-from .spec import tolerance as tolerance
-from .spec import ulp as ulp
+from .gate import GATE_NAMES as GATE_NAMES
+from .gate import Gate as Gate
+from .gate import GateResult as GateResult
+from .gate import check_gate_applies as check_gate_applies
+from .gate import lossy_figure as lossy_figure
+from .gate import parse_gate as parse_gate
+from .gate import tolerance as tolerance
+from .gate import ulp as ulp
 
 if TYPE_CHECKING:
     from .ulps import compare_ulp as compare_ulp

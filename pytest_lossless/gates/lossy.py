@@ -23,8 +23,7 @@ from .. import media
 from ..core.artifact import Artifact
 from ..errors import LosslessError
 from .arrays import Sides, bits_differ, sides
-from .result import GateResult, new_result
-from .spec import Gate, number_text
+from .gate import Gate, GateResult, new_result, number_text
 
 #: Integer differences below this are counted in a histogram, not kept (video frames).
 _HISTOGRAM_BINS = 1 << 16

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
-from ..gates.result import first_difference, new_result, note_meta, settle
+from ..gates.gate import first_difference, new_result, note_meta, settle
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind
 
@@ -57,8 +57,9 @@ class AudioKind(BuiltinKind):
     def check_declared(self, path: Path, limits: MediaLimits) -> None:
         """Refuse, from its header alone, a file that declares more decoded PCM than
         ``limits`` allow (a container: its streams' declared sizes)."""
+        from ..media.artifacts import read_head
         from ..media.container import check_declared_container
-        from ..media.detect import is_audio_header, read_head
+        from ..media.detect import is_audio_header
         from ..media.pcm import check_declared_audio_file
 
         if is_audio_header(read_head(path, 12)):
@@ -138,7 +139,8 @@ def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> 
 
     import numpy as np
 
-    from ..media.detect import RIFF_IDS, read_head
+    from ..media.artifacts import read_head
+    from ..media.detect import RIFF_IDS
     from ..media.hashing import file_digest, parallel_digests
     from ..media.limits import MediaLimits
     from ..media.pcm import check_declared_pcm, check_wav_complete, lossless_dtype, open_sound
@@ -228,8 +230,9 @@ def _decode_pcm_digests(
 
 def fingerprint_audio(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
     """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
+    from ..media.artifacts import read_head
     from ..media.container import fingerprint_container
-    from ..media.detect import is_audio_header, read_head
+    from ..media.detect import is_audio_header
 
     path = Path(path)
     if is_audio_header(read_head(path, 12)):
@@ -418,7 +421,8 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
     import numpy as np
     import soundfile
 
-    from ..media.detect import is_audio_header, read_head
+    from ..media.artifacts import read_head
+    from ..media.detect import is_audio_header
     from ..media.pcm import load_audio
     from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 

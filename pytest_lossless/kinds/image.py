@@ -59,8 +59,8 @@ class ImageKind(BuiltinKind):
         return image_format(head) is not None
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
+        from ..media.artifacts import read_head
         from ..media.container import fingerprint_container
-        from ..media.detect import read_head
 
         found = fingerprint_container(path, video=True, limits=self.limits())
         found["image_format"] = image_format(read_head(path, 8))

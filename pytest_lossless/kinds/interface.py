@@ -110,7 +110,7 @@ class Kind:
 
     def check_gate(self, gate: Gate, artifact: str = "") -> None:
         """Refuse a gate that means nothing for this kind, naming the ones that do."""
-        from ..gates.spec import check_gate_applies
+        from ..gates.gate import check_gate_applies
 
         check_gate_applies(self.name, gate, self.gates, artifact, self.hints.get(gate.name, ""))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
 
-from ..gates.result import first_difference, new_result, note_meta, settle
+from ..gates.gate import first_difference, new_result, note_meta, settle
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
@@ -187,7 +187,8 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> dict
     import zipfile
 
     from ..errors import ArtifactError
-    from ..media.detect import NPY_MAGIC, read_head
+    from ..media.artifacts import read_head
+    from ..media.detect import NPY_MAGIC
     from ..media.hashing import FINGERPRINT_VERSION, file_digest
     from ..media.limits import MediaLimits
     from ..media.npy import check_npz_member
@@ -415,7 +416,7 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     name, index, value, what = found
     arrays[name][index] = value
     with open(out, "wb") as fh:  # a file object: numpy adds no suffix to it
-        from ..media.detect import read_head
+        from ..media.artifacts import read_head
 
         if read_head(path, 6) == b"\x93NUMPY":
             np.save(fh, arrays[""], allow_pickle=False)

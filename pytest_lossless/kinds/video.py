@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
 from ..errors import LosslessError
-from ..gates.result import first_difference, new_result, note_meta, settle
+from ..gates.gate import first_difference, new_result, note_meta, settle
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind, Kind
 
@@ -486,8 +486,8 @@ def tolerance_container(
     import numpy as np
 
     from ..gates.arrays import value_text
+    from ..gates.gate import number_text
     from ..gates.lossy import Spread, abs_diff, within
-    from ..gates.spec import number_text
 
     epath, opath = paths
     efp, ofp = expected.fingerprint, obtained.fingerprint

@@ -23,18 +23,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .artifacts import HEAD_BYTES, read_head
     from .container import check_declared_container, fingerprint_container
-    from .detect import (
-        HEAD_BYTES,
-        detect_kind,
-        has_container_signature,
-        is_audio_header,
-        is_tensor_file,
-        read_head,
-    )
+    from .detect import detect_kind, has_container_signature, is_audio_header, is_tensor_file
     from .ffmpeg import ffmpeg_exe, probe
     from .frames import iter_video_frames, load_video_frames, sample_dtype, sample_peak, write_png
-    from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest, fingerprint_bytes
+    from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest
     from .limits import DecodeLimitExceeded, FFmpegTimeout, MediaLimits
     from .npy import check_declared_tensor, check_npz_member, load_tensor
     from .pcm import (
@@ -61,18 +55,17 @@ _LAZY = {
     "parse_wav_layout": "pcm",
     "check_declared_container": "container",
     "fingerprint_container": "container",
-    "HEAD_BYTES": "detect",
+    "HEAD_BYTES": "artifacts",
     "detect_kind": "detect",
     "has_container_signature": "detect",
     "is_audio_header": "detect",
     "is_tensor_file": "detect",
-    "read_head": "detect",
+    "read_head": "artifacts",
     "ffmpeg_exe": "ffmpeg",
     "probe": "ffmpeg",
     "CHUNK_BYTES": "hashing",
     "FINGERPRINT_VERSION": "hashing",
     "file_digest": "hashing",
-    "fingerprint_bytes": "hashing",
     "DecodeLimitExceeded": "limits",
     "FFmpegTimeout": "limits",
     "MediaLimits": "limits",
@@ -140,7 +133,6 @@ __all__ = [
     "detect_kind",
     "ffmpeg_exe",
     "file_digest",
-    "fingerprint_bytes",
     "fingerprint_container",
     "has_container_signature",
     "is_audio_header",

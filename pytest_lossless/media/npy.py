@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ArtifactError, TruncatedArtifact
-from .detect import NPY_MAGIC, read_head
+from .artifacts import read_head
+from .detect import NPY_MAGIC
 from .limits import MediaLimits, refuse
 
 #: The compression methods numpy writes into an ``.npz``; no other is read (bzip2 and lzma

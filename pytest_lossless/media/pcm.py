@@ -14,7 +14,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ArtifactError, TruncatedArtifact
-from .detect import RIFF_IDS, read_head
+from .artifacts import read_head
+from .detect import RIFF_IDS
 from .ffmpeg import pcm_args, probe, run_ffmpeg, stderr_tail
 from .limits import MediaLimits, refuse
 from .probe import SAMPLE_FORMATS, layout_channels, packed_sample_format

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_lossless import kinds
 from pytest_lossless.core.artifact import Artifact
-from pytest_lossless.gates.spec import parse_gate
+from pytest_lossless.gates.gate import parse_gate
 from pytest_lossless.kinds.video import compare_container
 from pytest_lossless.media import container
 from tests.e2e.mediagen import FFMPEG

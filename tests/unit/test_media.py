@@ -15,8 +15,9 @@ import soundfile
 
 from pytest_lossless import kinds, media
 from pytest_lossless.errors import ArtifactError, TruncatedArtifact
+from pytest_lossless.kinds.registry import FingerprintCache
 from pytest_lossless.media import container
-from pytest_lossless.media.hashing import FingerprintCache, block_digests, digest_frames
+from pytest_lossless.media.hashing import block_digests, digest_frames
 from pytest_lossless.media.probe import raw_frame_bytes
 
 pytestmark = pytest.mark.slow
