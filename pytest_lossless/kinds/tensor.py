@@ -8,10 +8,12 @@ elements.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..gates.gate import first_difference, new_result, note_meta, settle
+from ..media.hashing import FINGERPRINT_VERSION
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ class TensorKind(BuiltinKind):
         return is_tensor_file(path, head)
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
-        return fingerprint_tensor(path, limits=self.limits())
+        return fingerprint_tensor(path, limits=self.limits()).to_json()
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         return compare_tensor(gate, expected, obtained, self.name, limits=self.limits())
@@ -70,12 +72,88 @@ class TensorKind(BuiltinKind):
 # ------------------------------------------------------------------ the fingerprint
 
 
+@dataclass(frozen=True, slots=True)
+class ArrayDigests:
+    """One array (a ``.npy``, or one member of an ``.npz``): its dtype with byte order (as numpy
+    describes it, JSON-normalised), shape, and digests of its C-order data, whole and per
+    ``chunk_elements`` (so a digest-only golden can localise a change)."""
+
+    dtype: Any
+    shape: tuple[int, ...]
+    element_count: int
+    data_sha256: str
+    chunk_elements: int
+    chunk_sha256: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "element_count": self.element_count,
+            "data_sha256": self.data_sha256,
+            "chunk_elements": self.chunk_elements,
+            "chunk_sha256": list(self.chunk_sha256),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ArrayDigests:
+        return cls(
+            dtype=data.get("dtype"),
+            shape=tuple(int(n) for n in data.get("shape", [])),
+            element_count=int(data.get("element_count", 0)),
+            data_sha256=str(data.get("data_sha256", "")),
+            chunk_elements=int(data.get("chunk_elements") or 1),
+            chunk_sha256=tuple(str(c) for c in data.get("chunk_sha256", [])),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TensorFingerprint:
+    """A ``.npy`` (``format="npy"``: its one array is member ``""``) or an ``.npz``
+    (``format="npz"``: its members by name), with the file's size and SHA-256."""
+
+    format: str
+    size: int
+    sha256: str
+    members: dict[str, ArrayDigests]
+    fingerprint_version: int = FINGERPRINT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """As a manifest keeps it: a ``.npy``'s array fields at the top level."""
+        base: dict[str, Any] = {
+            "fingerprint_version": self.fingerprint_version,
+            "size": self.size,
+            "sha256": self.sha256,
+            "format": self.format,
+        }
+        if self.format == "npy":
+            return {**base, **self.members[""].to_json()}
+        return {**base, "members": {n: m.to_json() for n, m in self.members.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TensorFingerprint:
+        fmt = str(data.get("format", "npy"))
+        if fmt == "npz":
+            members = {
+                str(n): ArrayDigests.from_json(m) for n, m in data.get("members", {}).items()
+            }
+        else:
+            members = {"": ArrayDigests.from_json(data)}
+        return cls(
+            format=fmt,
+            size=int(data.get("size", 0)),
+            sha256=str(data.get("sha256", "")),
+            members=members,
+            fingerprint_version=int(data.get("fingerprint_version", FINGERPRINT_VERSION)),
+        )
+
+
 def _tensor_fp_from_stream(
     path: Path,
     fh: IO[bytes],
     label: str,
     member: tuple[zipfile.ZipInfo, MediaLimits] | None = None,
-) -> dict[str, Any]:
+) -> ArrayDigests:
     """The array fingerprint of one ``.npy`` read as a stream (a file or an ``.npz`` member,
     whose declared size is checked against the limits before its data is read)."""
     import hashlib
@@ -123,17 +201,12 @@ def _tensor_fp_from_stream(
             remaining -= len(part)
         if remaining > 0:
             truncated_tensor(path, label, count, (expected - remaining) // max(1, itemsize))
-    return {
-        "dtype": descr(dtype),
-        "shape": list(shape),
-        "element_count": count,
-        "data_sha256": whole.hexdigest(),
-        "chunk_elements": chunk_elements,
-        "chunk_sha256": chunks,
-    }
+    return ArrayDigests(
+        descr(dtype), tuple(shape), count, whole.hexdigest(), chunk_elements, tuple(chunks)
+    )
 
 
-def _npy_c_order_fp(path: Path) -> dict[str, Any] | None:
+def _npy_c_order_fp(path: Path) -> TensorFingerprint | None:
     """A C-order ``.npy``: its data digests straight from a memory map, in parallel threads.
 
     None for Fortran order and empty arrays (the streaming path handles them).
@@ -141,7 +214,7 @@ def _npy_c_order_fp(path: Path) -> dict[str, Any] | None:
     import mmap
     import os
 
-    from ..media.hashing import CHUNK_BYTES, FINGERPRINT_VERSION, parallel_digests
+    from ..media.hashing import CHUNK_BYTES, parallel_digests
     from ..media.npy import descr, element_count, read_npy_header, truncated_tensor
 
     with open(path, "rb") as fh:
@@ -165,21 +238,11 @@ def _npy_c_order_fp(path: Path) -> dict[str, Any] | None:
             finally:
                 data.release()
                 view.release()
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "size": size,
-        "sha256": file_sha,
-        "format": "npy",
-        "dtype": descr(dtype),
-        "shape": list(shape),
-        "element_count": count,
-        "data_sha256": whole,
-        "chunk_elements": chunk_elements,
-        "chunk_sha256": chunks,
-    }
+    array = ArrayDigests(descr(dtype), tuple(shape), count, whole, chunk_elements, tuple(chunks))
+    return TensorFingerprint("npy", size, file_sha, {"": array})
 
 
-def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> TensorFingerprint:
     """Fingerprint a ``.npy`` (dtype, shape, raw C-order bytes) or every member of a ``.npz``.
 
     A ``.npy`` must hold the data its header declares (or it is truncated). Each ``.npz``
@@ -189,7 +252,7 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> dict
     from ..errors import ArtifactError
     from ..media.artifacts import read_head
     from ..media.detect import NPY_MAGIC
-    from ..media.hashing import FINGERPRINT_VERSION, file_digest
+    from ..media.hashing import file_digest
     from ..media.limits import MediaLimits
     from ..media.npy import check_npz_member
 
@@ -201,11 +264,10 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> dict
         if fast is not None:
             return fast
     size, sha = file_digest(path)
-    base: dict[str, Any] = {"fingerprint_version": FINGERPRINT_VERSION, "size": size, "sha256": sha}
     if head.startswith(NPY_MAGIC):
         with open(path, "rb") as fh:
-            return {**base, "format": "npy", **_tensor_fp_from_stream(path, fh, "")}
-    members: dict[str, Any] = {}
+            return TensorFingerprint("npy", size, sha, {"": _tensor_fp_from_stream(path, fh, "")})
+    members: dict[str, ArrayDigests] = {}
     try:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
@@ -221,18 +283,10 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> dict
                     )
     except zipfile.BadZipFile as exc:
         raise ArtifactError(path, f"damaged .npz archive: {exc}") from None
-    return {**base, "format": "npz", "members": members}
+    return TensorFingerprint("npz", size, sha, members)
 
 
 # ------------------------------------------------------------------ elementwise: the exact gate
-
-
-def _members(fp: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A tensor fingerprint's members by name; a lone ``.npy`` array is member ``""``."""
-    if fp.get("format") == "npz":
-        members: dict[str, dict[str, Any]] = fp.get("members", {})
-        return members
-    return {"": fp}
 
 
 def compare_tensor(
@@ -258,9 +312,9 @@ def compare_tensor(
     )
 
     pair = sides(limits, expected)
-    efp, ofp = expected.fingerprint, obtained.fingerprint
     result = new_result(expected, gate, kind, "element")
-    emem, omem = _members(efp), _members(ofp)
+    emem = TensorFingerprint.from_json(expected.fingerprint).members
+    omem = TensorFingerprint.from_json(obtained.fingerprint).members
     if set(emem) != set(omem):
         missing = sorted(set(emem) - set(omem))
         extra = sorted(set(omem) - set(emem))
@@ -277,19 +331,19 @@ def compare_tensor(
         note_meta(
             result.metadata_diffs,
             f"{label}dtype",
-            str(em.get("dtype")),
-            str(om.get("dtype")),
+            str(em.dtype),
+            str(om.dtype),
         )
         note_meta(
             result.metadata_diffs,
             f"{label}shape",
-            tuple(em.get("shape", [])),
-            tuple(om.get("shape", [])),
+            em.shape,
+            om.shape,
         )
-        total += int(em.get("element_count", 0))
-        if em.get("dtype") != om.get("dtype") or em.get("shape") != om.get("shape"):
+        total += em.element_count
+        if em.dtype != om.dtype or em.shape != om.shape:
             continue
-        if em.get("data_sha256") == om.get("data_sha256"):
+        if em.data_sha256 == om.data_sha256:
             continue
         if full:
             if not loaded:
@@ -315,12 +369,12 @@ def compare_tensor(
                     result.diagnostics.pop("psnr_db", None)
         else:
             unknown = True
-            chunk = first_difference(em.get("chunk_sha256", []), om.get("chunk_sha256", []))
-            step = int(em.get("chunk_elements") or 1)
+            chunk = first_difference(em.chunk_sha256, om.chunk_sha256)
+            step = em.chunk_elements
             if result.first_mismatch is None and chunk is not None:
                 start = chunk * step
-                end = min((chunk + 1) * step, int(em.get("element_count", 0)))
-                at = index_text(unravel(start, tuple(em.get("shape", []))))
+                end = min((chunk + 1) * step, em.element_count)
+                at = index_text(unravel(start, em.shape))
                 result.first_mismatch = (
                     f"{label}within flat elements [{start}, {end}) starting at {at} (only "
                     "digests are kept: the exact element is unknown)"
