@@ -1,9 +1,11 @@
 """Decoded fingerprint cost against its bare references, measured in the same run.
 
-Video: ``media.fingerprint_video`` (one ffmpeg run hashing every video frame and audio frame, plus
+Video: ``kinds.fingerprint("video", ...)`` (one ffmpeg run hashing every video frame and audio
+frame, plus
 the file's SHA-256) against the bare ``ffmpeg -i CLIP -map 0:v -f framehash -hash sha256 -``, and
 against the same framehash with the audio stream too (like for like). Audio:
-``media.fingerprint_audio`` (RIFF walk, lossless read, PCM SHA-256, one SHA-256 per second, the
+``kinds.fingerprint("audio", ...)`` (RIFF walk, lossless read, PCM SHA-256, one SHA-256 per
+second, the
 file's SHA-256) against ``soundfile.read`` + ``hashlib.sha256``, and against read + the same
 digests computed sequentially. Arms are interleaved (A B B A ...); ratios are of medians.
 
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from pytest_lossless import media
+from pytest_lossless import kinds, media
 from pytest_lossless.core.clock import SYSTEM_CLOCK, Clock
 
 
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         clip = make_clip(folder, args.seconds)
         wav = make_wav(folder, args.seconds)
-        fp = media.fingerprint_video(clip)
+        fp = kinds.fingerprint("video", clip)
         video = fp["streams"][0]
         ours_digests = [f["sha256"] for f in video["frames"]]
         cli = [
@@ -150,19 +152,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = []
         ours, ref = paired(
-            lambda: media.fingerprint_video(clip), framehash(clip, "-map", "0:v"), args.repeats
+            lambda: kinds.fingerprint("video", clip), framehash(clip, "-map", "0:v"), args.repeats
         )
         rows.append(("video fingerprint vs framehash -map 0:v", ours, ref))
         ours, ref = paired(
-            lambda: media.fingerprint_video(clip),
+            lambda: kinds.fingerprint("video", clip),
             framehash(clip, "-map", "0:v", "-map", "0:a", "-c:a", "pcm_f32le"),
             args.repeats,
         )
         rows.append(("video fingerprint vs framehash -map 0:v -map 0:a", ours, ref))
-        ours, ref = paired(lambda: media.fingerprint_audio(wav), soundfile_sha(wav), args.repeats)
+        ours, ref = paired(
+            lambda: kinds.fingerprint("audio", wav), soundfile_sha(wav), args.repeats
+        )
         rows.append(("audio fingerprint vs soundfile.read+sha256", ours, ref))
         ours, ref = paired(
-            lambda: media.fingerprint_audio(wav),
+            lambda: kinds.fingerprint("audio", wav),
             soundfile_sha(wav, same_digests=True),
             args.repeats,
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pytest_lossless import media  # noqa: E402
+from pytest_lossless import kinds, media  # noqa: E402
 from pytest_lossless.media import container  # noqa: E402
 from pytest_lossless.media.ffmpeg import RAW_PIPE_BYTES, OutputPipe  # noqa: E402
 from pytest_lossless.media.hashing import digest_frames, hash_threads  # noqa: E402
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     clip = Path(args.clip)
     exe = media.ffmpeg_exe()
     head = [exe, "-hide_banner", "-nostdin", "-v", "error", "-i", str(clip), "-map", "0:v:0"]
-    fp = media.fingerprint("video", clip)
+    fp = kinds.fingerprint("video", clip)
     frame_bytes = fp["streams"][0]["frame_bytes"]
 
     def raw_python(hash_it: bool, threads: int | None = None) -> Callable[[], object]:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "raw pipe, read here (1 MiB pipe)": raw_python(False),
         f"raw pipe, read + SHA-256 on {hash_threads()} threads": raw_python(True),
         "raw pipe, read + SHA-256 inline": raw_python(True, 0),
-        "fast fingerprint (media.fingerprint)": lambda: media.fingerprint("video", clip),
+        "fast fingerprint (media.fingerprint)": lambda: kinds.fingerprint("video", clip),
         **{
             f"fast fingerprint, {n} raw pipe(s)": (
                 lambda n=n: container._fast_fingerprint(clip, media.MediaLimits(), stripes=n)

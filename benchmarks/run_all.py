@@ -13,7 +13,7 @@ reference measured in the same run (interleaved arms, medians).
   check of a 5 s and a 15 s clip, each in a fresh process.
 - pair: control against candidate (two clips, no goldens) against decoding both; and how many
   times the candidate is decoded when it is judged against two control runs and a golden
-  through one session's :class:`~pytest_lossless.media.hashing.FingerprintCache`.
+  through one session's :class:`~pytest_lossless.kinds.registry.FingerprintCache`.
 - bytes: the ``bytes`` and ``elementwise`` checks of a ``--big-mib`` artifact against
   ``sha256sum`` of the same file (page cache warm).
 - peers: pytest-regressions ``file_regression`` and ``ndarrays_regression`` and syrupy's
@@ -46,11 +46,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pytest_lossless import media  # noqa: E402
+from pytest_lossless import kinds, media  # noqa: E402
 from pytest_lossless.core.artifact import Artifact  # noqa: E402
-from pytest_lossless.kinds.registry import KindRegistry  # noqa: E402
+from pytest_lossless.kinds.registry import FingerprintCache, KindRegistry  # noqa: E402
 from pytest_lossless.media import container  # noqa: E402
-from pytest_lossless.media.hashing import FingerprintCache  # noqa: E402
 
 Row = tuple[str, float, float, float | None, str]
 
@@ -139,7 +138,7 @@ def general_way(clip: Path) -> Callable[[], object]:
         fast = container._fast_fingerprint
         container._fast_fingerprint = lambda path, limits, **_: None  # type: ignore[assignment]
         try:
-            return media.fingerprint("video", clip)
+            return kinds.fingerprint("video", clip)
         finally:
             container._fast_fingerprint = fast  # type: ignore[assignment]
 
@@ -151,7 +150,7 @@ def general_way(clip: Path) -> Callable[[], object]:
 
 def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) -> list[Row]:
     clip = make_clip(folder / "clip.mp4", seconds)
-    fp = media.fingerprint("video", clip)
+    fp = kinds.fingerprint("video", clip)
     framehash = subprocess.run(
         [*decode_only(clip)[:-3], "-f", "framehash", "-hash", "sha256", "-"],
         check=True,
@@ -165,7 +164,7 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
 
     def merged() -> object:
         # The fingerprint alone, under the golden-derived limits, and the comparison.
-        obtained = Artifact("clip.mp4", "video", media.fingerprint("video", clip, limits=tight))
+        obtained = Artifact("clip.mp4", "video", kinds.fingerprint("video", clip, limits=tight))
         return KindRegistry().compare(None, golden, obtained)
 
     times = paired(
@@ -224,8 +223,9 @@ def video_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) 
 _PEAK = """
 import json, resource, sys
 from pathlib import Path
+from pytest_lossless import kinds
 from pytest_lossless import media
-media.fingerprint("video", Path(sys.argv[1]))
+kinds.fingerprint("video", Path(sys.argv[1]))
 status = Path("/proc/self/status").read_text()
 hwm = next(int(l.split()[1]) for l in status.splitlines() if l.startswith("VmHWM:"))
 children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -290,10 +290,10 @@ def pair_rows(folder: Path, seconds: float, repeats: int, kinds: KindRegistry) -
     runs = [folder / f"control{i}.mp4" for i in (1, 2)]
     for path in runs:
         shutil.copyfile(control, path)
-    fps = {p: media.fingerprint("video", p) for p in runs}
-    golden = media.fingerprint("video", control)
+    fps = {p: kinds.fingerprint("video", p) for p in runs}
+    golden = kinds.fingerprint("video", control)
     for reference in (fps[runs[0]], fps[runs[1]], golden):
-        fp = cache.fingerprint("video", candidate, lambda: media.fingerprint("video", candidate))
+        fp = cache.fingerprint("video", candidate, lambda: kinds.fingerprint("video", candidate))
         assert fp == reference
     return [
         (
@@ -325,7 +325,7 @@ def bytes_rows(folder: Path, mib: int, repeats: int, kinds: KindRegistry) -> lis
     np.save(tensor, np.frombuffer(blob.read_bytes(), dtype=np.float32))
     rows: list[Row] = []
     for kind, path, what in (("bytes", blob, "bytes"), ("tensor", tensor, "elementwise")):
-        golden = Artifact(name=path.name, kind=kind, fingerprint=media.fingerprint(kind, path))
+        golden = Artifact(name=path.name, kind=kind, fingerprint=kinds.fingerprint(kind, path))
         times = paired(
             {
                 "check": check(KindRegistry, golden, path),
@@ -352,7 +352,7 @@ def peer_rows(folder: Path, python: str, repeats: int, kinds: KindRegistry) -> l
     peers = json.loads(out.read_text())
     ours: dict[str, float] = {}
     for kind, path in (("video", clip), ("bytes", clip), ("tensor", tensor)):
-        golden = Artifact(name=path.name, kind=kind, fingerprint=media.fingerprint(kind, path))
+        golden = Artifact(name=path.name, kind=kind, fingerprint=kinds.fingerprint(kind, path))
         ours[kind] = paired({"check": check(KindRegistry, golden, path)}, repeats)["check"]
     mib = tensor.stat().st_size / (1 << 20)
     return [

@@ -42,7 +42,7 @@ from typing import Any, Literal, TextIO
 
 from .core.text import printable
 from .errors import LosslessError
-from .gates.result import GateResult
+from .gates.gate import GateResult
 
 #: The variable that names the engine's worktree to the tests under ``--sources``.
 SOURCES_ENV = "PYTEST_LOSSLESS_BISECT_SOURCES"

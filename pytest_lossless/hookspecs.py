@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 
     from .core.artifact import Artifact
     from .devices.base import Backend
-    from .gates.result import GateResult
-    from .gates.spec import Gate
+    from .gates.gate import Gate, GateResult
 
 __all__ = ["Artifact", "Backend", "Gate", "GateResult", "hookimpl", "hookspec"]
 
@@ -30,8 +29,8 @@ __all__ = ["Artifact", "Backend", "Gate", "GateResult", "hookimpl", "hookspec"]
 _TYPES = {
     "Artifact": "core.artifact",
     "Backend": "devices.base",
-    "Gate": "gates.spec",
-    "GateResult": "gates.result",
+    "Gate": "gates.gate",
+    "GateResult": "gates.gate",
 }
 
 

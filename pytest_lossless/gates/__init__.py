@@ -2,7 +2,11 @@
 
 ``bytes`` compares the file's SHA-256; ``decoded`` compares stream metadata, then one digest per
 decoded frame and the PCM samples; ``elementwise`` compares tensors bit for bit (NaN payloads and
-the sign of zero count: arrays are compared as unsigned integer views, never with ``==``).
+the sign of zero count: arrays are compared as unsigned integer views, never with ``==``). Each
+kind's side of a gate (which fingerprints, frames or samples are compared) is in that kind's
+module (:mod:`~..kinds`); this package holds what every kind shares: the gate (:mod:`.spec`),
+its result and how it is built (:mod:`.result`), arrays as bits (:mod:`.arrays`), the lossy
+machinery (:mod:`.lossy`) and the ulp gate (:mod:`.ulps`).
 ``tolerance(atol=, rtol=)`` and ``ulp(n)`` (floats within n units in the last place, per dtype,
 bfloat16 included) are explicitly lossy: they need the full data on both sides, their results
 are never reported as lossless, and they carry the spread of the differences (max and where,
@@ -18,30 +22,22 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .result import GateResult as GateResult
-from .spec import GATE_NAMES as GATE_NAMES
-from .spec import Gate as Gate
-from .spec import check_gate_applies as check_gate_applies
-from .spec import lossy_figure as lossy_figure
-from .spec import parse_gate as parse_gate
-from .spec import tolerance as tolerance
-from .spec import ulp as ulp
+from .gate import GATE_NAMES as GATE_NAMES
+from .gate import Gate as Gate
+from .gate import GateResult as GateResult
+from .gate import check_gate_applies as check_gate_applies
+from .gate import lossy_figure as lossy_figure
+from .gate import parse_gate as parse_gate
+from .gate import tolerance as tolerance
+from .gate import ulp as ulp
 
 if TYPE_CHECKING:
-    from .exact import compare_audio_file as compare_audio_file
-    from .exact import compare_container as compare_container
-    from .exact import compare_tensor as compare_tensor
-    from .lossy import compare_tolerance as compare_tolerance
     from .ulps import compare_ulp as compare_ulp
 
-#: The names that need numpy and media, by the submodule that defines them. (The lossy comparer
-#: lives in ``lossy``: a submodule named ``tolerance`` would replace the gate :func:`tolerance`
-#: on this package once imported; for the same reason the ``ulp`` comparer lives in ``ulps``.)
+#: The names that need numpy and media, by the submodule that defines them. (The ``ulp``
+#: comparer lives in ``ulps``: a submodule named ``ulp`` would replace the gate :func:`ulp` on
+#: this package once imported.)
 _LAZY = {
-    "compare_container": "exact",
-    "compare_audio_file": "exact",
-    "compare_tensor": "exact",
-    "compare_tolerance": "lossy",
     "compare_ulp": "ulps",
 }
 
@@ -50,10 +46,6 @@ __all__ = [
     "Gate",
     "GateResult",
     "check_gate_applies",
-    "compare_audio_file",
-    "compare_container",
-    "compare_tensor",
-    "compare_tolerance",
     "compare_ulp",
     "lossy_figure",
     "parse_gate",

@@ -1,9 +1,11 @@
 """Arrays compared as bits and shown as text: the one place that decides what "same element"
-means (unsigned views, so NaN payloads and the sign of zero count) and how an element is shown.
+means (unsigned views, so NaN payloads and the sign of zero count) and how an element is shown;
+and the figures of a mismatch (max error and PSNR), labelled diagnostics, never gates.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +75,21 @@ def load_arrays(path: Path, limits: media.MediaLimits | None = None) -> dict[str
     """A tensor file's arrays by member name; a lone ``.npy`` array is member ``""``."""
     loaded = media.load_tensor(path, limits=limits)
     return loaded if isinstance(loaded, dict) else {"": loaded}
+
+
+def error_stats(a: npt.NDArray[Any], b: npt.NDArray[Any], peak: float) -> dict[str, Any]:
+    """Max absolute error and PSNR over finite values: labelled diagnostics, never gates."""
+    kind = np.complex128 if "c" in (a.dtype.kind, b.dtype.kind) else np.float64
+    with np.errstate(all="ignore"):
+        err = np.abs(np.asarray(a, dtype=kind) - np.asarray(b, dtype=kind)).astype(np.float64)
+        finite = np.isfinite(err)
+        if not finite.any():
+            return {}
+        max_err = float(err[finite].max())
+        mse = float(np.mean(np.square(err[finite])))
+    stats: dict[str, Any] = {"max_abs_error": max_err}
+    if mse == 0:
+        stats["psnr_db"] = math.inf
+    elif math.isfinite(mse) and peak > 0:
+        stats["psnr_db"] = round(10 * math.log10(peak * peak / mse), 3)
+    return stats

@@ -1,7 +1,9 @@
 """The explicitly lossy gate, ``tolerance(atol=, rtol=)``: ``|obtained - expected| <= atol + rtol *
 |expected|`` position by position; it needs the full data on both sides and never reports lossless.
 
-Every lossy result carries the statistics a reviewer asks for (:class:`Spread`): the largest
+The gate's machinery is here; each kind's side (which arrays, frames or samples are compared,
+and how a position is named) is that kind's ``compare_tolerance`` (:mod:`~..kinds`). Every lossy
+result carries the statistics a reviewer asks for (:class:`Spread`): the largest
 difference and where it is, the 99th percentile, and how many positions are beyond the bound.
 """
 
@@ -20,10 +22,8 @@ import numpy.typing as npt
 from .. import media
 from ..core.artifact import Artifact
 from ..errors import LosslessError
-from .arrays import Sides, bits_differ, index_text, load_arrays, sides, unravel, value_text
-from .findings import META_LABELS, frame_location, new_result, note_meta, pts_time, settle, streams
-from .result import GateResult
-from .spec import Gate, number_text
+from .arrays import Sides, bits_differ, sides
+from .gate import Gate, GateResult, new_result, number_text
 
 #: Integer differences below this are counted in a histogram, not kept (video frames).
 _HISTOGRAM_BINS = 1 << 16
@@ -147,7 +147,7 @@ def need_full(gate: Gate, expected: Artifact, obtained: Artifact) -> tuple[Path,
     return expected.path, obtained.path
 
 
-def _within(
+def within(
     a: npt.NDArray[Any], b: npt.NDArray[Any], atol: float, rtol: float
 ) -> npt.NDArray[np.bool_]:
     """``|a - b| <= atol + rtol * |b|`` with ``b`` the expected side; NaN only matches NaN."""
@@ -171,7 +171,7 @@ def _within(
     return result
 
 
-def _tolerance_arrays(
+def tolerance_arrays(
     result: GateResult,
     gate: Gate,
     pairs: Iterator[tuple[str, npt.NDArray[Any], npt.NDArray[Any]]],
@@ -186,7 +186,7 @@ def _tolerance_arrays(
         if a.shape != b.shape:
             result.metadata_diffs.append(f"{label}shape: expected {b.shape}, obtained {a.shape}")
             continue
-        ok = _within(a, b, gate.atol, gate.rtol)
+        ok = within(a, b, gate.atol, gate.rtol)
         total += ok.size
         bad = np.flatnonzero(~ok.reshape(-1))
         count += int(bad.size)
@@ -202,171 +202,23 @@ def _tolerance_arrays(
     result.diagnostics["bitwise_differing"] = bitwise
 
 
-def _tensor_where(label: str, array: npt.NDArray[Any], flat: int) -> str:
-    return location_text(unravel(flat, array.shape), label)
-
-
-def _sample_where(label: str, array: npt.NDArray[Any], flat: int) -> str:
-    i, ch = divmod(flat, array.shape[1])
-    return f"{label}sample {i} (channel {ch})"
-
-
-def _frame_where(stream: Any, frame: int, flat: int) -> str:
-    return f"stream {stream} frame {frame} sample {flat}"
-
-
-def compare_tolerance(
+def begin_tolerance(
     gate: Gate,
     expected: Artifact,
     obtained: Artifact,
     kind: str,
-    *,
-    limits: media.MediaLimits | None = None,
-) -> GateResult:
-    """The lossy gate: values within ``atol + rtol * |expected|``; needs full data on both sides,
-    decoded within ``limits`` (the obtained side within limits derived from its golden)."""
-    epath, opath = need_full(gate, expected, obtained)
-    pair = sides(limits, expected)
-    unit = {"tensor": "element", "audio": "sample", "video": "frame"}[kind]
+    unit: str,
+    limits: media.MediaLimits | None,
+) -> tuple[GateResult, tuple[Path, Path], Sides]:
+    """What every kind's tolerance comparison starts with: a failing result in ``unit`` marked
+    lossy, both files (the full data is needed on both sides) and the limits of each side (the
+    obtained file's derived from its golden)."""
+    paths = need_full(gate, expected, obtained)
     result = new_result(expected, gate, kind, unit)
     result.notes.append("tolerance is a lossy gate: passing it does not prove the output unchanged")
-
-    bounds = f"atol={number_text(gate.atol)}, rtol={number_text(gate.rtol)}"
-
-    def describe_element(label: str, flat: int, a: Any, b: Any) -> str:
-        index = unravel(flat, a.shape)
-        return (
-            f"{label}{index_text(index)}: expected {value_text(b, index)}, obtained "
-            f"{value_text(a, index)} (outside {bounds})"
-        )
-
-    if kind == "tensor":
-        ea, oa = load_arrays(epath, pair[0]), load_arrays(opath, pair[1])
-        if set(ea) != set(oa):
-            result.metadata_diffs.append(
-                f"members: missing {sorted(set(ea) - set(oa))}, unexpected "
-                f"{sorted(set(oa) - set(ea))}"
-            )
-        _tolerance_arrays(
-            result,
-            gate,
-            ((f"member {n!r} " if n else "", oa[n], ea[n]) for n in sorted(set(ea) & set(oa))),
-            describe_element,
-            _tensor_where,
-        )
-    elif kind == "audio" and "streams" not in expected.fingerprint:
-        a, rate = media.load_audio(opath, limits=pair[1])
-        b, _ = media.load_audio(epath, limits=pair[0])
-        note_meta(result.metadata_diffs, "sample count", len(b), len(a))
-
-        def describe_sample(label: str, flat: int, x: Any, y: Any) -> str:
-            i, ch = divmod(flat, x.shape[1])
-            when = f", t = {i / rate:.6f} s" if rate else ""
-            return (
-                f"{i} (channel {ch}{when}): expected {value_text(y, (i, ch))}, obtained "
-                f"{value_text(x, (i, ch))}"
-            )
-
-        if len(a) == len(b):
-            _tolerance_arrays(result, gate, iter([("", a, b)]), describe_sample, _sample_where)
-    else:
-        _tolerance_container(result, gate, expected, obtained, (epath, opath), pair)
-    return settle(result)
+    return result, paths, sides(limits, expected)
 
 
-def _tolerance_container(
-    result: GateResult,
-    gate: Gate,
-    expected: Artifact,
-    obtained: Artifact,
-    paths: tuple[Path, Path],
-    limits: Sides,
-) -> None:
-    epath, opath = paths
-    efp, ofp = expected.fingerprint, obtained.fingerprint
-    evs, ovs = streams(efp, "video"), streams(ofp, "video")
-    note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
-    count = total = 0
-    spread = Spread()
-    for es, os_ in zip(evs, ovs, strict=False):
-        for key in ("frame_count", "width", "height", "pix_fmt"):
-            note_meta(result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key))
-        if result.metadata_diffs:
-            continue
-        dtype = media.sample_dtype(es.get("pix_fmt"))
-        eit = media.iter_video_frames(
-            epath,
-            stream_index=es["index"],
-            frame_bytes=es.get("frame_bytes"),
-            dtype=dtype,
-            limits=limits[0],
-        )
-        oit = media.iter_video_frames(
-            opath,
-            stream_index=os_["index"],
-            frame_bytes=os_.get("frame_bytes"),
-            dtype=dtype,
-            limits=limits[1],
-        )
-        for i, (b, a) in enumerate(zip(eit, oit, strict=False)):
-            total += 1
-            ok = _within(a, b, gate.atol, gate.rtol)
-            diff = _frame_diff(a, b)
-            outside = int(np.count_nonzero(~ok))
-            err = diff.max().item() if diff.size else 0
-            spread.add(
-                diff,
-                outside,
-                partial(_frame_where, es["index"], i),
-                histogram=True,
-            )
-            if outside:
-                count += 1
-                if result.first_mismatch is None:
-                    pts = es["frames"][i]["pts"] if i < len(es.get("frames", [])) else None
-                    where = (
-                        f" ({pts_time(pts, es.get('pts_time_base'))})" if pts is not None else ""
-                    )
-                    result.first_mismatch = (
-                        f"{i}{where}: {outside} samples outside "
-                        f"atol={number_text(gate.atol)}, rtol={number_text(gate.rtol)} "
-                        f"(max abs error {err:g})"
-                    )
-                    result.location = frame_location(es, i, pts)
-    eas, oas = streams(efp, "audio"), streams(ofp, "audio")
-    note_meta(result.metadata_diffs, "audio stream count", len(eas), len(oas))
-    for es, os_ in zip(eas, oas, strict=False):
-        b, _rate = media.load_container_audio(epath, es.get("index"), limits=limits[0])
-        a, _ = media.load_container_audio(opath, os_.get("index"), limits=limits[1])
-        if a.shape != b.shape or a.dtype != b.dtype:
-            note_meta(result.metadata_diffs, "audio sample count", len(b), len(a))
-            continue
-        ok = _within(a, b, gate.atol, gate.rtol)
-        stream = f"audio stream {es.get('index')} "
-        spread.add(
-            abs_diff(a, b),
-            int(np.count_nonzero(~ok)),
-            partial(_sample_where, stream, a),
-        )
-        if not ok.all():
-            count += 1
-            flat = int(np.flatnonzero(~ok.reshape(-1))[0])
-            i, ch = divmod(flat, a.shape[1])
-            if result.first_mismatch is None:
-                result.first_mismatch = (
-                    f"audio sample {i} (channel {ch}): expected {value_text(b, (i, ch))}, "
-                    f"obtained {value_text(a, (i, ch))}"
-                )
-            result.notes.append(f"{int(np.count_nonzero(~ok))} audio samples out of tolerance")
-    result.mismatch_count = count
-    result.total = total
-    result.diagnostics.update(spread.figures("abs_diff"))
-    result.diagnostics["count_beyond"] = spread.beyond
-
-
-def _frame_diff(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """``|a - b|`` of one frame's samples: exact integers for integer pixel formats (counted in
-    a histogram), float64 otherwise."""
-    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and max(a.itemsize, b.itemsize) <= 2:
-        return np.abs(a.astype(np.int32) - b.astype(np.int32))
-    return abs_diff(a, b)
+def bounds_text(gate: Gate) -> str:
+    """``atol=0.1, rtol=0``: the bounds of a tolerance gate as a message names them."""
+    return f"atol={number_text(gate.atol)}, rtol={number_text(gate.rtol)}"

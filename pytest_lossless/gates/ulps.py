@@ -23,10 +23,8 @@ from .. import media
 from ..core.artifact import Artifact
 from ..errors import ArtifactError, LosslessError
 from .arrays import bits_differ, load_arrays, sides, unravel
-from .findings import new_result, settle
+from .gate import Gate, GateResult, new_result, settle
 from .lossy import Spread, abs_diff, location_text, need_full
-from .result import GateResult
-from .spec import Gate
 
 #: The ULP distance of positions that have none (NaN against a number, NaN payloads that
 #: differ): above every real distance (float64's widest, -inf to +inf, is below 2**64 - 1).

@@ -14,6 +14,9 @@ from .registry import (
     KindRegistry as KindRegistry,
 )
 from .registry import (
+    fingerprint as fingerprint,
+)
+from .registry import (
     media_limits as media_limits,
 )
 from .registry import (

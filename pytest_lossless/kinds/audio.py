@@ -7,13 +7,19 @@ one LSB (or just beyond the tolerance); a failed comparison lists the first diff
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .. import media
+from ..gates.gate import first_difference, new_result, note_meta, settle
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
@@ -46,19 +52,26 @@ class AudioKind(BuiltinKind):
         )
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
-        from ..media.audio import fingerprint_audio
-
         return fingerprint_audio(path, limits=self.limits())
 
     def check_declared(self, path: Path, limits: MediaLimits) -> None:
-        from ..media import check_declared
+        """Refuse, from its header alone, a file that declares more decoded PCM than
+        ``limits`` allow (a container: its streams' declared sizes)."""
+        from ..media.artifacts import read_head
+        from ..media.container import check_declared_container
+        from ..media.detect import is_audio_header
+        from ..media.pcm import check_declared_audio_file
 
-        check_declared("audio", path, limits)
+        if is_audio_header(read_head(path, 12)):
+            check_declared_audio_file(path, limits)
+        else:
+            check_declared_container(path, limits, video=False)
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from ..gates.exact import compare_audio_file
-
         return compare_audio_file(gate, expected, obtained, self.name, limits=self.limits())
+
+    def compare_tolerance(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        return compare_tolerance(gate, expected, obtained, self.name, limits=self.limits())
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         assert artifact.path is not None
@@ -71,6 +84,327 @@ class AudioKind(BuiltinKind):
         from .tensor import listing
 
         return listing(result, expected, obtained, folder, self.limits(), "sample")
+
+
+# ------------------------------------------------------------------ the fingerprint
+
+
+def _canonical(block: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Little-endian, C-contiguous: the canonical bytes every digest is taken of."""
+    import numpy as np
+
+    if block.dtype.byteorder == ">" or (block.dtype.byteorder == "=" and not np.little_endian):
+        block = block.astype(block.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(block)
+
+
+# WAV subtypes whose data chunk holds exactly the canonical little-endian PCM that a lossless
+# read gives (proved equal in the tests): hashed straight from the file, no decode needed.
+_RAW_WAV_SUBTYPES = {"PCM_16": "<i2", "PCM_32": "<i4", "FLOAT": "<f4", "DOUBLE": "<f8"}
+
+
+def _audio_fp(
+    snd: Any, dtype: str, count: int, pcm: str, blocks: list[str], size: int, file_sha: str
+) -> dict[str, Any]:
+    """The fingerprint of an audio file from its libsndfile header and its digests."""
+    import numpy as np
+
+    from ..media.hashing import FINGERPRINT_VERSION
+
+    rate = int(snd.samplerate)
+    return {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "format": str(snd.format),
+        "size": size,
+        "sha256": file_sha,
+        "subtype": str(snd.subtype),
+        "sample_rate": rate,
+        "channels": int(snd.channels),
+        "sample_count": count,
+        "duration": round(count / rate, 6) if rate else 0.0,
+        "dtype": np.dtype(dtype).newbyteorder("<").str,
+        "pcm_sha256": pcm,
+        "block_frames": max(1, rate),
+        "block_sha256": blocks,
+    }
+
+
+def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+    """Fingerprint a WAV/FLAC file: format, PCM digest and one digest per second of samples.
+
+    A file whose header declares more decoded samples than ``limits.decode_limit`` is refused
+    before decoding, and the decode is counted as it runs."""
+    import mmap
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from ..media.artifacts import read_head
+    from ..media.detect import RIFF_IDS
+    from ..media.hashing import file_digest, parallel_digests
+    from ..media.limits import MediaLimits
+    from ..media.pcm import check_declared_pcm, check_wav_complete, lossless_dtype, open_sound
+
+    path = Path(path)
+    limits = limits or MediaLimits.from_env()
+    head = read_head(path, 12)
+    layout = check_wav_complete(path) if head[:4] in RIFF_IDS else None
+    with open_sound(path) as snd:
+        subtype = str(snd.subtype)
+        dtype = lossless_dtype(subtype)
+        check_declared_pcm(path, snd, dtype, limits)
+        block_frames = max(1, int(snd.samplerate))
+        raw = _RAW_WAV_SUBTYPES.get(subtype)
+        if (
+            layout is not None
+            and raw is not None
+            and np.dtype(raw).itemsize * int(snd.channels) == layout.block_align
+            and layout.present_bytes // layout.block_align == int(snd.frames)
+        ):
+            count = int(snd.frames)
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                size = len(mm)
+                view = memoryview(mm)
+                data = view[layout.data_offset : layout.data_offset + count * layout.block_align]
+                try:
+                    pcm, blocks, file_sha = parallel_digests(
+                        data, block_frames * layout.block_align, view
+                    )
+                finally:
+                    data.release()
+                    view.release()
+            return _audio_fp(snd, raw, count, pcm, blocks, size, file_sha)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            whole_file = pool.submit(file_digest, path)
+            count, pcm, blocks = _decode_pcm_digests(path, snd, dtype, block_frames, limits)
+            size, file_sha = whole_file.result()
+        return _audio_fp(snd, dtype, count, pcm, blocks, size, file_sha)
+
+
+def _decode_pcm_digests(
+    path: Path, snd: Any, dtype: str, block_frames: int, limits: MediaLimits
+) -> tuple[int, str, list[str]]:
+    """Decode with libsndfile block by block: sample count, PCM digest, per-block digests."""
+    import hashlib
+
+    from ..errors import ArtifactError, TruncatedArtifact
+    from ..media.hashing import sha256_hex
+    from ..media.limits import refuse
+
+    declared = int(snd.frames)
+    whole = hashlib.sha256()
+    blocks: list[str] = []
+    read = 0
+    try:
+        while True:
+            block = snd.read(block_frames, dtype=dtype, always_2d=True)
+            if not len(block):
+                break
+            data = _canonical(block)
+            whole.update(data.data)
+            blocks.append(sha256_hex(data.data))
+            read += len(block)
+            if data.nbytes and read * (data.nbytes // len(block)) > limits.decode_limit:
+                raise refuse(
+                    path,
+                    "it",
+                    read * (data.nbytes // len(block)),
+                    limits.decode_limit,
+                    limits.decode_basis,
+                    decoding=True,
+                )
+    except RuntimeError as exc:
+        raise ArtifactError(
+            path,
+            f"libsndfile failed while decoding it ({exc}): the file is damaged or truncated; "
+            "re-run the producer or restore the file",
+        ) from None
+    if read < declared:
+        raise TruncatedArtifact(
+            path,
+            f"truncated audio: the header declares {declared} samples per channel but only "
+            f"{read} could be decoded. Re-run the producer or restore the file",
+        )
+    return read, whole.hexdigest(), blocks
+
+
+def fingerprint_audio(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+    """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
+    from ..media.artifacts import read_head
+    from ..media.container import fingerprint_container
+    from ..media.detect import is_audio_header
+
+    path = Path(path)
+    if is_audio_header(read_head(path, 12)):
+        return fingerprint_audio_file(path, limits=limits)
+    return fingerprint_container(path, video=False, limits=limits)
+
+
+# ------------------------------------------------------------------ decoded: the exact gate
+
+
+def pcm_peak(dtype: np.dtype[Any]) -> float:
+    """The full-scale value of a PCM sample type, the peak of its PSNR (1.0 for floats)."""
+    import numpy as np
+
+    if dtype.kind in "iu":
+        return float(np.iinfo(dtype).max)
+    return 1.0
+
+
+def pcm_mismatch(
+    a: npt.NDArray[Any], b: npt.NDArray[Any], rate: int
+) -> tuple[str, int, dict[str, Any], int | None]:
+    """First differing sample (time index, channel, both values), count of differing frames,
+    error diagnostics, and the first differing time index itself."""
+    import numpy as np
+
+    from ..gates.arrays import bits_differ, error_stats, value_text
+
+    n = min(len(a), len(b))
+    differ = bits_differ(a[:n], b[:n])
+    rows = differ.any(axis=1) if differ.ndim > 1 else differ
+    where = np.flatnonzero(rows)
+    count = int(where.size) + abs(len(a) - len(b))
+    diag: dict[str, Any] = {}
+    if where.size:
+        i = int(where[0])
+        ch = int(np.flatnonzero(differ[i])[0]) if differ.ndim > 1 else 0
+        when = f", t = {i / rate:.6f} s" if rate else ""
+        text = (
+            f"{i} (channel {ch}{when}): expected {value_text(a, (i, ch))}, "
+            f"obtained {value_text(b, (i, ch))}"
+        )
+        diag = error_stats(a[:n], b[:n], pcm_peak(a.dtype))
+        first = i
+    elif len(a) != len(b):
+        side = "expected" if len(a) > len(b) else "obtained"
+        when = f" (t = {n / rate:.6f} s)" if rate else ""
+        text = f"{n}{when}: present in {side} only; the common samples are identical"
+        first = n
+    else:
+        return "", 0, {}, None
+    return text, count, diag, first
+
+
+def compare_audio_file(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    *,
+    limits: MediaLimits | None = None,
+) -> GateResult:
+    """``decoded`` for WAV/FLAC: format metadata, then PCM sample by sample (or per block).
+    PCM is loaded to locate a difference only within ``limits``; beyond them, per block."""
+    from ..gates.arrays import sides
+    from .video import META_LABELS, compare_container
+
+    efp, ofp = expected.fingerprint, obtained.fingerprint
+    result = new_result(expected, gate, kind, "sample")
+    if "streams" in efp or "streams" in ofp:
+        if "streams" in efp and "streams" in ofp:
+            return compare_container(gate, expected, obtained, kind, limits=limits)
+        result.metadata_diffs.append(
+            f"format: expected {efp.get('format')}, obtained {ofp.get('format')} "
+            "(one is a WAV/FLAC file, the other a media container)"
+        )
+        return settle(result)
+    diffs = result.metadata_diffs
+    for key in ("sample_count", "duration", "sample_rate", "channels", "subtype", "dtype"):
+        note_meta(diffs, META_LABELS.get(key, key), efp.get(key), ofp.get(key))
+    if efp.get("format") != ofp.get("format"):
+        result.notes.append(
+            f"file format differs (expected {efp.get('format')}, obtained {ofp.get('format')}); "
+            "the decoded gate compares the PCM, not the file format"
+        )
+    result.total = max(int(efp.get("sample_count", 0)), int(ofp.get("sample_count", 0)))
+    same = efp.get("pcm_sha256") == ofp.get("pcm_sha256") and not diffs
+    if same:
+        result.mismatch_count = 0
+        return settle(result)
+    rate = int(efp.get("sample_rate") or 0)
+    comparable = efp.get("dtype") == ofp.get("dtype") and efp.get("channels") == ofp.get("channels")
+    loaded = None
+    if expected.path is not None and obtained.path is not None and comparable:
+        pair = sides(limits, expected)
+        try:
+            loaded = (
+                media.load_audio(expected.path, limits=pair[0])[0],
+                media.load_audio(obtained.path, limits=pair[1])[0],
+            )
+        except media.DecodeLimitExceeded as exc:
+            result.notes.append(f"PCM not loaded to locate the difference: {exc}")
+    if loaded is not None:
+        a, b = loaded
+        text, count, diag, first = pcm_mismatch(a, b, rate)
+        if text:
+            result.first_mismatch = text
+        result.mismatch_count = count
+        result.diagnostics.update(diag)
+        if first is not None:
+            result.location = {"sample": first}
+        if not text and not diffs:
+            result.notes.append("PCM is identical; the recorded PCM digests differ")
+            result.first_mismatch = "PCM SHA-256"
+    elif comparable:
+        block = first_difference(efp.get("block_sha256", []), ofp.get("block_sha256", []))
+        size = int(efp.get("block_frames") or 1)
+        if block is not None:
+            total_blocks = max(len(efp.get("block_sha256", [])), len(ofp.get("block_sha256", [])))
+            start = block * size
+            end = min((block + 1) * size, result.total or (block + 1) * size)
+            when = f" (t = {start / rate:.6f} s to {end / rate:.6f} s)" if rate else ""
+            result.first_mismatch = (
+                f"within samples [{start}, {end}){when} (only digests are kept: the exact "
+                "sample is unknown)"
+            )
+            blocks = sum(
+                1
+                for x, y in zip_longest(efp.get("block_sha256", []), ofp.get("block_sha256", []))
+                if x != y
+            )
+            result.notes.append(f"{blocks} of {total_blocks} blocks of {size} samples differ")
+            result.location = {"sample_range": [start, end]}
+    return settle(result)
+
+
+# ------------------------------------------------------------------ tolerance
+
+
+def compare_tolerance(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    limits: MediaLimits | None = None,
+) -> GateResult:
+    """``tolerance`` for WAV/FLAC: every PCM sample within ``atol + rtol * |expected|`` (audio
+    in a container: :func:`~.video.compare_tolerance`)."""
+    from ..gates.arrays import value_text
+    from ..gates.lossy import begin_tolerance, tolerance_arrays
+    from .video import sample_where
+
+    if "streams" in expected.fingerprint:
+        from .video import compare_tolerance as compare_container_tolerance
+
+        return compare_container_tolerance(gate, expected, obtained, kind, limits)
+    result, (epath, opath), pair = begin_tolerance(gate, expected, obtained, kind, "sample", limits)
+    a, rate = media.load_audio(opath, limits=pair[1])
+    b, _ = media.load_audio(epath, limits=pair[0])
+    note_meta(result.metadata_diffs, "sample count", len(b), len(a))
+
+    def describe_sample(label: str, flat: int, x: Any, y: Any) -> str:
+        i, ch = divmod(flat, x.shape[1])
+        when = f", t = {i / rate:.6f} s" if rate else ""
+        return (
+            f"{i} (channel {ch}{when}): expected {value_text(y, (i, ch))}, obtained "
+            f"{value_text(x, (i, ch))}"
+        )
+
+    if len(a) == len(b):
+        tolerance_arrays(result, gate, iter([("", a, b)]), describe_sample, sample_where)
+    return settle(result)
 
 
 # ------------------------------------------------------------------ the canary's copy
@@ -87,8 +421,9 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
     import numpy as np
     import soundfile
 
-    from ..media.audio import load_audio
-    from ..media.detect import is_audio_header, read_head
+    from ..media.artifacts import read_head
+    from ..media.detect import is_audio_header
+    from ..media.pcm import load_audio
     from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
 
     if not is_audio_header(read_head(path, 12)):

@@ -1,23 +1,97 @@
 """The bytes kind: any file no other kind claims, compared byte for byte.
 
-Also the ``bytes`` gate of every kind (:func:`compare_bytes`): for a built-in kind, and for a
-plugin's kind whose fingerprint carries the file's ``size`` and ``sha256``, it is answered here.
-The canary flips one bit of the middle byte of a copy (:func:`~.canary.flip_byte`).
-This module loads no numpy until two files differ: it is the whole path of a bytes golden.
+Its fingerprint (:class:`BytesFingerprint`) is the file's size, SHA-256 and one SHA-256 per MiB
+(so a digest-only golden can localise a change). Also the ``bytes`` gate of every kind
+(:func:`compare_bytes`): for a built-in kind, and for a plugin's kind whose fingerprint carries
+the file's ``size`` and ``sha256``, it is answered here. The canary flips one bit of the middle
+byte of a copy (:func:`~.canary.flip_byte`). This module loads no numpy until two files differ:
+it is the whole path of a bytes golden.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..gates.findings import first_difference, new_result, note_meta, settle
+from ..errors import ArtifactError
+from ..gates.gate import first_difference, new_result, note_meta, settle
 from ..hookspecs import hookimpl
+from ..media.hashing import CHUNK_BYTES, FINGERPRINT_VERSION, sha256_hex, whole_and_blocks
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+
+
+@dataclass(frozen=True, slots=True)
+class BytesFingerprint:
+    """What the ``bytes`` gate compares: the file's size and SHA-256, and one SHA-256 per
+    ``chunk_bytes``. Read from any kind's fingerprint (:meth:`from_json`), the fields it lacks
+    are None or empty: a plugin's kind without them has no ``bytes`` gate."""
+
+    size: int | None
+    sha256: str | None
+    chunk_sha256: tuple[str, ...] | None = None
+    chunk_bytes: int = CHUNK_BYTES
+    fingerprint_version: int = FINGERPRINT_VERSION
+
+    @classmethod
+    def of(cls, path: Path) -> BytesFingerprint:
+        """The file's digests: memory-mapped, the chunks hashed in parallel
+        (:func:`~..media.hashing.whole_and_blocks`); bytes are read as they are, never decoded."""
+        try:
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                chunks: list[str] = []
+                if size == 0:
+                    whole = sha256_hex(b"")
+                else:
+                    with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                        view = memoryview(mm)
+                        try:
+                            whole, chunks = whole_and_blocks(view, CHUNK_BYTES)
+                        finally:
+                            view.release()
+        except (OSError, ValueError) as exc:
+            text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ArtifactError(path, f"cannot be read: {text}") from None
+        return cls(size=size, sha256=whole, chunk_sha256=tuple(chunks))
+
+    def to_json(self) -> dict[str, Any]:
+        """The fingerprint as a manifest keeps it (the same keys, in the same order)."""
+        return {
+            "fingerprint_version": self.fingerprint_version,
+            "size": self.size,
+            "sha256": self.sha256,
+            "chunk_bytes": self.chunk_bytes,
+            "chunk_sha256": list(self.chunk_sha256 or ()),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BytesFingerprint:
+        """The file digests of any kind's fingerprint (a manifest's, a hook's)."""
+        size, sha256, chunks = data.get("size"), data.get("sha256"), data.get("chunk_sha256")
+        return cls(
+            size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+            sha256=str(sha256) if sha256 else None,
+            chunk_sha256=tuple(str(c) for c in chunks) if isinstance(chunks, list) else None,
+            chunk_bytes=_integer(data.get("chunk_bytes"), CHUNK_BYTES),
+            fingerprint_version=_integer(data.get("fingerprint_version"), FINGERPRINT_VERSION),
+        )
+
+
+def _integer(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def fingerprint_bytes(path: Path) -> dict[str, Any]:
+    """The bytes fingerprint of ``path`` as JSON: what a plugin's kind may start its own from
+    (with ``size`` and ``sha256`` in it, the ``bytes`` gate works for that kind for free)."""
+    return BytesFingerprint.of(Path(path)).to_json()
 
 
 class BytesKind(BuiltinKind):
@@ -32,8 +106,6 @@ class BytesKind(BuiltinKind):
         return True
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
-        from ..media.hashing import fingerprint_bytes
-
         return fingerprint_bytes(path)
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
@@ -58,13 +130,13 @@ def _has_file_digest(artifact: Artifact) -> bool:
 def compare_bytes(gate: Gate, expected: Artifact, obtained: Artifact, kind: str) -> GateResult:
     """Identical file bytes: SHA-256 and size; the first differing byte when both are present."""
     result = new_result(expected, gate, kind, "byte")
-    efp, ofp = expected.fingerprint, obtained.fingerprint
-    esize, osize = efp.get("size"), ofp.get("size")
-    result.total = esize if isinstance(esize, int) else None
-    if efp.get("sha256") == ofp.get("sha256") and esize == osize and efp.get("sha256"):
+    efp = BytesFingerprint.from_json(expected.fingerprint)
+    ofp = BytesFingerprint.from_json(obtained.fingerprint)
+    result.total = efp.size
+    if efp.sha256 == ofp.sha256 and efp.size == ofp.size and efp.sha256:
         result.mismatch_count = 0
         return settle(result)
-    note_meta(result.metadata_diffs, "size (bytes)", esize, osize)
+    note_meta(result.metadata_diffs, "size (bytes)", efp.size, ofp.size)
     if expected.path is not None and obtained.path is not None:
         first, count, pair = _diff_files(expected.path, obtained.path)
         if first is not None:
@@ -76,11 +148,9 @@ def compare_bytes(gate: Gate, expected: Artifact, obtained: Artifact, kind: str)
             result.first_mismatch = "SHA-256 of the file"
             result.mismatch_count = None
     else:
-        chunk = first_difference(efp.get("chunk_sha256", []), ofp.get("chunk_sha256", []))
-        from ..media.hashing import CHUNK_BYTES
-
-        step = int(efp.get("chunk_bytes", CHUNK_BYTES))
-        if chunk is not None and efp.get("chunk_sha256") is not None:
+        chunk = first_difference(efp.chunk_sha256 or (), ofp.chunk_sha256 or ())
+        step = efp.chunk_bytes
+        if chunk is not None and efp.chunk_sha256 is not None:
             result.first_mismatch = (
                 f"within bytes [{chunk * step}, {(chunk + 1) * step}) (only digests are kept: "
                 "the exact offset is unknown)"
@@ -88,7 +158,7 @@ def compare_bytes(gate: Gate, expected: Artifact, obtained: Artifact, kind: str)
             result.location = {"offset_range": [chunk * step, (chunk + 1) * step]}
         else:
             result.first_mismatch = (
-                f"SHA-256 of the file: expected {efp.get('sha256')}, obtained {ofp.get('sha256')}"
+                f"SHA-256 of the file: expected {efp.sha256}, obtained {ofp.sha256}"
             )
     return settle(result)
 

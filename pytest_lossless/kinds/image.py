@@ -59,8 +59,8 @@ class ImageKind(BuiltinKind):
         return image_format(head) is not None
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
+        from ..media.artifacts import read_head
         from ..media.container import fingerprint_container
-        from ..media.detect import read_head
 
         found = fingerprint_container(path, video=True, limits=self.limits())
         found["image_format"] = image_format(read_head(path, 8))
@@ -72,7 +72,7 @@ class ImageKind(BuiltinKind):
         check_declared_container(path, limits, video=True)
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from ..gates.exact import compare_container
+        from .video import compare_container
 
         result = compare_container(gate, expected, obtained, self.name, limits=self.limits())
         formats = {
@@ -82,6 +82,11 @@ class ImageKind(BuiltinKind):
         if not result.passed and "jpeg" in formats:
             result.notes.append(JPEG_NOTE)
         return result
+
+    def compare_tolerance(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        from .video import compare_tolerance
+
+        return compare_tolerance(gate, expected, obtained, self.name, limits=self.limits())
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         from .video import plan_frames

@@ -13,8 +13,14 @@ manager is built.
 
 from __future__ import annotations
 
+import copy
 import importlib
+import os
+import stat
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..gates import Gate, GateResult
-    from ..media.hashing import FingerprintCache
+    from ..media.limits import MediaLimits
     from ..settings import Settings
     from .canary import Canary
 
@@ -41,6 +47,7 @@ __all__ = [
     "KindRegistry",
     "builtin_kind",
     "builtin_kinds",
+    "fingerprint",
     "media_limits",
     "plugin_manager",
     "register_builtin_kinds",
@@ -60,14 +67,32 @@ _BUILTIN_CLASSES = {
 }
 
 
-def builtin_kind(name: str, settings: Settings | None = None) -> BuiltinKind | None:
+def builtin_kind(
+    name: str, settings: Settings | None = None, *, limits: MediaLimits | None = None
+) -> BuiltinKind | None:
     """A fresh plugin object of the built-in kind ``name`` (None for any other name)."""
     found = _BUILTIN_CLASSES.get(name)
     if found is None:
         return None
     module = importlib.import_module(f"{__package__}.{found[0]}")
-    kind: BuiltinKind = getattr(module, found[1])(settings)
+    kind: BuiltinKind = getattr(module, found[1])(settings, limits=limits)
     return kind
+
+
+def fingerprint(kind: str, path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+    """The fingerprint (as JSON) of a file of the built-in kind ``kind``, outside a session: its
+    work bounded by ``limits`` (the defaults and the environment without them)."""
+    from ..media.artifacts import read_head
+
+    found = builtin_kind(kind, limits=limits)
+    if found is None:
+        raise LosslessError(
+            f"no built-in fingerprint for kind {kind!r} (built-ins: "
+            f"{', '.join(BUILTIN_KIND_NAMES)})"
+        )
+    path = Path(path)
+    read_head(path, 1)  # a missing file is named as such, whatever the kind
+    return found.fingerprint(path)
 
 
 def builtin_kinds(settings: Settings | None = None) -> list[BuiltinKind]:
@@ -212,7 +237,7 @@ class KindRegistry:
         unless it holds audio only) is then not asked to probe such a file: when no kind
         before it in detection order claims it, the answer is ``expected`` and the fingerprint
         decides."""
-        from ..media.detect import read_head
+        from ..media.artifacts import read_head
 
         path = Path(path)
         head = read_head(path)
@@ -262,7 +287,7 @@ class KindRegistry:
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
         """The fingerprint of ``path`` as ``kind``; ArtifactError for a damaged file."""
-        from ..media.detect import read_head
+        from ..media.artifacts import read_head
 
         path = Path(path)
         read_head(path, 1)  # a missing file is named as such, whatever the kind
@@ -283,7 +308,7 @@ class KindRegistry:
 
     def default_gate(self, kind: str) -> Gate:
         """The gate used when a test names none."""
-        from ..gates.spec import Gate, parse_gate
+        from ..gates.gate import Gate, parse_gate
 
         spec = self.hook.pytest_lossless_default_gate(kind=kind)
         gate = parse_gate(spec) if spec is not None else None
@@ -354,14 +379,12 @@ class KindRegistry:
     ) -> dict[str, Any]:
         """``compute()``, or the session's fingerprint of the unchanged file."""
         if self.fingerprints is None:
-            from ..media.hashing import FingerprintCache
-
             self.fingerprints = FingerprintCache()
         return self.fingerprints.fingerprint(kind, path, compute, key=key)
 
     def gate_for(self, gate: Gate | str | None, kind: str) -> Gate:
         """``gate`` parsed, or the default gate of ``kind`` when the test names none."""
-        from ..gates.spec import parse_gate
+        from ..gates.gate import parse_gate
 
         parsed = parse_gate(gate)
         return self.default_gate(kind) if parsed is None else parsed
@@ -394,7 +417,7 @@ class KindRegistry:
         diagnostics_dir: Path | None = None,
     ) -> GateResult:
         """:meth:`compare` without the canary (the canary judges its copies so)."""
-        from ..gates.result import GateResult
+        from ..gates.gate import GateResult
 
         parsed = self.gate_for(gate, expected.kind)
         if expected.kind != obtained.kind and parsed.name != "bytes":
@@ -454,3 +477,80 @@ class KindRegistry:
         result.diagnostic_files.extend(
             str(p) for p in written if str(p) not in result.diagnostic_files
         )
+
+
+# ------------------------------------------------------------------ a session's fingerprints
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What ``stat`` says of one file's content: the same inode with the same size, mtime and
+    ctime (which no ``touch`` can set back) has not been written since."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileIdentity | None:
+        """The identity of the regular file at ``path``; None when there is none."""
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+class FingerprintCache:
+    """The fingerprints one session computed, so that a file is decoded once however many
+    times it is compared (a candidate against several control runs and a golden).
+
+    An entry is keyed by the kind, the resolved path, ``key`` (the limits it was computed
+    under) and the file's :class:`FileIdentity`; it is used only when the file's identity,
+    taken again just before, is unchanged, and stored only when the identity did not change
+    while it was computed. Callers get a copy. At most ``entries`` are kept (least recently
+    used go first); a session object, never module state."""
+
+    def __init__(self, entries: int = 512) -> None:
+        self.entries = entries
+        self.hits = 0
+        self.misses = 0
+        self._store: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def fingerprint(
+        self,
+        kind: str,
+        path: Path,
+        compute: Callable[[], dict[str, Any]],
+        *,
+        key: Hashable = None,
+    ) -> dict[str, Any]:
+        """The fingerprint of ``path`` as ``kind``: cached, or ``compute()`` (and kept)."""
+        before = FileIdentity.of(path)
+        if before is None:
+            return compute()
+        entry = (kind, str(Path(path).resolve()), key, before)
+        with self._lock:
+            hit = self._store.get(entry)
+            if hit is not None:
+                self._store.move_to_end(entry)
+        if hit is not None and FileIdentity.of(path) == before:
+            self.hits += 1
+            return copy.deepcopy(hit)
+        self.misses += 1
+        result = compute()
+        if FileIdentity.of(path) == before:
+            with self._lock:
+                self._store[entry] = copy.deepcopy(result)
+                while len(self._store) > self.entries:
+                    self._store.popitem(last=False)
+        return result
+
+    def clear(self) -> None:
+        with self._lock:
+            self._store.clear()

@@ -8,12 +8,17 @@ elements.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
 
+from ..gates.gate import first_difference, new_result, note_meta, settle
+from ..media.hashing import FINGERPRINT_VERSION
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
+    import zipfile
+
     import numpy.typing as npt
 
     from ..core.artifact import Artifact
@@ -45,14 +50,13 @@ class TensorKind(BuiltinKind):
         return is_tensor_file(path, head)
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
-        from ..media.tensor import fingerprint_tensor
-
-        return fingerprint_tensor(path, limits=self.limits())
+        return fingerprint_tensor(path, limits=self.limits()).to_json()
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from ..gates.exact import compare_tensor
-
         return compare_tensor(gate, expected, obtained, self.name, limits=self.limits())
+
+    def compare_tolerance(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        return compare_tolerance(gate, expected, obtained, self.name, limits=self.limits())
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         assert artifact.path is not None
@@ -63,6 +67,367 @@ class TensorKind(BuiltinKind):
         self, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
     ) -> list[str]:
         return listing(result, expected, obtained, folder, self.limits(), "index")
+
+
+# ------------------------------------------------------------------ the fingerprint
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayDigests:
+    """One array (a ``.npy``, or one member of an ``.npz``): its dtype with byte order (as numpy
+    describes it, JSON-normalised), shape, and digests of its C-order data, whole and per
+    ``chunk_elements`` (so a digest-only golden can localise a change)."""
+
+    dtype: Any
+    shape: tuple[int, ...]
+    element_count: int
+    data_sha256: str
+    chunk_elements: int
+    chunk_sha256: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "element_count": self.element_count,
+            "data_sha256": self.data_sha256,
+            "chunk_elements": self.chunk_elements,
+            "chunk_sha256": list(self.chunk_sha256),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ArrayDigests:
+        return cls(
+            dtype=data.get("dtype"),
+            shape=tuple(int(n) for n in data.get("shape", [])),
+            element_count=int(data.get("element_count", 0)),
+            data_sha256=str(data.get("data_sha256", "")),
+            chunk_elements=int(data.get("chunk_elements") or 1),
+            chunk_sha256=tuple(str(c) for c in data.get("chunk_sha256", [])),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TensorFingerprint:
+    """A ``.npy`` (``format="npy"``: its one array is member ``""``) or an ``.npz``
+    (``format="npz"``: its members by name), with the file's size and SHA-256."""
+
+    format: str
+    size: int
+    sha256: str
+    members: dict[str, ArrayDigests]
+    fingerprint_version: int = FINGERPRINT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """As a manifest keeps it: a ``.npy``'s array fields at the top level."""
+        base: dict[str, Any] = {
+            "fingerprint_version": self.fingerprint_version,
+            "size": self.size,
+            "sha256": self.sha256,
+            "format": self.format,
+        }
+        if self.format == "npy":
+            return {**base, **self.members[""].to_json()}
+        return {**base, "members": {n: m.to_json() for n, m in self.members.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TensorFingerprint:
+        fmt = str(data.get("format", "npy"))
+        if fmt == "npz":
+            members = {
+                str(n): ArrayDigests.from_json(m) for n, m in data.get("members", {}).items()
+            }
+        else:
+            members = {"": ArrayDigests.from_json(data)}
+        return cls(
+            format=fmt,
+            size=int(data.get("size", 0)),
+            sha256=str(data.get("sha256", "")),
+            members=members,
+            fingerprint_version=int(data.get("fingerprint_version", FINGERPRINT_VERSION)),
+        )
+
+
+def _tensor_fp_from_stream(
+    path: Path,
+    fh: IO[bytes],
+    label: str,
+    member: tuple[zipfile.ZipInfo, MediaLimits] | None = None,
+) -> ArrayDigests:
+    """The array fingerprint of one ``.npy`` read as a stream (a file or an ``.npz`` member,
+    whose declared size is checked against the limits before its data is read)."""
+    import hashlib
+
+    import numpy as np
+
+    from ..media.hashing import CHUNK_BYTES, sha256_hex
+    from ..media.npy import (
+        check_npy_member,
+        descr,
+        element_count,
+        read_npy_header,
+        truncated_tensor,
+    )
+
+    shape, fortran, dtype = read_npy_header(path, fh, label)
+    if member is not None:
+        check_npy_member(path, member[0], shape, dtype, fh.tell(), member[1])
+    count = element_count(shape)
+    itemsize = dtype.itemsize
+    expected = count * itemsize
+    chunk_elements = max(1, CHUNK_BYTES // max(1, itemsize))
+    whole = hashlib.sha256()
+    chunks: list[str] = []
+    if fortran and len(shape) > 1:
+        raw = fh.read(expected)
+        if len(raw) < expected:
+            truncated_tensor(path, label, count, len(raw) // max(1, itemsize))
+        array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F")
+        data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        step = chunk_elements * itemsize
+        for offset in range(0, data.size, step):
+            view = data[offset : offset + step].data
+            whole.update(view)
+            chunks.append(sha256_hex(view))
+    else:
+        remaining = expected
+        step = chunk_elements * itemsize
+        while remaining > 0:
+            part = fh.read(min(step, remaining))
+            if not part:
+                break
+            whole.update(part)
+            chunks.append(sha256_hex(part))
+            remaining -= len(part)
+        if remaining > 0:
+            truncated_tensor(path, label, count, (expected - remaining) // max(1, itemsize))
+    return ArrayDigests(
+        descr(dtype), tuple(shape), count, whole.hexdigest(), chunk_elements, tuple(chunks)
+    )
+
+
+def _npy_c_order_fp(path: Path) -> TensorFingerprint | None:
+    """A C-order ``.npy``: its data digests straight from a memory map, in parallel threads.
+
+    None for Fortran order and empty arrays (the streaming path handles them).
+    """
+    import mmap
+    import os
+
+    from ..media.hashing import CHUNK_BYTES, parallel_digests
+    from ..media.npy import descr, element_count, read_npy_header, truncated_tensor
+
+    with open(path, "rb") as fh:
+        shape, fortran, dtype = read_npy_header(path, fh, "")
+        offset = fh.tell()
+        count = element_count(shape)
+        expected = count * dtype.itemsize
+        if (fortran and len(shape) > 1) or expected == 0:
+            return None
+        size = os.fstat(fh.fileno()).st_size
+        if size - offset < expected:
+            truncated_tensor(path, "", count, (size - offset) // max(1, dtype.itemsize))
+        chunk_elements = max(1, CHUNK_BYTES // dtype.itemsize)
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            data = view[offset : offset + expected]
+            try:
+                whole, chunks, file_sha = parallel_digests(
+                    data, chunk_elements * dtype.itemsize, view
+                )
+            finally:
+                data.release()
+                view.release()
+    array = ArrayDigests(descr(dtype), tuple(shape), count, whole, chunk_elements, tuple(chunks))
+    return TensorFingerprint("npy", size, file_sha, {"": array})
+
+
+def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> TensorFingerprint:
+    """Fingerprint a ``.npy`` (dtype, shape, raw C-order bytes) or every member of a ``.npz``.
+
+    A ``.npy`` must hold the data its header declares (or it is truncated). Each ``.npz``
+    member's declared size is checked before it is read (:func:`check_npz_member`)."""
+    import zipfile
+
+    from ..errors import ArtifactError
+    from ..media.artifacts import read_head
+    from ..media.detect import NPY_MAGIC
+    from ..media.hashing import file_digest
+    from ..media.limits import MediaLimits
+    from ..media.npy import check_npz_member
+
+    path = Path(path)
+    limits = limits or MediaLimits.from_env()
+    head = read_head(path, 8)
+    if head.startswith(NPY_MAGIC):
+        fast = _npy_c_order_fp(path)
+        if fast is not None:
+            return fast
+    size, sha = file_digest(path)
+    if head.startswith(NPY_MAGIC):
+        with open(path, "rb") as fh:
+            return TensorFingerprint("npy", size, sha, {"": _tensor_fp_from_stream(path, fh, "")})
+    members: dict[str, ArrayDigests] = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise ArtifactError(
+                        path, f"member {info.filename!r} is not a .npy array: not an .npz file"
+                    )
+                name = info.filename[: -len(".npy")]
+                check_npz_member(path, info, limits)
+                with zf.open(info) as member:
+                    members[name] = _tensor_fp_from_stream(
+                        path, member, f"member {name!r}: ", (info, limits)
+                    )
+    except zipfile.BadZipFile as exc:
+        raise ArtifactError(path, f"damaged .npz archive: {exc}") from None
+    return TensorFingerprint("npz", size, sha, members)
+
+
+# ------------------------------------------------------------------ elementwise: the exact gate
+
+
+def compare_tensor(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    *,
+    limits: MediaLimits | None = None,
+) -> GateResult:
+    """``elementwise``: same dtype (with byte order), shape and bits, element by element
+    (arrays are loaded, within ``limits``, only to locate a difference)."""
+    import numpy as np
+
+    from ..gates.arrays import (
+        bits_differ,
+        error_stats,
+        index_text,
+        load_arrays,
+        sides,
+        unravel,
+        value_text,
+    )
+
+    pair = sides(limits, expected)
+    result = new_result(expected, gate, kind, "element")
+    emem = TensorFingerprint.from_json(expected.fingerprint).members
+    omem = TensorFingerprint.from_json(obtained.fingerprint).members
+    if set(emem) != set(omem):
+        missing = sorted(set(emem) - set(omem))
+        extra = sorted(set(omem) - set(emem))
+        result.metadata_diffs.append(f"members: missing {missing}, unexpected {extra}")
+    full = expected.path is not None and obtained.path is not None
+    # Loaded only when a member's digests differ: a passing comparison reads no tensor data.
+    loaded: list[dict[str, npt.NDArray[Any]]] = []
+    count = 0
+    total = 0
+    unknown = False
+    for name in sorted(set(emem) & set(omem)):
+        em, om = emem[name], omem[name]
+        label = f"member {name!r} " if name else ""
+        note_meta(
+            result.metadata_diffs,
+            f"{label}dtype",
+            str(em.dtype),
+            str(om.dtype),
+        )
+        note_meta(
+            result.metadata_diffs,
+            f"{label}shape",
+            em.shape,
+            om.shape,
+        )
+        total += em.element_count
+        if em.dtype != om.dtype or em.shape != om.shape:
+            continue
+        if em.data_sha256 == om.data_sha256:
+            continue
+        if full:
+            if not loaded:
+                loaded += [
+                    load_arrays(path, side)
+                    for path, side in zip((expected.path, obtained.path), pair, strict=True)
+                    if path
+                ]
+            a, b = loaded[0][name], loaded[1][name]
+            differ = bits_differ(a, b)
+            n = int(np.count_nonzero(differ))
+            count += n
+            if n and result.first_mismatch is None:
+                flat = int(np.flatnonzero(differ.reshape(-1))[0])
+                index = unravel(flat, a.shape)
+                result.first_mismatch = (
+                    f"{label}{index_text(index)}: expected {value_text(a, index)}, "
+                    f"obtained {value_text(b, index)}"
+                )
+                result.location = {"member": name, "index": list(index)}
+                if a.dtype.kind in "fiuc":
+                    result.diagnostics.update(error_stats(a, b, 1.0))
+                    result.diagnostics.pop("psnr_db", None)
+        else:
+            unknown = True
+            chunk = first_difference(em.chunk_sha256, om.chunk_sha256)
+            step = em.chunk_elements
+            if result.first_mismatch is None and chunk is not None:
+                start = chunk * step
+                end = min((chunk + 1) * step, em.element_count)
+                at = index_text(unravel(start, em.shape))
+                result.first_mismatch = (
+                    f"{label}within flat elements [{start}, {end}) starting at {at} (only "
+                    "digests are kept: the exact element is unknown)"
+                )
+                result.location = {"member": name, "flat_range": [start, end]}
+    result.total = total
+    result.mismatch_count = None if unknown else count
+    return settle(result)
+
+
+# ------------------------------------------------------------------ tolerance
+
+
+def compare_tolerance(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    limits: MediaLimits | None = None,
+) -> GateResult:
+    """``tolerance`` for tensors: every element of every member within ``atol + rtol *
+    |expected|``."""
+    from ..gates.arrays import index_text, load_arrays, unravel, value_text
+    from ..gates.lossy import begin_tolerance, bounds_text, location_text, tolerance_arrays
+
+    result, (epath, opath), pair = begin_tolerance(
+        gate, expected, obtained, kind, "element", limits
+    )
+    bounds = bounds_text(gate)
+
+    def describe_element(label: str, flat: int, a: Any, b: Any) -> str:
+        index = unravel(flat, a.shape)
+        return (
+            f"{label}{index_text(index)}: expected {value_text(b, index)}, obtained "
+            f"{value_text(a, index)} (outside {bounds})"
+        )
+
+    def where(label: str, array: npt.NDArray[Any], flat: int) -> str:
+        return location_text(unravel(flat, array.shape), label)
+
+    ea, oa = load_arrays(epath, pair[0]), load_arrays(opath, pair[1])
+    if set(ea) != set(oa):
+        result.metadata_diffs.append(
+            f"members: missing {sorted(set(ea) - set(oa))}, unexpected {sorted(set(oa) - set(ea))}"
+        )
+    tolerance_arrays(
+        result,
+        gate,
+        ((f"member {n!r} " if n else "", oa[n], ea[n]) for n in sorted(set(ea) & set(oa))),
+        describe_element,
+        where,
+    )
+    return settle(result)
 
 
 # ------------------------------------------------------------------ the canary's copy
@@ -105,7 +470,7 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     name, index, value, what = found
     arrays[name][index] = value
     with open(out, "wb") as fh:  # a file object: numpy adds no suffix to it
-        from ..media.detect import read_head
+        from ..media.artifacts import read_head
 
         if read_head(path, 6) == b"\x93NUMPY":
             np.save(fh, arrays[""], allow_pickle=False)
@@ -213,7 +578,7 @@ def _write_listing(
     import numpy as np
 
     from ..gates.arrays import bits_differ, index_text, load_arrays, unravel, value_text
-    from ..media.audio import load_audio
+    from ..media.pcm import load_audio
 
     if result.kind == "tensor":
         ea, oa = load_arrays(epath, limits[0]), load_arrays(opath, limits[1])

@@ -12,14 +12,19 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .. import media
 from ..errors import LosslessError
+from ..gates.gate import first_difference, new_result, note_meta, settle
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind, Kind
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
@@ -76,9 +81,10 @@ class VideoKind(BuiltinKind):
         return found
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
-        from ..gates.exact import compare_container
-
         return compare_container(gate, expected, obtained, self.name, limits=self.limits())
+
+    def compare_tolerance(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
+        return compare_tolerance(gate, expected, obtained, self.name, limits=self.limits())
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         return plan_frames(self, gate, artifact, folder, self.limits())
@@ -87,6 +93,505 @@ class VideoKind(BuiltinKind):
         self, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
     ) -> list[str]:
         return frame_pictures(result, expected, obtained, folder, self.limits())
+
+
+# ------------------------------------------------------------------ decoded: the exact gate
+
+
+#: Metadata keys of fingerprints as a reader says them.
+META_LABELS = {
+    "frame_count": "frame count",
+    "sample_count": "sample count",
+    "pix_fmt": "pixel format",
+    "sample_fmt": "sample format",
+    "frame_rate": "frame rate",
+    "time_base": "time base",
+    "sample_rate": "sample rate",
+    "channel_layout": "channel layout",
+}
+
+
+def streams(fp: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The streams of type ``kind`` (``video``, ``audio``) of a container fingerprint."""
+    return [s for s in fp.get("streams", []) if s.get("type") == kind]
+
+
+def pts_time(pts: int, tb: str | None) -> str:
+    """``pts 7 = 0.291667 s``, or ``pts 7`` when the time base is unknown."""
+    if tb is None:
+        return f"pts {pts}"
+    return f"pts {pts} = {float(pts * Fraction(tb)):.6f} s"
+
+
+def frame_location(stream: dict[str, Any], frame: int, pts: Any) -> dict[str, Any]:
+    """Where a frame mismatch is, with the frame size so diagnostics need not probe for it."""
+    return {
+        "stream": stream.get("index"),
+        "frame": frame,
+        "pts": pts,
+        "pix_fmt": stream.get("pix_fmt"),
+        "frame_bytes": stream.get("frame_bytes"),
+    }
+
+
+_VIDEO_META = (
+    "frame_count",
+    "duration",
+    "codec",
+    "pix_fmt",
+    "width",
+    "height",
+    "sar",
+    "frame_rate",
+    "time_base",
+)
+
+
+_AUDIO_META = (
+    "sample_count",
+    "duration",
+    "codec",
+    "sample_fmt",
+    "sample_rate",
+    "channels",
+    "channel_layout",
+)
+
+
+def compare_container(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    *,
+    limits: MediaLimits | None = None,
+) -> GateResult:
+    """``decoded`` for containers: stream metadata, then per-frame and per-audio-frame digests
+    (files decoded to locate a difference are decoded within ``limits``)."""
+    from ..gates.arrays import sides
+
+    pair = sides(limits, expected)
+    efp, ofp = expected.fingerprint, obtained.fingerprint
+    unit = "frame" if streams(efp, "video") or streams(ofp, "video") else "sample"
+    result = new_result(expected, gate, kind, unit)
+    if efp.get("container") != ofp.get("container"):
+        result.notes.append(
+            f"container differs (expected {efp.get('container')}, obtained "
+            f"{ofp.get('container')}); the decoded gate compares streams, not the container"
+        )
+    _compare_video_streams(result, efp, ofp)
+    _compare_audio_streams(result, efp, ofp, expected, obtained, pair)
+    _compare_other_streams(result, efp, ofp)
+    if (
+        result.unit == "frame"
+        and not result.metadata_diffs
+        and result.mismatch_count
+        and expected.path is not None
+        and obtained.path is not None
+    ):
+        frame_diagnostics(result, expected.path, obtained.path, pair)
+    return settle(result)
+
+
+def _compare_video_streams(result: GateResult, efp: dict[str, Any], ofp: dict[str, Any]) -> None:
+    evs, ovs = streams(efp, "video"), streams(ofp, "video")
+    note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
+    total = 0
+    count = 0
+    for n, (es, os_) in enumerate(zip(evs, ovs, strict=False)):
+        prefix = f"video stream {n}: " if max(len(evs), len(ovs)) > 1 else ""
+        for key in _VIDEO_META:
+            note_meta(
+                result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key), prefix
+            )
+        eframes, oframes = es.get("frames", []), os_.get("frames", [])
+        stream_total = max(len(eframes), len(oframes))
+        total += stream_total
+        tb = es.get("pts_time_base")
+        for i, (ef, of) in enumerate(zip_longest(eframes, oframes)):
+            if ef == of:
+                continue
+            count += 1
+            if result.first_mismatch is not None:
+                continue
+            if of is None or ef is None:
+                side = "expected" if of is None else "obtained"
+                frame = ef if of is None else of
+                result.first_mismatch = (
+                    f"{prefix}{i} ({pts_time(frame['pts'], tb)}): present in {side} only"
+                )
+            elif ef["sha256"] != of["sha256"]:
+                pts = pts_time(ef["pts"], tb)
+                if ef["pts"] != of["pts"]:
+                    pts += f"; obtained pts {of['pts']}"
+                result.first_mismatch = f"{prefix}{i} ({pts}): pixels differ"
+            else:
+                result.first_mismatch = (
+                    f"{prefix}{i}: pixels identical, timing differs: expected "
+                    f"{pts_time(ef['pts'], tb)}, obtained {pts_time(of['pts'], tb)}"
+                )
+            result.location = frame_location(es, i, (ef or of)["pts"])
+    if evs or ovs:
+        result.total = total
+        result.mismatch_count = count
+
+
+def _compare_audio_streams(
+    result: GateResult,
+    efp: dict[str, Any],
+    ofp: dict[str, Any],
+    expected: Artifact,
+    obtained: Artifact,
+    limits: Sides,
+) -> None:
+    """Audio streams of a container: metadata, then the first differing sample."""
+    eas, oas = streams(efp, "audio"), streams(ofp, "audio")
+    note_meta(result.metadata_diffs, "audio stream count", len(eas), len(oas))
+    video = result.unit == "frame"
+    findings: list[tuple[str, int | None, int]] = []
+    sample_total = 0
+    for n, (es, os_) in enumerate(zip(eas, oas, strict=False)):
+        prefix = f"audio stream {n}: " if (max(len(eas), len(oas)) > 1 or video) else ""
+        for key in _AUDIO_META:
+            note_meta(
+                result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key), prefix
+            )
+        sample_total += max(int(es.get("sample_count", 0)), int(os_.get("sample_count", 0)))
+        epk, opk = es.get("packets", []), os_.get("packets", [])
+        if epk == opk:
+            continue
+        k = first_difference([p["sha256"] for p in epk], [p["sha256"] for p in opk])
+        text, count, diag = _audio_mismatch(es, os_, epk, opk, k, expected, obtained, limits)
+        differing = sum(1 for a, b in zip_longest(epk, opk) if a != b)
+        findings.append(
+            (f"{prefix}{text or 'decoded audio frame timing differs'}", count, differing)
+        )
+        label = "audio_" if video else ""
+        for key, value in diag.items():
+            result.diagnostics.setdefault(f"{label}{key}", value)
+    if not video:
+        result.total = sample_total
+        known = [count for _t, count, _d in findings]
+        result.mismatch_count = None if None in known else sum(c or 0 for c in known)
+    for text, count, differing in findings:
+        if result.first_mismatch is None:
+            # Frames are identical (or there is no video): the audio is the first difference.
+            result.unit = "sample"
+            result.first_mismatch = text
+            result.mismatch_count = count
+            result.total = sample_total
+            if count is None:
+                result.notes.append(f"{differing} decoded audio frames differ")
+        else:
+            counted = "an unknown number of" if count is None else str(count)
+            result.notes.append(f"{counted} audio samples also differ; first: {text}")
+
+
+#: The stream types a container fingerprint records by their packets (``other_streams``).
+_OTHER_TYPES = ("subtitle", "data", "attachment")
+
+
+def _unrecorded(fp: dict[str, Any]) -> list[str]:
+    """The other streams a fingerprint made before they were recorded names, unhashed."""
+    if "other_streams" in fp:
+        return []
+    return [
+        str(text)
+        for text in fp.get("ignored_streams", [])
+        if len(str(text).split()) > 1 and str(text).split()[1] in _OTHER_TYPES
+    ]
+
+
+def _compare_other_streams(result: GateResult, efp: dict[str, Any], ofp: dict[str, Any]) -> None:
+    """Subtitle, data and attachment streams, by their packets (copied, never decoded): a
+    stream that differs, or is present on one side only, fails naming it. A fingerprint made
+    before they were recorded compares nothing here, and a note names what was not compared."""
+    old = {side: _unrecorded(fp) for side, fp in (("expected", efp), ("obtained", ofp))}
+    if old["expected"] or old["obtained"]:
+        sides_ = " and ".join(side for side, names in old.items() if names)
+        names = sorted(set(old["expected"] + old["obtained"]))
+        result.notes.append(
+            f"streams other than video and audio were not recorded in the {sides_} "
+            f"fingerprint (made before they were): {', '.join(names)} not compared; accept "
+            "the golden again to compare them"
+        )
+        return
+    findings: list[tuple[str, int, int]] = []
+    for kind in _OTHER_TYPES:
+        eos = [s for s in efp.get("other_streams", []) if s.get("codec_type") == kind]
+        oos = [s for s in ofp.get("other_streams", []) if s.get("codec_type") == kind]
+        for es, os_ in zip_longest(eos, oos):
+            shown = es or os_
+            label = f"{kind} stream #{shown.get('index')} ({shown.get('codec_name')})"
+            if es is None or os_ is None:
+                side = "expected" if os_ is None else "obtained"
+                result.metadata_diffs.append(f"{label}: present in {side} only")
+                continue
+            note_meta(
+                result.metadata_diffs, "codec", es.get("codec_name"), os_.get("codec_name"),
+                f"{label}: ",
+            )  # fmt: skip
+            found = _packet_difference(es, os_)
+            if found is not None:
+                findings.append((f"{label}: {found[0]}", found[1], found[2]))
+    for text, count, total in findings:
+        if result.first_mismatch is None:
+            # Video and audio are identical (or absent): this stream is the first difference.
+            result.unit = "packet"
+            result.first_mismatch = text
+            result.mismatch_count = count
+            result.total = total
+        else:
+            result.notes.append(f"{count} of {total} packets also differ in {text}")
+
+
+def _packet_difference(es: dict[str, Any], os_: dict[str, Any]) -> tuple[str, int, int] | None:
+    """The first difference between two streams' packets (or their extradata), how many
+    packets differ, and of how many; None when they are the same."""
+    epk, opk = es.get("packets", []), os_.get("packets", [])
+    total = max(len(epk), len(opk))
+    if epk == opk and es.get("sha256") == os_.get("sha256"):
+        if es.get("extradata_sha256") != os_.get("extradata_sha256"):
+            return "extradata (styles, attached file) differs", 0, total
+        return None
+    count = sum(1 for a, b in zip_longest(epk, opk) if a != b)
+    k = next((i for i, (a, b) in enumerate(zip_longest(epk, opk)) if a != b), None)
+    if k is None:  # the packets agree, their summary does not: only an edit makes this
+        return "the SHA-256 of its packets differs, the packets listed do not", count, total
+    ep, op = (epk[k] if k < len(epk) else None), (opk[k] if k < len(opk) else None)
+    tb = es.get("time_base")
+    if ep is None or op is None:
+        side = "expected" if op is None else "obtained"
+        packet = ep if ep is not None else op
+        assert packet is not None  # k is within the longer list
+        return f"packet {k} ({pts_time(packet['pts'], tb)}): present in {side} only", count, total
+    where = f"packet {k} ({pts_time(ep['pts'], tb)})"
+    if ep["sha256"] != op["sha256"]:
+        return f"{where}: payload differs", count, total
+    return (
+        f"{where}: payload identical, timing differs: obtained "
+        f"{pts_time(op['pts'], os_.get('time_base'))}, duration {op.get('duration')} "
+        f"(expected {ep.get('duration')})",
+        count,
+        total,
+    )
+
+
+def _audio_mismatch(
+    es: dict[str, Any],
+    os_: dict[str, Any],
+    epk: list[dict[str, Any]],
+    opk: list[dict[str, Any]],
+    k: int | None,
+    expected: Artifact,
+    obtained: Artifact,
+    limits: Sides,
+) -> tuple[str, int | None, dict[str, Any]]:
+    """First differing sample of a container audio stream: exact with data, else its packet."""
+    from .audio import pcm_mismatch
+
+    rate = int(es.get("sample_rate") or 0)
+    if expected.path is not None and obtained.path is not None:
+        try:
+            a, _ = media.load_container_audio(expected.path, es.get("index"), limits=limits[0])
+            b, _ = media.load_container_audio(obtained.path, os_.get("index"), limits=limits[1])
+        except LosslessError:
+            pass
+        else:
+            if a.dtype == b.dtype and a.shape[1:] == b.shape[1:]:
+                text, count, diag, _first = pcm_mismatch(a, b, rate)
+                return text, count, diag
+    if k is None:
+        return "packet timing differs", None, {}
+    packet = (epk if k < len(epk) else opk)[k]
+    start = int(packet["pts"])
+    end = start + int(packet.get("samples", 0))
+    when = f" = {start / rate:.6f} s" if rate else ""
+    return (
+        f"within samples [{start}, {end}){when} (decoded audio frame {k}; only digests are "
+        "kept: the exact sample is unknown)",
+        None,
+        {},
+    )
+
+
+def frame_diagnostics(result: GateResult, epath: Path, opath: Path, limits: Sides) -> None:
+    """PSNR and max error of the first differing frame, in its own pixel format (each side
+    decoded within its ``limits``)."""
+    import numpy as np
+
+    from ..gates.arrays import error_stats
+
+    loc = result.location
+    if "frame" not in loc:
+        return
+
+    def load(p: Path, side: MediaLimits) -> dict[int, npt.NDArray[Any]]:
+        return media.load_video_frames(
+            p,
+            stream_index=loc.get("stream"),
+            indices=[loc["frame"]],
+            frame_bytes=loc.get("frame_bytes"),
+            limits=side,
+        )
+
+    try:
+        # Both sides decode at the same time: two short ffmpeg runs, mostly start-up.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            frames = list(pool.map(load, (epath, opath), limits))
+    except LosslessError:
+        return
+    if loc["frame"] not in frames[0] or loc["frame"] not in frames[1]:
+        return
+    a, b = frames[0][loc["frame"]], frames[1][loc["frame"]]
+    dtype = media.sample_dtype(loc.get("pix_fmt"))
+    if a.size * a.itemsize % dtype.itemsize or a.shape != b.shape:
+        return
+    a, b = a.view(dtype), b.view(dtype)
+    stats = error_stats(a, b, media.sample_peak(loc.get("pix_fmt")))
+    result.diagnostics.update({f"frame_{k}": v for k, v in stats.items()})
+    result.diagnostics["frame_differing_samples"] = int(np.count_nonzero(a != b))
+
+
+# ------------------------------------------------------------------ tolerance
+
+
+def compare_tolerance(
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    kind: str,
+    limits: MediaLimits | None = None,
+) -> GateResult:
+    """``tolerance`` for containers (video, image, audio in a container): each decoded frame's
+    samples and each audio stream's samples within ``atol + rtol * |expected|``."""
+    from ..gates.lossy import begin_tolerance
+
+    unit = "frame" if streams(expected.fingerprint, "video") else "sample"
+    result, paths, pair = begin_tolerance(gate, expected, obtained, kind, unit, limits)
+    tolerance_container(result, gate, expected, obtained, paths, pair)
+    return settle(result)
+
+
+def tolerance_container(
+    result: GateResult,
+    gate: Gate,
+    expected: Artifact,
+    obtained: Artifact,
+    paths: tuple[Path, Path],
+    limits: Sides,
+) -> None:
+    from functools import partial
+
+    import numpy as np
+
+    from ..gates.arrays import value_text
+    from ..gates.gate import number_text
+    from ..gates.lossy import Spread, abs_diff, within
+
+    epath, opath = paths
+    efp, ofp = expected.fingerprint, obtained.fingerprint
+    evs, ovs = streams(efp, "video"), streams(ofp, "video")
+    note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
+    count = total = 0
+    spread = Spread()
+    for es, os_ in zip(evs, ovs, strict=False):
+        for key in ("frame_count", "width", "height", "pix_fmt"):
+            note_meta(result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key))
+        if result.metadata_diffs:
+            continue
+        dtype = media.sample_dtype(es.get("pix_fmt"))
+        eit = media.iter_video_frames(
+            epath,
+            stream_index=es["index"],
+            frame_bytes=es.get("frame_bytes"),
+            dtype=dtype,
+            limits=limits[0],
+        )
+        oit = media.iter_video_frames(
+            opath,
+            stream_index=os_["index"],
+            frame_bytes=os_.get("frame_bytes"),
+            dtype=dtype,
+            limits=limits[1],
+        )
+        for i, (b, a) in enumerate(zip(eit, oit, strict=False)):
+            total += 1
+            ok = within(a, b, gate.atol, gate.rtol)
+            diff = _frame_diff(a, b)
+            outside = int(np.count_nonzero(~ok))
+            err = diff.max().item() if diff.size else 0
+            spread.add(
+                diff,
+                outside,
+                partial(_frame_where, es["index"], i),
+                histogram=True,
+            )
+            if outside:
+                count += 1
+                if result.first_mismatch is None:
+                    pts = es["frames"][i]["pts"] if i < len(es.get("frames", [])) else None
+                    where = (
+                        f" ({pts_time(pts, es.get('pts_time_base'))})" if pts is not None else ""
+                    )
+                    result.first_mismatch = (
+                        f"{i}{where}: {outside} samples outside "
+                        f"atol={number_text(gate.atol)}, rtol={number_text(gate.rtol)} "
+                        f"(max abs error {err:g})"
+                    )
+                    result.location = frame_location(es, i, pts)
+    eas, oas = streams(efp, "audio"), streams(ofp, "audio")
+    note_meta(result.metadata_diffs, "audio stream count", len(eas), len(oas))
+    for es, os_ in zip(eas, oas, strict=False):
+        b, _rate = media.load_container_audio(epath, es.get("index"), limits=limits[0])
+        a, _ = media.load_container_audio(opath, os_.get("index"), limits=limits[1])
+        if a.shape != b.shape or a.dtype != b.dtype:
+            note_meta(result.metadata_diffs, "audio sample count", len(b), len(a))
+            continue
+        ok = within(a, b, gate.atol, gate.rtol)
+        stream = f"audio stream {es.get('index')} "
+        spread.add(
+            abs_diff(a, b),
+            int(np.count_nonzero(~ok)),
+            partial(sample_where, stream, a),
+        )
+        if not ok.all():
+            count += 1
+            flat = int(np.flatnonzero(~ok.reshape(-1))[0])
+            i, ch = divmod(flat, a.shape[1])
+            if result.first_mismatch is None:
+                result.first_mismatch = (
+                    f"audio sample {i} (channel {ch}): expected {value_text(b, (i, ch))}, "
+                    f"obtained {value_text(a, (i, ch))}"
+                )
+            result.notes.append(f"{int(np.count_nonzero(~ok))} audio samples out of tolerance")
+    result.mismatch_count = count
+    result.total = total
+    result.diagnostics.update(spread.figures("abs_diff"))
+    result.diagnostics["count_beyond"] = spread.beyond
+
+
+def _frame_where(stream: Any, frame: int, flat: int) -> str:
+    return f"stream {stream} frame {frame} sample {flat}"
+
+
+def sample_where(label: str, array: npt.NDArray[Any], flat: int) -> str:
+    """``sample 3 (channel 1)``: a position of ``(samples, channels)`` audio, as the spread names
+    its largest difference."""
+    i, ch = divmod(flat, array.shape[1])
+    return f"{label}sample {i} (channel {ch})"
+
+
+def _frame_diff(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``|a - b|`` of one frame's samples: exact integers for integer pixel formats (counted in
+    a histogram), float64 otherwise."""
+    import numpy as np
+
+    from ..gates.lossy import abs_diff
+
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and max(a.itemsize, b.itemsize) <= 2:
+        return np.abs(a.astype(np.int32) - b.astype(np.int32))
+    return abs_diff(a, b)
 
 
 # ------------------------------------------------------------------ the canary's copy
@@ -179,7 +684,7 @@ def window_frames(
     is not decoded a second time from its start; which frames came is found from their digests
     in the fingerprint. Only where a seek cannot tell (no timing, a damaged index) is the clip
     decoded from its start up to the middle's frames."""
-    from ..media.video import load_video_frames
+    from ..media.frames import load_video_frames
     from .canary import Unavailable
 
     frames = stream["frames"]
@@ -212,8 +717,8 @@ def _seek_window(
     came cannot be placed in the fingerprint's digests."""
     from collections import deque
 
+    from ..media.frames import iter_video_frames
     from ..media.hashing import sha256_hex
-    from ..media.video import iter_video_frames
 
     frames = stream["frames"]
     tb = Fraction(str(stream.get("pts_time_base") or "0"))
@@ -319,7 +824,7 @@ def change_frame(frame: bytes, stream: dict[str, Any], gate: Gate) -> tuple[byte
     the tolerance; and what was changed."""
     import numpy as np
 
-    from ..media.video import sample_dtype
+    from ..media.frames import sample_dtype
     from .canary import Unfailable, beyond, middle_out, show
 
     data = bytearray(frame)
@@ -366,7 +871,7 @@ def _write_frame_pictures(
 ) -> list[str]:
     import numpy as np
 
-    from ..media.video import load_video_frames, write_png
+    from ..media.frames import load_video_frames, write_png
 
     n = int(loc["frame"])
     try:

@@ -1,4 +1,5 @@
-"""Turn what a test hands over (paths, arrays, bytes, producers, run results) into files.
+"""Turn what a test hands over (paths, arrays, bytes, producers, run results) into files, and
+read the head of an artifact file (:func:`read_head`: what detection and every reader looks at).
 
 Every comparison works on files, so in-memory artifacts are written once, exactly:
 arrays with ``np.save(allow_pickle=False)``, bytes as they are.
@@ -11,9 +12,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import ArtifactError
+
+#: Bytes read at the start of a file for content detection.
+HEAD_BYTES = 4096
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of ``path``; ArtifactError naming the file if it is unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except FileNotFoundError:
+        raise ArtifactError(path, "the artifact does not exist (was it written?)") from None
+    except IsADirectoryError:
+        raise ArtifactError(path, "is a folder, not an artifact file") from None
+    except OSError as exc:
+        raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None
 
 
 def materialize(value: Any, name: str, folder: Path) -> Path:
@@ -26,6 +41,8 @@ def materialize(value: Any, name: str, folder: Path) -> Path:
             raise ArtifactError(path, f"artifact {name!r} is not a regular file")
         return path
     folder.mkdir(parents=True, exist_ok=True)
+    import numpy as np  # only for what is not a path: detection reads heads without it
+
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         if array.dtype.hasobject:
@@ -47,7 +64,7 @@ def materialize(value: Any, name: str, folder: Path) -> Path:
 
 def is_producer(value: Any) -> bool:
     """A producer is a zero-argument callable that performs a run; data never is one."""
-    return callable(value) and not isinstance(value, (np.ndarray, bytes, str, os.PathLike))
+    return callable(value) and not isinstance(value, (bytes, str, os.PathLike))  # arrays are not
 
 
 def produce(value: Any) -> Any:

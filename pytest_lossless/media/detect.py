@@ -10,13 +10,12 @@ import zipfile
 from pathlib import Path
 
 from ..core.paths import read_regular
-from ..errors import ArtifactError, GoldenError
+from ..errors import GoldenError
+from .artifacts import read_head
 from .ffmpeg import try_probe
 from .limits import MediaLimits
 from .signatures import CONTAINER_BRANDS, CONTAINER_SUFFIXES
 
-#: Bytes read at the start of a file for content detection.
-HEAD_BYTES = 4096
 #: The first four bytes of a RIFF file and of its 64-bit forms (RF64, BW64).
 RIFF_IDS = (b"RIFF", b"RF64", b"BW64")
 #: The magic string that starts every ``.npy`` file.
@@ -29,19 +28,6 @@ LFS_POINTER_LINES = (
 )
 #: The largest pointer file recognised: the LFS spec keeps pointers under 1024 bytes.
 POINTER_MAX_BYTES = 1024
-
-
-def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """The first ``size`` bytes of ``path``; ArtifactError naming the file if it is unreadable."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(size)
-    except FileNotFoundError:
-        raise ArtifactError(path, "the artifact does not exist (was it written?)") from None
-    except IsADirectoryError:
-        raise ArtifactError(path, "is a folder, not an artifact file") from None
-    except OSError as exc:
-        raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None
 
 
 def is_audio_header(head: bytes) -> bool:

@@ -1,20 +1,14 @@
-"""The digests every fingerprint is made of (whole file, per chunk, in parallel over a memory map),
-and the fingerprint of the ``bytes`` kind, which is nothing but digests.
+"""The digests every fingerprint is made of (whole file, per chunk, in parallel over a memory map;
+per frame, as the frames come). The kinds put them together (:mod:`~..kinds`).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import mmap
 import os
 import queue
-import stat
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -170,111 +164,3 @@ def file_digest(path: Path) -> tuple[int, str]:
         return path.stat().st_size, sha256_file(path, CHUNK_BYTES)
     except OSError as exc:
         raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None
-
-
-def fingerprint_bytes(path: Path, *, limits: object = None) -> dict[str, Any]:
-    """Size, SHA-256, and one SHA-256 per MiB (so a digest-only golden can localise a change).
-
-    The file is memory-mapped and its digests computed in parallel (:func:`parallel_digests`).
-    ``limits`` is accepted like every fingerprint's and unused: bytes are read as they are
-    (work in proportion to the file), never decoded."""
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            chunks: list[str] = []
-            if size == 0:
-                whole = sha256_hex(b"")
-            else:
-                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    view = memoryview(mm)
-                    try:
-                        whole, chunks = whole_and_blocks(view, CHUNK_BYTES)
-                    finally:
-                        view.release()
-    except (OSError, ValueError) as exc:
-        text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ArtifactError(path, f"cannot be read: {text}") from None
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "size": size,
-        "sha256": whole,
-        "chunk_bytes": CHUNK_BYTES,
-        "chunk_sha256": chunks,
-    }
-
-
-# ------------------------------------------------------------------ a session's fingerprints
-
-
-@dataclass(frozen=True)
-class FileIdentity:
-    """What ``stat`` says of one file's content: the same inode with the same size, mtime and
-    ctime (which no ``touch`` can set back) has not been written since."""
-
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-
-    @classmethod
-    def of(cls, path: Path) -> FileIdentity | None:
-        """The identity of the regular file at ``path``; None when there is none."""
-        try:
-            info = os.stat(path)
-        except OSError:
-            return None
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-class FingerprintCache:
-    """The fingerprints one session computed, so that a file is decoded once however many
-    times it is compared (a candidate against several control runs and a golden).
-
-    An entry is keyed by the kind, the resolved path, ``key`` (the limits it was computed
-    under) and the file's :class:`FileIdentity`; it is used only when the file's identity,
-    taken again just before, is unchanged, and stored only when the identity did not change
-    while it was computed. Callers get a copy. At most ``entries`` are kept (least recently
-    used go first); a session object, never module state."""
-
-    def __init__(self, entries: int = 512) -> None:
-        self.entries = entries
-        self.hits = 0
-        self.misses = 0
-        self._store: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def fingerprint(
-        self,
-        kind: str,
-        path: Path,
-        compute: Callable[[], dict[str, Any]],
-        *,
-        key: Hashable = None,
-    ) -> dict[str, Any]:
-        """The fingerprint of ``path`` as ``kind``: cached, or ``compute()`` (and kept)."""
-        before = FileIdentity.of(path)
-        if before is None:
-            return compute()
-        entry = (kind, str(Path(path).resolve()), key, before)
-        with self._lock:
-            hit = self._store.get(entry)
-            if hit is not None:
-                self._store.move_to_end(entry)
-        if hit is not None and FileIdentity.of(path) == before:
-            self.hits += 1
-            return copy.deepcopy(hit)
-        self.misses += 1
-        result = compute()
-        if FileIdentity.of(path) == before:
-            with self._lock:
-                self._store[entry] = copy.deepcopy(result)
-                while len(self._store) > self.entries:
-                    self._store.popitem(last=False)
-        return result
-
-    def clear(self) -> None:
-        with self._lock:
-            self._store.clear()

@@ -146,7 +146,7 @@ def gate_row(test: str, result: Any) -> Row:
 def _lossy_figure(result: Any) -> str | None:
     """The key figure of a lossy result (``max 1 ulp at [3, 7], p99 0 ulp, 0 beyond 1``)."""
     from ..errors import LosslessError
-    from ..gates.spec import lossy_figure, parse_gate
+    from ..gates.gate import lossy_figure, parse_gate
 
     try:
         gate = parse_gate(str(result.gate))

@@ -78,7 +78,7 @@ def test_a_plain_session_loads_no_domain_module(tmp_path: Path) -> None:
         "code = pytest.main(['-q', '-p', 'no:cacheprovider', sys.argv[1]])\n"
         "heavy = sorted(m for m in sys.modules if m == 'numpy' or m.startswith(("
         "'pytest_lossless.media', 'pytest_lossless.judge', "
-        "'pytest_lossless.gates.exact', 'pytest_lossless.gates.lossy', "
+        "'pytest_lossless.kinds', 'pytest_lossless.gates.lossy', "
         "'pytest_lossless.evidence.receipts', 'pytest_lossless.evidence.export_index', "
         "'pytest_lossless.evidence.verify', 'pytest_lossless.report.html')))\n"
         "print('HEAVY', heavy)\n"

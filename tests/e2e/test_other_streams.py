@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lossless import media
+from pytest_lossless import kinds
 from pytest_lossless.core.artifact import Artifact
-from pytest_lossless.gates.exact import compare_container
-from pytest_lossless.gates.spec import parse_gate
+from pytest_lossless.gates.gate import parse_gate
+from pytest_lossless.kinds.video import compare_container
 from pytest_lossless.media import container
 from tests.e2e.mediagen import FFMPEG
 
@@ -58,8 +58,8 @@ def _artifact(path: Path, fp: dict) -> Artifact:
 
 
 def _decoded(expected: Path, obtained: Path, efp: dict | None = None):
-    efp = efp if efp is not None else media.fingerprint("video", expected)
-    ofp = media.fingerprint("video", obtained)
+    efp = efp if efp is not None else kinds.fingerprint("video", expected)
+    ofp = kinds.fingerprint("video", obtained)
     return compare_container(
         parse_gate("decoded"), _artifact(expected, efp), _artifact(obtained, ofp), "video"
     )
@@ -69,7 +69,7 @@ def test_fingerprint_records_the_subtitle_packets(tmp_path: Path, monkeypatch) -
     """Index, type, codec, the packets (time and SHA-256 of each payload) and one SHA-256 of
     them all; the fast way and ffmpeg's general way agree field for field."""
     path = make_clip(tmp_path / "clip.mp4")
-    fp = media.fingerprint("video", path)
+    fp = kinds.fingerprint("video", path)
     assert [s["type"] for s in fp["streams"]] == ["video", "audio"]
     assert fp["ignored_streams"] == []
     (other,) = fp["other_streams"]
@@ -80,9 +80,9 @@ def test_fingerprint_records_the_subtitle_packets(tmp_path: Path, monkeypatch) -
     assert [p["pts"] for p in other["packets"]] == [0, 400000]
     with monkeypatch.context() as patch:
         patch.setattr(container, "_fast_fingerprint", lambda path, limits, **_: None)
-        assert media.fingerprint("video", path) == fp
+        assert kinds.fingerprint("video", path) == fp
     # A file with no other stream has the fingerprint it always had: no new key.
-    plain = media.fingerprint("video", make_clip(tmp_path / "plain.mp4", None))
+    plain = kinds.fingerprint("video", make_clip(tmp_path / "plain.mp4", None))
     assert "other_streams" not in plain
 
 
@@ -108,7 +108,7 @@ def test_old_golden_without_other_streams_still_compares_with_a_note(tmp_path: P
     """A fingerprint made before other streams were recorded (they are only named in
     ``ignored_streams``): the video and audio are compared, the note says what was not."""
     golden = make_clip(tmp_path / "golden.mp4")
-    old = container.legacy_fingerprint(media.fingerprint("video", golden))
+    old = container.legacy_fingerprint(kinds.fingerprint("video", golden))
     assert "other_streams" not in old
     assert old["ignored_streams"] == ["#2 subtitle mov_text"]
     changed = make_clip(tmp_path / "changed.mp4", SRT.replace("Second", "Sekond"))

@@ -23,7 +23,7 @@ from typing import IO
 import numpy as np
 import pytest
 
-from pytest_lossless import media
+from pytest_lossless import kinds, media
 from pytest_lossless.errors import ArtifactError, ConfigError, TruncatedArtifact
 from pytest_lossless.kinds.registry import KindRegistry, builtin_kinds
 from pytest_lossless.settings import resolve
@@ -113,7 +113,7 @@ def test_npz_member_declaring_gigabytes_is_refused_before_it_is_read(tmp_path: P
     """A 300-byte .npz whose member's .npy header declares 2 GiB of float64."""
     path = _npz(tmp_path / "bomb.npz", "x", _npy_header((1 << 28,)) + bytes(64))
     assert path.stat().st_size < 1000
-    for call in (lambda: media.fingerprint("tensor", path), lambda: media.load_tensor(path)):
+    for call in (lambda: kinds.fingerprint("tensor", path), lambda: media.load_tensor(path)):
         error, elapsed, peak = _measured(call)
         assert isinstance(error, ArtifactError), error
         text = str(error)
@@ -136,7 +136,7 @@ def test_deflate_bomb_is_refused_by_its_zip_header(tmp_path: Path) -> None:
 
     path = _npz(tmp_path / "bomb.npz", "x", zeros)
     assert path.stat().st_size < 200_000
-    for call in (lambda: media.load_tensor(path), lambda: media.fingerprint("tensor", path)):
+    for call in (lambda: media.load_tensor(path), lambda: kinds.fingerprint("tensor", path)):
         error, elapsed, peak = _measured(call)
         assert isinstance(error, ArtifactError), error
         assert "member 'x.npy' declares in its zip header" in str(error)
@@ -153,7 +153,7 @@ def test_npz_zip_header_that_lies_about_the_size_is_refused(tmp_path: Path) -> N
     entry = data.rindex(b"PK\x01\x02")  # the central directory entry of the one member
     struct.pack_into("<I", data, entry + 24, 0xFFFFFF00)  # its uncompressed size
     path.write_bytes(bytes(data))
-    for call in (lambda: media.fingerprint("tensor", path), lambda: media.load_tensor(path)):
+    for call in (lambda: kinds.fingerprint("tensor", path), lambda: media.load_tensor(path)):
         error, elapsed, _peak = _measured(call)
         assert isinstance(error, ArtifactError), error
         assert "zip header" in str(error)
@@ -164,7 +164,7 @@ def test_npz_zip_header_that_lies_about_the_size_is_refused(tmp_path: Path) -> N
 def test_npz_member_in_another_compression_is_refused(tmp_path: Path) -> None:
     """bzip2 and lzma decompress a whole read at once, beyond any bound; numpy writes neither."""
     path = _npz(tmp_path / "bz.npz", "x", _npy_header((4,)) + bytes(32), zipfile.ZIP_BZIP2)
-    for call in (lambda: media.fingerprint("tensor", path), lambda: media.load_tensor(path)):
+    for call in (lambda: kinds.fingerprint("tensor", path), lambda: media.load_tensor(path)):
         with pytest.raises(ArtifactError, match=r"member 'x.npy' is compressed with method 12"):
             call()
 
@@ -174,7 +174,7 @@ def test_honest_npz_within_the_bounds_still_loads(tmp_path: Path) -> None:
     path = tmp_path / "ok.npz"
     noise = np.random.default_rng(0).standard_normal(1000)
     np.savez_compressed(path, zeros=np.zeros(4 * MIB // 8), noise=noise)
-    fp = media.fingerprint("tensor", path)
+    fp = kinds.fingerprint("tensor", path)
     assert sorted(fp["members"]) == ["noise", "zeros"]
     loaded = media.load_tensor(path)
     assert isinstance(loaded, dict)
@@ -189,7 +189,7 @@ def test_npy_declaring_more_than_the_file_holds_is_truncated(
     path = tmp_path / "big.npy"
     path.write_bytes(_npy_header(shape) + bytes(64))
     declared = str(np.prod(np.array(shape, dtype=object)))
-    for call in (lambda: media.fingerprint("tensor", path), lambda: media.load_tensor(path)):
+    for call in (lambda: kinds.fingerprint("tensor", path), lambda: media.load_tensor(path)):
         with pytest.raises(TruncatedArtifact, match=f"declares {declared} elements"):
             call()
 
@@ -200,6 +200,7 @@ def test_audio_loaded_in_memory_is_bounded_by_its_expansion(tmp_path: Path) -> N
     import soundfile as sf
 
     from pytest_lossless import gates
+    from pytest_lossless.kinds.audio import compare_audio_file
 
     pcm = np.zeros((48_000 * 10, 1), dtype=np.int16)
     sf.write(tmp_path / "a.flac", pcm, 48_000, subtype="PCM_16")
@@ -217,12 +218,12 @@ def test_audio_loaded_in_memory_is_bounded_by_its_expansion(tmp_path: Path) -> N
     obtained = registry.artifact("a.flac", tmp_path / "b.flac")
     gate = gates.parse_gate("decoded")
     assert gate is not None
-    result = gates.compare_audio_file(gate, expected, obtained, "audio", limits=tight)
+    result = compare_audio_file(gate, expected, obtained, "audio", limits=tight)
     assert not result.passed
     assert result.first_mismatch is not None
     assert result.first_mismatch.startswith("within samples [96000, 144000)")
     assert any("PCM not loaded" in note for note in result.notes)
-    exact = gates.compare_audio_file(gate, expected, obtained, "audio")
+    exact = compare_audio_file(gate, expected, obtained, "audio")
     assert exact.first_mismatch is not None
     assert exact.first_mismatch.startswith("123456 (channel 0")
 
@@ -237,7 +238,7 @@ def test_video_declaring_huge_frames_is_refused_before_decoding(tmp_path: Path) 
     assert path.stat().st_size < 20_000
     registry = KindRegistry()
     for call in (
-        lambda: media.fingerprint("video", path),
+        lambda: kinds.fingerprint("video", path),
         lambda: registry.artifact("bomb.avi", path),
     ):
         start = time.monotonic()
@@ -258,7 +259,7 @@ def test_obtained_video_may_not_decode_much_more_than_its_golden(
     tmp_path: Path, clip: Path
 ) -> None:
     """Within the absolute limits (4000x4000), yet far larger than its 64x48 golden."""
-    golden = media.fingerprint("video", clip)
+    golden = kinds.fingerprint("video", clip)
     registry = KindRegistry()
     assert registry.artifact("clip.mp4", clip, golden=golden).fingerprint == golden
     bomb = _patched_mjpeg(tmp_path / "big.avi", 4000, 4000)
@@ -280,7 +281,7 @@ def test_declared_decoded_size_over_the_decode_limit_is_refused(
     """12 frames of 64x48 and 0.5 s of audio declare at least 58 KB: over a 16 KiB limit."""
     monkeypatch.setenv("PYTEST_LOSSLESS_DECODE_LIMIT", "16KiB")
     with pytest.raises(ArtifactError) as info:
-        media.fingerprint("video", clip)
+        kinds.fingerprint("video", clip)
     text = str(info.value)
     assert "s, which decode to at least" in text
     assert "16.0 KiB (16384 bytes) allowed" in text
@@ -347,8 +348,8 @@ def _png(path: Path) -> object:
 #: Each ffmpeg call, by the name its time-limit error gives it: the word of its command line
 #: the wrapper stalls on, and a call that makes it.
 _CALLS: dict[str, tuple[str, Callable[[Path], object]]] = {
-    "probe of declared sizes": ("-skip_frame", lambda p: media.fingerprint("video", p)),
-    "framehash decode": ("framehash", lambda p: media.fingerprint("video", p)),
+    "probe of declared sizes": ("-skip_frame", lambda p: kinds.fingerprint("video", p)),
+    "framehash decode": ("framehash", lambda p: kinds.fingerprint("video", p)),
     "probe": ("-i", media.detect_kind),
     "audio decode": ("data", media.load_container_audio),
     "first-frame decode": ("-frames:v", lambda p: list(media.iter_video_frames(p))),

@@ -260,3 +260,74 @@ def test_a_file_compared_many_times_is_fingerprinted_once(tmp_path: Path) -> Non
     np.save(path, np.arange(8, dtype=np.float64))  # changed: read again, never served stale
     assert registry.fingerprint("tensor", path) != first
     assert calls == ["out.npy", "out.npy"]
+
+
+# ------------------------------------------------------------------ typed fingerprints (#19)
+
+#: Fingerprints as a manifest of an earlier version holds them, written by hand: the typed
+#: records read them and write them back unchanged, key for key and in the same order.
+_OLD_BYTES = {
+    "fingerprint_version": 1,
+    "size": 3,
+    "sha256": hashlib.sha256(b"abc").hexdigest(),
+    "chunk_bytes": 1 << 20,
+    "chunk_sha256": [hashlib.sha256(b"abc").hexdigest()],
+}
+_OLD_NPY = {
+    "fingerprint_version": 1,
+    "size": 136,
+    "sha256": "a" * 64,
+    "format": "npy",
+    "dtype": "<f4",
+    "shape": [2, 3],
+    "element_count": 6,
+    "data_sha256": "b" * 64,
+    "chunk_elements": 262144,
+    "chunk_sha256": ["b" * 64],
+}
+_OLD_NPZ = {
+    "fingerprint_version": 1,
+    "size": 500,
+    "sha256": "c" * 64,
+    "format": "npz",
+    "members": {
+        "x": {
+            k: v
+            for k, v in _OLD_NPY.items()
+            if k not in ("fingerprint_version", "size", "sha256", "format")
+        },
+    },
+}
+
+
+def test_typed_fingerprints_read_and_write_old_manifests_unchanged() -> None:
+    from pytest_lossless.kinds.bytes import BytesFingerprint
+    from pytest_lossless.kinds.tensor import TensorFingerprint
+
+    for old, record in (
+        (_OLD_BYTES, BytesFingerprint),
+        (_OLD_NPY, TensorFingerprint),
+        (_OLD_NPZ, TensorFingerprint),
+    ):
+        typed = record.from_json(json.loads(json.dumps(old)))
+        assert json.dumps(typed.to_json()) == json.dumps(old)
+    npz = TensorFingerprint.from_json(_OLD_NPZ)
+    assert npz.members["x"].shape == (2, 3)
+    assert npz.members["x"].element_count == 6
+
+
+def test_the_kinds_fingerprints_are_their_typed_records_as_json(tmp_path: Path) -> None:
+    from pytest_lossless import kinds
+    from pytest_lossless.kinds.bytes import BytesFingerprint
+    from pytest_lossless.kinds.tensor import TensorFingerprint, fingerprint_tensor
+
+    raw = tmp_path / "a.bin"
+    raw.write_bytes(b"abc")
+    assert kinds.fingerprint("bytes", raw) == _OLD_BYTES
+    assert BytesFingerprint.of(raw) == BytesFingerprint.from_json(_OLD_BYTES)
+    np.save(tmp_path / "t.npy", np.arange(6, dtype="<f4").reshape(2, 3))
+    np.savez(tmp_path / "t.npz", x=np.arange(6, dtype="<f4").reshape(2, 3))
+    for name in ("t.npy", "t.npz"):
+        found = kinds.fingerprint("tensor", tmp_path / name)
+        assert list(found) == list(_OLD_NPY if name == "t.npy" else _OLD_NPZ)
+        assert TensorFingerprint.from_json(found) == fingerprint_tensor(tmp_path / name)

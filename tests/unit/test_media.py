@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import soundfile
 
-from pytest_lossless import media
+from pytest_lossless import kinds, media
 from pytest_lossless.errors import ArtifactError, TruncatedArtifact
+from pytest_lossless.kinds.registry import FingerprintCache
 from pytest_lossless.media import container
-from pytest_lossless.media.hashing import FingerprintCache, block_digests, digest_frames
+from pytest_lossless.media.hashing import block_digests, digest_frames
 from pytest_lossless.media.probe import raw_frame_bytes
 
 pytestmark = pytest.mark.slow
@@ -210,7 +211,7 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
 
 
 def test_frame_digests_equal_ffmpeg_framehash_cli(clip: Path) -> None:
-    fp = media.fingerprint("video", clip)
+    fp = kinds.fingerprint("video", clip)
     video = next(s for s in fp["streams"] if s["type"] == "video")
     ours = [(f["pts"], f["sha256"]) for f in video["frames"]]
     assert ours == cli_framehash(clip, "-map", "0:v")
@@ -229,7 +230,7 @@ def test_frame_digests_equal_ffmpeg_framehash_cli(clip: Path) -> None:
 
 
 def test_container_audio_in_its_own_sample_format(clip: Path) -> None:
-    fp = media.fingerprint("video", clip)
+    fp = kinds.fingerprint("video", clip)
     audio = next(s for s in fp["streams"] if s["type"] == "audio")
     assert audio["sample_fmt"] == "fltp"
     assert (audio["sample_rate"], audio["channels"]) == (48000, 1)
@@ -248,7 +249,7 @@ def test_ten_bit_video_and_exact_ntsc_rate(tmp_path: Path) -> None:
     path = make_clip(
         tmp_path / "v10.mkv", rate="30000/1001", audio=None, vcodec=("ffv1",), pix_fmt="yuv422p10le"
     )
-    video = media.fingerprint("video", path)["streams"][0]
+    video = kinds.fingerprint("video", path)["streams"][0]
     assert video["pix_fmt"] == "yuv422p10le"
     assert video["frame_rate"] == "30000/1001"
     assert [(f["pts"], f["sha256"]) for f in video["frames"]] == cli_framehash(path, "-map", "0:v")
@@ -259,7 +260,7 @@ def test_ten_bit_video_and_exact_ntsc_rate(tmp_path: Path) -> None:
 
 
 def test_native_frames_hash_to_the_fingerprint(clip: Path) -> None:
-    video = media.fingerprint("video", clip)["streams"][0]
+    video = kinds.fingerprint("video", clip)["streams"][0]
     frames = list(media.iter_video_frames(clip))
     assert len(frames) == video["frame_count"]
     assert [hashlib.sha256(f.tobytes()).hexdigest() for f in frames] == [
@@ -282,7 +283,7 @@ def test_truncated_mp4_raises_not_a_shorter_video(tmp_path: Path, keep: float) -
         cut.write_bytes(data[: int(len(data) * keep)])
         assert media.detect_kind(cut) == "video"
         with pytest.raises(ArtifactError) as info:
-            media.fingerprint("video", cut)
+            kinds.fingerprint("video", cut)
         assert str(cut) in str(info.value)
 
 
@@ -297,7 +298,7 @@ def test_corrupted_mp4_raises(tmp_path: Path) -> None:
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="damaged or truncated"):
-        media.fingerprint("video", bad)
+        kinds.fingerprint("video", bad)
 
 
 # ------------------------------------------------------------------ audio files
@@ -328,7 +329,7 @@ def test_audio_fingerprint_reads_losslessly(
     rng = np.random.default_rng(1)
     data = rng.uniform(-0.9, 0.9, size=(2500, 2))
     path = write_wav(tmp_path / f"a.{fmt.lower()}", data, subtype=subtype, fmt=fmt)
-    fp = media.fingerprint("audio", path)
+    fp = kinds.fingerprint("audio", path)
     pcm, _rate = media.load_audio(path)
     assert fp["dtype"] == dtype
     assert pcm.dtype == np.dtype(dtype)
@@ -347,7 +348,7 @@ def test_same_pcm_same_digest_across_wav_and_flac(tmp_path: Path) -> None:
     data = (np.arange(20000, dtype=np.int64) % 3000 - 1500).astype(np.int16).reshape(-1, 2)
     wav = write_wav(tmp_path / "a.wav", data)
     flac = write_wav(tmp_path / "a.flac", data, fmt="FLAC")
-    a, b = media.fingerprint("audio", wav), media.fingerprint("audio", flac)
+    a, b = kinds.fingerprint("audio", wav), kinds.fingerprint("audio", flac)
     assert a["pcm_sha256"] == b["pcm_sha256"]
     assert a["block_sha256"] == b["block_sha256"]
     assert len(a["block_sha256"]) == 2  # 10000 samples at 8000 Hz
@@ -368,7 +369,7 @@ def test_wave_format_extensible_24_bit(tmp_path: Path) -> None:
         str(path),
     )
     assert path.read_bytes()[20:22] == b"\xfe\xff"  # WAVE_FORMAT_EXTENSIBLE
-    fp = media.fingerprint("audio", path)
+    fp = kinds.fingerprint("audio", path)
     assert (fp["format"], fp["subtype"], fp["dtype"], fp["channels"]) == (
         "WAVEX",
         "PCM_24",
@@ -392,7 +393,7 @@ def test_wav_declaring_more_than_it_holds_is_truncated(tmp_path: Path) -> None:
     # libsndfile itself stays silent about it:
     assert soundfile.info(str(path)).frames in (8000, 8100)
     with pytest.raises(TruncatedArtifact) as info:
-        media.fingerprint("audio", path)
+        kinds.fingerprint("audio", path)
     message = str(info.value)
     assert "8100" in message
     assert "8000" in message
@@ -403,7 +404,7 @@ def test_wav_cut_short_is_truncated(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "t.wav", np.zeros((1000, 1), dtype=np.int16))
     path.write_bytes(path.read_bytes()[:-101])  # half a sample frame too
     with pytest.raises(TruncatedArtifact, match=r"declares 1000 samples .* holds only 949"):
-        media.fingerprint("audio", path)
+        kinds.fingerprint("audio", path)
     with pytest.raises(TruncatedArtifact):
         media.load_audio(path)
 
@@ -412,7 +413,7 @@ def test_rf64_truncation(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "t.rf64", np.zeros((4000, 1), dtype=np.int16), fmt="RF64")
     path.write_bytes(path.read_bytes()[:-200])
     with pytest.raises(TruncatedArtifact, match="declares 4000 samples"):
-        media.fingerprint("audio", path)
+        kinds.fingerprint("audio", path)
 
 
 def test_truncated_flac_is_reported(tmp_path: Path) -> None:
@@ -422,7 +423,7 @@ def test_truncated_flac_is_reported(tmp_path: Path) -> None:
     )
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ArtifactError, match=r"t\.flac: .*damaged or truncated"):
-        media.fingerprint("audio", path)
+        kinds.fingerprint("audio", path)
 
 
 # ------------------------------------------------------------------ tensors
@@ -432,28 +433,28 @@ def test_npy_fingerprint_raw_c_order(tmp_path: Path) -> None:
     array = np.arange(24, dtype=">f4").reshape(2, 3, 4)
     path = tmp_path / "a.npy"
     np.save(path, array)
-    fp = media.fingerprint("tensor", path)
+    fp = kinds.fingerprint("tensor", path)
     assert fp["dtype"] == ">f4"
     assert fp["shape"] == [2, 3, 4]
     assert fp["data_sha256"] == hashlib.sha256(array.tobytes()).hexdigest()
     fortran = tmp_path / "f.npy"
     np.save(fortran, np.asfortranarray(array))
-    assert media.fingerprint("tensor", fortran)["data_sha256"] == fp["data_sha256"]
+    assert kinds.fingerprint("tensor", fortran)["data_sha256"] == fp["data_sha256"]
 
 
 def test_npy_chunks_localise(tmp_path: Path) -> None:
     array = np.zeros(600_000, dtype=np.float32)  # 2.4 MB: three chunks
     path = tmp_path / "big.npy"
     np.save(path, array)
-    fp = media.fingerprint("tensor", path)
+    fp = kinds.fingerprint("tensor", path)
     assert len(fp["chunk_sha256"]) == 3
     assert fp["chunk_elements"] == media.CHUNK_BYTES // 4
     # Fortran order goes through the streaming path: same digests for the same C-order bytes.
     grid = np.arange(600_000, dtype=np.float32).reshape(1000, 600)
     np.save(tmp_path / "c.npy", grid)
     np.save(tmp_path / "f.npy", np.asfortranarray(grid))
-    c_fp = media.fingerprint("tensor", tmp_path / "c.npy")
-    f_fp = media.fingerprint("tensor", tmp_path / "f.npy")
+    c_fp = kinds.fingerprint("tensor", tmp_path / "c.npy")
+    f_fp = kinds.fingerprint("tensor", tmp_path / "f.npy")
     for key in ("data_sha256", "chunk_sha256", "dtype", "shape", "element_count"):
         assert c_fp[key] == f_fp[key]
     assert c_fp["sha256"] != f_fp["sha256"]
@@ -462,8 +463,8 @@ def test_npy_chunks_localise(tmp_path: Path) -> None:
 def test_empty_and_scalar_arrays(tmp_path: Path) -> None:
     np.save(tmp_path / "e.npy", np.zeros((0, 3), dtype=np.float32))
     np.save(tmp_path / "s.npy", np.float64(2.5))
-    empty = media.fingerprint("tensor", tmp_path / "e.npy")
-    scalar = media.fingerprint("tensor", tmp_path / "s.npy")
+    empty = kinds.fingerprint("tensor", tmp_path / "e.npy")
+    scalar = kinds.fingerprint("tensor", tmp_path / "s.npy")
     assert (empty["shape"], empty["element_count"]) == ([0, 3], 0)
     assert empty["data_sha256"] == hashlib.sha256(b"").hexdigest()
     assert (scalar["shape"], scalar["element_count"]) == ([], 1)
@@ -473,7 +474,7 @@ def test_empty_and_scalar_arrays(tmp_path: Path) -> None:
 def test_npz_members(tmp_path: Path) -> None:
     path = tmp_path / "a.npz"
     np.savez(path, logits=np.ones((2, 2), dtype=np.float16), ids=np.arange(5, dtype=np.int8))
-    fp = media.fingerprint("tensor", path)
+    fp = kinds.fingerprint("tensor", path)
     assert set(fp["members"]) == {"logits", "ids"}
     assert fp["members"]["ids"]["dtype"] == "|i1"
     assert fp["members"]["logits"]["shape"] == [2, 2]
@@ -486,13 +487,13 @@ def test_object_arrays_are_refused_without_unpickling(tmp_path: Path) -> None:
     path = tmp_path / "o.npy"
     np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ArtifactError, match="pickle"):
-        media.fingerprint("tensor", path)
+        kinds.fingerprint("tensor", path)
     with pytest.raises(ArtifactError, match="pickle"):
         media.load_tensor(path)
     npz = tmp_path / "o.npz"
     np.savez(npz, x=np.array([None], dtype=object))
     with pytest.raises(ArtifactError, match="pickle"):
-        media.fingerprint("tensor", npz)
+        kinds.fingerprint("tensor", npz)
 
 
 def test_truncated_npy(tmp_path: Path) -> None:
@@ -500,7 +501,7 @@ def test_truncated_npy(tmp_path: Path) -> None:
     np.save(path, np.zeros(100, dtype=np.float64))
     path.write_bytes(path.read_bytes()[:-80])
     with pytest.raises(TruncatedArtifact, match=r"declares 100 elements .* only 90"):
-        media.fingerprint("tensor", path)
+        kinds.fingerprint("tensor", path)
 
 
 def test_damaged_npz(tmp_path: Path) -> None:
@@ -508,7 +509,7 @@ def test_damaged_npz(tmp_path: Path) -> None:
     np.savez(path, a=np.zeros(100))
     path.write_bytes(path.read_bytes()[:-30])
     with pytest.raises(ArtifactError, match=r"t\.npz: damaged \.npz archive"):
-        media.fingerprint("tensor", path)
+        kinds.fingerprint("tensor", path)
 
 
 # ------------------------------------------------------------------ bytes
@@ -518,7 +519,7 @@ def test_bytes_fingerprint(tmp_path: Path) -> None:
     path = tmp_path / "b.bin"
     payload = bytes(range(256)) * 5000
     path.write_bytes(payload)
-    fp = media.fingerprint("bytes", path)
+    fp = kinds.fingerprint("bytes", path)
     assert fp["size"] == len(payload)
     assert fp["sha256"] == hashlib.sha256(payload).hexdigest()
     assert fp["chunk_sha256"][0] == hashlib.sha256(payload[: media.CHUNK_BYTES]).hexdigest()
@@ -547,7 +548,7 @@ def _general_way(monkeypatch: pytest.MonkeyPatch, path: Path) -> dict[str, objec
     """The fingerprint as ffmpeg's own framehash makes it (the fast way switched off)."""
     with monkeypatch.context() as patch:
         patch.setattr(container, "_fast_fingerprint", lambda path, limits, **_: None)
-        return media.fingerprint("video", path)
+        return kinds.fingerprint("video", path)
 
 
 _FAST_CLIPS = {
@@ -582,7 +583,7 @@ def test_fast_fingerprint_equals_ffmpeg_framehash(
     _run(_FAST_CLIPS[name], path)
     fast = container._fast_fingerprint(path, media.MediaLimits())
     assert fast is not None, "the fast way should apply to this clip"
-    assert fast == _general_way(monkeypatch, path) == media.fingerprint("video", path)
+    assert fast == _general_way(monkeypatch, path) == kinds.fingerprint("video", path)
     # Frames dealt out over three pipes (as on a machine of twelve cores or more): the same.
     assert container._fast_fingerprint(path, media.MediaLimits(), stripes=3) == fast
     video = fast["streams"][0]
@@ -606,8 +607,8 @@ def test_fast_fingerprint_steps_aside_where_it_cannot_vouch(
     ffmpeg("-display_rotation:v", "90", "-i", str(base), "-c", "copy", str(rotated))
     for path in (two, rotated):
         assert container._fast_fingerprint(path, media.MediaLimits()) is None
-        assert media.fingerprint("video", path) == _general_way(monkeypatch, path)
-    assert len(media.fingerprint("video", two)["streams"]) == 3
+        assert kinds.fingerprint("video", path) == _general_way(monkeypatch, path)
+    assert len(kinds.fingerprint("video", two)["streams"]) == 3
 
 
 def test_fast_fingerprint_keeps_the_decode_limit(
@@ -695,7 +696,7 @@ def test_bytes_fingerprint_in_parallel_blocks(tmp_path: Path) -> None:
     path = tmp_path / "b.bin"
     payload = np.random.default_rng(1).integers(0, 256, 37 * media.CHUNK_BYTES + 3, np.uint8)
     path.write_bytes(payload.tobytes())
-    fp = media.fingerprint("bytes", path)
+    fp = kinds.fingerprint("bytes", path)
     data = payload.tobytes()
     assert fp["sha256"] == hashlib.sha256(data).hexdigest()
     step = media.CHUNK_BYTES
@@ -704,7 +705,7 @@ def test_bytes_fingerprint_in_parallel_blocks(tmp_path: Path) -> None:
     ]
     assert block_digests(memoryview(data), step, threads=4) == fp["chunk_sha256"]
     (tmp_path / "empty").write_bytes(b"")
-    empty = media.fingerprint("bytes", tmp_path / "empty")
+    empty = kinds.fingerprint("bytes", tmp_path / "empty")
     assert (empty["size"], empty["chunk_sha256"]) == (0, [])
     assert empty["sha256"] == hashlib.sha256(b"").hexdigest()
 

@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _PEAK = """
 import json, resource, sys
 from pathlib import Path
-from pytest_lossless import media
-fp = media.fingerprint("video", Path(sys.argv[1]))
+from pytest_lossless import kinds
+fp = kinds.fingerprint("video", Path(sys.argv[1]))
 status = Path("/proc/self/status").read_text()
 hwm = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
 print(json.dumps({

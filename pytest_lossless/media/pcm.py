@@ -1,13 +1,11 @@
-"""Audio: WAV/RF64 and FLAC files read losslessly through libsndfile (with the RIFF layout checked
-so a truncated file is never taken for shorter audio), audio in other containers through ffmpeg.
+"""PCM samples: WAV/RF64 and FLAC files read losslessly through libsndfile (with the RIFF layout
+checked so a truncated file is never taken for shorter audio), audio in other containers decoded
+through ffmpeg. The audio kind's fingerprint (:mod:`~..kinds.audio`) reads through these.
 """
 
 from __future__ import annotations
 
-import hashlib
-import mmap
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -16,10 +14,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ArtifactError, TruncatedArtifact
-from .container import fingerprint_container
-from .detect import RIFF_IDS, is_audio_header, read_head
+from .artifacts import read_head
+from .detect import RIFF_IDS
 from .ffmpeg import pcm_args, probe, run_ffmpeg, stderr_tail
-from .hashing import FINGERPRINT_VERSION, file_digest, parallel_digests, sha256_hex
 from .limits import MediaLimits, refuse
 from .probe import SAMPLE_FORMATS, layout_channels, packed_sample_format
 
@@ -131,7 +128,7 @@ def lossless_dtype(subtype: str) -> str:
     return "float32"  # lossy codecs (Vorbis, Opus, MP3) decode to float in libsndfile
 
 
-def _open_sound(path: Path) -> Any:
+def open_sound(path: Path) -> Any:
     import soundfile
 
     try:
@@ -140,46 +137,12 @@ def _open_sound(path: Path) -> Any:
         raise ArtifactError(path, f"libsndfile cannot read it: {exc}") from None
 
 
-def _canonical(block: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """Little-endian, C-contiguous: the canonical bytes every digest is taken of."""
-    if block.dtype.byteorder == ">" or (block.dtype.byteorder == "=" and not np.little_endian):
-        block = block.astype(block.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(block)
-
-
-# WAV subtypes whose data chunk holds exactly the canonical little-endian PCM that a lossless
-# read gives (proved equal in the tests): hashed straight from the file, no decode needed.
-_RAW_WAV_SUBTYPES = {"PCM_16": "<i2", "PCM_32": "<i4", "FLOAT": "<f4", "DOUBLE": "<f8"}
-
-
-def _audio_fp(
-    snd: Any, dtype: str, count: int, pcm: str, blocks: list[str], size: int, file_sha: str
-) -> dict[str, Any]:
-    """The fingerprint of an audio file from its libsndfile header and its digests."""
-    rate = int(snd.samplerate)
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "format": str(snd.format),
-        "size": size,
-        "sha256": file_sha,
-        "subtype": str(snd.subtype),
-        "sample_rate": rate,
-        "channels": int(snd.channels),
-        "sample_count": count,
-        "duration": round(count / rate, 6) if rate else 0.0,
-        "dtype": np.dtype(dtype).newbyteorder("<").str,
-        "pcm_sha256": pcm,
-        "block_frames": max(1, rate),
-        "block_sha256": blocks,
-    }
-
-
 def _declared_pcm_bytes(snd: Any, dtype: str) -> int:
     """The decoded size libsndfile's header declares: frames x channels x sample size."""
     return max(0, int(snd.frames)) * max(1, int(snd.channels)) * np.dtype(dtype).itemsize
 
 
-def _check_declared_pcm(path: Path, snd: Any, dtype: str, limits: MediaLimits) -> None:
+def check_declared_pcm(path: Path, snd: Any, dtype: str, limits: MediaLimits) -> None:
     declared = _declared_pcm_bytes(snd, dtype)
     if declared > limits.decode_limit:
         raise refuse(
@@ -194,98 +157,8 @@ def _check_declared_pcm(path: Path, snd: Any, dtype: str, limits: MediaLimits) -
 def check_declared_audio_file(path: Path, limits: MediaLimits) -> None:
     """Refuse a WAV/FLAC file whose header declares more decoded PCM than ``limits`` allow."""
     path = Path(path)
-    with _open_sound(path) as snd:
-        _check_declared_pcm(path, snd, lossless_dtype(str(snd.subtype)), limits)
-
-
-def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
-    """Fingerprint a WAV/FLAC file: format, PCM digest and one digest per second of samples.
-
-    A file whose header declares more decoded samples than ``limits.decode_limit`` is refused
-    before decoding, and the decode is counted as it runs."""
-    path = Path(path)
-    limits = limits or MediaLimits.from_env()
-    head = read_head(path, 12)
-    layout = check_wav_complete(path) if head[:4] in RIFF_IDS else None
-    with _open_sound(path) as snd:
-        subtype = str(snd.subtype)
-        dtype = lossless_dtype(subtype)
-        _check_declared_pcm(path, snd, dtype, limits)
-        block_frames = max(1, int(snd.samplerate))
-        raw = _RAW_WAV_SUBTYPES.get(subtype)
-        if (
-            layout is not None
-            and raw is not None
-            and np.dtype(raw).itemsize * int(snd.channels) == layout.block_align
-            and layout.present_bytes // layout.block_align == int(snd.frames)
-        ):
-            count = int(snd.frames)
-            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                size = len(mm)
-                view = memoryview(mm)
-                data = view[layout.data_offset : layout.data_offset + count * layout.block_align]
-                try:
-                    pcm, blocks, file_sha = parallel_digests(
-                        data, block_frames * layout.block_align, view
-                    )
-                finally:
-                    data.release()
-                    view.release()
-            return _audio_fp(snd, raw, count, pcm, blocks, size, file_sha)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            whole_file = pool.submit(file_digest, path)
-            count, pcm, blocks = _decode_pcm_digests(path, snd, dtype, block_frames, limits)
-            size, file_sha = whole_file.result()
-        return _audio_fp(snd, dtype, count, pcm, blocks, size, file_sha)
-
-
-def _decode_pcm_digests(
-    path: Path, snd: Any, dtype: str, block_frames: int, limits: MediaLimits
-) -> tuple[int, str, list[str]]:
-    """Decode with libsndfile block by block: sample count, PCM digest, per-block digests."""
-    declared = int(snd.frames)
-    whole = hashlib.sha256()
-    blocks: list[str] = []
-    read = 0
-    try:
-        while True:
-            block = snd.read(block_frames, dtype=dtype, always_2d=True)
-            if not len(block):
-                break
-            data = _canonical(block)
-            whole.update(data.data)
-            blocks.append(sha256_hex(data.data))
-            read += len(block)
-            if data.nbytes and read * (data.nbytes // len(block)) > limits.decode_limit:
-                raise refuse(
-                    path,
-                    "it",
-                    read * (data.nbytes // len(block)),
-                    limits.decode_limit,
-                    limits.decode_basis,
-                    decoding=True,
-                )
-    except RuntimeError as exc:
-        raise ArtifactError(
-            path,
-            f"libsndfile failed while decoding it ({exc}): the file is damaged or truncated; "
-            "re-run the producer or restore the file",
-        ) from None
-    if read < declared:
-        raise TruncatedArtifact(
-            path,
-            f"truncated audio: the header declares {declared} samples per channel but only "
-            f"{read} could be decoded. Re-run the producer or restore the file",
-        )
-    return read, whole.hexdigest(), blocks
-
-
-def fingerprint_audio(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
-    """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
-    path = Path(path)
-    if is_audio_header(read_head(path, 12)):
-        return fingerprint_audio_file(path, limits=limits)
-    return fingerprint_container(path, video=False, limits=limits)
+    with open_sound(path) as snd:
+        check_declared_pcm(path, snd, lossless_dtype(str(snd.subtype)), limits)
 
 
 def load_audio(path: Path, *, limits: MediaLimits | None = None) -> tuple[npt.NDArray[Any], int]:
@@ -297,7 +170,7 @@ def load_audio(path: Path, *, limits: MediaLimits | None = None) -> tuple[npt.ND
     limits = limits or MediaLimits.from_env()
     if read_head(path, 12)[:4] in RIFF_IDS:
         check_wav_complete(path)
-    with _open_sound(path) as snd:
+    with open_sound(path) as snd:
         dtype = lossless_dtype(str(snd.subtype))
         declared = _declared_pcm_bytes(snd, dtype)
         stored = path.stat().st_size

@@ -1,5 +1,5 @@
-"""Video: the fingerprint of a video container, and its frames decoded for diagnostics (native
-samples to locate and measure a difference, rgb24 pictures written as PNG).
+"""Decoded video frames: a stream's frames as raw samples (to locate and measure a difference)
+or rgb24 pictures, the sample type of a pixel format, and pictures written as PNG.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ArtifactError, LosslessError
-from .container import fingerprint_container
 from .ffmpeg import (
     FFmpegRun,
     first_frame_framehash_args,
@@ -28,11 +27,6 @@ from .probe import parse_framehash
 
 #: The most bytes one pixel takes in any raw format ffmpeg has (gbrapf32: 4 x 32-bit floats).
 MAX_PIXEL_BYTES = 16
-
-
-def fingerprint_video(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
-    """Fingerprint a video container: stream metadata, per-frame and per-audio-frame digests."""
-    return fingerprint_container(path, video=True, limits=limits)
 
 
 def sample_dtype(pix_fmt: str | None) -> np.dtype[Any]:

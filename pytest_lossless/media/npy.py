@@ -1,13 +1,12 @@
-"""Tensors: ``.npy`` and ``.npz`` fingerprinted from their headers and raw bytes (dtype, shape,
-per-chunk digests of the C-order data) and loaded for diagnostics, never unpickled.
+"""NumPy files: ``.npy`` headers and ``.npz`` members read and checked against the limits before
+any data is (object arrays refused: never unpickled), and the arrays loaded for the comparers.
+The tensor kind's fingerprint (:mod:`~..kinds.tensor`) reads through these.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import mmap
 import os
 import zipfile
 from pathlib import Path
@@ -17,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ArtifactError, TruncatedArtifact
-from .detect import NPY_MAGIC, read_head
-from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest, parallel_digests, sha256_hex
+from .artifacts import read_head
+from .detect import NPY_MAGIC
 from .limits import MediaLimits, refuse
 
 #: The compression methods numpy writes into an ``.npz``; no other is read (bzip2 and lzma
@@ -26,7 +25,7 @@ from .limits import MediaLimits, refuse
 _NPZ_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 
 
-def _read_npy_header(
+def read_npy_header(
     path: Path, fh: IO[bytes], label: str
 ) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
     """Shape, Fortran order and dtype from a ``.npy`` header; object dtypes are refused."""
@@ -47,7 +46,7 @@ def _read_npy_header(
     return tuple(int(n) for n in shape), bool(fortran), dtype
 
 
-def _element_count(shape: tuple[int, ...]) -> int:
+def element_count(shape: tuple[int, ...]) -> int:
     """The elements of ``shape``, in Python integers (a declared shape cannot overflow)."""
     return math.prod(shape) if shape else 1
 
@@ -74,7 +73,7 @@ def check_npz_member(path: Path, info: zipfile.ZipInfo, limits: MediaLimits) -> 
         )
 
 
-def _check_npy_member(
+def check_npy_member(
     path: Path,
     info: zipfile.ZipInfo,
     shape: tuple[int, ...],
@@ -85,7 +84,7 @@ def _check_npy_member(
     """Refuse a member whose ``.npy`` header (``header`` bytes long) declares more data than
     ``limits`` allow for its compressed size, or more than the member holds (truncated)."""
     name = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
-    count = _element_count(shape)
+    count = element_count(shape)
     data = count * dtype.itemsize
     allowed = limits.in_memory(info.compress_size)
     if data > allowed:
@@ -98,147 +97,21 @@ def _check_npy_member(
         )
     if header + data > info.file_size:
         present = max(0, info.file_size - header) // max(1, dtype.itemsize)
-        _truncated_tensor(path, f"member {name!r}: ", count, present)
+        truncated_tensor(path, f"member {name!r}: ", count, present)
 
 
-def _descr(dtype: np.dtype[Any]) -> Any:
+def descr(dtype: np.dtype[Any]) -> Any:
     """The dtype with its byte order, JSON-normalised (structured dtypes become lists)."""
     descr = np.lib.format.dtype_to_descr(dtype)
     return json.loads(json.dumps(descr))
 
 
-def _tensor_fp_from_stream(
-    path: Path,
-    fh: IO[bytes],
-    label: str,
-    member: tuple[zipfile.ZipInfo, MediaLimits] | None = None,
-) -> dict[str, Any]:
-    """The array fingerprint of one ``.npy`` read as a stream (a file or an ``.npz`` member,
-    whose declared size is checked against the limits before its data is read)."""
-    shape, fortran, dtype = _read_npy_header(path, fh, label)
-    if member is not None:
-        _check_npy_member(path, member[0], shape, dtype, fh.tell(), member[1])
-    count = _element_count(shape)
-    itemsize = dtype.itemsize
-    expected = count * itemsize
-    chunk_elements = max(1, CHUNK_BYTES // max(1, itemsize))
-    whole = hashlib.sha256()
-    chunks: list[str] = []
-    if fortran and len(shape) > 1:
-        raw = fh.read(expected)
-        if len(raw) < expected:
-            _truncated_tensor(path, label, count, len(raw) // max(1, itemsize))
-        array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F")
-        data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-        step = chunk_elements * itemsize
-        for offset in range(0, data.size, step):
-            view = data[offset : offset + step].data
-            whole.update(view)
-            chunks.append(sha256_hex(view))
-    else:
-        remaining = expected
-        step = chunk_elements * itemsize
-        while remaining > 0:
-            part = fh.read(min(step, remaining))
-            if not part:
-                break
-            whole.update(part)
-            chunks.append(sha256_hex(part))
-            remaining -= len(part)
-        if remaining > 0:
-            _truncated_tensor(path, label, count, (expected - remaining) // max(1, itemsize))
-    return {
-        "dtype": _descr(dtype),
-        "shape": list(shape),
-        "element_count": count,
-        "data_sha256": whole.hexdigest(),
-        "chunk_elements": chunk_elements,
-        "chunk_sha256": chunks,
-    }
-
-
-def _truncated_tensor(path: Path, label: str, declared: int, present: int) -> None:
+def truncated_tensor(path: Path, label: str, declared: int, present: int) -> None:
     raise TruncatedArtifact(
         path,
         f"truncated tensor: {label}the .npy header declares {declared} elements but the file "
         f"holds only {present}. Re-run the producer or restore the file",
     )
-
-
-def _npy_c_order_fp(path: Path) -> dict[str, Any] | None:
-    """A C-order ``.npy``: its data digests straight from a memory map, in parallel threads.
-
-    None for Fortran order and empty arrays (the streaming path handles them).
-    """
-    with open(path, "rb") as fh:
-        shape, fortran, dtype = _read_npy_header(path, fh, "")
-        offset = fh.tell()
-        count = _element_count(shape)
-        expected = count * dtype.itemsize
-        if (fortran and len(shape) > 1) or expected == 0:
-            return None
-        size = os.fstat(fh.fileno()).st_size
-        if size - offset < expected:
-            _truncated_tensor(path, "", count, (size - offset) // max(1, dtype.itemsize))
-        chunk_elements = max(1, CHUNK_BYTES // dtype.itemsize)
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            view = memoryview(mm)
-            data = view[offset : offset + expected]
-            try:
-                whole, chunks, file_sha = parallel_digests(
-                    data, chunk_elements * dtype.itemsize, view
-                )
-            finally:
-                data.release()
-                view.release()
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "size": size,
-        "sha256": file_sha,
-        "format": "npy",
-        "dtype": _descr(dtype),
-        "shape": list(shape),
-        "element_count": count,
-        "data_sha256": whole,
-        "chunk_elements": chunk_elements,
-        "chunk_sha256": chunks,
-    }
-
-
-def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
-    """Fingerprint a ``.npy`` (dtype, shape, raw C-order bytes) or every member of a ``.npz``.
-
-    A ``.npy`` must hold the data its header declares (or it is truncated). Each ``.npz``
-    member's declared size is checked before it is read (:func:`check_npz_member`)."""
-    path = Path(path)
-    limits = limits or MediaLimits.from_env()
-    head = read_head(path, 8)
-    if head.startswith(NPY_MAGIC):
-        fast = _npy_c_order_fp(path)
-        if fast is not None:
-            return fast
-    size, sha = file_digest(path)
-    base: dict[str, Any] = {"fingerprint_version": FINGERPRINT_VERSION, "size": size, "sha256": sha}
-    if head.startswith(NPY_MAGIC):
-        with open(path, "rb") as fh:
-            return {**base, "format": "npy", **_tensor_fp_from_stream(path, fh, "")}
-    members: dict[str, Any] = {}
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                if not info.filename.endswith(".npy"):
-                    raise ArtifactError(
-                        path, f"member {info.filename!r} is not a .npy array: not an .npz file"
-                    )
-                name = info.filename[: -len(".npy")]
-                check_npz_member(path, info, limits)
-                with zf.open(info) as member:
-                    members[name] = _tensor_fp_from_stream(
-                        path, member, f"member {name!r}: ", (info, limits)
-                    )
-    except zipfile.BadZipFile as exc:
-        raise ArtifactError(path, f"damaged .npz archive: {exc}") from None
-    return {**base, "format": "npz", "members": members}
 
 
 def _check_npz(path: Path, limits: MediaLimits) -> None:
@@ -247,10 +120,10 @@ def _check_npz(path: Path, limits: MediaLimits) -> None:
         for info in zf.infolist():
             check_npz_member(path, info, limits)
             with zf.open(info) as member:
-                shape, _fortran, dtype = _read_npy_header(
+                shape, _fortran, dtype = read_npy_header(
                     path, member, f"member {info.filename!r}: "
                 )
-                _check_npy_member(path, info, shape, dtype, member.tell(), limits)
+                check_npy_member(path, info, shape, dtype, member.tell(), limits)
 
 
 def check_declared_tensor(path: Path, limits: MediaLimits) -> None:
@@ -259,12 +132,12 @@ def check_declared_tensor(path: Path, limits: MediaLimits) -> None:
     path = Path(path)
     if read_head(path, 8).startswith(NPY_MAGIC):
         with open(path, "rb") as fh:
-            shape, _fortran, dtype = _read_npy_header(path, fh, "")
+            shape, _fortran, dtype = read_npy_header(path, fh, "")
             offset = fh.tell()
             size = os.fstat(fh.fileno()).st_size
-        count = _element_count(shape)
+        count = element_count(shape)
         if offset + count * dtype.itemsize > size:
-            _truncated_tensor(path, "", count, max(0, size - offset) // max(1, dtype.itemsize))
+            truncated_tensor(path, "", count, max(0, size - offset) // max(1, dtype.itemsize))
         return
     try:
         _check_npz(path, limits)
@@ -286,8 +159,8 @@ def load_tensor(
         check_declared_tensor(path, limits)
         if head.startswith(NPY_MAGIC):
             with open(path, "rb") as fh:
-                shape, _fortran, dtype = _read_npy_header(path, fh, "")
-            if _element_count(shape) * dtype.itemsize == 0:
+                shape, _fortran, dtype = read_npy_header(path, fh, "")
+            if element_count(shape) * dtype.itemsize == 0:
                 return np.load(path, allow_pickle=False)  # type: ignore[no-any-return]
             return np.load(path, mmap_mode="r", allow_pickle=False)  # type: ignore[no-any-return]
         arrays: dict[str, npt.NDArray[Any]] = {}
