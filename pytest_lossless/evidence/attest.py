@@ -148,6 +148,31 @@ def source_subjects(session: SessionFiles) -> list[dict[str, Any]]:
     return [found[k] for k in sorted(found)]
 
 
+def diff_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+    """The SHA-256 of each source diff the session stores (``diffs/<sha256>.diff``, or an older
+    receipt's ``<name>.diff``), hashed from the file on disk, so a diff changed after signing
+    is named; a receipt's ``diff_sha256`` annotation alone is git's diff before redaction."""
+    from .receipts import LEGACY_DIFF, STORED_DIFF
+
+    found: dict[str, dict[str, Any]] = {}
+    for receipt in session.receipts.values():
+        runspec = receipt.get("runspec")
+        source = runspec.get("source") if isinstance(runspec, Mapping) else None
+        name = str((source.get("diff_file") if isinstance(source, Mapping) else None) or "")
+        if name in found or not (STORED_DIFF.match(name) or LEGACY_DIFF.match(name)):
+            continue
+        try:
+            digest = sha256_regular(session.folder / name)
+        except OSError:
+            continue  # a missing diff is verify's to name (signing refuses the session)
+        found[name] = {
+            "name": name,
+            "digest": _digest_set("sha256", digest),
+            "annotations": {"role": "source diff"},
+        }
+    return [found[k] for k in sorted(found)]
+
+
 def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
     """The SHA-256 of every candidate's obtained artifact: each golden check's obtained file
     and each ``lossless.compare`` candidate's outputs (by the run record of its path)."""
@@ -184,8 +209,9 @@ def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
 
 
 def subjects(session: SessionFiles) -> list[dict[str, Any]]:
-    """The statement's subjects: source revisions first, then the obtained artifacts."""
-    return source_subjects(session) + artifact_subjects(session)
+    """The statement's subjects: source revisions and their stored diffs first, then the
+    obtained artifacts."""
+    return source_subjects(session) + diff_subjects(session) + artifact_subjects(session)
 
 
 def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:

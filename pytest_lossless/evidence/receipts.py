@@ -7,7 +7,11 @@ and a ``verdicts`` block derived from them by code (:func:`derive_verdicts`); ``
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,6 +46,17 @@ RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "
 OPTIONAL_BLOCKS = ("canary", "export", "matrix", "updates")
 #: The largest receipt read back: a long video's frame digests, twice, fit many times over.
 MAX_RECEIPT_BYTES = 256 << 20
+#: The session's stored source diffs, one file per distinct diff, named by its SHA-256 (#20).
+DIFFS_DIR = "diffs"
+#: How a receipt names its stored diff: ``diffs/<sha256>.diff`` in its session folder, or (a
+#: receipt written before diffs were shared) ``<receipt name>.diff`` beside it.
+STORED_DIFF = re.compile(rf"^{DIFFS_DIR}/(?P<digest>[0-9a-f]{{64}})\.diff$")
+LEGACY_DIFF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\.diff$")
+
+
+def stored_diff_name(digest: str) -> str:
+    """Where a session stores the diff whose stored bytes hash to ``digest``."""
+    return f"{DIFFS_DIR}/{digest}.diff"
 
 
 class _HasToDict(Protocol):
@@ -256,13 +271,23 @@ class Receipt:
     def empty(self) -> bool:
         return not (self.runs or self.gates or self.lossless or self.speed or self.matrix)
 
+    def _stored_diff(self) -> tuple[str, bytes] | None:
+        """The diff as stored (already redacted by :meth:`set_runspec`) and its file name
+        in the session folder, named by the SHA-256 of those bytes; None for a clean tree."""
+        text = str(((self.runspec or {}).get("source") or {}).get("diff") or "")
+        if not text:
+            return None
+        data = text.encode("utf-8", errors="surrogateescape")
+        return stored_diff_name(hashlib.sha256(data).hexdigest()), data
+
     def _runspec_block(self) -> dict[str, Any] | None:
         if self.runspec is None:
             return None
         block = dict(self.runspec)
         source = dict(block.get("source") or {})
-        diff = source.pop("diff", "")
-        source["diff_file"] = f"{self.name}.diff" if diff else None
+        source.pop("diff", "")
+        stored = self._stored_diff()
+        source["diff_file"] = stored[0] if stored else None
         block["source"] = source
         return block
 
@@ -296,7 +321,9 @@ class Receipt:
         return data
 
     def write(self, directory: Path | str, *, root: Path | str | None = None) -> Path:
-        """Write ``<dir>/<name>.json`` atomically, and ``<name>.diff`` when the tree is dirty.
+        """Write ``<dir>/<name>.json`` atomically, and, when the tree is dirty, its diff as
+        ``<dir>/diffs/<sha256>.diff`` unless the session stored that diff already (every
+        receipt of a session usually shares one).
 
         The folder must not lead out of ``root`` (default: the rootdir its RunSpec records)
         through a symbolic link: a committed ``lossless-receipts`` link is refused with
@@ -308,11 +335,9 @@ class Receipt:
         if boundary is not None:
             inside_root(folder, boundary, what="receipts folder")
         folder.mkdir(parents=True, exist_ok=True)
-        diff = str(((self.runspec or {}).get("source") or {}).get("diff") or "")
-        if diff:
-            write_atomic(
-                folder / f"{self.name}.diff", diff.encode("utf-8", errors="surrogateescape")
-            )
+        stored = self._stored_diff()
+        if stored is not None:
+            _store_diff(folder, *stored, root=boundary)
         path = folder / f"{self.name}.json"
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
         write_atomic(path, (text + "\n").encode())
@@ -322,6 +347,21 @@ class Receipt:
         invocation = (self.runspec or {}).get("invocation")
         rootdir = invocation.get("rootdir") if isinstance(invocation, Mapping) else None
         return str(rootdir) if rootdir else None
+
+
+def _store_diff(folder: Path, name: str, data: bytes, *, root: Path | str | None) -> None:
+    """Write a content-addressed diff once: a regular file of its size already there is the
+    same diff (its name is its hash; ``verify`` re-hashes it); anything else is replaced."""
+    target = folder / name
+    if root is not None:
+        inside_root(target.parent, root, what="diffs folder")
+    target.parent.mkdir(exist_ok=True)
+    try:
+        existing = os.lstat(target)
+    except FileNotFoundError:
+        existing = None
+    if existing is None or not stat.S_ISREG(existing.st_mode) or existing.st_size != len(data):
+        write_atomic(target, data)
 
 
 def _json_default(value: object) -> Any:

@@ -28,7 +28,14 @@ from .crosscheck import (
     check_speed_runs,
 )
 from .provenance import publication_contradictions
-from .receipts import derive_verdicts, load, load_all, raw_sha256
+from .receipts import (
+    LEGACY_DIFF,
+    STORED_DIFF,
+    derive_verdicts,
+    load,
+    load_all,
+    raw_sha256,
+)
 from .summary_md import check_summaries
 
 
@@ -71,13 +78,7 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
         diff_file = source.get("diff_file")
         diff_dirty = bool(source.get("diff_bytes"))
         if diff_file:
-            diff_path = context.path.parent / str(diff_file)
-            if not diff_path.is_file():
-                found.append(
-                    f"runspec: the diff {diff_path} recorded beside the receipt is missing"
-                )
-            else:
-                found += _check_stored_diff(diff_path, source)
+            found += _check_diff_file(context.path.parent, str(diff_file), source)
         elif diff_dirty:
             found.append("runspec: the diff is non-empty but no diff file is recorded")
         expected_dirty = diff_dirty or bool(source.get("untracked"))
@@ -93,6 +94,30 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
             if isinstance(state, Mapping):
                 found += publication_contradictions(state, f"runs {run.get('name')} {tree}")
     found += _check_hashes("runspec input", block.get("inputs"))
+    return found
+
+
+def _check_diff_file(folder: Path, diff_file: str, source: Mapping[str, Any]) -> list[str]:
+    """The diff a receipt names: ``diffs/<sha256>.diff`` in its session folder (named by the
+    digest the receipt records for it) or, in a receipt written before diffs were shared,
+    ``<name>.diff`` beside it; nothing else, so a receipt cannot point verify elsewhere."""
+    shared = STORED_DIFF.match(diff_file)
+    if shared is None and not LEGACY_DIFF.match(diff_file):
+        return [
+            f"runspec: diff_file {diff_file!r} is neither diffs/<sha256>.diff in the session "
+            "folder nor a .diff beside the receipt"
+        ]
+    path = folder / diff_file
+    if not path.is_file() or path.is_symlink():
+        return [f"runspec: the diff {path} the receipt records is missing"]
+    found = _check_stored_diff(path, source)
+    if shared is not None and not found:
+        key = "diff_stored_sha256" if source.get("diff_redacted") is True else "diff_sha256"
+        if shared["digest"] != source.get(key):
+            found.append(
+                f"runspec: the stored diff {path} is not named by its SHA-256 "
+                f"{source.get(key)} ({key})"
+            )
     return found
 
 
