@@ -13,6 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -92,88 +93,261 @@ def raw_sha256(receipt: Mapping[str, Any]) -> str:
     return canonical_sha256(raw)
 
 
-def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``verdicts`` block, computed from the raw blocks only.
+def _maps(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
-    The overall verdict is the worst of the test's parts: the test's own pytest outcome (a
-    phase that failed is a FAIL, one stopped by INCONCLUSIVE is INCONCLUSIVE), every golden
-    gate (a lossy gate that passed is LOSSY-PASS), every lossless comparison (LOSSY-PASS when
-    its gates were lossy), every speed gate, and every run's lifecycle (an unclean run is a
-    FAIL, whatever ``check`` said). A clean lifecycle or a passed outcome alone judges nothing:
-    a receipt of runs only has no overall verdict. Receipts of schema versions before
-    :data:`OUTCOME_COUNTS_FROM` re-derive as they were written: without their outcome.
-    """
-    runs = [r for r in receipt.get("runs") or [] if isinstance(r, Mapping)]
-    lifecycles = [
-        {
-            "name": r.get("name"),
-            **{k: v for k, v in lifecycle_verdict(r).items() if k in ("clean", "summary")},
+
+@dataclass(frozen=True, slots=True)
+class GateRow:
+    """What the evidence layer judges of one golden gate entry (``GateResult.to_dict()``, the
+    gates layer's JSON): the artifact, its kind and gate, and whether it passed losslessly."""
+
+    artifact: str | None
+    kind: str | None
+    gate: str | None
+    passed: bool | None
+    lossless: bool | None
+
+    @property
+    def verdict(self) -> Verdict:
+        """FAIL unless it passed; a pass under a lossy gate is LOSSY-PASS."""
+        if self.passed is not True:
+            return Verdict.FAIL
+        return Verdict.PASS if self.lossless is True else Verdict.LOSSY_PASS
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as a signed lossless predicate lists it."""
+        return {
+            "artifact": self.artifact,
+            "kind": self.kind,
+            "gate": self.gate,
+            "passed": self.passed,
+            "lossless": self.lossless,
         }
-        for r in runs
-    ]
-    gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
-    gate_verdicts = [_gate_verdict(g) for g in gates]
-    lossless = [
-        _lossless_verdict(v) for v in receipt.get("lossless") or [] if isinstance(v, Mapping)
-    ]
-    speed = [str(v.get("verdict")) for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
-    unclean = [Verdict.FAIL.value for lc in lifecycles if lc.get("clean") is not True]
-    matrix = [_matrix_verdict(m) for m in receipt.get("matrix") or [] if isinstance(m, Mapping)]
-    parts = gate_verdicts + lossless + speed + unclean + matrix
-    version = receipt.get("schema_version")
-    counts_outcome = not isinstance(version, int) or version >= OUTCOME_COUNTS_FROM
-    test = outcome_verdict(receipt.get("outcome")) if counts_outcome else None
-    worst = Verdict.worst(parts + ([test.value] if test is not None else []))
-    overall = None if worst is None else worst.value  # unknown words: FAIL
-    derived: dict[str, Any] = {
-        "lifecycle": {
-            "clean": all(lc["clean"] for lc in lifecycles) if lifecycles else None,
-            "runs": lifecycles,
-        },
-        "gates": {
-            "passed": sum(1 for v in gate_verdicts if v != Verdict.FAIL),
-            "failed": gate_verdicts.count(Verdict.FAIL.value),
-            "lossy_passed": gate_verdicts.count(Verdict.LOSSY_PASS.value),
-            "lossless": all(g.get("lossless") is True for g in gates) if gates else None,
-        },
-        "lossless": lossless,
-        "speed": speed,
-        "overall": overall,
-    }
-    if "matrix" in receipt:  # only receipts with a determinism matrix (#24) have this key
-        derived["matrix"] = matrix
-    if counts_outcome:
-        derived["test"] = None if test is None else test.value
-        derived["expected"] = _all_expected(receipt, gate_verdicts + unclean, test, worst)
-    return derived
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> GateRow:
+        def text(key: str) -> str | None:
+            value = entry.get(key)
+            return None if value is None else str(value)
+
+        passed, lossless = entry.get("passed"), entry.get("lossless")
+        return cls(
+            artifact=text("artifact"),
+            kind=text("kind"),
+            gate=text("gate"),
+            passed=passed if isinstance(passed, bool) else None,
+            lossless=lossless if isinstance(lossless, bool) else None,
+        )
 
 
-def _all_expected(
-    receipt: Mapping[str, Any], others: list[str], test: Verdict | None, worst: Verdict | None
-) -> bool:
-    """Whether an overall verdict that is not a pass is exactly what the test asserted: every
-    lossless and speed entry that did not pass has its verdict in its ``expect_verdict``, no
-    golden gate failed, every run was clean, and the test itself passed (the row's
-    "(expected)", as the terminal table shows it)."""
-    if worst is None or worst.passed or test is not None:
-        return False
-    if any(not (Verdict.parse(word) or Verdict.FAIL).passed for word in others):
-        return False
-    for block in ("lossless", "speed"):
-        for entry in receipt.get(block) or []:
-            if not isinstance(entry, Mapping):
-                return False
-            word = Verdict.parse(entry.get("verdict")) or Verdict.FAIL
-            asserted = entry.get("expect_verdict")
-            if not word.passed and not (isinstance(asserted, list) and word.value in asserted):
-                return False
-    return True
+@dataclass(frozen=True, slots=True)
+class CheckRow:
+    """What the evidence layer judges of one ``lossless`` or ``speed`` entry: its verdict word,
+    whether a lossless comparison was lossy, and the verdicts its test asserted (``expect=``)."""
+
+    block: str
+    word: str
+    lossy: bool | None
+    expect_verdict: tuple[str, ...] | None
+
+    @property
+    def verdict_word(self) -> str:
+        """The word it counts as: a lossless comparison that passed under lossy gates (or one
+        that does not say) is LOSSY-PASS; an unknown word is kept (it counts as FAIL)."""
+        if self.block == "lossless" and self.word == Verdict.PASS and self.lossy is not False:
+            return Verdict.LOSSY_PASS.value
+        return self.word
+
+    @property
+    def expected(self) -> bool:
+        """Its verdict is one its test asserted: the test wanted this outcome."""
+        return self.expect_verdict is not None and self.word in self.expect_verdict
+
+    @classmethod
+    def from_json(cls, block: str, entry: Mapping[str, Any]) -> CheckRow:
+        lossy, asserted = entry.get("lossy"), entry.get("expect_verdict")
+        return cls(
+            block=block,
+            word=str(entry.get("verdict")),
+            lossy=lossy if isinstance(lossy, bool) else None,  # unsaid: counted as lossy
+            expect_verdict=tuple(map(str, asserted)) if isinstance(asserted, list) else None,
+        )
 
 
-def _gate_verdict(gate: Mapping[str, Any]) -> str:
-    if gate.get("passed") is not True:
-        return Verdict.FAIL.value
-    return Verdict.PASS.value if gate.get("lossless") is True else Verdict.LOSSY_PASS.value
+@dataclass(frozen=True, slots=True)
+class RunLifecycle:
+    """One run's lifecycle as ``verdicts.lifecycle.runs`` records it."""
+
+    name: str | None
+    clean: bool
+    summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "clean": self.clean, "summary": self.summary}
+
+
+@dataclass(frozen=True, slots=True)
+class GateCounts:
+    """``verdicts.gates``: how many golden gates passed, failed, passed lossy; all lossless."""
+
+    passed: int
+    failed: int
+    lossy_passed: int
+    lossless: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "failed": self.failed,
+            "lossy_passed": self.lossy_passed,
+            "lossless": self.lossless,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """The derived ``verdicts`` block (:meth:`ReceiptParts.verdicts`), serialised here only.
+    ``test`` and ``expected`` exist from :data:`OUTCOME_COUNTS_FROM` on (``counts_outcome``);
+    ``matrix`` only in a receipt with a determinism matrix."""
+
+    lifecycle_clean: bool | None
+    runs: tuple[RunLifecycle, ...]
+    gates: GateCounts
+    lossless: tuple[str, ...]
+    speed: tuple[str, ...]
+    overall: str | None
+    matrix: tuple[str, ...] | None
+    counts_outcome: bool
+    test: str | None
+    expected: bool
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "lifecycle": {
+                "clean": self.lifecycle_clean,
+                "runs": [run.to_json() for run in self.runs],
+            },
+            "gates": self.gates.to_json(),
+            "lossless": list(self.lossless),
+            "speed": list(self.speed),
+            "overall": self.overall,
+        }
+        if self.matrix is not None:
+            data["matrix"] = list(self.matrix)
+        if self.counts_outcome:
+            data["test"] = self.test
+            data["expected"] = self.expected
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptParts:
+    """The parts of a receipt its verdicts are derived from, read once from its raw blocks:
+    the test's outcome, each run's lifecycle, each golden gate, lossless and speed entry, and
+    each determinism matrix's worst cell. The one derivation of a receipt's verdict: the
+    ``verdicts`` block, ``verify``, SUMMARY.md and ``sign`` all read it from here."""
+
+    schema_version: object
+    outcome: object
+    runs: tuple[RunLifecycle, ...]
+    gates: tuple[GateRow, ...]
+    checks: tuple[CheckRow, ...]
+    matrix: tuple[str, ...] | None
+
+    @classmethod
+    def from_json(cls, receipt: Mapping[str, Any]) -> ReceiptParts:
+        runs = []
+        for record in _maps(receipt.get("runs")):
+            lifecycle = lifecycle_verdict(record)
+            runs.append(RunLifecycle(record.get("name"), lifecycle["clean"], lifecycle["summary"]))
+        return cls(
+            schema_version=receipt.get("schema_version"),
+            outcome=receipt.get("outcome"),
+            runs=tuple(runs),
+            gates=tuple(GateRow.from_json(g) for g in _maps(receipt.get("gates"))),
+            checks=tuple(
+                CheckRow.from_json(block, entry)
+                for block in ("lossless", "speed")
+                for entry in _maps(receipt.get(block))
+            ),
+            matrix=(
+                tuple(_matrix_verdict(m) for m in _maps(receipt.get("matrix")))
+                if "matrix" in receipt  # only receipts with a determinism matrix (#24)
+                else None
+            ),
+        )
+
+    @property
+    def counts_outcome(self) -> bool:
+        version = self.schema_version
+        return not isinstance(version, int) or version >= OUTCOME_COUNTS_FROM
+
+    def _unclean(self) -> list[str]:
+        return [Verdict.FAIL.value for run in self.runs if run.clean is not True]
+
+    def verdicts(self) -> Verdicts:
+        """The ``verdicts`` block: the overall verdict is the worst of the test's parts: the
+        test's own pytest outcome (a phase that failed is a FAIL, one stopped by INCONCLUSIVE
+        is INCONCLUSIVE), every golden gate (a lossy gate that passed is LOSSY-PASS), every
+        lossless comparison (LOSSY-PASS when its gates were lossy), every speed gate, every
+        determinism matrix, and every run's lifecycle (an unclean run is a FAIL, whatever
+        ``check`` said). A clean lifecycle or a passed outcome alone judges nothing: a receipt
+        of runs only has no overall verdict. Receipts of schema versions before
+        :data:`OUTCOME_COUNTS_FROM` re-derive as they were written: without their outcome."""
+        gate_words = [g.verdict.value for g in self.gates]
+        lossless = [c.verdict_word for c in self.checks if c.block == "lossless"]
+        speed = [c.word for c in self.checks if c.block == "speed"]
+        unclean = self._unclean()
+        parts = gate_words + lossless + speed + unclean + list(self.matrix or ())
+        counts_outcome = self.counts_outcome
+        test = outcome_verdict(self.outcome) if counts_outcome else None
+        worst = Verdict.worst(parts + ([test.value] if test is not None else []))
+        return Verdicts(
+            lifecycle_clean=all(r.clean for r in self.runs) if self.runs else None,
+            runs=self.runs,
+            gates=GateCounts(
+                passed=sum(1 for w in gate_words if w != Verdict.FAIL),
+                failed=gate_words.count(Verdict.FAIL.value),
+                lossy_passed=gate_words.count(Verdict.LOSSY_PASS.value),
+                lossless=all(g.lossless is True for g in self.gates) if self.gates else None,
+            ),
+            lossless=tuple(lossless),
+            speed=tuple(speed),
+            overall=None if worst is None else worst.value,  # unknown words: FAIL
+            matrix=self.matrix,
+            counts_outcome=counts_outcome,
+            test=None if test is None else test.value,
+            expected=counts_outcome and self._all_expected(gate_words + unclean, test, worst),
+        )
+
+    def _all_expected(self, others: list[str], test: Verdict | None, worst: Verdict | None) -> bool:
+        """Whether an overall verdict that is not a pass is exactly what the test asserted:
+        every lossless and speed entry that did not pass has its verdict in its
+        ``expect_verdict``, no golden gate failed, every run was clean, and the test itself
+        passed (the row's "(expected)", as the terminal table shows it)."""
+        if worst is None or worst.passed or test is not None:
+            return False
+        if any(not (Verdict.parse(word) or Verdict.FAIL).passed for word in others):
+            return False
+        return all(
+            (Verdict.parse(c.word) or Verdict.FAIL).passed or c.expected for c in self.checks
+        )
+
+    def effective(self) -> Verdict | None:
+        """The verdict with each lossless and speed verdict that matched its test's
+        ``expect=`` counted as PASS (the test asserted it), the test's outcome left out (the
+        caller judges it): what a signed Test Result counts. None when nothing was judged."""
+        words = [g.verdict.value for g in self.gates]
+        words += [Verdict.PASS.value if c.expected else c.verdict_word for c in self.checks]
+        words += self._unclean() + list(self.matrix or ())
+        return Verdict.worst(words) if words else None
+
+
+def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``verdicts`` block of a receipt as JSON, derived from its raw blocks only
+    (:meth:`ReceiptParts.verdicts`)."""
+    return ReceiptParts.from_json(receipt).verdicts().to_json()
 
 
 def _matrix_verdict(grid: Mapping[str, Any]) -> str:
@@ -181,13 +355,6 @@ def _matrix_verdict(grid: Mapping[str, Any]) -> str:
     cells = [c.get("verdict") for c in grid.get("cells") or [] if isinstance(c, Mapping)]
     worst = Verdict.worst(cells)
     return Verdict.FAIL.value if worst is None else worst.value  # a grid of no cells: FAIL
-
-
-def _lossless_verdict(entry: Mapping[str, Any]) -> str:
-    word = str(entry.get("verdict"))
-    if word == Verdict.PASS and entry.get("lossy") is not False:
-        return Verdict.LOSSY_PASS.value  # a lossy comparison (or one that does not say) is lossy
-    return word
 
 
 class Receipt:

@@ -574,3 +574,20 @@ def test_an_asserted_failing_verdict_is_expected_and_nothing_else_is():
     assert derive_verdicts(failed_test)["expected"] is False
     passed = {**receipt, "lossless": [{**asserted, "verdict": "PASS"}]}
     assert derive_verdicts(passed)["expected"] is False  # a pass is just a pass
+
+
+def test_a_real_session_index_reads_into_its_record_and_writes_back_identically(
+    tmp_path: Path,
+) -> None:
+    from pytest_lossless.evidence.index import INDEX_NAME, SessionIndex, load_index
+
+    index = load_index(GPU_SESSION / INDEX_NAME)
+    assert isinstance(index, SessionIndex)
+    assert index.finished
+    assert len(index.receipts) == 10
+    assert index.summary is not None
+    assert {t.receipt for t in index.tests} == {r.file for r in index.receipts}
+    folder = tmp_path / GPU_SESSION.name
+    folder.mkdir()
+    write_index(folder, index)
+    assert (folder / INDEX_NAME).read_bytes() == (GPU_SESSION / INDEX_NAME).read_bytes()
