@@ -13,7 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -344,6 +344,115 @@ class ReceiptParts:
         return Verdict.worst(words) if words else None
 
 
+@dataclass(frozen=True, slots=True)
+class Integrity:
+    """The ``integrity`` block: the SHA-256 of the raw blocks named in ``covers``."""
+
+    raw_sha256: str
+    covers: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"raw_sha256": self.raw_sha256, "covers": list(self.covers)}
+
+    @classmethod
+    def from_json(cls, block: object) -> Integrity | None:
+        """The block as recorded; None when it is missing or not of this shape."""
+        if not isinstance(block, Mapping) or not isinstance(block.get("raw_sha256"), str):
+            return None
+        covers = block.get("covers")
+        return cls(block["raw_sha256"], tuple(map(str, covers if isinstance(covers, list) else ())))
+
+
+#: The blocks of a receipt that are lists of entries, in the order a receipt is written.
+LIST_BLOCKS = ("runs", "gates", "lossless", "speed")
+
+
+@dataclass(frozen=True)
+class ReceiptRecord:
+    """A receipt as written and read, serialised here only (:meth:`to_json`, :meth:`from_json`).
+
+    The evidence layer's own blocks are typed: the test's outcome, the derived verdicts
+    (:attr:`parts`, re-derived from the raw blocks) and the integrity block. The blocks other
+    layers record stay the JSON those layers write (the RunSpec, the allocation, each run
+    record, gate result, lossless and speed verdict, canary, matrix, export and update event):
+    ``entries`` holds each list block present, by name, in the order it is written."""
+
+    schema_version: int
+    test_id: str
+    created_at: str | None
+    written_at: str | None
+    outcome: dict[str, str]
+    runspec: dict[str, Any] | None
+    allocation: dict[str, Any] | None
+    entries: dict[str, list[dict[str, Any]]]
+    #: As recorded: ``verify`` compares it with the one the raw blocks give now.
+    recorded_verdicts: dict[str, Any] | None
+    integrity: Integrity | None
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """The RunSpec's ``source`` block: the rootdir's revision, diff and publication."""
+        source = (self.runspec or {}).get("source")
+        return source if isinstance(source, dict) else None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "schema_version": self.schema_version,
+            "test_id": self.test_id,
+            "created_at": self.created_at,
+            "written_at": self.written_at,
+            "outcome": dict(self.outcome),
+            "runspec": self.runspec,
+            "allocation": self.allocation,
+        }
+        data.update({name: self.entries.get(name, []) for name in LIST_BLOCKS})
+        data.update({name: self.entries[name] for name in OPTIONAL_BLOCKS if name in self.entries})
+        data["verdicts"] = self.recorded_verdicts
+        data["integrity"] = None if self.integrity is None else self.integrity.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReceiptRecord:
+        """A receipt :func:`load` read; :class:`ReceiptError` when a block has the wrong
+        shape (a list block that is not a list of objects, an outcome that is not words)."""
+
+        def block(name: str) -> dict[str, Any] | None:
+            value = data.get(name)
+            if value is not None and not isinstance(value, dict):
+                raise ReceiptError(f"{name} is not an object")
+            return value
+
+        entries: dict[str, list[dict[str, Any]]] = {}
+        for name in (*LIST_BLOCKS, *OPTIONAL_BLOCKS):
+            value = data.get(name)
+            if value is None and (name in LIST_BLOCKS or name not in data):
+                continue
+            if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+                raise ReceiptError(f"{name} is not a list of objects")
+            entries[name] = value
+        outcome = data.get("outcome") or {}
+        if not isinstance(outcome, dict) or not all(isinstance(w, str) for w in outcome.values()):
+            raise ReceiptError("outcome is not an object of words")
+        version, test_id = data.get("schema_version"), data.get("test_id")
+        return cls(
+            schema_version=version if isinstance(version, int) else SCHEMA_VERSION,
+            test_id=str(test_id),
+            created_at=_text(data.get("created_at")),
+            written_at=_text(data.get("written_at")),
+            outcome=outcome,
+            runspec=block("runspec"),
+            allocation=block("allocation"),
+            entries=entries,
+            recorded_verdicts=block("verdicts"),
+            integrity=Integrity.from_json(data.get("integrity")),
+        )
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     """The ``verdicts`` block of a receipt as JSON, derived from its raw blocks only
     (:meth:`ReceiptParts.verdicts`)."""
@@ -430,9 +539,9 @@ class Receipt:
         self.outcome[phase] = outcome
 
     @property
-    def verdicts(self) -> dict[str, Any]:
+    def verdicts(self) -> Verdicts:
         """The derived verdicts, as :meth:`to_dict` would write them now."""
-        return dict(self.to_dict()["verdicts"])
+        return ReceiptParts.from_json(self.to_dict()).verdicts()
 
     @property
     def empty(self) -> bool:
@@ -458,9 +567,10 @@ class Receipt:
         block["source"] = source
         return block
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "schema": SCHEMA,
+    def record(self) -> ReceiptRecord:
+        """The receipt as it would be written now: raw blocks as JSON (what a reader will
+        see), then the verdicts derived from them and the integrity hash over them."""
+        raw = {
             "schema_version": SCHEMA_VERSION,
             "test_id": self.test_id,
             "created_at": self.created_at,
@@ -469,23 +579,24 @@ class Receipt:
             "runspec": self._runspec_block(),
             "allocation": self.allocation,
             "runs": [{**run, "lifecycle": lifecycle_verdict(run)} for run in self.runs],
-            "gates": list(self.gates),
-            "lossless": list(self.lossless),
-            "speed": list(self.speed),
+            "gates": self.gates,
+            "lossless": self.lossless,
+            "speed": self.speed,
         }
-        if self.canary:
-            data["canary"] = list(self.canary)
-        if self.export:
-            data["export"] = list(self.export)
-        if self.matrix:
-            data["matrix"] = list(self.matrix)
-        if self.updates:
-            data["updates"] = list(self.updates)
-        data = json.loads(json.dumps(data, default=_json_default))  # what a reader will see
-        data["verdicts"] = derive_verdicts(data)
-        covers = [*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data)]
-        data["integrity"] = {"raw_sha256": raw_sha256(data), "covers": covers}
-        return data
+        for name in OPTIONAL_BLOCKS:
+            if getattr(self, name):
+                raw[name] = getattr(self, name)
+        data = json.loads(json.dumps(raw, default=_json_default))  # what a reader will see
+        record = ReceiptRecord.from_json(data)
+        covers = (*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data))
+        return replace(
+            record,
+            recorded_verdicts=ReceiptParts.from_json(data).verdicts().to_json(),
+            integrity=Integrity(raw_sha256(data), covers),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.record().to_json()
 
     def write(self, directory: Path | str, *, root: Path | str | None = None) -> Path:
         """Write ``<dir>/<name>.json`` atomically, and, when the tree is dirty, its diff as

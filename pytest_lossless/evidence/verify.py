@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ from .provenance import publication_contradictions
 from .receipts import (
     LEGACY_DIFF,
     STORED_DIFF,
-    derive_verdicts,
+    Integrity,
+    ReceiptParts,
+    ReceiptRecord,
     load,
     load_all,
     raw_sha256,
@@ -41,10 +44,16 @@ from .summary_md import check_summaries
 
 @dataclass
 class Context:
-    """What a checker may use besides the receipt: its file, and the kinds to re-judge with."""
+    """What a checker may use besides the receipt: its file, the kinds to re-judge with, and
+    the receipt read once as a typed record (:meth:`parts`: what its verdicts derive from)."""
 
     path: Path
     kinds: KindRegistry = field(default_factory=KindRegistry)
+    record: ReceiptRecord | None = None
+
+    @cached_property
+    def parts(self) -> ReceiptParts | None:
+        return None if self.record is None else ReceiptParts.from_json(self.record.to_json())
 
 
 MARKER_BYTES = re.compile(MARKER_RE.pattern.encode())
@@ -55,13 +64,14 @@ Checker = Callable[[Any, Mapping[str, Any], Context], list[str]]
 
 def check_integrity(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """The raw blocks still hash to what was recorded when the receipt was written."""
-    if not isinstance(block, Mapping) or "raw_sha256" not in block:
+    recorded = Integrity.from_json(block)
+    if recorded is None:
         return ["integrity block missing: the raw blocks cannot be checked for edits"]
     actual = raw_sha256(receipt)
-    if block["raw_sha256"] != actual:
+    if recorded.raw_sha256 != actual:
         return [
             f"raw blocks were changed after the receipt was written: integrity.raw_sha256 "
-            f"is {block['raw_sha256']} but the raw blocks hash to {actual}"
+            f"is {recorded.raw_sha256} but the raw blocks hash to {actual}"
         ]
     return []
 
@@ -234,7 +244,8 @@ def _same(a: Any, b: Any) -> bool:
 
 def check_verdicts(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """The ``verdicts`` block equals the one derived from the raw blocks now."""
-    again = derive_verdicts(receipt)
+    parts = context.parts or ReceiptParts.from_json(receipt)
+    again = parts.verdicts().to_json()
     if not isinstance(block, Mapping):
         return ["verdicts block missing or not a mapping"]
     return [
@@ -563,7 +574,11 @@ def verify_receipt(
     path = Path(path)
     if receipt is None:
         receipt = load(path)
-    context = Context(path) if kinds is None else Context(path, kinds)
+    try:  # read once into its record: the checkers judge the blocks it holds
+        record = ReceiptRecord.from_json(receipt)
+    except ReceiptError as exc:
+        return [f"the receipt cannot be read: {exc}"]
+    context = Context(path, kinds or KindRegistry(), record)
     found: list[str] = []
     for block, check in (checkers if checkers is not None else default_checkers()).items():
         try:

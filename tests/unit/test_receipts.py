@@ -591,3 +591,26 @@ def test_a_real_session_index_reads_into_its_record_and_writes_back_identically(
     folder.mkdir()
     write_index(folder, index)
     assert (folder / INDEX_NAME).read_bytes() == (GPU_SESSION / INDEX_NAME).read_bytes()
+
+
+def test_real_receipts_read_into_their_records_and_write_back_identically() -> None:
+    from pytest_lossless.evidence.receipts import ReceiptRecord
+
+    paths = sorted(p for p in GPU_SESSION.glob("*.json") if p.name != "INDEX.json")
+    assert len(paths) == 10
+    for path in paths:
+        record = ReceiptRecord.from_json(load(path))
+        assert record.integrity is not None
+        assert record.recorded_verdicts is not None
+        assert record.recorded_verdicts["overall"] in ("PASS", "LOSSY-PASS", "INCONCLUSIVE", "FAIL")
+        text = json.dumps(record.to_json(), indent=2, ensure_ascii=False) + "\n"
+        assert text.encode() == path.read_bytes(), path.name
+
+
+def test_a_receipt_block_of_the_wrong_shape_is_named() -> None:
+    from pytest_lossless.evidence.receipts import ReceiptRecord
+
+    with pytest.raises(ReceiptError, match="gates is not a list of objects"):
+        ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", "gates": ["x"]})
+    with pytest.raises(ReceiptError, match="outcome is not an object of words"):
+        ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", "outcome": {"call": 1}})
