@@ -458,42 +458,41 @@ def _crypto() -> Any:
     return serialization
 
 
-def load_private_key(path: Path) -> Any:
-    """An ed25519 private key from an unencrypted PEM file."""
+def _load_key(path: Path, *, private: bool) -> Any:
+    """An ed25519 key from a PEM file: the private half (unencrypted) to sign, the public
+    half to check; :class:`AttestationError` naming the file and how to make the right one."""
     serialization = _crypto()
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric import ed25519
 
+    wanted: type[Any]
+    if private:
+        load, wanted = serialization.load_pem_private_key, ed25519.Ed25519PrivateKey
+        what = "an unencrypted PEM private key"
+        advice = "make one with: openssl genpkey -algorithm ed25519 -out key.pem"
+    else:
+        load, wanted = serialization.load_pem_public_key, ed25519.Ed25519PublicKey
+        what = "a PEM public key"
+        advice = "give the public half: openssl pkey -in key.pem -pubout -out key.pub"
     try:
-        key = serialization.load_pem_private_key(read_regular(path, limit=1 << 16), password=None)
+        data = read_regular(path, limit=1 << 16)
+        key = load(data, password=None) if private else load(data)
     except OSError as exc:
         raise AttestationError(f"--key {path}: cannot be read: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
-        raise AttestationError(
-            f"--key {path}: not an unencrypted PEM private key ({exc}); make one with: "
-            "openssl genpkey -algorithm ed25519 -out key.pem"
-        ) from None
-    if not isinstance(key, Ed25519PrivateKey):
+        raise AttestationError(f"--key {path}: not {what} ({exc}); {advice}") from None
+    if not isinstance(key, wanted):
         raise AttestationError(f"--key {path}: a {type(key).__name__}, not an ed25519 key")
     return key
+
+
+def load_private_key(path: Path) -> Any:
+    """An ed25519 private key from an unencrypted PEM file."""
+    return _load_key(path, private=True)
 
 
 def load_public_key(path: Path) -> Any:
     """An ed25519 public key from a PEM file (``openssl pkey -in key.pem -pubout``)."""
-    serialization = _crypto()
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    try:
-        key = serialization.load_pem_public_key(read_regular(path, limit=1 << 16))
-    except OSError as exc:
-        raise AttestationError(f"--key {path}: cannot be read: {exc.strerror or exc}") from None
-    except (ValueError, TypeError) as exc:
-        raise AttestationError(
-            f"--key {path}: not a PEM public key ({exc}); give the public half: "
-            "openssl pkey -in key.pem -pubout -out key.pub"
-        ) from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise AttestationError(f"--key {path}: a {type(key).__name__}, not an ed25519 key")
-    return key
+    return _load_key(path, private=False)
 
 
 def keyid(public_key: Any) -> str:

@@ -295,6 +295,29 @@ def _rejudge(
     return bool(kinds.compare(gate, a, b).passed)
 
 
+def _rejudge_results(
+    kinds: KindRegistry,
+    pair: str,
+    comparison: Mapping[str, Any],
+    left: Mapping[str, Any],
+    right: Mapping[str, Any],
+    gates: Mapping[str, Any],
+) -> list[str]:
+    """Each result of one recorded comparison of two runs re-judged from their fingerprints
+    (under the gate the entry names for the artifact, else the result's own)."""
+    found = []
+    for result in comparison.get("results") or []:
+        name = result["artifact"]
+        gate = str(gates.get(name, result.get("gate")))
+        again = _rejudge(kinds, gate, name, left[name], right[name])
+        if again is not None and again != result.get("passed"):
+            found.append(
+                f"{pair} {name}: recorded passed={result.get('passed')} but the "
+                f"fingerprints give {again}"
+            )
+    return found
+
+
 def _lossy_contradictions(entry: Mapping[str, Any]) -> list[str]:
     """A lossy gate (``tolerance``, ``ulp``) cannot be re-run on digests, but its recorded
     statistics must agree with its recorded pass: a pass has no position beyond the bound and
@@ -438,17 +461,8 @@ def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> 
                     f"{comparison['right']} names a run that is not recorded"
                 )
                 continue
-            for result in comparison.get("results") or []:
-                name = result["artifact"]
-                again = _rejudge(
-                    kinds, str(gates.get(name, result["gate"])), name, left[name], right[name]
-                )
-                if again is not None and again != result.get("passed"):
-                    found.append(
-                        f"lossless[{index}] {comparison['left']} vs "
-                        f"{comparison['right']} {name}: recorded passed="
-                        f"{result.get('passed')} but the fingerprints give {again}"
-                    )
+            pair = f"lossless[{index}] {comparison['left']} vs {comparison['right']}"
+            found += _rejudge_results(kinds, pair, comparison, left, right, gates)
         verdict = rederive(entry)
         if verdict != entry.get("verdict"):
             found.append(
@@ -494,15 +508,7 @@ def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> li
                 if left is None or right is None:
                     found.append(f"{pair}: names a run that is not recorded")
                     continue
-                for result in comparison.get("results") or []:
-                    name = result["artifact"]
-                    gate = str(gates.get(name, result.get("gate")))
-                    again = _rejudge(context.kinds, gate, name, left[name], right[name])
-                    if again is not None and again != result.get("passed"):
-                        found.append(
-                            f"{pair} {name}: recorded passed={result.get('passed')} but the "
-                            f"fingerprints give {again}"
-                        )
+                found += _rejudge_results(context.kinds, pair, comparison, left, right, gates)
         verdicts = rederive(grid)
         for cell in cells:
             again_word = verdicts.get(str(cell.get("name")))
