@@ -35,7 +35,7 @@ from ..core.paths import read_regular
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError
-from .index import INDEX_NAME, load_index, sha256_regular
+from .index import INDEX_NAME, SessionIndex, load_index, sha256_regular
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -63,13 +63,13 @@ class SessionFiles:
     receipts the index lists, loaded."""
 
     folder: Path
-    index: Mapping[str, Any]
+    index: SessionIndex
     index_sha256: str
     receipts: Mapping[str, Mapping[str, Any]]
 
     @property
     def session_id(self) -> str:
-        return str(self.index.get("session_id") or "")
+        return self.index.session_id
 
     @classmethod
     def read(cls, folder: Path) -> SessionFiles:
@@ -84,8 +84,8 @@ class SessionFiles:
         except (ReceiptError, OSError) as exc:
             raise AttestationError(f"{path}: {exc}") from None
         receipts: dict[str, Mapping[str, Any]] = {}
-        for entry in index.get("receipts") or []:
-            name = str(entry.get("file") or "")
+        for entry in index.receipts:
+            name = entry.file
             if not name or Path(name).name != name:
                 raise AttestationError(f"{path}: lists a receipt named {name!r}")
             try:
@@ -135,16 +135,41 @@ def source_subjects(session: SessionFiles) -> list[dict[str, Any]]:
             if block.get("diff_sha256"):
                 entry["annotations"]["diff_sha256"] = str(block["diff_sha256"])
 
-    add("source", session.index.get("source"))
+    add("source", session.index.source)
     for receipt in session.receipts.values():
         runspec = receipt.get("runspec")
         if isinstance(runspec, Mapping):
             add("source", runspec.get("source"))
-        rootdir = session.index.get("rootdir")
+        rootdir = session.index.rootdir
         for run in receipt.get("runs") or []:
             trees = run.get("sources") if isinstance(run, Mapping) else None
             for tree, state in (trees or {}).items() if isinstance(trees, Mapping) else ():
                 add(f"source:{_relative(tree, rootdir) or tree}", state)
+    return [found[k] for k in sorted(found)]
+
+
+def diff_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+    """The SHA-256 of each source diff the session stores (``diffs/<sha256>.diff``, or an older
+    receipt's ``<name>.diff``), hashed from the file on disk, so a diff changed after signing
+    is named; a receipt's ``diff_sha256`` annotation alone is git's diff before redaction."""
+    from .receipts import LEGACY_DIFF, STORED_DIFF
+
+    found: dict[str, dict[str, Any]] = {}
+    for receipt in session.receipts.values():
+        runspec = receipt.get("runspec")
+        source = runspec.get("source") if isinstance(runspec, Mapping) else None
+        name = str((source.get("diff_file") if isinstance(source, Mapping) else None) or "")
+        if name in found or not (STORED_DIFF.match(name) or LEGACY_DIFF.match(name)):
+            continue
+        try:
+            digest = sha256_regular(session.folder / name)
+        except OSError:
+            continue  # a missing diff is verify's to name (signing refuses the session)
+        found[name] = {
+            "name": name,
+            "digest": _digest_set("sha256", digest),
+            "annotations": {"role": "source diff"},
+        }
     return [found[k] for k in sorted(found)]
 
 
@@ -184,8 +209,9 @@ def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
 
 
 def subjects(session: SessionFiles) -> list[dict[str, Any]]:
-    """The statement's subjects: source revisions first, then the obtained artifacts."""
-    return source_subjects(session) + artifact_subjects(session)
+    """The statement's subjects: source revisions and their stored diffs first, then the
+    obtained artifacts."""
+    return source_subjects(session) + diff_subjects(session) + artifact_subjects(session)
 
 
 def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -195,7 +221,7 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
     a file missing from ``project``, or a manifest whose digest is not the one the receipt was
     judged against."""
     problems: list[str] = []
-    rootdir = session.index.get("rootdir")
+    rootdir = session.index.rootdir
     descriptors = [
         {
             "name": INDEX_NAME,
@@ -261,39 +287,14 @@ class GateOutcome:
     why: str
 
 
-def _expected(entry: Mapping[str, Any]) -> bool:
-    wanted = entry.get("expect_verdict")
-    return isinstance(wanted, list) and str(entry.get("verdict")) in [str(w) for w in wanted]
-
-
 def effective_verdict(receipt: Mapping[str, Any]) -> Verdict | None:
     """The receipt's verdict with each lossless and speed verdict that matched its test's
     ``expect=`` counted as PASS (the test asserted it); every other part as in the receipt's
-    ``verdicts.overall``. None when the receipt judged nothing."""
-    from ..run import lifecycle_verdict
+    ``verdicts.overall`` (:meth:`.receipts.ReceiptParts.effective`, the same derivation).
+    None when the receipt judged nothing."""
+    from .receipts import ReceiptParts
 
-    words: list[str] = []
-    for gate in receipt.get("gates") or []:
-        if isinstance(gate, Mapping):
-            if gate.get("passed") is not True:
-                words.append(Verdict.FAIL.value)
-            else:
-                lossless = gate.get("lossless") is True
-                words.append(Verdict.PASS.value if lossless else Verdict.LOSSY_PASS.value)
-    for block in ("lossless", "speed"):
-        for entry in receipt.get(block) or []:
-            if not isinstance(entry, Mapping):
-                continue
-            if _expected(entry):
-                words.append(Verdict.PASS.value)
-            elif block == "lossless" and entry.get("verdict") == "PASS" and entry.get("lossy"):
-                words.append(Verdict.LOSSY_PASS.value)
-            else:
-                words.append(str(entry.get("verdict")))
-    for run in receipt.get("runs") or []:
-        if isinstance(run, Mapping) and lifecycle_verdict(run).get("clean") is not True:
-            words.append(Verdict.FAIL.value)
-    return Verdict.worst(words) if words else None
+    return ReceiptParts.from_json(receipt).effective()
 
 
 def gate_outcomes(session: SessionFiles) -> list[GateOutcome]:
@@ -303,14 +304,13 @@ def gate_outcomes(session: SessionFiles) -> list[GateOutcome]:
     otherwise: a failed, skipped or unreached test, no receipt, or nothing judged."""
     outcomes: list[GateOutcome] = []
     by_file = dict(session.receipts)
-    for test in session.index.get("tests") or []:
-        test_id = str(test.get("test_id"))
-        outcome = str(test.get("outcome"))
-        if outcome in _NOT_SELECTED or not (test.get("gate") or test.get("receipt")):
+    for test in session.index.tests:
+        test_id, outcome = test.test_id, test.outcome
+        if outcome in _NOT_SELECTED or not (test.gate or test.receipt):
             continue
-        receipt = by_file.get(str(test.get("receipt"))) if test.get("receipt") else None
+        receipt = by_file.get(test.receipt) if test.receipt else None
         if outcome != "passed":
-            reason = f": {test['reason']}" if test.get("reason") else ""
+            reason = f": {test.reason}" if test.reason else ""
             outcomes.append(GateOutcome(test_id, FAILED, f"pytest outcome {outcome}{reason}"))
             continue
         if receipt is None:
@@ -341,16 +341,10 @@ def _test_detail(test_id: str, receipt: Mapping[str, Any] | None) -> dict[str, A
     """The lossless detail of one test: each gate, lossless comparison and speed workload."""
     if receipt is None:
         return {"gates": [], "lossless": [], "speed": []}
+    from .receipts import GateRow
+
     gates = [
-        {
-            "artifact": g.get("artifact"),
-            "kind": g.get("kind"),
-            "gate": g.get("gate"),
-            "passed": g.get("passed"),
-            "lossless": g.get("lossless"),
-        }
-        for g in receipt.get("gates") or []
-        if isinstance(g, Mapping)
+        GateRow.from_json(g).to_json() for g in receipt.get("gates") or [] if isinstance(g, Mapping)
     ]
     lossless = [
         {
@@ -388,7 +382,7 @@ def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any
     subject = subjects(session)
     config, problems = configuration(session, project)
     outcomes = gate_outcomes(session)
-    finished = session.index.get("finished") is True
+    finished = session.index.finished
     result = overall_result(outcomes, finished=finished)
     test_result = {
         "result": result,
@@ -402,12 +396,12 @@ def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any
     detail = {
         "session": {
             "id": session.session_id,
-            "host": index.get("host"),
-            "started_at": index.get("started_at"),
-            "ended_at": index.get("ended_at"),
-            "state": index.get("state"),
+            "host": index.host,
+            "started_at": index.started_at,
+            "ended_at": index.ended_at,
+            "state": index.state,
             "finished": finished,
-            "mode": index.get("mode"),
+            "mode": index.mode,
             "index_sha256": session.index_sha256,
         },
         "result": result,
@@ -420,13 +414,7 @@ def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any
             }
             for o in outcomes
         ],
-        "receipts": sorted(
-            (
-                {"file": str(e.get("file")), "sha256": e.get("sha256"), "test_id": e.get("test_id")}
-                for e in index.get("receipts") or []
-            ),
-            key=lambda e: e["file"],
-        ),
+        "receipts": [e.to_json() for e in sorted(index.receipts, key=lambda e: e.file)],
     }
     made = [
         {
@@ -470,42 +458,41 @@ def _crypto() -> Any:
     return serialization
 
 
-def load_private_key(path: Path) -> Any:
-    """An ed25519 private key from an unencrypted PEM file."""
+def _load_key(path: Path, *, private: bool) -> Any:
+    """An ed25519 key from a PEM file: the private half (unencrypted) to sign, the public
+    half to check; :class:`AttestationError` naming the file and how to make the right one."""
     serialization = _crypto()
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric import ed25519
 
+    wanted: type[Any]
+    if private:
+        load, wanted = serialization.load_pem_private_key, ed25519.Ed25519PrivateKey
+        what = "an unencrypted PEM private key"
+        advice = "make one with: openssl genpkey -algorithm ed25519 -out key.pem"
+    else:
+        load, wanted = serialization.load_pem_public_key, ed25519.Ed25519PublicKey
+        what = "a PEM public key"
+        advice = "give the public half: openssl pkey -in key.pem -pubout -out key.pub"
     try:
-        key = serialization.load_pem_private_key(read_regular(path, limit=1 << 16), password=None)
+        data = read_regular(path, limit=1 << 16)
+        key = load(data, password=None) if private else load(data)
     except OSError as exc:
         raise AttestationError(f"--key {path}: cannot be read: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
-        raise AttestationError(
-            f"--key {path}: not an unencrypted PEM private key ({exc}); make one with: "
-            "openssl genpkey -algorithm ed25519 -out key.pem"
-        ) from None
-    if not isinstance(key, Ed25519PrivateKey):
+        raise AttestationError(f"--key {path}: not {what} ({exc}); {advice}") from None
+    if not isinstance(key, wanted):
         raise AttestationError(f"--key {path}: a {type(key).__name__}, not an ed25519 key")
     return key
+
+
+def load_private_key(path: Path) -> Any:
+    """An ed25519 private key from an unencrypted PEM file."""
+    return _load_key(path, private=True)
 
 
 def load_public_key(path: Path) -> Any:
     """An ed25519 public key from a PEM file (``openssl pkey -in key.pem -pubout``)."""
-    serialization = _crypto()
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    try:
-        key = serialization.load_pem_public_key(read_regular(path, limit=1 << 16))
-    except OSError as exc:
-        raise AttestationError(f"--key {path}: cannot be read: {exc.strerror or exc}") from None
-    except (ValueError, TypeError) as exc:
-        raise AttestationError(
-            f"--key {path}: not a PEM public key ({exc}); give the public half: "
-            "openssl pkey -in key.pem -pubout -out key.pub"
-        ) from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise AttestationError(f"--key {path}: a {type(key).__name__}, not an ed25519 key")
-    return key
+    return _load_key(path, private=False)
 
 
 def keyid(public_key: Any) -> str:
@@ -645,8 +632,7 @@ def signing_problems(folder: Path, *, kinds: Any = None) -> list[str]:
     loaded = {p: r for p, r in load_all(folder).items() if p.parent == folder}
     session = check_session(folder, loaded)
     found += [f.text for f in session.findings if f.kind == CONTRADICTION]
-    index = session.index or {}
-    unsignable = index.get("unsignable")
+    unsignable = session.index.unsignable if session.index else None
     if unsignable:
         found.append(f"{folder / INDEX_NAME}: the session says it cannot be signed: {unsignable}")
     for path, receipt in loaded.items():
@@ -807,10 +793,10 @@ def check_bundle(
     on_disk: dict[str, list[Path]] = {}
     for folder in folders:
         try:
-            index = load_index(folder / INDEX_NAME)
+            session_id = load_index(folder / INDEX_NAME).session_id
         except ReceiptError:
-            index = {}
-        on_disk.setdefault(str(index.get("session_id") or folder.name), []).append(folder)
+            session_id = ""
+        on_disk.setdefault(session_id or folder.name, []).append(folder)
     for session_id, places in sorted(on_disk.items()):
         if len(places) > 1:
             found.append(

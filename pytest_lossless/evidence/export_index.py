@@ -29,6 +29,7 @@ from typing import Any
 from ..core.clock import utc_iso
 from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_json_atomic
 from ..core.text import printable
+from ..errors import ReceiptError
 from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA
 
 __all__ = [
@@ -62,13 +63,22 @@ class ExportFolder:
         return target.relative_to(self.root).as_posix(), sha256_file(target), target.stat().st_size
 
     def add_receipt(self, session: str, receipt: Path) -> str:
-        """Copy a receipt (and the diff stored beside it) in; returns its relative path."""
+        """Copy a receipt (and the source diff it names: ``diffs/<sha256>.diff``, or an older
+        receipt's ``<name>.diff`` beside it) in; returns its relative path."""
+        from .receipts import LEGACY_DIFF, STORED_DIFF, load
+
         folder = self.root / RECEIPTS / safe_name(session or "session")
         target = folder / receipt.name
         _copy_atomic(receipt, target)
-        diff = receipt.with_suffix(".diff")
-        if diff.is_file():
-            _copy_atomic(diff, folder / diff.name)
+        try:
+            source = (load(receipt).get("runspec") or {}).get("source") or {}
+        except ReceiptError:
+            source = {}  # copied as it is: verify names what is wrong with it
+        name = str(source.get("diff_file") or "")
+        stored, copy = receipt.parent / name, folder / name
+        named = STORED_DIFF.match(name) or LEGACY_DIFF.match(name)
+        if named and stored.is_file() and not copy.is_file():  # by its digest: copied once
+            _copy_atomic(stored, copy)
         return target.relative_to(self.root).as_posix()
 
     def add_report(self, report: Path) -> Path | None:

@@ -20,6 +20,7 @@ import secrets
 import socket
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,145 @@ def receipt_files(folder: Path) -> list[Path]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class IndexTest:
+    """One gate test the session collected (or any test that wrote a receipt): what became
+    of it, and its receipt's file name (None: it wrote none)."""
+
+    test_id: str
+    gate: bool
+    outcome: str
+    receipt: str | None
+    reason: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test_id": self.test_id,
+            "gate": self.gate,
+            "outcome": self.outcome,
+            "receipt": self.receipt,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> IndexTest:
+        return cls(
+            test_id=str(entry.get("test_id")),
+            gate=entry.get("gate") is True,
+            outcome=str(entry.get("outcome")),
+            receipt=_text(entry.get("receipt")),
+            reason=_text(entry.get("reason")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFile:
+    """A file the index vouches for by its SHA-256: a receipt (with its test) or the summary."""
+
+    file: str
+    sha256: str | None
+    test_id: str | None = None
+
+    def to_json(self, *, with_test: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {"file": self.file, "sha256": self.sha256}
+        if with_test:
+            data["test_id"] = self.test_id
+        return data
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> IndexFile:
+        return cls(
+            str(entry.get("file") or ""), _text(entry.get("sha256")), _text(entry.get("test_id"))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionIndex:
+    """A session's ``INDEX.json`` (schema :data:`INDEX_VERSION`), serialised here only.
+
+    ``host``, ``source`` and ``shard`` are the JSON of the records that made them (the host
+    identity, the provenance's source identity, the shard split); ``hmac`` is only read, from
+    an index an older pytest-lossless signed with a key inside the session."""
+
+    session_id: str
+    host: dict[str, Any] | None
+    started_at: str | None
+    ended_at: str | None
+    finished: bool
+    state: str | None
+    exitstatus: int | None
+    mode: str | None
+    workers: int
+    rootdir: str | None
+    source: dict[str, Any] | None
+    tests: tuple[IndexTest, ...]
+    receipts: tuple[IndexFile, ...]
+    summary: IndexFile | None
+    unsignable: str | None = None
+    shard: dict[str, Any] | None = None
+    hmac: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": INDEX_SCHEMA,
+            "schema_version": INDEX_VERSION,
+            "session_id": self.session_id,
+            "host": self.host,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "finished": self.finished,
+            "state": self.state,
+            "exitstatus": self.exitstatus,
+            "mode": self.mode,
+            "workers": self.workers,
+            "rootdir": self.rootdir,
+            "source": self.source,
+            "tests": [t.to_json() for t in self.tests],
+            "receipts": [r.to_json() for r in self.receipts],
+            "summary": None if self.summary is None else self.summary.to_json(with_test=False),
+        }
+        for key, value in (("unsignable", self.unsignable), ("shard", self.shard)):
+            if value:
+                data[key] = value
+        if self.hmac is not None:
+            data["hmac"] = self.hmac
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SessionIndex:
+        """An index as read (:func:`load_index` checked its schema and lists)."""
+
+        def mapping(key: str) -> dict[str, Any] | None:
+            value = data.get(key)
+            return dict(value) if isinstance(value, Mapping) else None
+
+        summary = data.get("summary")
+        exitstatus, workers = data.get("exitstatus"), data.get("workers")
+        return cls(
+            session_id=str(data.get("session_id") or ""),
+            host=mapping("host"),
+            started_at=_text(data.get("started_at")),
+            ended_at=_text(data.get("ended_at")),
+            finished=data.get("finished") is True,
+            state=_text(data.get("state")),
+            exitstatus=exitstatus if isinstance(exitstatus, int) else None,
+            mode=_text(data.get("mode")),
+            workers=workers if isinstance(workers, int) else 0,
+            rootdir=_text(data.get("rootdir")),
+            source=mapping("source"),
+            tests=tuple(IndexTest.from_json(t) for t in data.get("tests") or ()),
+            receipts=tuple(IndexFile.from_json(r) for r in data.get("receipts") or ()),
+            summary=IndexFile.from_json(summary) if isinstance(summary, Mapping) else None,
+            unsignable=_text(data.get("unsignable")),
+            shard=mapping("shard"),
+            hmac=mapping("hmac"),
+        )
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
 def build_index(
     folder: Path | str,
     *,
@@ -144,69 +284,60 @@ def build_index(
     digests: Mapping[str, str] | None = None,
     unsignable: str | None = None,
     shard: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> SessionIndex:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
-        hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
-        collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
-        ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
-        ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
-        ``update-goldens+lossless``, or ``off`` (gates skipped). ``digests``: receipt file name ->
+    hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
+    collected (``test_id``, ``gate``, ``outcome``, ``receipt`` file name or ``null``,
+    ``reason``). ``mode`` is what the session did with its gates: ``lossless`` (compared),
+    ``update-goldens`` (wrote goldens; a gate test then may write no receipt),
+    ``update-goldens+lossless``, or ``off`` (gates skipped). ``digests``: receipt file name ->
     the SHA-256 the session held in memory when it wrote it (listed instead of what the file
     holds now). ``unsignable``: why the session must not be signed (a process it started
-    outlived it, a receipt changed on disk while it ran). ``shard`` (``--lossless-shard``: index,
-    count, source, the selection split) is recorded when given."""
+    outlived it, a receipt changed on disk while it ran). ``shard`` (``--lossless-shard``:
+    index, count, source, the selection split) is recorded when given."""
     folder = Path(folder)
-    entries = [dict(t) for t in tests]
-    by_receipt = {str(t["receipt"]): t.get("test_id") for t in entries if t.get("receipt")}
+    entries = sorted((IndexTest.from_json(t) for t in tests), key=lambda t: t.test_id)
+    by_receipt = {t.receipt: t.test_id for t in entries if t.receipt}
     known = dict(digests or {})
-    receipts = [
-        {
-            "file": p.name,
-            "sha256": known.get(p.name) or sha256_regular(p),
-            "test_id": by_receipt.get(p.name),
-        }
+    receipts = tuple(
+        IndexFile(p.name, known.get(p.name) or sha256_regular(p), by_receipt.get(p.name))
         for p in receipt_files(folder)
-    ]
+    )
     summary_path = folder / SUMMARY_NAME
     summary = (
-        {"file": SUMMARY_NAME, "sha256": sha256_regular(summary_path)}
+        IndexFile(SUMMARY_NAME, sha256_regular(summary_path))
         if os.path.lexists(summary_path)
         else None
     )
     state = state if state is not None else session_state(exitstatus)
-    index: dict[str, Any] = {
-        "schema": INDEX_SCHEMA,
-        "schema_version": INDEX_VERSION,
-        "session_id": session_id,
-        "host": dict(host) if host is not None else host_identity(),
-        "started_at": started_at or utc_iso(),
-        "ended_at": ended_at or utc_iso(),
-        "finished": state == "finished",
-        "state": state,
-        "exitstatus": exitstatus,
-        "mode": mode,
-        "workers": workers,
-        "rootdir": rootdir,
-        "source": dict(source) if source is not None else None,
-        "tests": sorted(entries, key=lambda t: str(t.get("test_id"))),
-        "receipts": receipts,
-        "summary": summary,
-    }
-    if unsignable:
-        index["unsignable"] = unsignable
-    if shard is not None:
-        index["shard"] = dict(shard)
-    return index
+    return SessionIndex(
+        session_id=session_id,
+        host=dict(host) if host is not None else host_identity(),
+        started_at=started_at or utc_iso(),
+        ended_at=ended_at or utc_iso(),
+        finished=state == "finished",
+        state=state,
+        exitstatus=exitstatus,
+        mode=mode,
+        workers=workers,
+        rootdir=rootdir,
+        source=dict(source) if source is not None else None,
+        tests=tuple(entries),
+        receipts=receipts,
+        summary=summary,
+        unsignable=unsignable,
+        shard=dict(shard) if shard is not None else None,
+    )
 
 
-def write_index(folder: Path | str, index: Mapping[str, Any]) -> Path:
+def write_index(folder: Path | str, index: SessionIndex) -> Path:
     """Write ``<folder>/INDEX.json`` atomically (a reader sees none or all of it)."""
     path = Path(folder) / INDEX_NAME
-    write_json_atomic(path, dict(index))
+    write_json_atomic(path, index.to_json())
     return path
 
 
-def load_index(path: Path | str) -> dict[str, Any]:
+def load_index(path: Path | str) -> SessionIndex:
     """An index as written; :class:`ReceiptError` naming the file when it cannot be used."""
     path = Path(path)
     try:
@@ -234,13 +365,16 @@ def load_index(path: Path | str) -> dict[str, Any]:
     for name in ("receipts", "tests"):
         if not isinstance(data.get(name), list) or not all(isinstance(e, dict) for e in data[name]):
             raise ReceiptError(f"{path}: {name!r} is not a list of entries", path=path)
-    return data
+    return SessionIndex.from_json(data)
 
 
 __all__ = [
     "HOST_ENV",
     "INDEX_NAME",
     "OK_WITHOUT_RECEIPT",
+    "IndexFile",
+    "IndexTest",
+    "SessionIndex",
     "build_index",
     "host_identity",
     "host_label",

@@ -7,8 +7,13 @@ and a ``verdicts`` block derived from them by code (:func:`derive_verdicts`); ``
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +47,17 @@ RAW_BLOCKS = ("test_id", "runspec", "allocation", "runs", "gates", "lossless", "
 OPTIONAL_BLOCKS = ("canary", "export", "matrix", "updates")
 #: The largest receipt read back: a long video's frame digests, twice, fit many times over.
 MAX_RECEIPT_BYTES = 256 << 20
+#: The session's stored source diffs, one file per distinct diff, named by its SHA-256 (#20).
+DIFFS_DIR = "diffs"
+#: How a receipt names its stored diff: ``diffs/<sha256>.diff`` in its session folder, or (a
+#: receipt written before diffs were shared) ``<receipt name>.diff`` beside it.
+STORED_DIFF = re.compile(rf"^{DIFFS_DIR}/(?P<digest>[0-9a-f]{{64}})\.diff$")
+LEGACY_DIFF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\.diff$")
+
+
+def stored_diff_name(digest: str) -> str:
+    """Where a session stores the diff whose stored bytes hash to ``digest``."""
+    return f"{DIFFS_DIR}/{digest}.diff"
 
 
 class _HasToDict(Protocol):
@@ -77,88 +93,370 @@ def raw_sha256(receipt: Mapping[str, Any]) -> str:
     return canonical_sha256(raw)
 
 
-def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``verdicts`` block, computed from the raw blocks only.
+def _maps(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
-    The overall verdict is the worst of the test's parts: the test's own pytest outcome (a
-    phase that failed is a FAIL, one stopped by INCONCLUSIVE is INCONCLUSIVE), every golden
-    gate (a lossy gate that passed is LOSSY-PASS), every lossless comparison (LOSSY-PASS when
-    its gates were lossy), every speed gate, and every run's lifecycle (an unclean run is a
-    FAIL, whatever ``check`` said). A clean lifecycle or a passed outcome alone judges nothing:
-    a receipt of runs only has no overall verdict. Receipts of schema versions before
-    :data:`OUTCOME_COUNTS_FROM` re-derive as they were written: without their outcome.
-    """
-    runs = [r for r in receipt.get("runs") or [] if isinstance(r, Mapping)]
-    lifecycles = [
-        {
-            "name": r.get("name"),
-            **{k: v for k, v in lifecycle_verdict(r).items() if k in ("clean", "summary")},
+
+@dataclass(frozen=True, slots=True)
+class GateRow:
+    """What the evidence layer judges of one golden gate entry (``GateResult.to_dict()``, the
+    gates layer's JSON): the artifact, its kind and gate, and whether it passed losslessly."""
+
+    artifact: str | None
+    kind: str | None
+    gate: str | None
+    passed: bool | None
+    lossless: bool | None
+
+    @property
+    def verdict(self) -> Verdict:
+        """FAIL unless it passed; a pass under a lossy gate is LOSSY-PASS."""
+        if self.passed is not True:
+            return Verdict.FAIL
+        return Verdict.PASS if self.lossless is True else Verdict.LOSSY_PASS
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as a signed lossless predicate lists it."""
+        return {
+            "artifact": self.artifact,
+            "kind": self.kind,
+            "gate": self.gate,
+            "passed": self.passed,
+            "lossless": self.lossless,
         }
-        for r in runs
-    ]
-    gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
-    gate_verdicts = [_gate_verdict(g) for g in gates]
-    lossless = [
-        _lossless_verdict(v) for v in receipt.get("lossless") or [] if isinstance(v, Mapping)
-    ]
-    speed = [str(v.get("verdict")) for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
-    unclean = [Verdict.FAIL.value for lc in lifecycles if lc.get("clean") is not True]
-    matrix = [_matrix_verdict(m) for m in receipt.get("matrix") or [] if isinstance(m, Mapping)]
-    parts = gate_verdicts + lossless + speed + unclean + matrix
-    version = receipt.get("schema_version")
-    counts_outcome = not isinstance(version, int) or version >= OUTCOME_COUNTS_FROM
-    test = outcome_verdict(receipt.get("outcome")) if counts_outcome else None
-    worst = Verdict.worst(parts + ([test.value] if test is not None else []))
-    overall = None if worst is None else worst.value  # unknown words: FAIL
-    derived: dict[str, Any] = {
-        "lifecycle": {
-            "clean": all(lc["clean"] for lc in lifecycles) if lifecycles else None,
-            "runs": lifecycles,
-        },
-        "gates": {
-            "passed": sum(1 for v in gate_verdicts if v != Verdict.FAIL),
-            "failed": gate_verdicts.count(Verdict.FAIL.value),
-            "lossy_passed": gate_verdicts.count(Verdict.LOSSY_PASS.value),
-            "lossless": all(g.get("lossless") is True for g in gates) if gates else None,
-        },
-        "lossless": lossless,
-        "speed": speed,
-        "overall": overall,
-    }
-    if "matrix" in receipt:  # only receipts with a determinism matrix (#24) have this key
-        derived["matrix"] = matrix
-    if counts_outcome:
-        derived["test"] = None if test is None else test.value
-        derived["expected"] = _all_expected(receipt, gate_verdicts + unclean, test, worst)
-    return derived
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> GateRow:
+        def text(key: str) -> str | None:
+            value = entry.get(key)
+            return None if value is None else str(value)
+
+        passed, lossless = entry.get("passed"), entry.get("lossless")
+        return cls(
+            artifact=text("artifact"),
+            kind=text("kind"),
+            gate=text("gate"),
+            passed=passed if isinstance(passed, bool) else None,
+            lossless=lossless if isinstance(lossless, bool) else None,
+        )
 
 
-def _all_expected(
-    receipt: Mapping[str, Any], others: list[str], test: Verdict | None, worst: Verdict | None
-) -> bool:
-    """Whether an overall verdict that is not a pass is exactly what the test asserted: every
-    lossless and speed entry that did not pass has its verdict in its ``expect_verdict``, no
-    golden gate failed, every run was clean, and the test itself passed (the row's
-    "(expected)", as the terminal table shows it)."""
-    if worst is None or worst.passed or test is not None:
-        return False
-    if any(not (Verdict.parse(word) or Verdict.FAIL).passed for word in others):
-        return False
-    for block in ("lossless", "speed"):
-        for entry in receipt.get(block) or []:
-            if not isinstance(entry, Mapping):
-                return False
-            word = Verdict.parse(entry.get("verdict")) or Verdict.FAIL
-            asserted = entry.get("expect_verdict")
-            if not word.passed and not (isinstance(asserted, list) and word.value in asserted):
-                return False
-    return True
+@dataclass(frozen=True, slots=True)
+class CheckRow:
+    """What the evidence layer judges of one ``lossless`` or ``speed`` entry: its verdict word,
+    whether a lossless comparison was lossy, and the verdicts its test asserted (``expect=``)."""
+
+    block: str
+    word: str
+    lossy: bool | None
+    expect_verdict: tuple[str, ...] | None
+
+    @property
+    def verdict_word(self) -> str:
+        """The word it counts as: a lossless comparison that passed under lossy gates (or one
+        that does not say) is LOSSY-PASS; an unknown word is kept (it counts as FAIL)."""
+        if self.block == "lossless" and self.word == Verdict.PASS and self.lossy is not False:
+            return Verdict.LOSSY_PASS.value
+        return self.word
+
+    @property
+    def expected(self) -> bool:
+        """Its verdict is one its test asserted: the test wanted this outcome."""
+        return self.expect_verdict is not None and self.word in self.expect_verdict
+
+    @classmethod
+    def from_json(cls, block: str, entry: Mapping[str, Any]) -> CheckRow:
+        lossy, asserted = entry.get("lossy"), entry.get("expect_verdict")
+        return cls(
+            block=block,
+            word=str(entry.get("verdict")),
+            lossy=lossy if isinstance(lossy, bool) else None,  # unsaid: counted as lossy
+            expect_verdict=tuple(map(str, asserted)) if isinstance(asserted, list) else None,
+        )
 
 
-def _gate_verdict(gate: Mapping[str, Any]) -> str:
-    if gate.get("passed") is not True:
-        return Verdict.FAIL.value
-    return Verdict.PASS.value if gate.get("lossless") is True else Verdict.LOSSY_PASS.value
+@dataclass(frozen=True, slots=True)
+class RunLifecycle:
+    """One run's lifecycle as ``verdicts.lifecycle.runs`` records it."""
+
+    name: str | None
+    clean: bool
+    summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "clean": self.clean, "summary": self.summary}
+
+
+@dataclass(frozen=True, slots=True)
+class GateCounts:
+    """``verdicts.gates``: how many golden gates passed, failed, passed lossy; all lossless."""
+
+    passed: int
+    failed: int
+    lossy_passed: int
+    lossless: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "failed": self.failed,
+            "lossy_passed": self.lossy_passed,
+            "lossless": self.lossless,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """The derived ``verdicts`` block (:meth:`ReceiptParts.verdicts`), serialised here only.
+    ``test`` and ``expected`` exist from :data:`OUTCOME_COUNTS_FROM` on (``counts_outcome``);
+    ``matrix`` only in a receipt with a determinism matrix."""
+
+    lifecycle_clean: bool | None
+    runs: tuple[RunLifecycle, ...]
+    gates: GateCounts
+    lossless: tuple[str, ...]
+    speed: tuple[str, ...]
+    overall: str | None
+    matrix: tuple[str, ...] | None
+    counts_outcome: bool
+    test: str | None
+    expected: bool
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "lifecycle": {
+                "clean": self.lifecycle_clean,
+                "runs": [run.to_json() for run in self.runs],
+            },
+            "gates": self.gates.to_json(),
+            "lossless": list(self.lossless),
+            "speed": list(self.speed),
+            "overall": self.overall,
+        }
+        if self.matrix is not None:
+            data["matrix"] = list(self.matrix)
+        if self.counts_outcome:
+            data["test"] = self.test
+            data["expected"] = self.expected
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptParts:
+    """The parts of a receipt its verdicts are derived from, read once from its raw blocks:
+    the test's outcome, each run's lifecycle, each golden gate, lossless and speed entry, and
+    each determinism matrix's worst cell. The one derivation of a receipt's verdict: the
+    ``verdicts`` block, ``verify``, SUMMARY.md and ``sign`` all read it from here."""
+
+    schema_version: object
+    outcome: object
+    runs: tuple[RunLifecycle, ...]
+    gates: tuple[GateRow, ...]
+    checks: tuple[CheckRow, ...]
+    matrix: tuple[str, ...] | None
+
+    @classmethod
+    def from_json(cls, receipt: Mapping[str, Any]) -> ReceiptParts:
+        runs = []
+        for record in _maps(receipt.get("runs")):
+            lifecycle = lifecycle_verdict(record)
+            runs.append(RunLifecycle(record.get("name"), lifecycle["clean"], lifecycle["summary"]))
+        return cls(
+            schema_version=receipt.get("schema_version"),
+            outcome=receipt.get("outcome"),
+            runs=tuple(runs),
+            gates=tuple(GateRow.from_json(g) for g in _maps(receipt.get("gates"))),
+            checks=tuple(
+                CheckRow.from_json(block, entry)
+                for block in ("lossless", "speed")
+                for entry in _maps(receipt.get(block))
+            ),
+            matrix=(
+                tuple(_matrix_verdict(m) for m in _maps(receipt.get("matrix")))
+                if "matrix" in receipt  # only receipts with a determinism matrix (#24)
+                else None
+            ),
+        )
+
+    @property
+    def counts_outcome(self) -> bool:
+        version = self.schema_version
+        return not isinstance(version, int) or version >= OUTCOME_COUNTS_FROM
+
+    def _unclean(self) -> list[str]:
+        return [Verdict.FAIL.value for run in self.runs if run.clean is not True]
+
+    def verdicts(self) -> Verdicts:
+        """The ``verdicts`` block: the overall verdict is the worst of the test's parts: the
+        test's own pytest outcome (a phase that failed is a FAIL, one stopped by INCONCLUSIVE
+        is INCONCLUSIVE), every golden gate (a lossy gate that passed is LOSSY-PASS), every
+        lossless comparison (LOSSY-PASS when its gates were lossy), every speed gate, every
+        determinism matrix, and every run's lifecycle (an unclean run is a FAIL, whatever
+        ``check`` said). A clean lifecycle or a passed outcome alone judges nothing: a receipt
+        of runs only has no overall verdict. Receipts of schema versions before
+        :data:`OUTCOME_COUNTS_FROM` re-derive as they were written: without their outcome."""
+        gate_words = [g.verdict.value for g in self.gates]
+        lossless = [c.verdict_word for c in self.checks if c.block == "lossless"]
+        speed = [c.word for c in self.checks if c.block == "speed"]
+        unclean = self._unclean()
+        parts = gate_words + lossless + speed + unclean + list(self.matrix or ())
+        counts_outcome = self.counts_outcome
+        test = outcome_verdict(self.outcome) if counts_outcome else None
+        worst = Verdict.worst(parts + ([test.value] if test is not None else []))
+        return Verdicts(
+            lifecycle_clean=all(r.clean for r in self.runs) if self.runs else None,
+            runs=self.runs,
+            gates=GateCounts(
+                passed=sum(1 for w in gate_words if w != Verdict.FAIL),
+                failed=gate_words.count(Verdict.FAIL.value),
+                lossy_passed=gate_words.count(Verdict.LOSSY_PASS.value),
+                lossless=all(g.lossless is True for g in self.gates) if self.gates else None,
+            ),
+            lossless=tuple(lossless),
+            speed=tuple(speed),
+            overall=None if worst is None else worst.value,  # unknown words: FAIL
+            matrix=self.matrix,
+            counts_outcome=counts_outcome,
+            test=None if test is None else test.value,
+            expected=counts_outcome and self._all_expected(gate_words + unclean, test, worst),
+        )
+
+    def _all_expected(self, others: list[str], test: Verdict | None, worst: Verdict | None) -> bool:
+        """Whether an overall verdict that is not a pass is exactly what the test asserted:
+        every lossless and speed entry that did not pass has its verdict in its
+        ``expect_verdict``, no golden gate failed, every run was clean, and the test itself
+        passed (the row's "(expected)", as the terminal table shows it)."""
+        if worst is None or worst.passed or test is not None:
+            return False
+        if any(not (Verdict.parse(word) or Verdict.FAIL).passed for word in others):
+            return False
+        return all(
+            (Verdict.parse(c.word) or Verdict.FAIL).passed or c.expected for c in self.checks
+        )
+
+    def effective(self) -> Verdict | None:
+        """The verdict with each lossless and speed verdict that matched its test's
+        ``expect=`` counted as PASS (the test asserted it), the test's outcome left out (the
+        caller judges it): what a signed Test Result counts. None when nothing was judged."""
+        words = [g.verdict.value for g in self.gates]
+        words += [Verdict.PASS.value if c.expected else c.verdict_word for c in self.checks]
+        words += self._unclean() + list(self.matrix or ())
+        return Verdict.worst(words) if words else None
+
+
+@dataclass(frozen=True, slots=True)
+class Integrity:
+    """The ``integrity`` block: the SHA-256 of the raw blocks named in ``covers``."""
+
+    raw_sha256: str
+    covers: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"raw_sha256": self.raw_sha256, "covers": list(self.covers)}
+
+    @classmethod
+    def from_json(cls, block: object) -> Integrity | None:
+        """The block as recorded; None when it is missing or not of this shape."""
+        if not isinstance(block, Mapping) or not isinstance(block.get("raw_sha256"), str):
+            return None
+        covers = block.get("covers")
+        return cls(block["raw_sha256"], tuple(map(str, covers if isinstance(covers, list) else ())))
+
+
+#: The blocks of a receipt that are lists of entries, in the order a receipt is written.
+LIST_BLOCKS = ("runs", "gates", "lossless", "speed")
+
+
+@dataclass(frozen=True)
+class ReceiptRecord:
+    """A receipt as written and read, serialised here only (:meth:`to_json`, :meth:`from_json`).
+
+    The evidence layer's own blocks are typed: the test's outcome, the derived verdicts
+    (:attr:`parts`, re-derived from the raw blocks) and the integrity block. The blocks other
+    layers record stay the JSON those layers write (the RunSpec, the allocation, each run
+    record, gate result, lossless and speed verdict, canary, matrix, export and update event):
+    ``entries`` holds each list block present, by name, in the order it is written."""
+
+    schema_version: int
+    test_id: str
+    created_at: str | None
+    written_at: str | None
+    outcome: dict[str, str]
+    runspec: dict[str, Any] | None
+    allocation: dict[str, Any] | None
+    entries: dict[str, list[dict[str, Any]]]
+    #: As recorded: ``verify`` compares it with the one the raw blocks give now.
+    recorded_verdicts: dict[str, Any] | None
+    integrity: Integrity | None
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """The RunSpec's ``source`` block: the rootdir's revision, diff and publication."""
+        source = (self.runspec or {}).get("source")
+        return source if isinstance(source, dict) else None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "schema_version": self.schema_version,
+            "test_id": self.test_id,
+            "created_at": self.created_at,
+            "written_at": self.written_at,
+            "outcome": dict(self.outcome),
+            "runspec": self.runspec,
+            "allocation": self.allocation,
+        }
+        data.update({name: self.entries.get(name, []) for name in LIST_BLOCKS})
+        data.update({name: self.entries[name] for name in OPTIONAL_BLOCKS if name in self.entries})
+        data["verdicts"] = self.recorded_verdicts
+        data["integrity"] = None if self.integrity is None else self.integrity.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReceiptRecord:
+        """A receipt :func:`load` read; :class:`ReceiptError` when a block has the wrong
+        shape (a list block that is not a list of objects, an outcome that is not words)."""
+
+        def block(name: str) -> dict[str, Any] | None:
+            value = data.get(name)
+            if value is not None and not isinstance(value, dict):
+                raise ReceiptError(f"{name} is not an object")
+            return value
+
+        entries: dict[str, list[dict[str, Any]]] = {}
+        for name in (*LIST_BLOCKS, *OPTIONAL_BLOCKS):
+            value = data.get(name)
+            if value is None and (name in LIST_BLOCKS or name not in data):
+                continue
+            if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+                raise ReceiptError(f"{name} is not a list of objects")
+            entries[name] = value
+        outcome = data.get("outcome") or {}
+        if not isinstance(outcome, dict) or not all(isinstance(w, str) for w in outcome.values()):
+            raise ReceiptError("outcome is not an object of words")
+        version, test_id = data.get("schema_version"), data.get("test_id")
+        return cls(
+            schema_version=version if isinstance(version, int) else SCHEMA_VERSION,
+            test_id=str(test_id),
+            created_at=_text(data.get("created_at")),
+            written_at=_text(data.get("written_at")),
+            outcome=outcome,
+            runspec=block("runspec"),
+            allocation=block("allocation"),
+            entries=entries,
+            recorded_verdicts=block("verdicts"),
+            integrity=Integrity.from_json(data.get("integrity")),
+        )
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``verdicts`` block of a receipt as JSON, derived from its raw blocks only
+    (:meth:`ReceiptParts.verdicts`)."""
+    return ReceiptParts.from_json(receipt).verdicts().to_json()
 
 
 def _matrix_verdict(grid: Mapping[str, Any]) -> str:
@@ -166,13 +464,6 @@ def _matrix_verdict(grid: Mapping[str, Any]) -> str:
     cells = [c.get("verdict") for c in grid.get("cells") or [] if isinstance(c, Mapping)]
     worst = Verdict.worst(cells)
     return Verdict.FAIL.value if worst is None else worst.value  # a grid of no cells: FAIL
-
-
-def _lossless_verdict(entry: Mapping[str, Any]) -> str:
-    word = str(entry.get("verdict"))
-    if word == Verdict.PASS and entry.get("lossy") is not False:
-        return Verdict.LOSSY_PASS.value  # a lossy comparison (or one that does not say) is lossy
-    return word
 
 
 class Receipt:
@@ -248,27 +539,38 @@ class Receipt:
         self.outcome[phase] = outcome
 
     @property
-    def verdicts(self) -> dict[str, Any]:
+    def verdicts(self) -> Verdicts:
         """The derived verdicts, as :meth:`to_dict` would write them now."""
-        return dict(self.to_dict()["verdicts"])
+        return ReceiptParts.from_json(self.to_dict()).verdicts()
 
     @property
     def empty(self) -> bool:
         return not (self.runs or self.gates or self.lossless or self.speed or self.matrix)
+
+    def _stored_diff(self) -> tuple[str, bytes] | None:
+        """The diff as stored (already redacted by :meth:`set_runspec`) and its file name
+        in the session folder, named by the SHA-256 of those bytes; None for a clean tree."""
+        text = str(((self.runspec or {}).get("source") or {}).get("diff") or "")
+        if not text:
+            return None
+        data = text.encode("utf-8", errors="surrogateescape")
+        return stored_diff_name(hashlib.sha256(data).hexdigest()), data
 
     def _runspec_block(self) -> dict[str, Any] | None:
         if self.runspec is None:
             return None
         block = dict(self.runspec)
         source = dict(block.get("source") or {})
-        diff = source.pop("diff", "")
-        source["diff_file"] = f"{self.name}.diff" if diff else None
+        source.pop("diff", "")
+        stored = self._stored_diff()
+        source["diff_file"] = stored[0] if stored else None
         block["source"] = source
         return block
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "schema": SCHEMA,
+    def record(self) -> ReceiptRecord:
+        """The receipt as it would be written now: raw blocks as JSON (what a reader will
+        see), then the verdicts derived from them and the integrity hash over them."""
+        raw = {
             "schema_version": SCHEMA_VERSION,
             "test_id": self.test_id,
             "created_at": self.created_at,
@@ -277,26 +579,29 @@ class Receipt:
             "runspec": self._runspec_block(),
             "allocation": self.allocation,
             "runs": [{**run, "lifecycle": lifecycle_verdict(run)} for run in self.runs],
-            "gates": list(self.gates),
-            "lossless": list(self.lossless),
-            "speed": list(self.speed),
+            "gates": self.gates,
+            "lossless": self.lossless,
+            "speed": self.speed,
         }
-        if self.canary:
-            data["canary"] = list(self.canary)
-        if self.export:
-            data["export"] = list(self.export)
-        if self.matrix:
-            data["matrix"] = list(self.matrix)
-        if self.updates:
-            data["updates"] = list(self.updates)
-        data = json.loads(json.dumps(data, default=_json_default))  # what a reader will see
-        data["verdicts"] = derive_verdicts(data)
-        covers = [*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data)]
-        data["integrity"] = {"raw_sha256": raw_sha256(data), "covers": covers}
-        return data
+        for name in OPTIONAL_BLOCKS:
+            if getattr(self, name):
+                raw[name] = getattr(self, name)
+        data = json.loads(json.dumps(raw, default=_json_default))  # what a reader will see
+        record = ReceiptRecord.from_json(data)
+        covers = (*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data))
+        return replace(
+            record,
+            recorded_verdicts=ReceiptParts.from_json(data).verdicts().to_json(),
+            integrity=Integrity(raw_sha256(data), covers),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.record().to_json()
 
     def write(self, directory: Path | str, *, root: Path | str | None = None) -> Path:
-        """Write ``<dir>/<name>.json`` atomically, and ``<name>.diff`` when the tree is dirty.
+        """Write ``<dir>/<name>.json`` atomically, and, when the tree is dirty, its diff as
+        ``<dir>/diffs/<sha256>.diff`` unless the session stored that diff already (every
+        receipt of a session usually shares one).
 
         The folder must not lead out of ``root`` (default: the rootdir its RunSpec records)
         through a symbolic link: a committed ``lossless-receipts`` link is refused with
@@ -308,11 +613,9 @@ class Receipt:
         if boundary is not None:
             inside_root(folder, boundary, what="receipts folder")
         folder.mkdir(parents=True, exist_ok=True)
-        diff = str(((self.runspec or {}).get("source") or {}).get("diff") or "")
-        if diff:
-            write_atomic(
-                folder / f"{self.name}.diff", diff.encode("utf-8", errors="surrogateescape")
-            )
+        stored = self._stored_diff()
+        if stored is not None:
+            _store_diff(folder, *stored, root=boundary)
         path = folder / f"{self.name}.json"
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
         write_atomic(path, (text + "\n").encode())
@@ -322,6 +625,21 @@ class Receipt:
         invocation = (self.runspec or {}).get("invocation")
         rootdir = invocation.get("rootdir") if isinstance(invocation, Mapping) else None
         return str(rootdir) if rootdir else None
+
+
+def _store_diff(folder: Path, name: str, data: bytes, *, root: Path | str | None) -> None:
+    """Write a content-addressed diff once: a regular file of its size already there is the
+    same diff (its name is its hash; ``verify`` re-hashes it); anything else is replaced."""
+    target = folder / name
+    if root is not None:
+        inside_root(target.parent, root, what="diffs folder")
+    target.parent.mkdir(exist_ok=True)
+    try:
+        existing = os.lstat(target)
+    except FileNotFoundError:
+        existing = None
+    if existing is None or not stat.S_ISREG(existing.st_mode) or existing.st_size != len(data):
+        write_atomic(target, data)
 
 
 def _json_default(value: object) -> Any:

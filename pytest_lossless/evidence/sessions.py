@@ -23,6 +23,8 @@ from .index import (
     INDEX_NAME,
     OK_WITHOUT_RECEIPT,
     SUMMARY_NAME,
+    IndexFile,
+    SessionIndex,
     host_label,
     load_index,
     sha256_regular,
@@ -57,23 +59,22 @@ class Session:
     receipts as loaded, and what is wrong with it."""
 
     folder: Path
-    index: dict[str, Any] | None
+    index: SessionIndex | None
     receipts: dict[Path, dict[str, Any] | ReceiptError]
     findings: list[Finding] = field(default_factory=list)
 
     @property
     def session_id(self) -> str:
-        return str((self.index or {}).get("session_id") or self.folder.name)
+        return (self.index.session_id if self.index else "") or self.folder.name
 
     @property
     def finished(self) -> bool:
-        return bool(self.index and self.index.get("finished") is True)
+        return self.index is not None and self.index.finished
 
     @property
     def host(self) -> Mapping[str, Any] | None:
-        host = (self.index or {}).get("host")
-        if isinstance(host, Mapping):
-            return host
+        if self.index is not None and self.index.host is not None:
+            return self.index.host
         for receipt in self._receipts():
             found = _runspec(receipt).get("host")
             if isinstance(found, Mapping):
@@ -90,7 +91,7 @@ class Session:
     def source_blocks(self) -> list[tuple[str, str, Mapping[str, Any]]]:
         """(where: ``INDEX.json`` or a receipt's file name, revision, source block) of each
         record of the rootdir's source here."""
-        blocks = [(INDEX_NAME, (self.index or {}).get("source"))]
+        blocks: list[tuple[str, object]] = [(INDEX_NAME, self.index.source if self.index else None)]
         for path, receipt in self.receipts.items():
             if isinstance(receipt, dict):
                 blocks.append((path.name, _runspec(receipt).get("source")))
@@ -158,17 +159,17 @@ def check_session(folder: Path, receipts: Mapping[Path, Any]) -> Session:
     except ReceiptError as exc:
         found.append(Finding(CONTRADICTION, str(exc)))
         return session
-    label = f"{folder} (session {printable(index.get('session_id'))})"
-    if index.get("session_id") != folder.name:
+    label = f"{folder} (session {printable(index.session_id)})"
+    if index.session_id != folder.name:
         found.append(
             Finding(
                 CONTRADICTION,
-                f"{folder}: the folder of session {printable(index.get('session_id'))} was "
+                f"{folder}: the folder of session {printable(index.session_id)} was "
                 "renamed (or a session was copied in under another name): a session folder "
                 "keeps the name its session gave it",
             )
         )
-    if index.get("hmac"):
+    if index.hmac:
         found.append(
             Finding(
                 NOTE,
@@ -177,19 +178,19 @@ def check_session(folder: Path, receipts: Mapping[Path, Any]) -> Session:
                 "python -m pytest_lossless sign",
             )
         )
-    if index.get("unsignable"):
+    if index.unsignable:
         found.append(
             Finding(
                 INCOMPLETE,
-                f"{label}: cannot be signed: {printable(index.get('unsignable'))}",
+                f"{label}: cannot be signed: {printable(index.unsignable)}",
             )
         )
-    if index.get("finished") is not True:
+    if not index.finished:
         found.append(
             Finding(
                 INCOMPLETE,
-                f"{label}: the session did not finish ({printable(index.get('state'))}, exit "
-                f"status {index.get('exitstatus')}): its evidence is incomplete",
+                f"{label}: the session did not finish ({printable(index.state)}, exit "
+                f"status {index.exitstatus}): its evidence is incomplete",
             )
         )
     listed = _check_receipts(session, label)
@@ -198,12 +199,11 @@ def check_session(folder: Path, receipts: Mapping[Path, Any]) -> Session:
     return session
 
 
-def _check_receipts(session: Session, label: str) -> dict[str, Mapping[str, Any]]:
-    index = session.index or {}
+def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
     found = session.findings
-    listed: dict[str, Mapping[str, Any]] = {}
-    for entry in index.get("receipts") or []:
-        name = str(entry.get("file") or "")
+    listed: dict[str, IndexFile] = {}
+    for entry in session.index.receipts if session.index else ():
+        name = entry.file
         if not name or Path(name).name != name or name in (".", ".."):
             found.append(Finding(CONTRADICTION, f"{label}: the index lists {name!r}"))
             continue
@@ -214,7 +214,7 @@ def _check_receipts(session: Session, label: str) -> dict[str, Mapping[str, Any]
             Finding(
                 INCOMPLETE,
                 f"{session.folder / name}: listed in {INDEX_NAME} but missing: the receipt of "
-                f"{printable(listed[name].get('test_id') or 'a test')} was deleted or never "
+                f"{printable(listed[name].test_id or 'a test')} was deleted or never "
                 "copied",
             )
         )
@@ -226,7 +226,8 @@ def _check_receipts(session: Session, label: str) -> dict[str, Mapping[str, Any]
                 "session ended, or copied from another session",
             )
         )
-    session_id = index.get("session_id")
+    session_id = session.index.session_id if session.index else None
+    index_host = session.index.host if session.index else None
     for name in sorted(set(present) & set(listed)):
         path, entry = present[name], listed[name]
         try:
@@ -234,23 +235,23 @@ def _check_receipts(session: Session, label: str) -> dict[str, Mapping[str, Any]
         except OSError as exc:
             found.append(Finding(CONTRADICTION, f"{path}: cannot be hashed: {exc}"))
             continue
-        if actual != entry.get("sha256"):
+        if actual != entry.sha256:
             found.append(
                 Finding(
                     CONTRADICTION,
-                    f"{path}: SHA-256 {actual} differs from {entry.get('sha256')} in "
+                    f"{path}: SHA-256 {actual} differs from {entry.sha256} in "
                     f"{INDEX_NAME}: the receipt was changed after its session ended",
                 )
             )
         receipt = session.receipts[path]
         if not isinstance(receipt, dict):
             continue
-        if entry.get("test_id") and entry.get("test_id") != receipt.get("test_id"):
+        if entry.test_id and entry.test_id != receipt.get("test_id"):
             found.append(
                 Finding(
                     CONTRADICTION,
                     f"{path}: {INDEX_NAME} lists it as the receipt of "
-                    f"{printable(entry['test_id'])}, but it holds the receipt of "
+                    f"{printable(entry.test_id)}, but it holds the receipt of "
                     f"{printable(receipt.get('test_id'))}",
                 )
             )
@@ -264,12 +265,12 @@ def _check_receipts(session: Session, label: str) -> dict[str, Mapping[str, Any]
                 )
             )
         host = runspec.get("host")
-        if isinstance(host, Mapping) and _host_key(host) != _host_key(index.get("host")):
+        if isinstance(host, Mapping) and _host_key(host) != _host_key(index_host):
             found.append(
                 Finding(
                     CONTRADICTION,
                     f"{path}: written on {host_label(host)}, but its session ran on "
-                    f"{host_label(index.get('host'))}",
+                    f"{host_label(index_host)}",
                 )
             )
     return listed
@@ -281,15 +282,16 @@ def _host_key(host: Any) -> tuple[str, str]:
     return (str(host.get("hostname") or ""), str(host.get("machine") or ""))
 
 
-def _check_tests(session: Session, label: str, listed: Mapping[str, Any]) -> None:
+def _check_tests(session: Session, label: str, listed: Mapping[str, IndexFile]) -> None:
+    if session.index is None:
+        return
     # Writing goldens compares nothing, so a gate test of such a session may leave no receipt.
-    updating = "update-goldens" in str((session.index or {}).get("mode"))
-    for test in (session.index or {}).get("tests") or []:
-        test_id = printable(test.get("test_id"))
-        receipt = test.get("receipt")
-        outcome = str(test.get("outcome"))
-        if not receipt and test.get("gate") and outcome not in OK_WITHOUT_RECEIPT and not updating:
-            reason = f" ({printable(test['reason'])})" if test.get("reason") else ""
+    updating = "update-goldens" in str(session.index.mode)
+    for test in session.index.tests:
+        test_id = printable(test.test_id)
+        receipt, outcome = test.receipt, test.outcome
+        if not receipt and test.gate and outcome not in OK_WITHOUT_RECEIPT and not updating:
+            reason = f" ({printable(test.reason)})" if test.reason else ""
             session.findings.append(
                 Finding(
                     INCOMPLETE,
@@ -308,9 +310,9 @@ def _check_tests(session: Session, label: str, listed: Mapping[str, Any]) -> Non
 
 
 def _check_summary_hash(session: Session, label: str) -> None:
-    entry = (session.index or {}).get("summary")
+    entry = session.index.summary if session.index else None
     path = session.folder / SUMMARY_NAME
-    if not isinstance(entry, Mapping):
+    if entry is None:
         session.findings.append(
             Finding(INCOMPLETE, f"{label}: {INDEX_NAME} records no {SUMMARY_NAME}")
         )
@@ -319,7 +321,7 @@ def _check_summary_hash(session: Session, label: str) -> None:
         session.findings.append(
             Finding(
                 INCOMPLETE,
-                f"{path}: missing ({INDEX_NAME} records SHA-256 {entry.get('sha256')}); "
+                f"{path}: missing ({INDEX_NAME} records SHA-256 {entry.sha256}); "
                 f"regenerate it with: python -m pytest_lossless summary --write {session.folder}",
             )
         )
@@ -329,11 +331,11 @@ def _check_summary_hash(session: Session, label: str) -> None:
     except OSError as exc:
         session.findings.append(Finding(CONTRADICTION, f"{path}: cannot be hashed: {exc}"))
         return
-    if actual != entry.get("sha256"):
+    if actual != entry.sha256:
         session.findings.append(
             Finding(
                 CONTRADICTION,
-                f"{path}: SHA-256 {actual} differs from {entry.get('sha256')} in "
+                f"{path}: SHA-256 {actual} differs from {entry.sha256} in "
                 f"{INDEX_NAME}: the summary was changed after its session ended",
             )
         )
@@ -458,7 +460,7 @@ def revision_findings(loaded: Loaded, sessions: list[Session], revision: str) ->
             check(str(path), _runspec(receipt).get("source"))
     for session in sessions:
         if session.index is not None:
-            check(str(session.folder / INDEX_NAME), session.index.get("source"))
+            check(str(session.folder / INDEX_NAME), session.index.source)
     return found
 
 
@@ -522,7 +524,7 @@ def check_campaign(
     # Sessions of several revisions are ordinary use across commits, each judged on its own;
     # the shards of one campaign split one selection of one revision, so they must agree.
     shards = Campaign(
-        [s for s in sessions if isinstance((s.index or {}).get("shard"), Mapping)], []
+        [s for s in sessions if s.index is not None and s.index.shard is not None], []
     )
     revisions = shards.revisions()
     if len(revisions) > 1 and not allow_mixed_revisions:
@@ -600,17 +602,16 @@ def stored_sessions(root: Path, signed: set[str]) -> list[StoredSession]:
             index = load_index(folder / INDEX_NAME)
         except ReceiptError:
             continue
-        session_id = str(index.get("session_id") or "")
+        session_id = index.session_id
         if session_id != folder.name:
             continue  # renamed or copied in: not a folder this plugin wrote under that name
-        host = index.get("host")
         found.append(
             StoredSession(
                 folder=folder,
                 session_id=session_id,
-                started=str(index.get("started_at") or session_id),
-                finished=index.get("finished") is True,
-                host=host if isinstance(host, Mapping) else None,
+                started=index.started_at or session_id,
+                finished=index.finished,
+                host=index.host,
                 signed=session_id in signed or _signs_inside(folder),
             )
         )

@@ -12,12 +12,12 @@ Pure: it reads the indexes as :mod:`.sessions` loaded them and returns what it f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..core.sharding import Shard, shard_from_record
 from ..core.text import printable
+from .index import SessionIndex
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class ShardedSession:
     """A session as the shard check sees it: its name (folder, session id) and its index."""
 
     label: str
-    index: Mapping[str, Any] | None
+    index: SessionIndex | None
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,47 @@ class ShardFinding:
     text: str
 
 
-_Recorded = tuple[ShardedSession, Shard, dict[str, Any]]
+@dataclass(frozen=True, slots=True)
+class ShardRecord:
+    """What an index records of its shard (``core.sharding.split_record``): which one, and of
+    what selection: its size, the SHA-256 of its test ids, how many this shard kept."""
+
+    shard: Shard
+    selected: int
+    kept: int | None
+    selection_sha256: str | None
+
+    @classmethod
+    def of(cls, index: SessionIndex | None) -> ShardRecord | None:
+        """The shard ``index`` records, or None when it records none (or not one)."""
+        record = index.shard if index is not None else None
+        shard = shard_from_record(record) if record is not None else None
+        if record is None or shard is None:
+            return None
+        kept, digest = record.get("kept"), record.get("selection_sha256")
+        return cls(
+            shard=shard,
+            selected=_count(record.get("selected")) or 0,
+            kept=_count(kept),
+            selection_sha256=None if digest is None else str(digest),
+        )
+
+
+def _count(value: object) -> int | None:
+    try:
+        return int(value) if isinstance(value, (int, str)) else None
+    except ValueError:
+        return None
+
+
+_Recorded = tuple[ShardedSession, Shard, ShardRecord]
 
 
 def _shards(sessions: Sequence[ShardedSession]) -> list[_Recorded]:
     found = []
     for session in sessions:
-        record = (session.index or {}).get("shard")
-        if isinstance(record, Mapping) and (shard := shard_from_record(record)) is not None:
-            found.append((session, shard, dict(record)))
+        if (record := ShardRecord.of(session.index)) is not None:
+            found.append((session, record.shard, record))
     return found
 
 
@@ -73,7 +105,7 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
     found: list[ShardFinding] = []
     selections: dict[str, list[ShardedSession]] = {}
     for session, _, record in sharded:
-        selections.setdefault(str(record.get("selection_sha256")), []).append(session)
+        selections.setdefault(str(record.selection_sha256), []).append(session)
     if len(selections) > 1:
         seen = "; ".join(f"{h[:12]} in {_names(s)}" for h, s in sorted(selections.items()))
         found.append(
@@ -84,7 +116,7 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
                 "run in no shard and others in two",
             )
         )
-    by_index: dict[int, list[tuple[ShardedSession, dict[str, Any]]]] = {}
+    by_index: dict[int, list[tuple[ShardedSession, ShardRecord]]] = {}
     for session, shard, record in sharded:
         by_index.setdefault(shard.index, []).append((session, record))
     for index, runs in sorted(by_index.items()):
@@ -98,8 +130,8 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
                 )
             )
         for session, _ in runs:
-            if (session.index or {}).get("finished") is not True:
-                state = printable((session.index or {}).get("state"))
+            if session.index is None or not session.index.finished:
+                state = printable(session.index.state if session.index else None)
                 found.append(
                     ShardFinding(
                         True,
@@ -126,8 +158,8 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
                 )
             )
     elif len(selections) == 1 and all(len(runs) == 1 for runs in by_index.values()):
-        kept = sum(int(record.get("kept") or 0) for _, _, record in sharded)
-        selected = int(sharded[0][2].get("selected") or 0)
+        kept = sum(record.kept or 0 for _, _, record in sharded)
+        selected = sharded[0][2].selected
         if kept != selected:
             found.append(
                 ShardFinding(
@@ -147,7 +179,7 @@ def shard_lines(sessions: Sequence[ShardedSession]) -> list[str]:
     counts = sorted({shard.count for _, shard, _ in sharded})
     ordered = sorted(sharded, key=lambda item: (item[1].index, item[1].count))
     present = list(dict.fromkeys(shard.label for _, shard, _ in ordered))
-    kept = "+".join(str(record.get("kept", "?")) for _, _, record in ordered)
+    kept = "+".join("?" if record.kept is None else str(record.kept) for _, _, record in ordered)
     of = "/".join(str(n) for n in counts)
     return [
         f"shards: {len(present)} of {of} present ({', '.join(present)}); tests per session {kept}"

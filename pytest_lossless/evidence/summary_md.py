@@ -19,7 +19,7 @@ from ..core.paths import inside_root, open_regular, read_regular
 from ..core.text import printable
 from ..errors import ReceiptError
 from .index import INDEX_NAME, SUMMARY_NAME
-from .receipts import MAX_RECEIPT_BYTES, derive_verdicts, load_all
+from .receipts import MAX_RECEIPT_BYTES, ReceiptParts, load_all
 
 LOCK_NAME = ".summary.lock"
 #: How long a session waits for another one writing the summary of the same folder.
@@ -34,21 +34,21 @@ def _row(path: Path, receipt: dict[str, Any] | ReceiptError) -> tuple[tuple[str,
     """A receipt's row of the table, and the verdict it counts under."""
     if isinstance(receipt, ReceiptError):
         return (path.name, "unreadable", "", "", "", "", _cell(receipt), ""), "UNREADABLE"
-    derived = derive_verdicts(receipt)
+    derived = ReceiptParts.from_json(receipt).verdicts()
     outcome = receipt.get("outcome") or {}
     phases = ", ".join(f"{k} {v}" for k, v in outcome.items() if v != "passed") or "passed"
-    clean = derived["lifecycle"]["clean"]
-    gates = derived["gates"]
-    overall = derived["overall"] or "-"
-    if derived.get("expected") is True:  # what the test asserted (expect=), as the table says
+    clean = derived.lifecycle_clean
+    gates = derived.gates
+    overall = derived.overall or "-"
+    if derived.expected:  # what the test asserted (expect=), as the table says
         overall = f"{overall} (expected)"
     row = (
         _cell(receipt.get("test_id")),
         _cell(phases),
         "-" if clean is None else ("clean" if clean else "NOT clean"),
-        f"{gates['passed']} passed, {gates['failed']} failed" if receipt.get("gates") else "-",
-        ", ".join(derived["lossless"]) or "-",
-        ", ".join(derived["speed"]) or "-",
+        f"{gates.passed} passed, {gates.failed} failed" if receipt.get("gates") else "-",
+        ", ".join(derived.lossless) or "-",
+        ", ".join(derived.speed) or "-",
         overall,
         _cell(receipt.get("written_at") or "-"),
     )

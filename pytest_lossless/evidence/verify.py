@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,31 @@ from .crosscheck import (
     check_speed_runs,
 )
 from .provenance import publication_contradictions
-from .receipts import derive_verdicts, load, load_all, raw_sha256
+from .receipts import (
+    LEGACY_DIFF,
+    STORED_DIFF,
+    Integrity,
+    ReceiptParts,
+    ReceiptRecord,
+    load,
+    load_all,
+    raw_sha256,
+)
 from .summary_md import check_summaries
 
 
 @dataclass
 class Context:
-    """What a checker may use besides the receipt: its file, and the kinds to re-judge with."""
+    """What a checker may use besides the receipt: its file, the kinds to re-judge with, and
+    the receipt read once as a typed record (:meth:`parts`: what its verdicts derive from)."""
 
     path: Path
     kinds: KindRegistry = field(default_factory=KindRegistry)
+    record: ReceiptRecord | None = None
+
+    @cached_property
+    def parts(self) -> ReceiptParts | None:
+        return None if self.record is None else ReceiptParts.from_json(self.record.to_json())
 
 
 MARKER_BYTES = re.compile(MARKER_RE.pattern.encode())
@@ -48,13 +64,14 @@ Checker = Callable[[Any, Mapping[str, Any], Context], list[str]]
 
 def check_integrity(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """The raw blocks still hash to what was recorded when the receipt was written."""
-    if not isinstance(block, Mapping) or "raw_sha256" not in block:
+    recorded = Integrity.from_json(block)
+    if recorded is None:
         return ["integrity block missing: the raw blocks cannot be checked for edits"]
     actual = raw_sha256(receipt)
-    if block["raw_sha256"] != actual:
+    if recorded.raw_sha256 != actual:
         return [
             f"raw blocks were changed after the receipt was written: integrity.raw_sha256 "
-            f"is {block['raw_sha256']} but the raw blocks hash to {actual}"
+            f"is {recorded.raw_sha256} but the raw blocks hash to {actual}"
         ]
     return []
 
@@ -71,13 +88,7 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
         diff_file = source.get("diff_file")
         diff_dirty = bool(source.get("diff_bytes"))
         if diff_file:
-            diff_path = context.path.parent / str(diff_file)
-            if not diff_path.is_file():
-                found.append(
-                    f"runspec: the diff {diff_path} recorded beside the receipt is missing"
-                )
-            else:
-                found += _check_stored_diff(diff_path, source)
+            found += _check_diff_file(context.path.parent, str(diff_file), source)
         elif diff_dirty:
             found.append("runspec: the diff is non-empty but no diff file is recorded")
         expected_dirty = diff_dirty or bool(source.get("untracked"))
@@ -93,6 +104,30 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
             if isinstance(state, Mapping):
                 found += publication_contradictions(state, f"runs {run.get('name')} {tree}")
     found += _check_hashes("runspec input", block.get("inputs"))
+    return found
+
+
+def _check_diff_file(folder: Path, diff_file: str, source: Mapping[str, Any]) -> list[str]:
+    """The diff a receipt names: ``diffs/<sha256>.diff`` in its session folder (named by the
+    digest the receipt records for it) or, in a receipt written before diffs were shared,
+    ``<name>.diff`` beside it; nothing else, so a receipt cannot point verify elsewhere."""
+    shared = STORED_DIFF.match(diff_file)
+    if shared is None and not LEGACY_DIFF.match(diff_file):
+        return [
+            f"runspec: diff_file {diff_file!r} is neither diffs/<sha256>.diff in the session "
+            "folder nor a .diff beside the receipt"
+        ]
+    path = folder / diff_file
+    if not path.is_file() or path.is_symlink():
+        return [f"runspec: the diff {path} the receipt records is missing"]
+    found = _check_stored_diff(path, source)
+    if shared is not None and not found:
+        key = "diff_stored_sha256" if source.get("diff_redacted") is True else "diff_sha256"
+        if shared["digest"] != source.get(key):
+            found.append(
+                f"runspec: the stored diff {path} is not named by its SHA-256 "
+                f"{source.get(key)} ({key})"
+            )
     return found
 
 
@@ -209,7 +244,8 @@ def _same(a: Any, b: Any) -> bool:
 
 def check_verdicts(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
     """The ``verdicts`` block equals the one derived from the raw blocks now."""
-    again = derive_verdicts(receipt)
+    parts = context.parts or ReceiptParts.from_json(receipt)
+    again = parts.verdicts().to_json()
     if not isinstance(block, Mapping):
         return ["verdicts block missing or not a mapping"]
     return [
@@ -257,6 +293,29 @@ def _rejudge(
     if a.kind != b.kind:
         return False
     return bool(kinds.compare(gate, a, b).passed)
+
+
+def _rejudge_results(
+    kinds: KindRegistry,
+    pair: str,
+    comparison: Mapping[str, Any],
+    left: Mapping[str, Any],
+    right: Mapping[str, Any],
+    gates: Mapping[str, Any],
+) -> list[str]:
+    """Each result of one recorded comparison of two runs re-judged from their fingerprints
+    (under the gate the entry names for the artifact, else the result's own)."""
+    found = []
+    for result in comparison.get("results") or []:
+        name = result["artifact"]
+        gate = str(gates.get(name, result.get("gate")))
+        again = _rejudge(kinds, gate, name, left[name], right[name])
+        if again is not None and again != result.get("passed"):
+            found.append(
+                f"{pair} {name}: recorded passed={result.get('passed')} but the "
+                f"fingerprints give {again}"
+            )
+    return found
 
 
 def _lossy_contradictions(entry: Mapping[str, Any]) -> list[str]:
@@ -402,17 +461,8 @@ def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> 
                     f"{comparison['right']} names a run that is not recorded"
                 )
                 continue
-            for result in comparison.get("results") or []:
-                name = result["artifact"]
-                again = _rejudge(
-                    kinds, str(gates.get(name, result["gate"])), name, left[name], right[name]
-                )
-                if again is not None and again != result.get("passed"):
-                    found.append(
-                        f"lossless[{index}] {comparison['left']} vs "
-                        f"{comparison['right']} {name}: recorded passed="
-                        f"{result.get('passed')} but the fingerprints give {again}"
-                    )
+            pair = f"lossless[{index}] {comparison['left']} vs {comparison['right']}"
+            found += _rejudge_results(kinds, pair, comparison, left, right, gates)
         verdict = rederive(entry)
         if verdict != entry.get("verdict"):
             found.append(
@@ -458,15 +508,7 @@ def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> li
                 if left is None or right is None:
                     found.append(f"{pair}: names a run that is not recorded")
                     continue
-                for result in comparison.get("results") or []:
-                    name = result["artifact"]
-                    gate = str(gates.get(name, result.get("gate")))
-                    again = _rejudge(context.kinds, gate, name, left[name], right[name])
-                    if again is not None and again != result.get("passed"):
-                        found.append(
-                            f"{pair} {name}: recorded passed={result.get('passed')} but the "
-                            f"fingerprints give {again}"
-                        )
+                found += _rejudge_results(context.kinds, pair, comparison, left, right, gates)
         verdicts = rederive(grid)
         for cell in cells:
             again_word = verdicts.get(str(cell.get("name")))
@@ -538,7 +580,11 @@ def verify_receipt(
     path = Path(path)
     if receipt is None:
         receipt = load(path)
-    context = Context(path) if kinds is None else Context(path, kinds)
+    try:  # read once into its record: the checkers judge the blocks it holds
+        record = ReceiptRecord.from_json(receipt)
+    except ReceiptError as exc:
+        return [f"the receipt cannot be read: {exc}"]
+    context = Context(path, kinds or KindRegistry(), record)
     found: list[str] = []
     for block, check in (checkers if checkers is not None else default_checkers()).items():
         try:

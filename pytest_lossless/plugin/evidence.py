@@ -149,12 +149,12 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
     ]
     # The overall verdict as the receipt derives it (its outcome included), not a second rule.
     verdicts = receipt.verdicts
-    overall = verdicts["overall"]
+    overall = verdicts.overall
     prop = ("lossless_verdict", str(overall))
     if overall is not None and prop not in report.user_properties:
         # LOSSY-PASS is its own value in JUnit too (a CI dashboard reads the property).
         report.user_properties.append(prop)
-    if verdicts.get("expected") is True:  # the verdict the test asserted (expect=)
+    if verdicts.expected:  # the verdict the test asserted (expect=)
         report.user_properties.append(("lossless_verdict_expected", "true"))
     report.sections.append(("pytest-lossless receipt", str(path)))
 

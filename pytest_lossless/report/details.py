@@ -203,14 +203,7 @@ class Details:
 
                 findings = [f for f in proof.get("runs") or [] if isinstance(f, Mapping)]
                 blocks.append(Text(f"INCONCLUSIVE: {reason(findings)} (rule {proof.get('rule')})"))
-        where = [_where(c, r) for c in differing for r in _failing(c)]
-        where += [
-            (_pair(c), str(name), "present in one run only", "")
-            for c in differing
-            for name in c.get("missing") or []
-        ]
-        if where:
-            blocks.append(Table(("runs", "artifact", "first difference", "how many"), where))
+        blocks += _where_table(differing)
         blocks += _divergence(mapping(entry.get("divergence")))
         blocks.append(
             Table(
@@ -218,6 +211,14 @@ class Details:
                 [_run_row(r) for r in runs.values()],
             )
         )
+        return blocks + self._drawn(row, runs, differing)
+
+    def _drawn(
+        self, row: Row, runs: Mapping[str, Any], differing: list[Mapping[str, Any]]
+    ) -> list[Block]:
+        """The first :data:`COMPARISONS_DRAWN` failing results of ``differing``, each drawn
+        side by side from the two runs it compared, with its diagnostic files."""
+        blocks: list[Block] = []
         drawn = [(c, r) for c in differing for r in _failing(c)][:COMPARISONS_DRAWN]
         for comparison, result in drawn:
             name = str(result.get("artifact"))
@@ -258,14 +259,7 @@ class Details:
         table = grid_table(grid)
         if table is not None:
             blocks.append(table)
-        where = [_where(c, r) for c in differing for r in _failing(c)]
-        where += [
-            (_pair(c), str(name), "present in one run only", "")
-            for c in differing
-            for name in c.get("missing") or []
-        ]
-        if where:
-            blocks.append(Table(("runs", "artifact", "first difference", "how many"), where))
+        blocks += _where_table(differing)
         blocks += _divergence(mapping(cell.get("divergence")))  # lossless.matrix(trace=True)
         shown = [dict(r, role="cell") for r in cell.get("runs") or [] if isinstance(r, Mapping)]
         first = (reference.get("runs") or [None])[0]
@@ -274,15 +268,7 @@ class Details:
         blocks.append(
             Table(("run", "role", "seconds", "artifacts (digest)"), [_run_row(r) for r in shown])
         )
-        drawn = [(c, r) for c in differing for r in _failing(c)][:COMPARISONS_DRAWN]
-        for comparison, result in drawn:
-            name = str(result.get("artifact"))
-            left = _run_side(runs, str(comparison.get("left")), name)
-            right = _run_side(runs, str(comparison.get("right")), name)
-            blocks.append(Text(f"{name}: {left.label} vs {right.label}"))
-            blocks += self._draw(result, left, right, f"{row.test}-{row.check}-{name}")
-            blocks += self._files(result.get("diagnostic_files") or [])
-        return blocks
+        return blocks + self._drawn(row, runs, differing)
 
     # -------------------------------------------------------------- speed gates
 
@@ -541,6 +527,17 @@ def _failing(comparison: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _pair(comparison: Mapping[str, Any]) -> str:
     return f"{comparison.get('left')} vs {comparison.get('right')}"
+
+
+def _where_table(differing: list[Mapping[str, Any]]) -> list[Block]:
+    """Where each differing comparison first differs, and artifacts only one run made."""
+    where = [_where(c, r) for c in differing for r in _failing(c)]
+    where += [
+        (_pair(c), str(name), "present in one run only", "")
+        for c in differing
+        for name in c.get("missing") or []
+    ]
+    return [Table(("runs", "artifact", "first difference", "how many"), where)] if where else []
 
 
 def _where(comparison: Mapping[str, Any], result: Mapping[str, Any]) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -364,7 +364,8 @@ def test_an_old_index_with_an_hmac_is_noted_not_believed(tmp_path: Path) -> None
     folder.mkdir()
     write_summary(folder)
     index = build_index(folder, session_id=folder.name)
-    write_index(folder, {**index, "hmac": {"algorithm": "HMAC-SHA256", "value": "ab" * 32}})
+    hmac = {"algorithm": "HMAC-SHA256", "value": "ab" * 32}  # an older release's index
+    write_index(folder, replace(index, hmac=hmac))
     done = _verify(folder)
     assert done.returncode == 0, done.stdout
     assert "carries an HMAC from an older pytest-lossless; HMACs are no longer checked" in (

@@ -138,18 +138,25 @@ def test_receipt_name_is_safe_and_bounded() -> None:
     assert not receipt_name("../../etc/passwd").startswith(".")
 
 
-def test_write_is_atomic_with_diff_beside_and_derived_blocks(tmp_path: Path) -> None:
+DIFF_SHA256 = hashlib.sha256(DIFF.encode("utf-8", errors="surrogateescape")).hexdigest()
+#: A real session of the GPU run (tests/gpu), written with one ``.diff`` beside each receipt.
+GPU_SESSION = Path(__file__).parents[1] / "data/gpu/ref2va/20261201T225959.909Z-vm-5067d6"
+
+
+def test_write_is_atomic_with_diff_stored_by_digest_and_derived_blocks(tmp_path: Path) -> None:
+    # The diff is stored once per session, named by its SHA-256 (#20): no longer beside the
+    # receipt as <name>.diff, which stored the same 2 MB once per test on the GPU run.
     path = _write(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "tests_test_m.py__test_a_x_y.diff",
+        "diffs",
         "tests_test_m.py__test_a_x_y.json",
     ]
-    diff = tmp_path / "tests_test_m.py__test_a_x_y.diff"
+    diff = tmp_path / "diffs" / f"{DIFF_SHA256}.diff"
     assert diff.read_bytes() == DIFF.encode("utf-8", errors="surrogateescape")
     data = load(path)
     assert data["schema_version"] == SCHEMA_VERSION
     assert "diff" not in data["runspec"]["source"]
-    assert data["runspec"]["source"]["diff_file"] == diff.name
+    assert data["runspec"]["source"]["diff_file"] == f"diffs/{diff.name}"
     assert data["allocation"]["released_at"] == "2026-01-01T00:00:00.000Z"
     assert data["runs"][0]["lifecycle"]["clean"] is True
     assert data["verdicts"]["lifecycle"]["clean"] is True
@@ -202,9 +209,133 @@ def test_verify_catches_edited_raw_blocks_and_summaries(tmp_path: Path) -> None:
     assert any("verdicts.overall: recorded 'FAIL'" in f for f in verify(tmp_path))
 
 
+def test_a_session_of_two_tests_stores_one_diff(tmp_path: Path) -> None:
+    a = _write(tmp_path, test_id="tests/test_m.py::test_a")
+    b = _write(tmp_path, test_id="tests/test_m.py::test_b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diffs", a.name, b.name]
+    assert [p.name for p in (tmp_path / "diffs").iterdir()] == [f"{DIFF_SHA256}.diff"]
+    for path in (a, b):
+        assert load(path)["runspec"]["source"]["diff_file"] == f"diffs/{DIFF_SHA256}.diff"
+    assert verify(tmp_path) == []
+
+
+def test_the_diff_is_redacted_before_it_is_hashed_and_named(tmp_path: Path) -> None:
+    from pytest_lossless.core.redact import Redactor
+
+    secret = "hunter2hunter2hunter2"
+    header = "diff --git a/c.py b/c.py\n--- a/c.py\n+++ b/c.py\n@@ -0,0 +1 @@\n"
+    text = f"{header}+API_TOKEN = '{secret}'\n"
+    receipt = Receipt("tests/test_m.py::test_s", redactor=Redactor())
+    receipt.set_runspec(_runspec(text))
+    path = receipt.write(tmp_path)
+    (stored,) = (tmp_path / "diffs").iterdir()
+    body = stored.read_bytes()
+    assert secret.encode() not in body
+    source = load(path)["runspec"]["source"]
+    assert source["diff_redacted"] is True
+    assert stored.name == f"{hashlib.sha256(body).hexdigest()}.diff"
+    assert stored.name == f"{source['diff_stored_sha256']}.diff" != f"{source['diff_sha256']}.diff"
+    assert verify(tmp_path) == []
+
+
+def _reseal(path: Path, change: Any) -> None:
+    """Edit a receipt and recompute its integrity hash: an edit the hash alone cannot catch."""
+    from pytest_lossless.evidence.receipts import raw_sha256
+
+    data = json.loads(path.read_text())
+    change(data)
+    data["integrity"]["raw_sha256"] = raw_sha256(data)
+    path.write_text(json.dumps(data))
+
+
+def test_verify_catches_a_tampered_shared_diff(tmp_path: Path) -> None:
+    a = _write(tmp_path, test_id="tests/test_m.py::test_a")
+    b = _write(tmp_path, test_id="tests/test_m.py::test_b")
+    diff = tmp_path / "diffs" / f"{DIFF_SHA256}.diff"
+    diff.write_text("diff --git a/m.py b/m.py\n+something else\n")
+    found = verify(tmp_path)
+    for path in (a, b):
+        assert any(f.startswith(f"{path}:") and "does not match diff_sha256" in f for f in found)
+    diff.unlink()
+    assert any("diff" in f and "missing" in f for f in verify(tmp_path))
+
+
+def test_verify_requires_a_stored_diff_named_by_its_digest_inside_the_session(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path)
+    other = tmp_path / "diffs" / f"{'0' * 64}.diff"
+    other.write_bytes((tmp_path / "diffs" / f"{DIFF_SHA256}.diff").read_bytes())
+    _reseal(path, lambda d: d["runspec"]["source"].update(diff_file=f"diffs/{other.name}"))
+    assert any("is not named by its SHA-256" in f for f in verify(tmp_path))
+    _reseal(path, lambda d: d["runspec"]["source"].update(diff_file="../elsewhere.diff"))
+    assert any("diff_file '../elsewhere.diff'" in f for f in verify(tmp_path))
+
+
+def test_an_old_session_with_a_diff_beside_each_receipt_still_verifies(tmp_path: Path) -> None:
+    gpu = sorted(GPU_SESSION.glob("*.diff"))
+    assert len(gpu) == len(sorted(GPU_SESSION.glob("*.json"))) - 1  # INDEX.json has none
+    assert verify(GPU_SESSION) == []
+    # The old layout, written by hand from a new receipt: <name>.diff beside it.
+    path = _write(tmp_path)
+    beside = path.with_suffix(".diff")
+    (tmp_path / "diffs" / f"{DIFF_SHA256}.diff").rename(beside)
+    (tmp_path / "diffs").rmdir()
+    _reseal(path, lambda d: d["runspec"]["source"].update(diff_file=beside.name))
+    assert verify(tmp_path) == []
+    beside.write_text("diff --git a/m.py b/m.py\n+something else\n")
+    assert any("does not match diff_sha256" in f for f in verify(tmp_path))
+
+
+def test_the_signed_subjects_cover_the_stored_diff(tmp_path: Path) -> None:
+    pytest.importorskip("cryptography")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from pytest_lossless.evidence.attest import BUNDLE_NAME, check_bundle, sign
+
+    session = tmp_path / "receipts" / "20260101T000000.000Z-host-abcdef"
+    _write(session, test_id="tests/test_m.py::test_a")
+    _write(session, test_id="tests/test_m.py::test_b")
+    _seal(session)
+    key = Ed25519PrivateKey.generate()
+    done = sign(tmp_path / "receipts", out=tmp_path / "att", project=tmp_path, private_key=key)
+    assert done.refused == []
+    bundle = tmp_path / "att" / BUNDLE_NAME
+    statement = json.loads(
+        __import__("base64").b64decode(json.loads(bundle.read_text().splitlines()[0])["payload"])
+    )
+    name = f"diffs/{DIFF_SHA256}.diff"
+    assert {"sha256": DIFF_SHA256} in [
+        s["digest"] for s in statement["subject"] if s["name"] == name
+    ]
+
+    def check() -> list[str]:
+        found, _ = check_bundle(
+            bundle, key.public_key(), folders=[session], single_receipts=[], project=tmp_path
+        )
+        return [str(f) for f in found]
+
+    assert check() == []
+    (session / name).write_text("diff --git a/m.py b/m.py\n+something else\n")
+    assert any(f.startswith("MISMATCH") and f"subject {name!r}: signed" in f for f in check())
+
+
+def test_an_export_copies_the_shared_diff_once(tmp_path: Path) -> None:
+    from pytest_lossless.evidence.export_index import ExportFolder
+
+    a = _write(tmp_path / "s", test_id="tests/test_m.py::test_a")
+    b = _write(tmp_path / "s", test_id="tests/test_m.py::test_b")
+    export = ExportFolder(tmp_path / "export")
+    for path in (a, b):
+        export.add_receipt("s", path)
+    copied = tmp_path / "export" / "receipts" / "s"
+    assert sorted(p.name for p in copied.iterdir()) == ["diffs", a.name, b.name]
+    assert verify(copied) == []
+
+
 def test_verify_catches_a_diff_that_does_not_match_its_hash(tmp_path: Path) -> None:
     _write(tmp_path)
-    diff = tmp_path / "tests_test_m.py__test_a_x_y.diff"
+    diff = tmp_path / "diffs" / f"{DIFF_SHA256}.diff"
     diff.write_text("diff --git a/m.py b/m.py\n+something else\n")
     assert any("does not match diff_sha256" in f for f in verify(tmp_path))
     diff.unlink()
@@ -443,3 +574,43 @@ def test_an_asserted_failing_verdict_is_expected_and_nothing_else_is():
     assert derive_verdicts(failed_test)["expected"] is False
     passed = {**receipt, "lossless": [{**asserted, "verdict": "PASS"}]}
     assert derive_verdicts(passed)["expected"] is False  # a pass is just a pass
+
+
+def test_a_real_session_index_reads_into_its_record_and_writes_back_identically(
+    tmp_path: Path,
+) -> None:
+    from pytest_lossless.evidence.index import INDEX_NAME, SessionIndex, load_index
+
+    index = load_index(GPU_SESSION / INDEX_NAME)
+    assert isinstance(index, SessionIndex)
+    assert index.finished
+    assert len(index.receipts) == 10
+    assert index.summary is not None
+    assert {t.receipt for t in index.tests} == {r.file for r in index.receipts}
+    folder = tmp_path / GPU_SESSION.name
+    folder.mkdir()
+    write_index(folder, index)
+    assert (folder / INDEX_NAME).read_bytes() == (GPU_SESSION / INDEX_NAME).read_bytes()
+
+
+def test_real_receipts_read_into_their_records_and_write_back_identically() -> None:
+    from pytest_lossless.evidence.receipts import ReceiptRecord
+
+    paths = sorted(p for p in GPU_SESSION.glob("*.json") if p.name != "INDEX.json")
+    assert len(paths) == 10
+    for path in paths:
+        record = ReceiptRecord.from_json(load(path))
+        assert record.integrity is not None
+        assert record.recorded_verdicts is not None
+        assert record.recorded_verdicts["overall"] in ("PASS", "LOSSY-PASS", "INCONCLUSIVE", "FAIL")
+        text = json.dumps(record.to_json(), indent=2, ensure_ascii=False) + "\n"
+        assert text.encode() == path.read_bytes(), path.name
+
+
+def test_a_receipt_block_of_the_wrong_shape_is_named() -> None:
+    from pytest_lossless.evidence.receipts import ReceiptRecord
+
+    with pytest.raises(ReceiptError, match="gates is not a list of objects"):
+        ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", "gates": ["x"]})
+    with pytest.raises(ReceiptError, match="outcome is not an object of words"):
+        ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", "outcome": {"call": 1}})

@@ -3,9 +3,11 @@ finished; a missing, duplicated, unfinished or mismatched shard is named."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pytest_lossless.core.sharding import Shard, split_record
+from pytest_lossless.evidence.index import SessionIndex
 from pytest_lossless.evidence.shards import ShardedSession, shard_findings, shard_lines
 
 TESTS = [f"t.py::test_{i}" for i in range(10)]
@@ -20,7 +22,7 @@ def _session(index: int, count: int = 4, *, finished: bool = True, tests=TESTS) 
         "state": "finished" if finished else "interrupted",
         "shard": split_record(Shard(index, count), tests, kept=kept),
     }
-    return ShardedSession(f"s{index}", index_)
+    return ShardedSession(f"s{index}", SessionIndex.from_json(index_))
 
 
 def _texts(sessions):
@@ -36,7 +38,7 @@ def test_every_shard_once_is_clean():
 
 
 def test_unsharded_sessions_are_not_counted():
-    assert _texts([ShardedSession("plain", {"finished": True})]) == []
+    assert _texts([ShardedSession("plain", SessionIndex.from_json({"finished": True}))]) == []
     assert shard_lines([ShardedSession("plain", None)]) == []
 
 
@@ -82,8 +84,10 @@ def test_shards_of_different_counts_or_selections_are_refused():
 
 def test_shards_that_do_not_add_up_are_named():
     sessions = [_session(i) for i in range(4)]
-    record = dict(sessions[0].index or {})
-    record["shard"] = {**record["shard"], "kept": 0}
+    index = sessions[0].index
+    assert index is not None
+    assert index.shard is not None
+    record = replace(index, shard={**index.shard, "kept": 0})
     found = _texts([ShardedSession("s0", record), *sessions[1:]])
     assert found == [
         (
