@@ -291,7 +291,7 @@ def effective_verdict(receipt: Mapping[str, Any]) -> Verdict | None:
             else:
                 words.append(str(entry.get("verdict")))
     for run in receipt.get("runs") or []:
-        if isinstance(run, Mapping) and lifecycle_verdict(run).get("clean") is not True:
+        if isinstance(run, Mapping) and not lifecycle_verdict(run).clean:
             words.append(Verdict.FAIL.value)
     return Verdict.worst(words) if words else None
 

@@ -92,7 +92,9 @@ def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
     lifecycles = [
         {
             "name": r.get("name"),
-            **{k: v for k, v in lifecycle_verdict(r).items() if k in ("clean", "summary")},
+            **{
+                k: v for k, v in lifecycle_verdict(r).to_json().items() if k in ("clean", "summary")
+            },
         }
         for r in runs
     ]
@@ -276,7 +278,7 @@ class Receipt:
             "outcome": dict(self.outcome),
             "runspec": self._runspec_block(),
             "allocation": self.allocation,
-            "runs": [{**run, "lifecycle": lifecycle_verdict(run)} for run in self.runs],
+            "runs": [{**run, "lifecycle": lifecycle_verdict(run).to_json()} for run in self.runs],
             "gates": list(self.gates),
             "lossless": list(self.lossless),
             "speed": list(self.speed),
