@@ -260,7 +260,7 @@ class ReceiptParts:
         runs = []
         for record in _maps(receipt.get("runs")):
             lifecycle = lifecycle_verdict(record)
-            runs.append(RunLifecycle(record.get("name"), lifecycle["clean"], lifecycle["summary"]))
+            runs.append(RunLifecycle(record.get("name"), lifecycle.clean, lifecycle.summary))
         return cls(
             schema_version=receipt.get("schema_version"),
             outcome=receipt.get("outcome"),
@@ -578,10 +578,10 @@ class Receipt:
             "outcome": dict(self.outcome),
             "runspec": self._runspec_block(),
             "allocation": self.allocation,
-            "runs": [{**run, "lifecycle": lifecycle_verdict(run)} for run in self.runs],
-            "gates": self.gates,
-            "lossless": self.lossless,
-            "speed": self.speed,
+            "runs": [{**run, "lifecycle": lifecycle_verdict(run).to_json()} for run in self.runs],
+            "gates": list(self.gates),
+            "lossless": list(self.lossless),
+            "speed": list(self.speed),
         }
         for name in OPTIONAL_BLOCKS:
             if getattr(self, name):

@@ -50,7 +50,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         out_dir=tmp_path / "model_run",
         run_timeout=resolved.run_timeout,
         knobs=resolved.determinism_knobs,
-        on_record=receipt.add_run,
+        on_record=lambda run: receipt.add_run(run.to_json()),
         redactor=redactor,
         describe_source=partial(_describe_source, required=resolved.require_published),
         progress=progress_for(item),

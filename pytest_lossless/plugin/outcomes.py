@@ -293,9 +293,9 @@ def _fail_unclean_runs(item: pytest.Item, rep: pytest.TestReport) -> None:
     from ..run import lifecycle_verdict
 
     unclean = [
-        f"{run.get('name')}: {verdict['summary']}"
+        f"{run.get('name')}: {verdict.summary}"
         for run in receipt.runs
-        if not (verdict := lifecycle_verdict(run))["clean"]
+        if not (verdict := lifecycle_verdict(run)).clean
     ]
     if unclean:
         rep.outcome = "failed"

@@ -64,9 +64,24 @@ class HookFailed(Exception):
     """A ``before_arm`` hook raised: the arm does not run, and this is its error."""
 
 
-def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> dict[str, Any]:
-    """Call each hook before the arm ``arm`` (sample ``index``): ``{"before_arm": [record per
-    hook]}`` for the sample, or ``{}`` without hooks; :class:`HookFailed` naming the hook."""
+@dataclass(frozen=True, slots=True)
+class HookResult:
+    """What one ``before_arm`` hook returned before one arm (a JSON value, ``"done"`` for None)."""
+
+    name: str
+    result: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "result": self.result}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HookResult:
+        return cls(str(data.get("name")), data.get("result"))
+
+
+def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> tuple[HookResult, ...] | None:
+    """Call each hook before the arm ``arm`` (sample ``index``): what each returned, or None
+    without hooks; :class:`HookFailed` naming the hook."""
     records = []
     for hook in hooks:
         try:
@@ -74,8 +89,8 @@ def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> dict[str, An
         except Exception as exc:
             name = hook_name(hook)
             raise HookFailed(f"before_arm {name} raised {type(exc).__name__}: {exc}") from exc
-        records.append({"name": hook_name(hook), "result": _plain(result)})
-    return {"before_arm": records} if records else {}
+        records.append(HookResult(hook_name(hook), _plain(result)))
+    return tuple(records) if records else None
 
 
 def _plain(result: object) -> Any:

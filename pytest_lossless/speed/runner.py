@@ -16,18 +16,18 @@ import math
 import numbers
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..compare import proof as dispatch
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.verdict import Verdict
 from ..errors import ConfigError
+from ..run import RunRecord
 from . import before_arm as before
 from . import stats
 
 _ERROR_TEXT_LIMIT = 2000
-_EXTRA_FIELDS = ("startup_seconds", "warmup_seconds")
 
 
 def _number(value: object) -> float | None:
@@ -44,15 +44,28 @@ def _numbers(value: object) -> list[float] | None:
     return [v for v in found if v is not None] if all(v is not None for v in found) else None
 
 
+def _run_of(result: object) -> RunRecord | None:
+    """The model run an arm returned: a run result's or a server's ``run``, or a record."""
+    run = getattr(result, "run", None)
+    if isinstance(run, RunRecord):
+        return run
+    if isinstance(result, RunRecord):
+        return result
+    if isinstance(result, Mapping) and result.get("kind") in ("command", "server"):
+        return RunRecord.from_json(result)  # a server's stop(): the record as JSON
+    return None
+
+
 def _lookup(result: object, name: str) -> object:
-    """``result.name``, else ``result[name]`` for a mapping, else ``result.record[name]``."""
+    """``result.name``, else ``result[name]`` for a mapping, else the field of its model
+    run's record (a server's timings)."""
     if hasattr(result, name):
         return getattr(result, name)
     if isinstance(result, Mapping) and name in result:
         return result[name]
-    record = getattr(result, "record", None)
-    if isinstance(record, Mapping) and name in record:
-        return record[name]
+    run = _run_of(result)
+    if run is not None and run.server is not None and hasattr(run.server, name):
+        return getattr(run.server, name)
     return None
 
 
@@ -86,36 +99,29 @@ def measured_seconds(result: object) -> float:
     return seconds
 
 
-def sample_extras(result: object) -> dict[str, Any]:
-    """Startup and warmup times the arm's result carries, kept apart from the measured time."""
-    found: dict[str, Any] = {}
+def _timing(value: object) -> float | tuple[float, ...] | None:
+    number = _number(value)
+    if number is not None:
+        return number
+    listed = _numbers(value)
+    return tuple(listed) if listed is not None else None
+
+
+def sample_extras(sample: Sample, result: object) -> Sample:
+    """``sample`` with the startup and warmup times the arm's result carries, kept apart from
+    the measured time, and the run it timed."""
     if _number(result) is not None:
-        return found
-    for name in _EXTRA_FIELDS:
-        value = _lookup(result, name)
-        number = _number(value)
-        if number is not None:
-            found[name] = number
-        elif (listed := _numbers(value)) is not None:
-            found[name] = listed
+        return sample
     requests = _numbers(_lookup(result, "measured_seconds"))
-    if requests is not None:
-        found["measured_requests"] = requests
-    run = _run_name(result)
-    if run is not None:
-        found["run"] = run  # the run record this sample timed: verify checks one against other
-    return found
-
-
-def _run_name(result: object) -> str | None:
-    """The receipt name of the model run an arm returned (``command-03``), if it was one."""
-    record = getattr(result, "record", None)
-    if not isinstance(record, Mapping):
-        record = result if isinstance(result, Mapping) else None
-    if record is None or record.get("kind") not in ("command", "server"):
-        return None
-    name = record.get("name")
-    return name if isinstance(name, str) else None
+    run = _run_of(result)
+    return replace(
+        sample,
+        startup_seconds=_timing(_lookup(result, "startup_seconds")),
+        warmup_seconds=_timing(_lookup(result, "warmup_seconds")),
+        measured_requests=tuple(requests) if requests is not None else None,
+        # The run record this sample timed: verify checks one against the other.
+        run=run.name if run is not None and run.kind in ("command", "server") else None,
+    )
 
 
 def short(text: str, limit: int = _ERROR_TEXT_LIMIT) -> str:
@@ -128,10 +134,128 @@ SCHEMA = "pytest-lossless/speed-verdict/1"
 Arm = Callable[[], object]
 
 
+# ------------------------------------------------------------------ the records
+
+
+def _timing_json(value: float | tuple[float, ...]) -> float | list[float]:
+    return list(value) if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One timed arm: where it stands in the schedule, what ran before it, its measured
+    seconds (None: it raised, ``error``), the timings its result carried apart, the run it
+    timed (``run``; ``runs``: every run it started, noted by the plugin) and its proof."""
+
+    index: int
+    block: int
+    position: int
+    arm: str
+    started_at: float
+    seconds: float | None = None
+    arm_seconds: float | None = None
+    before_arm: tuple[before.HookResult, ...] | None = None
+    startup_seconds: float | tuple[float, ...] | None = None
+    warmup_seconds: float | tuple[float, ...] | None = None
+    measured_requests: tuple[float, ...] | None = None
+    run: str | None = None
+    proof: dict[str, Any] | None = None
+    error: str | None = None
+    runs: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "index": self.index,
+            "block": self.block,
+            "position": self.position,
+            "arm": self.arm,
+        }
+        if self.before_arm is not None:
+            data["before_arm"] = [h.to_json() for h in self.before_arm]
+        data["started_at"] = self.started_at
+        data["seconds"] = self.seconds
+        optional: dict[str, Any] = {
+            "startup_seconds": self.startup_seconds,
+            "warmup_seconds": self.warmup_seconds,
+            "measured_requests": self.measured_requests,
+            "run": self.run,
+            "proof": self.proof,
+            "error": self.error,
+        }
+        data.update({k: _timing_json(v) for k, v in optional.items() if v is not None})
+        if self.arm_seconds is not None:
+            data["arm_seconds"] = self.arm_seconds
+        if self.runs is not None:
+            data["runs"] = list(self.runs)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Sample:
+        """A recorded sample; a missing or mistyped place in the schedule raises
+        ``KeyError``/``TypeError``/``ValueError`` (the verdict cannot be re-derived)."""
+        hooks, runs, proof = data.get("before_arm"), data.get("runs"), data.get("proof")
+        requests = _numbers(data.get("measured_requests"))
+        return cls(
+            index=int(data.get("index", 0)),
+            block=int(data["block"]),
+            position=int(data.get("position", 0)),
+            arm=str(data["arm"]),
+            started_at=data.get("started_at", 0.0),
+            seconds=None if data.get("seconds") is None else float(data["seconds"]),
+            arm_seconds=_number(data.get("arm_seconds")),
+            before_arm=(
+                tuple(before.HookResult.from_json(h) for h in hooks if isinstance(h, Mapping))
+                if isinstance(hooks, list)
+                else None
+            ),
+            startup_seconds=_timing(data.get("startup_seconds")),
+            warmup_seconds=_timing(data.get("warmup_seconds")),
+            measured_requests=tuple(requests) if requests is not None else None,
+            run=None if data.get("run") is None else str(data["run"]),
+            proof=dict(proof) if isinstance(proof, Mapping) else None,
+            error=None if data.get("error") is None else str(data["error"]),
+            runs=tuple(str(r) for r in runs) if isinstance(runs, list) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap:
+    """The percentile-bootstrap cross-check of the median block difference (never the verdict)."""
+
+    blocks: int
+    resamples: int
+    seed: int
+    ci: tuple[float, float]
+    verdict: Verdict
+    agrees: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "blocks": self.blocks,
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "ci": list(self.ci),
+            "verdict": self.verdict,
+            "agrees": self.agrees,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Bootstrap:
+        low, high = data["ci"]
+        return cls(
+            int(data["blocks"]),
+            int(data["resamples"]),
+            int(data["seed"]),
+            (float(low), float(high)),
+            Verdict(data["verdict"]),
+            bool(data["agrees"]),
+        )
+
+
 # ------------------------------------------------------------------ the verdict
 
 
-@dataclass
+@dataclass(frozen=True)
 class SpeedVerdict:
     """One workload's speed verdict with every raw sample it was derived from."""
 
@@ -144,14 +268,14 @@ class SpeedVerdict:
     design: str
     pairs: int
     blocks: int
-    samples: list[dict[str, Any]]
+    samples: tuple[Sample, ...]
     seed: int
-    openers: list[str]
-    plan: dict[str, Any]
-    looks: list[dict[str, Any]] = field(default_factory=list)
+    openers: tuple[str, ...]
+    plan: stats.Plan
+    looks: tuple[stats.LookResult, ...] = ()
     reason: str = ""
-    bootstrap: dict[str, Any] | None = None
-    errors: list[str] = field(default_factory=list)
+    bootstrap: Bootstrap | None = None
+    errors: tuple[str, ...] = ()
     #: The dispatch-proof rule each candidate arm was examined with (None: none was given).
     proof: str | None = None
 
@@ -183,18 +307,18 @@ class SpeedVerdict:
         )
         if self.reason:
             text += f". {self.reason[:1].upper()}{self.reason[1:]}"
-        if self.bootstrap is not None and not self.bootstrap.get("agrees", True):
-            low, high = self.bootstrap["ci"]
+        if self.bootstrap is not None and not self.bootstrap.agrees:
+            low, high = self.bootstrap.ci
             text += (
                 f". Bootstrap cross-check [{low:.2f}, {high:.2f}] alone would say "
-                f"{self.bootstrap['verdict']}; the verdict follows the distribution-free sign test"
+                f"{self.bootstrap.verdict}; the verdict follows the distribution-free sign test"
             )
         return text + "."
 
     def __str__(self) -> str:
         return self.message()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """JSON-ready: the raw samples, the settings that define the rule, and the verdict."""
         return {
             "schema": SCHEMA,
@@ -210,14 +334,14 @@ class SpeedVerdict:
             "blocks": self.blocks,
             "seed": self.seed,
             "openers": list(self.openers),
-            "plan": dict(self.plan),
-            "looks": [dict(lk) for lk in self.looks],
+            "plan": self.plan.to_json(),
+            "looks": [lk.to_json() for lk in self.looks],
             "reason": self.reason,
-            "bootstrap": dict(self.bootstrap) if self.bootstrap is not None else None,
+            "bootstrap": self.bootstrap.to_json() if self.bootstrap is not None else None,
             "errors": list(self.errors),
             "proof": self.proof,
             "percentiles": self.percentiles(),
-            "samples": [dict(s) for s in self.samples],
+            "samples": [s.to_json() for s in self.samples],
             "message": self.message(),
         }
 
@@ -226,11 +350,7 @@ class SpeedVerdict:
         to support it at 99% confidence (64/130/662) says so instead of a number."""
         table: dict[str, dict[str, float | str]] = {}
         for arm in (stats.CONTROL, stats.CANDIDATE):
-            seconds = [
-                float(s["seconds"])
-                for s in self.samples
-                if s.get("arm") == arm and isinstance(s.get("seconds"), (int, float))
-            ]
+            seconds = [s.seconds for s in self.samples if s.arm == arm and s.seconds is not None]
             row: dict[str, float | str] = {}
             for p in (50, 90, 95, 99):
                 value = stats.percentile(seconds, p) if seconds else None
@@ -245,11 +365,12 @@ class SpeedVerdict:
         return table
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SpeedVerdict:
+    def from_json(cls, d: Mapping[str, Any]) -> SpeedVerdict:
+        """A recorded speed verdict (``to_json`` form) read back."""
         ci = d.get("ci")
         bootstrap = d.get("bootstrap")
         return cls(
-            verdict=d["verdict"],
+            verdict=Verdict(d["verdict"]),
             ratio=d.get("ratio"),
             ci=(float(ci[0]), float(ci[1])) if ci is not None else None,
             confidence=float(d["confidence"]),
@@ -258,14 +379,14 @@ class SpeedVerdict:
             design=d["design"],
             pairs=int(d["pairs"]),
             blocks=int(d["blocks"]),
-            samples=[dict(s) for s in d.get("samples", [])],
+            samples=tuple(Sample.from_json(s) for s in d.get("samples", [])),
             seed=int(d["seed"]),
-            openers=list(d.get("openers", [])),
-            plan=dict(d.get("plan", {})),
-            looks=[dict(lk) for lk in d.get("looks", [])],
+            openers=tuple(d.get("openers", [])),
+            plan=stats.Plan.from_json(d["plan"]),
+            looks=tuple(stats.LookResult.from_json(lk) for lk in d.get("looks", [])),
             reason=d.get("reason", ""),
-            bootstrap=dict(bootstrap) if bootstrap is not None else None,
-            errors=list(d.get("errors", [])),
+            bootstrap=Bootstrap.from_json(bootstrap) if bootstrap is not None else None,
+            errors=tuple(d.get("errors", [])),
             proof=d.get("proof"),
         )
 
@@ -289,16 +410,16 @@ def _plan(
 
 
 def _block_diffs(
-    samples: Sequence[Mapping[str, Any]], design: str, summary: str = stats.DEFAULT_BLOCK_SUMMARY
+    samples: Sequence[Sample], design: str, summary: str = stats.DEFAULT_BLOCK_SUMMARY
 ) -> list[float]:
     """Differences of the complete blocks, in block order (a block missing an arm is dropped)."""
     per_arm = 2 if design == "ABBA" else 1
     blocks: dict[int, dict[str, list[float]]] = {}
     for sample in samples:
-        if sample.get("error") is not None or sample.get("seconds") is None:
+        if sample.error is not None or sample.seconds is None:
             continue
-        arms = blocks.setdefault(int(sample["block"]), {stats.CONTROL: [], stats.CANDIDATE: []})
-        arms[str(sample["arm"])].append(float(sample["seconds"]))
+        arms = blocks.setdefault(sample.block, {stats.CONTROL: [], stats.CANDIDATE: []})
+        arms[sample.arm].append(sample.seconds)
     diffs: list[float] = []
     for index in sorted(blocks):
         arms = blocks[index]
@@ -309,7 +430,7 @@ def _block_diffs(
 
 
 def derive(
-    samples: Sequence[Mapping[str, Any]],
+    samples: Sequence[Sample],
     *,
     target: float,
     pairs: int,
@@ -332,10 +453,9 @@ def derive(
     diffs = _block_diffs(samples, design, plan.summary)
     decision = stats.decide(diffs, theta, plan)
     errors = [
-        f"{s['arm']} arm (block {s['block'] + 1}, position {s['position'] + 1}) raised: "
-        f"{s['error']}"
+        f"{s.arm} arm (block {s.block + 1}, position {s.position + 1}) raised: {s.error}"
         for s in samples
-        if s.get("error") is not None
+        if s.error is not None
     ]
     verdict: Verdict = decision.verdict
     reason = decision.reason
@@ -344,27 +464,27 @@ def derive(
         reason = f"{errors[0]}; a speed verdict needs every arm to complete"
     if proof is not None:
         findings = [
-            s.get("proof") or {"run": s.get("run"), "found": False, "evidence": "not examined"}
+            s.proof or {"run": s.run, "found": False, "evidence": "not examined"}
             for s in samples
-            if s.get("arm") == stats.CANDIDATE and s.get("error") is None
+            if s.arm == stats.CANDIDATE and s.error is None
         ]
         proven = dispatch.apply(verdict, findings)
         if proven != verdict:
             verdict, reason = proven, dispatch.reason(findings)
-    bootstrap: dict[str, Any] | None = None
+    bootstrap: Bootstrap | None = None
     used = diffs[: decision.blocks]
     if len(used) >= stats.BOOTSTRAP_MIN_BLOCKS:
         low, high = stats.bootstrap_median_interval(used, confidence=confidence, seed=seed)
         boot_verdict = stats.classify(low, high, theta)
-        bootstrap = {
-            "blocks": len(used),
-            "resamples": stats.BOOTSTRAP_RESAMPLES,
-            "seed": seed,
-            "ci": [math.exp(low), math.exp(high)],
-            "verdict": boot_verdict,
-            "agrees": boot_verdict == decision.verdict,
-        }
-    openers: list[str] = list(stats.block_schedule(pairs, design=design, seed=seed).openers)
+        bootstrap = Bootstrap(
+            blocks=len(used),
+            resamples=stats.BOOTSTRAP_RESAMPLES,
+            seed=seed,
+            ci=(math.exp(low), math.exp(high)),
+            verdict=boot_verdict,
+            agrees=boot_verdict == decision.verdict,
+        )
+    openers = tuple(stats.block_schedule(pairs, design=design, seed=seed).openers)
     return SpeedVerdict(
         verdict=verdict,
         ratio=decision.ratio,
@@ -375,14 +495,14 @@ def derive(
         design=design,
         pairs=pairs,
         blocks=decision.blocks,
-        samples=[dict(s) for s in samples],
+        samples=tuple(samples),
         seed=seed,
         openers=openers,
-        plan=plan.to_dict(),
-        looks=[dict(lk) for lk in decision.looks],
+        plan=plan,
+        looks=decision.looks,
         reason=reason,
         bootstrap=bootstrap,
-        errors=errors,
+        errors=tuple(errors),
         proof=proof,
     )
 
@@ -404,9 +524,13 @@ def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _samples(d: Mapping[str, Any]) -> list[Sample]:
+    return [Sample.from_json(s) for s in d.get("samples", [])]
+
+
 def rederive(d: Mapping[str, Any]) -> str:
-    """Recompute the verdict of a recorded speed gate (``to_dict`` form) from its raw samples."""
-    return derive(d.get("samples", []), **_rule(d)).verdict
+    """Recompute the verdict of a recorded speed gate (``to_json`` form) from its raw samples."""
+    return derive(_samples(d), **_rule(d)).verdict
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -428,7 +552,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     """What a recorded speed gate says that its raw samples do not support (empty: consistent)."""
     found: list[str] = []
     try:
-        again = derive(d.get("samples", []), **_rule(d))
+        again = derive(_samples(d), **_rule(d))
     except (KeyError, TypeError, ValueError, ConfigError) as exc:
         return [f"speed verdict cannot be re-derived: {exc}"]
     label = f"speed gate {d.get('workload')!r}" if d.get("workload") else "speed gate"
@@ -446,7 +570,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
             f"{label}: recorded ratio {recorded_ratio} but the raw samples give {again.ratio}"
         )
     # Every derived field, not only the verdict: an edited interval or look is a contradiction.
-    derived = again.to_dict()
+    derived = again.to_json()
     if "block_summary" not in (d.get("plan") or {}):
         derived["plan"].pop("block_summary", None)  # a receipt from before the field
     for key in (
@@ -498,7 +622,7 @@ def run_speed_gate(
     confidence: float = stats.DEFAULT_CONFIDENCE,
     min_blocks: int | None = None,
     looks: Sequence[int] | None = None,
-    on_sample: Callable[[dict[str, Any]], None] | None = None,
+    on_sample: Callable[[Sample], Sample] | None = None,
     proof: dispatch.Proof | None = None,
     before_arm: before.BeforeArm | Sequence[before.BeforeArm] | None = None,
 ) -> SpeedVerdict:
@@ -509,7 +633,7 @@ def run_speed_gate(
     blocks to run (default :data:`DEFAULT_PAIRS`); the gate stops early at the first decisive
     planned look. Arms run one at a time; an arm that raises is recorded with its error, no
     further arm runs, and the verdict is INCONCLUSIVE. ``on_sample`` sees every sample as soon
-    as it is recorded.
+    as it is recorded, and returns the sample to keep (the plugin notes the runs it started).
     ``proof`` (a pattern searched in each candidate run's output, or a callable given its
     result) must hold for every candidate arm, or a PASS is INCONCLUSIVE. ``before_arm`` runs
     before each arm and is recorded in its sample (:mod:`.arms`).
@@ -546,7 +670,7 @@ def run_speed_gate(
         seed = random.SystemRandom().randrange(2**31)
     schedule = stats.block_schedule(max_blocks, design=design, seed=seed)
     arms: dict[str, Arm] = {stats.CONTROL: control, stats.CANDIDATE: candidate}
-    samples: list[dict[str, Any]] = []
+    samples: list[Sample] = []
     diffs: list[float] = []
     for block, order in enumerate(schedule.blocks):
         times: dict[str, list[float]] = {stats.CONTROL: [], stats.CANDIDATE: []}
@@ -561,13 +685,13 @@ def run_speed_gate(
                 rule if arm == stats.CANDIDATE else None,
                 hooks,
             )
-            samples.append(sample)
             if on_sample is not None:
-                on_sample(sample)
-            if sample.get("error") is not None:
+                sample = on_sample(sample)
+            samples.append(sample)
+            if sample.error is not None or sample.seconds is None:
                 break
-            times[arm].append(float(sample["seconds"]))
-        if samples and samples[-1].get("error") is not None:
+            times[arm].append(sample.seconds)
+        if samples and samples[-1].error is not None:
             break
         diffs.append(
             stats.block_difference(times[stats.CONTROL], times[stats.CANDIDATE], plan.summary)
@@ -599,24 +723,20 @@ def _run_arm(
     clock: Clock,
     proof: dispatch.Proof | None = None,
     hooks: Sequence[before.BeforeArm] = (),
-) -> dict[str, Any]:
+) -> Sample:
     """Run one arm and record it; an ``Exception`` (of the arm or of a ``before_arm`` hook,
     which then keeps the arm from running) becomes the sample's ``error``."""
-    sample: dict[str, Any] = {"index": index, "block": block, "position": position, "arm": name}
     try:
-        sample.update(before.run_before(hooks, name, index))  # outside the arm's time
+        ran_before = before.run_before(hooks, name, index)  # outside the arm's time
     except before.HookFailed as exc:
-        return {**sample, "started_at": clock.wall(), "seconds": None, "error": short(str(exc))}
-    sample["started_at"] = clock.wall()
+        return Sample(index, block, position, name, clock.wall(), error=short(str(exc)))
+    sample = Sample(index, block, position, name, clock.wall(), before_arm=ran_before)
     start = clock.monotonic()
     try:
         result = arm()
-        sample["seconds"] = measured_seconds(result)
-        sample.update(sample_extras(result))
+        sample = sample_extras(replace(sample, seconds=measured_seconds(result)), result)
         if proof is not None:
-            sample["proof"] = dispatch.examine(proof, result)
+            sample = replace(sample, proof=dispatch.examine(proof, result))
     except Exception as exc:  # any failure of the user's arm is recorded, never raised
-        sample["seconds"] = None
-        sample["error"] = short(f"{type(exc).__name__}: {exc}")
-    sample["arm_seconds"] = clock.monotonic() - start
-    return sample
+        sample = replace(sample, seconds=None, error=short(f"{type(exc).__name__}: {exc}"))
+    return replace(sample, arm_seconds=clock.monotonic() - start)

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from ..core.verdict import Verdict
 
@@ -222,7 +222,7 @@ class Plan:
                 return look
         return None
 
-    def to_dict(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "max_blocks": self.max_blocks,
             "min_blocks": self.min_blocks,
@@ -231,6 +231,20 @@ class Plan:
             "error": self.error,
             "block_summary": self.summary,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Plan:
+        """A recorded plan; one without ``block_summary`` was derived with the mean."""
+        return cls(
+            max_blocks=int(data["max_blocks"]),
+            min_blocks=int(data["min_blocks"]),
+            confidence=float(data["confidence"]),
+            looks=tuple(
+                Look(int(lk["blocks"]), int(lk["k"]), float(lk["tail"])) for lk in data["looks"]
+            ),
+            error=float(data["error"]),
+            summary=str(data.get("block_summary", LEGACY_BLOCK_SUMMARY)),
+        )
 
 
 def sequential_error(looks: Sequence[tuple[int, int]]) -> float:
@@ -333,6 +347,39 @@ def plan_looks(
 # ------------------------------------------------------------------ decision
 
 
+@dataclass(frozen=True, slots=True)
+class LookResult:
+    """What one planned look saw: its bounds of rank ``k`` (none when ``k`` is 0) and verdict."""
+
+    blocks: int
+    k: int
+    verdict: Verdict
+    low: float | None = None
+    high: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.low is None or self.high is None:
+            return {"blocks": self.blocks, "k": self.k, "verdict": self.verdict}
+        return {
+            "blocks": self.blocks,
+            "k": self.k,
+            "low": self.low,
+            "high": self.high,
+            "verdict": self.verdict,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LookResult:
+        low, high = data.get("low"), data.get("high")
+        return cls(
+            int(data["blocks"]),
+            int(data["k"]),
+            Verdict(data["verdict"]),
+            None if low is None else float(low),
+            None if high is None else float(high),
+        )
+
+
 @dataclass(frozen=True)
 class Decision:
     """The statistical verdict from the block differences (errored arms are the runner's)."""
@@ -343,7 +390,7 @@ class Decision:
     ci: tuple[float, float] | None  # ratio scale
     look: Look | None  # the look whose bounds are reported
     reason: str
-    looks: tuple[dict[str, object], ...] = field(default=())
+    looks: tuple[LookResult, ...] = ()
 
 
 def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
@@ -353,13 +400,13 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
     otherwise go on to the next look, and INCONCLUSIVE after the last one reached.
     """
     n = len(diffs)
-    trail: list[dict[str, object]] = []
+    trail: list[LookResult] = []
     last: tuple[Look, float, float] | None = None
     for look in plan.looks:
         if look.blocks > n:
             break
         if look.k < 1:
-            trail.append({"blocks": look.blocks, "k": 0, "verdict": Verdict.INCONCLUSIVE})
+            trail.append(LookResult(look.blocks, 0, Verdict.INCONCLUSIVE))
             continue
         low, high = sign_bounds(diffs[: look.blocks], look.k)
         verdict: Verdict = Verdict.INCONCLUSIVE
@@ -367,9 +414,7 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
             verdict = Verdict.PASS
         elif low > theta:
             verdict = Verdict.FAIL
-        trail.append(
-            {"blocks": look.blocks, "k": look.k, "low": low, "high": high, "verdict": verdict}
-        )
+        trail.append(LookResult(look.blocks, look.k, verdict, low, high))
         last = (look, low, high)
         if verdict != Verdict.INCONCLUSIVE:
             return Decision(

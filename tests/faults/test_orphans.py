@@ -363,7 +363,7 @@ def test_a_daemon_that_clears_its_environment_and_closes_its_fds_is_recorded_and
         assert daemon in by_pid, f"the daemon {daemon} is not in the record"
         assert by_pid[daemon]["role"] == "descendant"
         assert by_pid[daemon]["forced"]
-        assert not lifecycle_verdict(record)["clean"]
+        assert not lifecycle_verdict(record).clean
         assert f"pid {daemon}" in str(info.value)
         assert not alive(daemon), "the daemon outlived its run"
     finally:

@@ -261,7 +261,7 @@ def launcher(tmp_path: Path, records: list[dict[str, Any]]) -> Iterator[Launcher
         out_dir=tmp_path / "runs",
         run_timeout=20,
         knobs=("PYTHONHASHSEED",),
-        on_record=records.append,
+        on_record=lambda run: records.append(run.to_json()),  # as the receipt holds it
         grace=0.5,
     )
     yield run
@@ -330,7 +330,7 @@ def test_server_startup_failure_redacts(launcher: Launcher) -> None:
     with pytest.raises(RunError, match="died during startup") as info:
         launcher.server(argv, ready="/health", startup_timeout=20)
     _no_secret(str(info.value))
-    _no_secret(json.dumps(launcher.records))
+    _no_secret(json.dumps([run.to_json() for run in launcher.records]))
 
 
 SERVER = [sys.executable, str(Path(__file__).parents[1] / "data" / "servers" / "worker_server.py")]
