@@ -370,7 +370,7 @@ class GoldenFixture:
         whose control is not repeatable) and the table, then the test is INCONCLUSIVE."""
         __tracebackhide__ = True
         verdict = error.verdict
-        receipt_for(self._item).add_lossless(verdict.to_dict())
+        receipt_for(self._item).add_lossless(verdict.to_json())
         gates = ", ".join(sorted(set(verdict.gates.values())))
         status, _ = status_of(verdict.verdict)
         add_row(
