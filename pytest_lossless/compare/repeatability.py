@@ -91,7 +91,7 @@ class RunRecord(tracing.ReadsAsJson):
     role: str | None = None
     traced: bool = False
     trace_dir: str | None = None
-    proof: dict[str, Any] | None = None
+    proof: dispatch.Finding | None = None
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {} if self.role is None else {"role": self.role}
@@ -108,7 +108,7 @@ class RunRecord(tracing.ReadsAsJson):
         if self.traced:
             record["trace_dir"] = self.trace_dir
         if self.proof is not None:
-            record["proof"] = self.proof
+            record["proof"] = self.proof.to_json()
         return record
 
     @classmethod
@@ -124,7 +124,7 @@ class RunRecord(tracing.ReadsAsJson):
             role=data.get("role"),
             traced="trace_dir" in data,
             trace_dir=data.get("trace_dir"),
-            proof=data.get("proof"),
+            proof=None if data.get("proof") is None else dispatch.Finding.from_json(data["proof"]),
         )
 
 
@@ -159,8 +159,8 @@ class LosslessVerdict:
     gates: dict[str, str]
     lossy: bool
     label: str = ""
-    #: Dispatch proof: ``{"rule": ..., "runs": [finding, ...]}`` when ``proof=`` was given.
-    proof: dict[str, Any] | None = None
+    #: Dispatch proof: the rule and each candidate run's finding, when ``proof=`` was given.
+    proof: dispatch.ProofRecord | None = None
     #: Request coverage misses, one per run and artifact (``{"run", **GateResult}``): each one
     #: makes the verdict FAIL, whatever the comparisons say.
     coverage: list[dict[str, Any]] = field(default_factory=list)
@@ -188,7 +188,7 @@ class LosslessVerdict:
             return "\n".join(lines)
         controls = sum(1 for r in self.runs if r.role == "control")
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
-            return f"{head}: {dispatch.reason(self.proof['runs'])}"
+            return f"{head}: {dispatch.reason(self.proof.runs)}"
         if self.verdict == Verdict.INCONCLUSIVE:
             lines = [
                 f"{head}: the control is not repeatable ({controls} control runs differ "
@@ -232,7 +232,7 @@ class LosslessVerdict:
             detail = (first.get("metadata_diffs") or ["not covered"])[0]
             return f"{len(self.coverage)} output(s) miss the request; {first['run']} {detail}"
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
-            return dispatch.reason(self.proof["runs"])
+            return dispatch.reason(self.proof.runs)
         if self.verdict == Verdict.INCONCLUSIVE:
             return (
                 f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
@@ -258,7 +258,7 @@ class LosslessVerdict:
             "candidate_comparison": (
                 None if self.candidate_comparison is None else self.candidate_comparison.to_json()
             ),
-            "proof": self.proof,
+            "proof": None if self.proof is None else self.proof.to_json(),
             "coverage": list(self.coverage),
             "divergence": None if self.divergence is None else self.divergence.to_json(),
         }
@@ -278,7 +278,9 @@ class LosslessVerdict:
             gates={str(k): str(v) for k, v in (data.get("gates") or {}).items()},
             lossy=bool(data.get("lossy")),
             label=str(data.get("label", "")),
-            proof=data.get("proof"),
+            proof=None
+            if data.get("proof") is None
+            else dispatch.ProofRecord.from_json(data["proof"]),
             coverage=list(data.get("coverage") or ()),
             divergence=None if found is None else tracing.Departure.from_json(found),
         )
@@ -307,7 +309,7 @@ def rederive(block: Mapping[str, Any]) -> Verdict:
         and all(r.get("passed") for r in candidate.get("results", []))
     )
     proof = block.get("proof")
-    findings = proof.get("runs") if isinstance(proof, Mapping) else None
+    findings = dispatch.ProofRecord.from_json(proof).runs if isinstance(proof, Mapping) else None
     if block.get("coverage"):
         return Verdict.FAIL  # an output that misses the request fails, whatever it equals
     return dispatch.apply(lossless_table(repeatable, identical), findings)
@@ -368,7 +370,7 @@ def compare_control_candidate(
         arms.append(("candidate", candidate))
     fingerprints: dict[str, dict[str, Artifact]] = {}
     records: list[RunRecord] = []
-    findings: list[dict[str, Any]] = []
+    findings: list[dispatch.Finding] = []
     misses: list[dict[str, Any]] = []
     traces: dict[str, Path | None] = {}
     for index, (name, arm) in enumerate(arms):
@@ -415,7 +417,7 @@ def compare_control_candidate(
     identical = candidate_comparison.identical if candidate_comparison is not None else True
     evidence = None
     if rule is not None and candidate is not None:
-        evidence = {"rule": dispatch.describe(rule), "runs": findings}
+        evidence = dispatch.ProofRecord(str(dispatch.describe(rule)), tuple(findings))
     verdict = dispatch.apply(
         lossless_table(repeatable, identical), None if evidence is None else findings
     )

@@ -344,7 +344,9 @@ def derive(
         reason = f"{errors[0]}; a speed verdict needs every arm to complete"
     if proof is not None:
         findings = [
-            s.get("proof") or {"run": s.get("run"), "found": False, "evidence": "not examined"}
+            dispatch.Finding.from_json(
+                s.get("proof") or {"run": s.get("run"), "found": False, "evidence": "not examined"}
+            )
             for s in samples
             if s.get("arm") == stats.CANDIDATE and s.get("error") is None
         ]
@@ -614,7 +616,7 @@ def _run_arm(
         sample["seconds"] = measured_seconds(result)
         sample.update(sample_extras(result))
         if proof is not None:
-            sample["proof"] = dispatch.examine(proof, result)
+            sample["proof"] = dispatch.examine(proof, result).to_json()
     except Exception as exc:  # any failure of the user's arm is recorded, never raised
         sample["seconds"] = None
         sample["error"] = short(f"{type(exc).__name__}: {exc}")

@@ -62,3 +62,27 @@ def test_a_matrix_block_reads_and_writes_back_exactly(tmp_path: Path) -> None:
     assert rederive(written) == grid.verdicts
     assert again.cells[1].runs[0].name == "threads=4, chunk=8 #1"
     assert json.dumps(again.to_json()) == json.dumps(written)
+
+
+def test_a_proof_block_as_written_before_reads_and_writes_back_exactly() -> None:
+    from pytest_lossless.compare.proof import ProofRecord, apply
+
+    old = {
+        "rule": "regex dispatch batched",
+        "runs": [
+            {
+                "run": "command-07",
+                "found": True,
+                "evidence": "stderr.txt: ref2va: dispatch batched chunk=4",
+                "stream": "/tmp/run/stderr.txt",
+            },
+            {"run": None, "found": False, "evidence": "/dispatch batched/ not found"},
+        ],
+    }
+    record = ProofRecord.from_json(old)
+    assert [f.found for f in record.runs] == [True, False]
+    assert apply(Verdict.PASS, record.runs) == Verdict.INCONCLUSIVE
+    assert json.dumps(record.to_json()) == json.dumps(old)
+    entry = {**_lossless_entries()[0][1], "proof": old}
+    own = {k: v for k, v in entry.items() if k not in PLUGIN_KEYS}
+    assert json.dumps(LosslessVerdict.from_json(entry).to_json()) == json.dumps(own)
