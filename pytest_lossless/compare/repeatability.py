@@ -161,9 +161,9 @@ class LosslessVerdict:
     label: str = ""
     #: Dispatch proof: the rule and each candidate run's finding, when ``proof=`` was given.
     proof: dispatch.ProofRecord | None = None
-    #: Request coverage misses, one per run and artifact (``{"run", **GateResult}``): each one
-    #: makes the verdict FAIL, whatever the comparisons say.
-    coverage: list[dict[str, Any]] = field(default_factory=list)
+    #: Request coverage misses, one per run and artifact: each one makes the verdict FAIL,
+    #: whatever the comparisons say.
+    coverage: tuple[coverage.CoverageMiss, ...] = ()
     #: With ``trace=True``: where the two runs that disagree first part (:func:`.divergence.
     #: between`): control#1 and the first control that differs, else the candidate.
     divergence: tracing.Departure | None = None
@@ -181,9 +181,9 @@ class LosslessVerdict:
         if self.coverage:
             lines = [f"{head}: an output does not hold what the run was asked for:"]
             lines += [
-                f"  {miss['run']} {miss['artifact']}: {d}"
+                f"  {miss.run} {miss.result.artifact}: {d}"
                 for miss in self.coverage
-                for d in miss.get("metadata_diffs", [])
+                for d in miss.result.metadata_diffs
             ]
             return "\n".join(lines)
         controls = sum(1 for r in self.runs if r.role == "control")
@@ -229,8 +229,8 @@ class LosslessVerdict:
         controls = sum(1 for r in self.runs if r.role == "control")
         if self.coverage:
             first = self.coverage[0]
-            detail = (first.get("metadata_diffs") or ["not covered"])[0]
-            return f"{len(self.coverage)} output(s) miss the request; {first['run']} {detail}"
+            detail = (first.result.metadata_diffs or ["not covered"])[0]
+            return f"{len(self.coverage)} output(s) miss the request; {first.run} {detail}"
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
             return dispatch.reason(self.proof.runs)
         if self.verdict == Verdict.INCONCLUSIVE:
@@ -259,7 +259,7 @@ class LosslessVerdict:
                 None if self.candidate_comparison is None else self.candidate_comparison.to_json()
             ),
             "proof": None if self.proof is None else self.proof.to_json(),
-            "coverage": list(self.coverage),
+            "coverage": [m.to_json() for m in self.coverage],
             "divergence": None if self.divergence is None else self.divergence.to_json(),
         }
 
@@ -281,7 +281,7 @@ class LosslessVerdict:
             proof=None
             if data.get("proof") is None
             else dispatch.ProofRecord.from_json(data["proof"]),
-            coverage=list(data.get("coverage") or ()),
+            coverage=tuple(coverage.CoverageMiss.from_json(m) for m in data.get("coverage") or ()),
             divergence=None if found is None else tracing.Departure.from_json(found),
         )
 
@@ -371,7 +371,7 @@ def compare_control_candidate(
     fingerprints: dict[str, dict[str, Artifact]] = {}
     records: list[RunRecord] = []
     findings: list[dispatch.Finding] = []
-    misses: list[dict[str, Any]] = []
+    misses: list[coverage.CoverageMiss] = []
     traces: dict[str, Path | None] = {}
     for index, (name, arm) in enumerate(arms):
         started = clock.monotonic()
@@ -435,7 +435,7 @@ def compare_control_candidate(
         lossy=any(not g.lossless for g in gates.values()),
         label=label,
         proof=evidence,
-        coverage=misses,
+        coverage=tuple(misses),
     )
 
 

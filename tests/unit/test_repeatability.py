@@ -102,10 +102,10 @@ def test_one_media_for_the_run_holds_its_track_not_its_latent(tmp_path, kinds):
         run(240000), run(240000), runs=2, kinds=kinds, workdir=tmp_path / "w", expect=asked
     )
     assert whole.verdict == "PASS"
-    assert whole.coverage == []
+    assert whole.coverage == ()
     short = compare_control_candidate(
         run(238800), run(238800), runs=2, kinds=kinds, workdir=tmp_path / "s", expect=asked
     )
     assert short.verdict == "FAIL"
-    assert sorted({m["artifact"] for m in short.coverage}) == ["audio.wav"]
+    assert sorted({m.result.artifact for m in short.coverage}) == ["audio.wav"]
     assert len(short.coverage) == 3  # two control runs and the candidate
