@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from .core.text import printable
+from .core.verdict import Verdict, judged_entries
 from .errors import LosslessError
 from .gates.gate import GateResult
 
@@ -113,30 +114,21 @@ def gate_test(entry: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> Ga
     if receipt is not None:
         verdicts = receipt.get("verdicts") or {}
         overall = verdicts.get("overall")
-        for gate in receipt.get("gates") or []:
-            if not isinstance(gate, Mapping) or gate.get("passed") is True:
+        for block, part, verdict in judged_entries(receipt):
+            if block == "gates":
+                if verdict is Verdict.FAIL and part.get("error"):
+                    problems.append(f"{part.get('error')}: {part.get('message') or ''}".strip())
+                elif verdict is Verdict.FAIL:
+                    failures.append(_gate_message(part))
                 continue
-            if gate.get("error"):
-                problems.append(f"{gate.get('error')}: {gate.get('message') or ''}".strip())
+            if verdict not in (Verdict.FAIL, Verdict.INCONCLUSIVE):
+                continue
+            if block == "lossless":
+                text = _lossless_message(part)
             else:
-                failures.append(_gate_message(gate))
-        for entry_ in receipt.get("lossless") or []:
-            if not isinstance(entry_, Mapping):
-                continue
-            if entry_.get("verdict") == "FAIL":
-                failures.append(_lossless_message(entry_))
-            elif entry_.get("verdict") == "INCONCLUSIVE":
-                problems.append(_lossless_message(entry_))
-        for entry_ in receipt.get("speed") or []:
-            if not isinstance(entry_, Mapping):
-                continue
-            name = " ".join(
-                ["speed gate", *([str(entry_["workload"])] if entry_.get("workload") else [])]
-            )
-            if entry_.get("verdict") == "FAIL":
-                failures.append(f"{name}: FAIL")
-            elif entry_.get("verdict") == "INCONCLUSIVE":
-                problems.append(f"{name}: INCONCLUSIVE")
+                workload = [str(part["workload"])] if part.get("workload") else []
+                text = f"{' '.join(['speed gate', *workload])}: {verdict}"
+            (failures if verdict is Verdict.FAIL else problems).append(text)
         for run in (verdicts.get("lifecycle") or {}).get("runs") or []:
             if isinstance(run, Mapping) and run.get("clean") is False:
                 problems.append(f"run {run.get('name')}: {run.get('summary')}")
@@ -368,7 +360,8 @@ class Step:
             + ("" if self.verdict.mark == "good" else f"  [{_first_line(self.verdict.reason)}]")
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """The step's entry in ``bisect.json``."""
         return {
             "step": self.number,
             "commit": self.commit,
@@ -383,6 +376,25 @@ class Step:
             "receipts": str(self.receipts),
             "pytest_log": str(self.folder / "pytest.log"),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Step:
+        """A step of a ``bisect.json`` (its mark and exit code follow from the verdict)."""
+        verdict = StepVerdict(
+            str(data["verdict"]),
+            str(data["reason"]),
+            str(data.get("message", "")),
+            int(data.get("gates_run", 0)),
+        )
+        folder = Path(str(data["receipts"])).parent
+        return cls(
+            int(data["step"]),
+            str(data["commit"]),
+            str(data["subject"]),
+            verdict,
+            float(data["seconds"]),
+            folder,
+        )
 
 
 @dataclass(frozen=True)
@@ -509,7 +521,7 @@ class Bisection:
             "sources": None if self.request.sources is None else str(self.request.sources),
             "build": None if self.request.build is None else list(self.request.build),
             "goldens": {"folder": self.goldens.folder, "revision": self.goldens.revision},
-            "steps": [s.to_dict() for s in self.steps],
+            "steps": [s.to_json() for s in self.steps],
         }
         target = self.out / "bisect.json"
         temporary = target.with_suffix(".json.tmp")

@@ -177,9 +177,27 @@ def check_names(expect: Expect, names: Iterable[str], what: str) -> None:
         )
 
 
-def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> list[dict[str, Any]]:
-    """The misses of one run's artifacts, each a receipt entry ``{"run", **GateResult}``: the
-    shape ``lossless.compare`` records, so ``verify`` and the tables read both alike."""
+@dataclass(frozen=True)
+class CoverageMiss:
+    """What one run's artifact misses of its request: the coverage :class:`GateResult` (FAIL,
+    naming requested against obtained) and the run. Its JSON, ``{"run", **GateResult}``, is the
+    receipt entry ``lossless.compare`` and ``golden.check`` record, read alike by ``verify``
+    and the tables."""
+
+    run: str
+    result: GateResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, **self.result.to_dict()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CoverageMiss:
+        fields = {k: v for k, v in data.items() if k != "run"}
+        return cls(str(data.get("run", "")), GateResult.from_dict(fields))
+
+
+def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> list[CoverageMiss]:
+    """The misses of one run's artifacts."""
     found = []
     # One Media for a whole run covers its clip and track (RunMedia); a run with no media
     # artifact at all is checked as asked, and misses.
@@ -190,21 +208,21 @@ def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> l
             wanted = RunMedia.of(expect)
         missed = result(wanted, artifact) if wanted is not None else None
         if missed is not None:
-            found.append({"run": run, **missed.to_dict()})
+            found.append(CoverageMiss(run, missed))
     return found
 
 
-def producer_misses(misses: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def producer_misses(misses: Iterable[CoverageMiss]) -> list[CoverageMiss]:
     """A producer's misses with its runs named as a producer's (``run 1``, not ``control#1``)."""
-    return [{**m, "run": str(m.get("run", "")).replace("control#", "run ")} for m in misses]
+    return [dataclasses.replace(m, run=m.run.replace("control#", "run ")) for m in misses]
 
 
-def describe(misses: Iterable[Mapping[str, Any]]) -> list[str]:
+def describe(misses: Iterable[CoverageMiss]) -> list[str]:
     """One line per miss: ``run 1 audio.wav: request coverage: audio samples: ...``."""
     return [
-        f"{m.get('run')} {m.get('artifact')}: {d}"
+        f"{m.run} {m.result.artifact}: {d}"
         for m in misses
-        for d in m.get("metadata_diffs") or ["not covered"]
+        for d in m.result.metadata_diffs or ["not covered"]
     ]
 
 

@@ -18,7 +18,7 @@ The API, for ``lossless.compare`` and ``lossless.matrix`` alike::
     stage_rows(control, candidate) -> list[StageRow]
 
 ``Divergence.headline()`` is the one line a failure message carries
-(``first divergence: <name> ...``); ``Divergence.to_dict()`` is its receipt record.
+(``first divergence: <name> ...``); ``Divergence.to_json()`` is its receipt record.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,8 @@ class TraceEntry:
         """``name`` for a first occurrence, ``name#3`` for a later one."""
         return self.name if self.occurrence == 0 else f"{self.name}#{self.occurrence}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """As a divergence record names it (where its bytes are is the trace's business)."""
         return {
             "order": self.order,
             "name": self.name,
@@ -77,6 +78,22 @@ class TraceEntry:
             "shape": list(self.shape),
             "sha256": self.sha256,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TraceEntry:
+        """:meth:`to_json`'s record (a manifest line, with its ``nbytes`` and ``offset``, too)."""
+        offset = data.get("offset")
+        return cls(
+            order=int(data["order"]),
+            name=str(data["name"]),
+            occurrence=int(data.get("occurrence", 0)),
+            stage=str(data.get("stage") or ""),
+            dtype=str(data["dtype"]),
+            shape=tuple(int(n) for n in data["shape"]),
+            nbytes=int(data.get("nbytes", 0)),
+            sha256=str(data["sha256"]),
+            offset=None if offset is None else int(offset),
+        )
 
 
 @dataclass(frozen=True)
@@ -188,18 +205,10 @@ def _last_line(path: Path) -> int:
 
 
 def _entry(record: Mapping[str, Any]) -> TraceEntry:
-    offset = record.get("offset")
-    return TraceEntry(
-        order=int(record["order"]),
-        name=str(record["name"]),
-        occurrence=int(record.get("occurrence", 0)),
-        stage=str(record.get("stage") or ""),
-        dtype=str(record["dtype"]),
-        shape=tuple(int(n) for n in record["shape"]),
-        nbytes=int(record["nbytes"]),
-        sha256=str(record["sha256"]),
-        offset=None if offset is None else int(offset),
-    )
+    """A manifest's tensor line: :meth:`TraceEntry.from_json`, its byte count required."""
+    if "nbytes" not in record:
+        raise KeyError("nbytes")
+    return TraceEntry.from_json(record)
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any] | None:
@@ -253,30 +262,27 @@ def run_trace(result: Any, folder: Path) -> Path | None:
     return folder if (folder / _format.MANIFEST).is_file() else None
 
 
-def between(
-    left_name: str, left: Path | None, right_name: str, right: Path | None
-) -> dict[str, Any]:
-    """The receipt record of where two runs part (``between``: their names); a run without a
-    trace, or a trace that cannot be read, is an ``error`` in it, never an exception: a
-    divergence explains a verdict and never decides one."""
-    record: dict[str, Any] = {"between": [left_name, right_name]}
+def between(left_name: str, left: Path | None, right_name: str, right: Path | None) -> Departure:
+    """Where two runs part (``between``: their names); a run without a trace, or a trace that
+    cannot be read, is an ``error`` in it, never an exception: a divergence explains a verdict
+    and never decides one."""
+    pair = (left_name, right_name)
     missing = [n for n, p in ((left_name, left), (right_name, right)) if p is None]
     if missing:
-        record["error"] = (
-            f"no trace from {' and '.join(missing)}: the model recorded no tensor "
-            "(call pytest_lossless.trace.tensor in it, see docs/trace.md)"
+        return Departure(
+            pair,
+            error=(
+                f"no trace from {' and '.join(missing)}: the model recorded no tensor "
+                "(call pytest_lossless.trace.tensor in it, see docs/trace.md)"
+            ),
         )
-        return record
     assert left is not None
     assert right is not None
     try:
         found = first_divergence(left, right, left_label=left_name, right_label=right_name)
     except ArtifactError as exc:
-        record["error"] = str(exc)
-        return record
-    record.update(found.to_dict())
-    record["lines"] = found.lines()
-    return record
+        return Departure(pair, error=str(exc))
+    return Departure(pair, found)
 
 
 def _as_trace(value: Trace | Path | str) -> Trace:
@@ -324,7 +330,7 @@ class TensorDifference:
             parts.append(self.note)
         return ", ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "occurrence": self.occurrence,
@@ -339,6 +345,24 @@ class TensorDifference:
             "max_abs": None if self.max_abs is None or math.isnan(self.max_abs) else self.max_abs,
             "note": self.note,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TensorDifference:
+        differing, max_ulp, max_abs = (data.get(k) for k in ("differing", "max_ulp", "max_abs"))
+        return cls(
+            name=str(data["name"]),
+            occurrence=int(data["occurrence"]),
+            order=int(data["order"]),
+            stage=str(data["stage"]),
+            dtype=str(data["dtype"]),
+            shape=tuple(int(n) for n in data["shape"]),
+            identical=bool(data["identical"]),
+            total=int(data["total"]),
+            differing=None if differing is None else int(differing),
+            max_ulp=None if max_ulp is None else int(max_ulp),
+            max_abs=None if max_abs is None else float(max_abs),
+            note=str(data.get("note", "")),
+        )
 
 
 def _measure(left: Trace, a: TraceEntry, right: Trace, b: TraceEntry) -> TensorDifference:
@@ -427,7 +451,6 @@ class Divergence:
     #: Set when the aligned tensors run in another order in the right trace.
     order_note: str = ""
     folders: tuple[str, str] = ("", "")
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def identical(self) -> bool:
@@ -474,15 +497,15 @@ class Divergence:
             )  # fmt: skip
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "left": self.left,
             "right": self.right,
             "folders": list(self.folders),
             "identical": self.identical,
-            "first": None if self.first is None else self.first.to_dict(),
+            "first": None if self.first is None else self.first.to_json(),
             "last_identical": (
-                None if self.last_identical is None else self.last_identical.to_dict()
+                None if self.last_identical is None else self.last_identical.to_json()
             ),
             "only_left": [[n, c] for n, c in self.only_left],
             "only_right": [[n, c] for n, c in self.only_right],
@@ -490,8 +513,81 @@ class Divergence:
             "differing": self.differing,
             "order_note": self.order_note,
             "headline": self.headline(),
-            "growth": [g.to_dict() for g in self.growth],
+            "growth": [g.to_json() for g in self.growth],
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Divergence:
+        """:meth:`to_json`'s record (``identical`` and ``headline`` are derived again)."""
+        first, last = data.get("first"), data.get("last_identical")
+        left_folder, right_folder = data.get("folders") or ("", "")
+        return cls(
+            left=str(data["left"]),
+            right=str(data["right"]),
+            first=None if first is None else TensorDifference.from_json(first),
+            last_identical=None if last is None else TraceEntry.from_json(last),
+            only_left=tuple((str(n), int(c)) for n, c in data.get("only_left") or ()),
+            only_right=tuple((str(n), int(c)) for n, c in data.get("only_right") or ()),
+            aligned=int(data["aligned"]),
+            differing=int(data["differing"]),
+            growth=tuple(TensorDifference.from_json(g) for g in data.get("growth") or ()),
+            order_note=str(data.get("order_note", "")),
+            folders=(str(left_folder), str(right_folder)),
+        )
+
+
+class ReadsAsJson:
+    """A record that a test, or a user following the docs, reads like the JSON it writes:
+    ``verdict.divergence["first"]["name"]``, ``run["artifacts"]`` (each read goes through
+    :meth:`to_json`, so it is the receipt's value)."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+
+@dataclass(frozen=True)
+class Departure(ReadsAsJson):
+    """Where two runs of a verdict part (``between``: their names): the receipt's
+    ``divergence`` record. ``error`` says why there is no :class:`Divergence` (a run without a
+    trace, or one that cannot be read): a divergence explains a verdict, never decides one."""
+
+    between: tuple[str, str]
+    found: Divergence | None = None
+    error: str | None = None
+
+    @property
+    def first(self) -> TensorDifference | None:
+        return None if self.found is None else self.found.first
+
+    def headline(self) -> str | None:
+        return None if self.found is None else self.found.headline()
+
+    def lines(self) -> list[str]:
+        """What the verdict message shows under ``trace (a vs b):``."""
+        if self.error is not None:
+            return [self.error]
+        return [] if self.found is None else self.found.lines()
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"between": list(self.between)}
+        if self.error is not None:
+            record["error"] = self.error
+        if self.found is not None:
+            record.update(self.found.to_json())
+            record["lines"] = self.found.lines()
+        return record
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Departure:
+        left, right = data["between"]
+        found = None if data.get("error") is not None else Divergence.from_json(data)
+        return cls((str(left), str(right)), found, data.get("error"))
 
 
 def _one_sided(entries: Sequence[TraceEntry], keys: set[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -575,7 +671,7 @@ class StageRow:
         c, d = self.control_seconds, self.candidate_seconds
         return None if c is None or d is None or c <= 0 else d / c
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "stage": self.stage,
             "control_seconds": self.control_seconds,
@@ -622,7 +718,7 @@ def traced_stage_times(
     assert control_trace is not None
     assert candidate_trace is not None
     try:
-        record["rows"] = [r.to_dict() for r in stage_rows(control_trace, candidate_trace)]
+        record["rows"] = [r.to_json() for r in stage_rows(control_trace, candidate_trace)]
     except ArtifactError as exc:
         record["error"] = str(exc)
     return record

@@ -24,7 +24,7 @@ import keyword
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,14 @@ from ..gates import Gate
 from ..kinds.registry import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
 from . import divergence as tracing
-from .repeatability import Comparison, _compare_runs, _resolve_gates, lossless_table
+from .repeatability import (
+    Comparison,
+    RunRecord,
+    _compare_runs,
+    _resolve_gates,
+    lossless_table,
+    run_record,
+)
 
 #: The JSON scalars an axis value may be: it names the cell and is frozen in ``plan.json``.
 AxisValue = str | int | float | bool | None
@@ -155,23 +162,24 @@ def _same_value(a: object, b: object) -> bool:
 # ------------------------------------------------------------------ running it
 
 
-@dataclass
+@dataclass(frozen=True)
 class CellResult:
     """One cell: its runs, its runs compared with its first, and its first compared with the
     reference's first (None for the reference itself), and the verdict they give."""
 
     cell: Cell
     verdict: Verdict
-    runs: list[dict[str, Any]]
-    repeat_comparisons: list[Comparison]
+    runs: tuple[RunRecord, ...]
+    repeat_comparisons: tuple[Comparison, ...]
     reference_comparison: Comparison | None
-    #: What the cell ran under, besides its axes (the devices it was given).
+    #: What the cell ran under, besides its axes (the devices it was given): the JSON that
+    #: the ``cell_context`` manager yielded, recorded as it is.
     context: dict[str, Any] = field(default_factory=dict)
     #: With ``trace=True``: where the two runs that explain the verdict first part
     #: (:func:`.divergence.between`'s record): the reference's first run and the cell's first
     #: (FAIL), or the cell's first run and the first of its own that differs (not repeatable);
     #: None when the verdict has no two such runs, or the grid is not traced.
-    divergence: dict[str, Any] | None = None
+    divergence: tracing.Departure | None = None
 
     @property
     def name(self) -> str:
@@ -217,34 +225,50 @@ class CellResult:
 
     def _divergence_short(self) -> str:
         """``; first divergence: block.proj`` (``trace=True``), or why there is none."""
-        found = self.divergence or {}
-        first = found.get("first")
-        if isinstance(first, Mapping):
-            return f"; first divergence: {first.get('name')}"
-        if found.get("error"):
-            return f"; trace: {found['error']}"
-        if found.get("headline"):
-            return f"; trace: {found['headline']}"
-        return ""
+        found = self.divergence
+        if found is None:
+            return ""
+        if found.first is not None:
+            return f"; first divergence: {found.first.name}"
+        if found.error:
+            return f"; trace: {found.error}"
+        headline = found.headline()
+        return f"; trace: {headline}" if headline else ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "cell": self.cell.kwargs,
             "verdict": self.verdict,
             "repeatable": self.repeatable,
             "identical": self.identical,
-            "runs": self.runs,
-            "repeat_comparisons": [c.to_dict() for c in self.repeat_comparisons],
+            "runs": [r.to_json() for r in self.runs],
+            "repeat_comparisons": [c.to_json() for c in self.repeat_comparisons],
             "reference_comparison": (
-                None if self.reference_comparison is None else self.reference_comparison.to_dict()
+                None if self.reference_comparison is None else self.reference_comparison.to_json()
             ),
             "context": dict(self.context),
-            "divergence": self.divergence,
+            "divergence": None if self.divergence is None else self.divergence.to_json(),
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CellResult:
+        """A receipt's ``matrix[i].cells[j]``; its ``cell`` mapping in the axes' order."""
+        against, found = data.get("reference_comparison"), data.get("divergence")
+        return cls(
+            cell=Cell(tuple((str(k), v) for k, v in (data.get("cell") or {}).items())),
+            verdict=Verdict(data["verdict"]),
+            runs=tuple(RunRecord.from_json(r) for r in data.get("runs") or ()),
+            repeat_comparisons=tuple(
+                Comparison.from_json(c) for c in data.get("repeat_comparisons") or ()
+            ),
+            reference_comparison=None if against is None else Comparison.from_json(against),
+            context=dict(data.get("context") or {}),
+            divergence=None if found is None else tracing.Departure.from_json(found),
+        )
 
-@dataclass
+
+@dataclass(frozen=True)
 class Grid:
     """What ``lossless.matrix`` returns: a verdict per cell, the evidence of each, the overall
     verdict (the worst cell) and the line naming the axes that explain the differences."""
@@ -252,7 +276,7 @@ class Grid:
     label: str
     axes: dict[str, list[AxisValue]]
     reference: Cell
-    cells: list[CellResult]
+    cells: tuple[CellResult, ...]
     gates: dict[str, str]
     lossy: bool
     runs: int
@@ -295,7 +319,7 @@ class Grid:
     def summary(self) -> str:
         return self.explanation
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "label": self.label,
             "axes": {axis: list(values) for axis, values in self.axes.items()},
@@ -306,8 +330,25 @@ class Grid:
             "trace": self.trace,
             "verdict": self.verdict,
             "explanation": self.explanation,
-            "cells": [c.to_dict() for c in self.cells],
+            "cells": [c.to_json() for c in self.cells],
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Grid:
+        """A receipt's ``matrix[i]`` (what :meth:`to_json` wrote; keys the plugin adds beside
+        it, such as ``gate_plan``, are not the grid's)."""
+        cells = tuple(CellResult.from_json(c) for c in data.get("cells") or ())
+        reference = next(c.cell for c in cells if c.name == data["reference"])
+        return cls(
+            label=str(data.get("label", "")),
+            axes={str(k): list(v) for k, v in (data.get("axes") or {}).items()},
+            reference=reference,
+            cells=cells,
+            gates={str(k): str(v) for k, v in (data.get("gates") or {}).items()},
+            lossy=bool(data.get("lossy")),
+            runs=int(data["runs_per_cell"]),
+            trace=bool(data.get("trace", False)),
+        )
 
 
 #: Given a cell, the context its runs happen in; what it yields is recorded with the cell.
@@ -350,7 +391,7 @@ def run_matrix(
     )
     around = cell_context or _no_context
     fingerprints: dict[str, dict[str, Artifact]] = {}
-    records: dict[Cell, list[dict[str, Any]]] = {}
+    records: dict[Cell, list[RunRecord]] = {}
     contexts: dict[Cell, dict[str, Any]] = {}
     traces: dict[str, Path | None] = {}
     # The reference first: every other cell is compared with its first run.
@@ -380,19 +421,10 @@ def run_matrix(
                 paths = materialize_all(result, name, folder)
                 fingerprints[name] = {k: kinds.artifact(k, p) for k, p in paths.items()}
                 records[cell].append(
-                    {
-                        "name": name,
-                        "seconds": seconds,
-                        "artifacts": {
-                            k: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
-                            for k, a in fingerprints[name].items()
-                        },
-                    }
-                )
-                if trace:
-                    records[cell][-1]["trace_dir"] = (
-                        None if traces[name] is None else str(traces[name])
+                    run_record(
+                        name, seconds, fingerprints[name], traced=trace, trace_dir=traces.get(name)
                     )
+                )
     reference_first = run_name(ref, 0)
     gates = _resolve_gates(gate, fingerprints[reference_first], kinds)
     lossy = any(not g.lossless for g in gates.values())
@@ -408,23 +440,26 @@ def run_matrix(
         first = run_name(cell, 0)
         repeats = [compare(first, run_name(cell, n)) for n in range(1, runs)]
         against = None if cell == ref else compare(reference_first, first)
-        results[cell] = CellResult(cell, Verdict.PASS, records[cell], repeats, against)
-        results[cell].context = contexts[cell]
+        results[cell] = CellResult(
+            cell, Verdict.PASS, tuple(records[cell]), tuple(repeats), against, contexts[cell]
+        )
     reference_repeatable = results[ref].repeatable
-    for result in results.values():
-        result.verdict = cell_verdict(
+    for cell, result in results.items():
+        verdict = cell_verdict(
             reference_repeatable, result.repeatable, result.identical, lossy=lossy
         )
         pairs = [(c.right, c.identical) for c in result.repeat_comparisons]
-        pair = divergence_pair(result.runs[0]["name"], reference_first, result.verdict, pairs)
+        pair = divergence_pair(result.runs[0].name, reference_first, verdict, pairs)
+        located = None
         if trace and pair is not None:
             left, right = pair
-            result.divergence = tracing.between(left, traces.get(left), right, traces.get(right))
+            located = tracing.between(left, traces.get(left), right, traces.get(right))
+        results[cell] = replace(result, verdict=verdict, divergence=located)
     return Grid(
         label=label,
         axes=check_axes(axes),
         reference=ref,
-        cells=[results[c] for c in found],
+        cells=tuple(results[c] for c in found),
         gates={name: g.spec for name, g in gates.items()},
         lossy=lossy,
         runs=runs,

@@ -17,7 +17,7 @@ what varied between control runs instead of blaming the candidate.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ def lossless_table(control_repeatable: bool, candidate_identical: bool) -> Verdi
     return Verdict.PASS if candidate_identical else Verdict.FAIL
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     """One pairwise comparison of two runs, artifact by artifact."""
 
@@ -59,7 +59,7 @@ class Comparison:
         lines += [r.message() for r in self.results if not r.passed]
         return lines
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "left": self.left,
             "right": self.right,
@@ -68,26 +68,105 @@ class Comparison:
             "results": [r.to_dict() for r in self.results],
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Comparison:
+        return cls(
+            left=str(data["left"]),
+            right=str(data["right"]),
+            results=[GateResult.from_dict(dict(r)) for r in data.get("results") or ()],
+            missing=[str(n) for n in data.get("missing") or ()],
+        )
 
-@dataclass
+
+@dataclass(frozen=True)
+class RunRecord(tracing.ReadsAsJson):
+    """One run of a comparison (a control or the candidate of ``lossless.compare``, a run of a
+    ``lossless.matrix`` cell): its name, wall seconds, artifacts (kind, file, fingerprint),
+    where it traced (``traced``: it ran under ``trace=True``) and, for a candidate examined
+    for dispatch proof, the finding. ``role`` is None in a matrix, whose runs have none."""
+
+    name: str
+    seconds: float
+    artifacts: tuple[Artifact, ...]
+    role: str | None = None
+    traced: bool = False
+    trace_dir: str | None = None
+    proof: dispatch.Finding | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {} if self.role is None else {"role": self.role}
+        record["name"] = self.name
+        record["seconds"] = self.seconds
+        record["artifacts"] = {
+            a.name: {
+                "kind": a.kind,
+                "path": str(a.path),
+                "fingerprint": a.fingerprint,
+            }
+            for a in self.artifacts
+        }
+        if self.traced:
+            record["trace_dir"] = self.trace_dir
+        if self.proof is not None:
+            record["proof"] = self.proof.to_json()
+        return record
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        artifacts = tuple(
+            Artifact(name, str(a["kind"]), a["fingerprint"], Path(a["path"]))
+            for name, a in (data.get("artifacts") or {}).items()
+        )
+        return cls(
+            name=str(data["name"]),
+            seconds=float(data["seconds"]),
+            artifacts=artifacts,
+            role=data.get("role"),
+            traced="trace_dir" in data,
+            trace_dir=data.get("trace_dir"),
+            proof=None if data.get("proof") is None else dispatch.Finding.from_json(data["proof"]),
+        )
+
+
+def run_record(
+    name: str,
+    seconds: float,
+    artifacts: Mapping[str, Artifact],
+    *,
+    role: str | None = None,
+    traced: bool = False,
+    trace_dir: Path | None = None,
+) -> RunRecord:
+    """The record of a run just made (``trace_dir``: where it traced, if anywhere)."""
+    return RunRecord(
+        name=name,
+        seconds=seconds,
+        artifacts=tuple(artifacts.values()),
+        role=role,
+        traced=traced,
+        trace_dir=None if trace_dir is None else str(trace_dir),
+    )
+
+
+@dataclass(frozen=True)
 class LosslessVerdict:
     """The verdict of ``lossless.compare``, with every run's fingerprints and comparisons."""
 
     verdict: Verdict
-    runs: list[dict[str, Any]]
-    control_comparisons: list[Comparison]
+    runs: tuple[RunRecord, ...]
+    control_comparisons: tuple[Comparison, ...]
     candidate_comparison: Comparison | None
     gates: dict[str, str]
     lossy: bool
     label: str = ""
-    #: Dispatch proof: ``{"rule": ..., "runs": [finding, ...]}`` when ``proof=`` was given.
-    proof: dict[str, Any] | None = None
-    #: Request coverage misses, one per run and artifact (``{"run", **GateResult}``): each one
-    #: makes the verdict FAIL, whatever the comparisons say.
-    coverage: list[dict[str, Any]] = field(default_factory=list)
+    #: Dispatch proof: the rule and each candidate run's finding, when ``proof=`` was given.
+    proof: dispatch.ProofRecord | None = None
+    #: Request coverage misses, one per run and artifact: each one makes the verdict FAIL,
+    #: whatever the comparisons say.
+    coverage: tuple[coverage.CoverageMiss, ...] = ()
     #: With ``trace=True``: where the two runs that disagree first part (:func:`.divergence.
-    #: between`'s record): control#1 and the first control that differs, else the candidate.
-    divergence: dict[str, Any] | None = None
+    #: between`): control#1 and the first control that differs, else the candidate.
+    divergence: tracing.Departure | None = None
 
     @property
     def control_repeatable(self) -> bool:
@@ -102,14 +181,14 @@ class LosslessVerdict:
         if self.coverage:
             lines = [f"{head}: an output does not hold what the run was asked for:"]
             lines += [
-                f"  {miss['run']} {miss['artifact']}: {d}"
+                f"  {miss.run} {miss.result.artifact}: {d}"
                 for miss in self.coverage
-                for d in miss.get("metadata_diffs", [])
+                for d in miss.result.metadata_diffs
             ]
             return "\n".join(lines)
-        controls = sum(1 for r in self.runs if r["role"] == "control")
+        controls = sum(1 for r in self.runs if r.role == "control")
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
-            return f"{head}: {dispatch.reason(self.proof['runs'])}"
+            return f"{head}: {dispatch.reason(self.proof.runs)}"
         if self.verdict == Verdict.INCONCLUSIVE:
             lines = [
                 f"{head}: the control is not repeatable ({controls} control runs differ "
@@ -134,28 +213,26 @@ class LosslessVerdict:
     def _divergence_lines(self) -> list[str]:
         """Where the two disagreeing runs first part (``trace=True``)."""
         found = self.divergence
-        if not found:
+        if found is None:
             return []
-        pair = " vs ".join(found.get("between") or [])
-        if found.get("error"):
-            return [f"  trace ({pair}): {found['error']}"]
-        lines = [str(x) for x in found.get("lines") or [found.get("headline", "")]]
-        return [f"  trace ({pair}):"] + [f"    {x}" for x in lines]
+        pair = " vs ".join(found.between)
+        if found.error:
+            return [f"  trace ({pair}): {found.error}"]
+        return [f"  trace ({pair}):"] + [f"    {x}" for x in found.lines()]
 
     def _divergence_short(self) -> str:
-        found = self.divergence or {}
-        first = found.get("first")
-        return f"; first divergence: {first['name']}" if isinstance(first, Mapping) else ""
+        first = None if self.divergence is None else self.divergence.first
+        return f"; first divergence: {first.name}" if first is not None else ""
 
     def summary(self) -> str:
         """One line for the verdict table."""
-        controls = sum(1 for r in self.runs if r["role"] == "control")
+        controls = sum(1 for r in self.runs if r.role == "control")
         if self.coverage:
             first = self.coverage[0]
-            detail = (first.get("metadata_diffs") or ["not covered"])[0]
-            return f"{len(self.coverage)} output(s) miss the request; {first['run']} {detail}"
+            detail = (first.result.metadata_diffs or ["not covered"])[0]
+            return f"{len(self.coverage)} output(s) miss the request; {first.run} {detail}"
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
-            return dispatch.reason(self.proof["runs"])
+            return dispatch.reason(self.proof.runs)
         if self.verdict == Verdict.INCONCLUSIVE:
             return (
                 f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
@@ -169,22 +246,44 @@ class LosslessVerdict:
         how = "within tolerance" if self.lossy else "bit for bit"
         return f"{controls} control runs identical; candidate identical {how}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "label": self.label,
             "lossy": self.lossy,
             "gates": dict(self.gates),
             "control_repeatable": self.control_repeatable,
-            "runs": self.runs,
-            "control_comparisons": [c.to_dict() for c in self.control_comparisons],
+            "runs": [r.to_json() for r in self.runs],
+            "control_comparisons": [c.to_json() for c in self.control_comparisons],
             "candidate_comparison": (
-                None if self.candidate_comparison is None else self.candidate_comparison.to_dict()
+                None if self.candidate_comparison is None else self.candidate_comparison.to_json()
             ),
-            "proof": self.proof,
-            "coverage": list(self.coverage),
-            "divergence": self.divergence,
+            "proof": None if self.proof is None else self.proof.to_json(),
+            "coverage": [m.to_json() for m in self.coverage],
+            "divergence": None if self.divergence is None else self.divergence.to_json(),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LosslessVerdict:
+        """A receipt's ``lossless`` entry (what :meth:`to_json` wrote; keys the plugin adds
+        beside it, such as ``gate_plan``, are not the verdict's)."""
+        candidate, found = data.get("candidate_comparison"), data.get("divergence")
+        return cls(
+            verdict=Verdict(data["verdict"]),
+            runs=tuple(RunRecord.from_json(r) for r in data.get("runs") or ()),
+            control_comparisons=tuple(
+                Comparison.from_json(c) for c in data.get("control_comparisons") or ()
+            ),
+            candidate_comparison=None if candidate is None else Comparison.from_json(candidate),
+            gates={str(k): str(v) for k, v in (data.get("gates") or {}).items()},
+            lossy=bool(data.get("lossy")),
+            label=str(data.get("label", "")),
+            proof=None
+            if data.get("proof") is None
+            else dispatch.ProofRecord.from_json(data["proof"]),
+            coverage=tuple(coverage.CoverageMiss.from_json(m) for m in data.get("coverage") or ()),
+            divergence=None if found is None else tracing.Departure.from_json(found),
+        )
 
 
 def _short(result: GateResult) -> str:
@@ -210,7 +309,7 @@ def rederive(block: Mapping[str, Any]) -> Verdict:
         and all(r.get("passed") for r in candidate.get("results", []))
     )
     proof = block.get("proof")
-    findings = proof.get("runs") if isinstance(proof, Mapping) else None
+    findings = dispatch.ProofRecord.from_json(proof).runs if isinstance(proof, Mapping) else None
     if block.get("coverage"):
         return Verdict.FAIL  # an output that misses the request fails, whatever it equals
     return dispatch.apply(lossless_table(repeatable, identical), findings)
@@ -270,9 +369,9 @@ def compare_control_candidate(
     if candidate is not None:
         arms.append(("candidate", candidate))
     fingerprints: dict[str, dict[str, Artifact]] = {}
-    records: list[dict[str, Any]] = []
-    findings: list[dict[str, Any]] = []
-    misses: list[dict[str, Any]] = []
+    records: list[RunRecord] = []
+    findings: list[dispatch.Finding] = []
+    misses: list[coverage.CoverageMiss] = []
     traces: dict[str, Path | None] = {}
     for index, (name, arm) in enumerate(arms):
         started = clock.monotonic()
@@ -288,22 +387,18 @@ def compare_control_candidate(
         fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
         # One Media for the whole run covers its clip and track, not a tensor beside them.
         misses += coverage.run_misses(expect, fingerprints[name], name)
-        records.append(
-            {
-                "role": "candidate" if name == "candidate" else "control",
-                "name": name,
-                "seconds": seconds,
-                "artifacts": {
-                    n: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
-                    for n, a in fingerprints[name].items()
-                },
-            }
+        record = run_record(
+            name,
+            seconds,
+            fingerprints[name],
+            role="candidate" if name == "candidate" else "control",
+            traced=trace,
+            trace_dir=traces.get(name),
         )
-        if trace:
-            records[-1]["trace_dir"] = None if traces[name] is None else str(traces[name])
         if rule is not None and name == "candidate":
             findings.append(dispatch.examine(rule, result))
-            records[-1]["proof"] = findings[-1]
+            record = replace(record, proof=findings[-1])
+        records.append(record)
         if on_run is not None:
             on_run(name, seconds)
     first = fingerprints[arms[0][0]]
@@ -322,7 +417,7 @@ def compare_control_candidate(
     identical = candidate_comparison.identical if candidate_comparison is not None else True
     evidence = None
     if rule is not None and candidate is not None:
-        evidence = {"rule": dispatch.describe(rule), "runs": findings}
+        evidence = dispatch.ProofRecord(str(dispatch.describe(rule)), tuple(findings))
     verdict = dispatch.apply(
         lossless_table(repeatable, identical), None if evidence is None else findings
     )
@@ -333,14 +428,14 @@ def compare_control_candidate(
     return LosslessVerdict(
         divergence=located,
         verdict=Verdict.FAIL if misses else verdict,
-        runs=records,
-        control_comparisons=control_comparisons,
+        runs=tuple(records),
+        control_comparisons=tuple(control_comparisons),
         candidate_comparison=candidate_comparison,
         gates={name: g.spec for name, g in gates.items()},
         lossy=any(not g.lossless for g in gates.values()),
         label=label,
         proof=evidence,
-        coverage=misses,
+        coverage=tuple(misses),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,19 +37,59 @@ class Device:
             return self.bus_id
         return f"{self.backend}-slot-{self.id}"
 
-    def identity(self, host: str) -> dict[str, Any]:
+    def identity(self, host: str) -> DeviceIdentity:
         """What a receipt records about the device: everything that names it, no readings."""
-        record: dict[str, Any] = {
-            "id": self.id,
-            "backend": self.backend,
-            "host": host,
-            "lock_key": self.lock_key,
-        }
-        for key in ("uuid", "bus_id", "name", "serial"):
+        return DeviceIdentity(
+            id=self.id,
+            backend=self.backend,
+            host=host,
+            lock_key=self.lock_key,
+            uuid=self.uuid,
+            bus_id=self.bus_id,
+            name=self.name,
+            serial=self.serial,
+        )
+
+
+#: The optional names of a device identity, in the order its JSON lists them.
+_NAMES = ("uuid", "bus_id", "name", "serial")
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """One device of an allocation as its receipt names it (the ``identity`` entries): what
+    names it on ``host``, never its readings. A name the backend cannot tell is None, and
+    absent from the JSON."""
+
+    id: str
+    backend: str
+    host: str
+    lock_key: str
+    uuid: str | None = None
+    bus_id: str | None = None
+    name: str | None = None
+    serial: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        record = {"id": self.id, "backend": self.backend, "host": self.host}
+        record["lock_key"] = self.lock_key
+        for key in _NAMES:
             value = getattr(self, key)
             if value is not None:
                 record[key] = value
         return record
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str]) -> DeviceIdentity:
+        """The identity a receipt recorded (every value a string, as :meth:`to_json` wrote)."""
+        named = {key: str(data[key]) for key in _NAMES if data.get(key) is not None}
+        return cls(
+            id=str(data["id"]),
+            backend=str(data["backend"]),
+            host=str(data["host"]),
+            lock_key=str(data["lock_key"]),
+            **named,
+        )
 
 
 @runtime_checkable

@@ -31,6 +31,7 @@ import re
 import socket
 import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -531,18 +532,67 @@ def flock_holders(inode: int, proc_locks: Path = Path("/proc/locks")) -> set[int
     return pids
 
 
-def holder_record(test: str, locks: Sequence[str], *, host: str, now: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HolderRecord:
+    """What a holder record (``<lock>.holder.json``) says: the process holding the lock
+    (pid and start time), host, test, since when, the locks it took, and, for a device lock,
+    the inode and device of the lock file it holds (so that a later taker sees that the file
+    was replaced). Written by this process only; what is read back is another process's
+    JSON, checked field by field where it is used (:meth:`LockDir.describe_holder`)."""
+
+    pid: int
+    pid_start: int | None
+    host: str
+    test: str
+    since: str
+    since_epoch: float
+    locks: tuple[str, ...]
+    lock_inode: int | None = None
+    lock_dev: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "pid": self.pid,
+            "pid_start": self.pid_start,
+            "host": self.host,
+            "test": self.test,
+            "since": self.since,
+            "since_epoch": self.since_epoch,
+            "locks": list(self.locks),
+        }
+        if self.lock_inode is not None:
+            record["lock_inode"] = self.lock_inode
+        if self.lock_dev is not None:
+            record["lock_dev"] = self.lock_dev
+        return record
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HolderRecord:
+        return cls(
+            pid=int(data["pid"]),
+            pid_start=data.get("pid_start"),
+            host=str(data["host"]),
+            test=str(data["test"]),
+            since=str(data["since"]),
+            since_epoch=float(data["since_epoch"]),
+            locks=tuple(str(k) for k in data.get("locks") or ()),
+            lock_inode=data.get("lock_inode"),
+            lock_dev=data.get("lock_dev"),
+        )
+
+
+def holder_record(test: str, locks: Sequence[str], *, host: str, now: float) -> HolderRecord:
     """What a holder record says: this process (pid and start time), host, test, since when,
     and the locks it took."""
-    return {
-        "pid": os.getpid(),
-        "pid_start": _process_start(os.getpid()),
-        "host": host,
-        "test": test[:_TEST_LIMIT],
-        "since": utc_iso(now),
-        "since_epoch": now,
-        "locks": list(locks),
-    }
+    return HolderRecord(
+        pid=os.getpid(),
+        pid_start=_process_start(os.getpid()),
+        host=host,
+        test=test[:_TEST_LIMIT],
+        since=utc_iso(now),
+        since_epoch=now,
+        locks=tuple(locks),
+    )
 
 
 # ------------------------------------------------------------------ the folder
@@ -647,9 +697,9 @@ class LockDir:
     def record_path(self, lock_key: str) -> Path:
         return self.path / f"{_file_stem(lock_key)}.holder.json"
 
-    def write_record(self, lock_key: str, record: Mapping[str, Any]) -> None:
+    def write_record(self, lock_key: str, record: HolderRecord) -> None:
         with contextlib.suppress(OSError):  # a description only: never fail a test over it
-            _write_json_atomic(self.record_path(lock_key), record)
+            _write_json_atomic(self.record_path(lock_key), record.to_json())
 
     def clear_record(self, lock_key: str) -> None:
         with contextlib.suppress(OSError):

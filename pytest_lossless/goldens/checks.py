@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compare.coverage import (
+    CoverageMiss,
     Expect,
     RunMedia,
     check_names,
@@ -81,7 +82,7 @@ class Golden:
         self.results: list[GateResult] = []
         self.staged: list[ManifestEntry] = []
         #: Request coverage misses (``expect=``), one receipt entry each; see :mod:`.coverage`.
-        self.misses: list[dict[str, Any]] = []
+        self.misses: list[CoverageMiss] = []
 
     def check(
         self,

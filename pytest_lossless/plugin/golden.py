@@ -35,7 +35,7 @@ from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, failing_on
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ..compare.coverage import Expect
+    from ..compare.coverage import CoverageMiss, Expect
     from ..gates import Gate, GateResult
     from ..goldens.checks import Golden, UnrepeatableProducer
     from ..goldens.folder import ManifestEntry, UpdateEvent
@@ -324,7 +324,7 @@ class GoldenFixture:
                 results.append(result)
         return results
 
-    def _fail_misses(self, misses: list[dict[str, Any]], result: GateResult | None = None) -> None:
+    def _fail_misses(self, misses: list[CoverageMiss], result: GateResult | None = None) -> None:
         """Each miss of the request: its own FAIL row and receipt entry; then the test fails."""
         __tracebackhide__ = True
         from ..compare.coverage import describe
@@ -332,16 +332,16 @@ class GoldenFixture:
         if not misses:
             return
         for miss in misses:
-            detail = "; ".join(miss.get("metadata_diffs") or ["misses the request"])
+            detail = "; ".join(miss.result.metadata_diffs or ["misses the request"])
             row = report.Row(
                 self._item.nodeid,
-                f"{miss['artifact']} ({miss['run']})",
-                miss["gate"],
+                f"{miss.result.artifact} ({miss.run})",
+                miss.result.gate,
                 Status.FAIL,
                 detail,
             )
             add_row(self._item, row)
-            receipt_for(self._item).add_gate(miss)
+            receipt_for(self._item).add_gate(miss.to_json())
         update = self._golden.update
         lines = [
             f"{'nothing was written: ' if update else ''}an output does not hold what the run "
@@ -370,7 +370,7 @@ class GoldenFixture:
         whose control is not repeatable) and the table, then the test is INCONCLUSIVE."""
         __tracebackhide__ = True
         verdict = error.verdict
-        receipt_for(self._item).add_lossless(verdict.to_dict())
+        receipt_for(self._item).add_lossless(verdict.to_json())
         gates = ", ".join(sorted(set(verdict.gates.values())))
         status, _ = status_of(verdict.verdict)
         add_row(

@@ -464,7 +464,9 @@ def derive(
         reason = f"{errors[0]}; a speed verdict needs every arm to complete"
     if proof is not None:
         findings = [
-            s.proof or {"run": s.run, "found": False, "evidence": "not examined"}
+            dispatch.Finding.from_json(
+                s.proof or {"run": s.run, "found": False, "evidence": "not examined"}
+            )
             for s in samples
             if s.arm == stats.CANDIDATE and s.error is None
         ]
@@ -736,7 +738,7 @@ def _run_arm(
         result = arm()
         sample = sample_extras(replace(sample, seconds=measured_seconds(result)), result)
         if proof is not None:
-            sample = replace(sample, proof=dispatch.examine(proof, result))
+            sample = replace(sample, proof=dispatch.examine(proof, result).to_json())
     except Exception as exc:  # any failure of the user's arm is recorded, never raised
         sample = replace(sample, seconds=None, error=short(f"{type(exc).__name__}: {exc}"))
     return replace(sample, arm_seconds=clock.monotonic() - start)

@@ -215,10 +215,10 @@ def test_a_truncated_producer_is_refused_as_a_golden_naming_every_run(tmp_path, 
 
     assert golden.check("audio.wav", producer, expect=_five()) is None
     assert golden.staged == []
-    assert [m["run"] for m in golden.misses] == ["run 1", "run 2"]
-    assert golden.misses[0]["gate"] == "coverage"
-    assert golden.misses[0]["passed"] is False
-    assert golden.misses[0]["metadata_diffs"] == [
+    assert [m.run for m in golden.misses] == ["run 1", "run 2"]
+    assert golden.misses[0].result.gate == "coverage"
+    assert golden.misses[0].result.passed is False
+    assert golden.misses[0].result.metadata_diffs == [
         "request coverage: audio samples: requested 240000 (5 s at 48000 Hz), obtained 238800 "
         "(4.9750 s)"
     ]
@@ -231,7 +231,7 @@ def test_a_truncated_file_under_update_is_never_committed(tmp_path, kinds):
     golden = Golden(folder, update=True, workdir=tmp_path / "work")
     golden.check("audio.wav", _wav_file(tmp_path / "a.wav", 4.975), expect=_five())
     golden.check("whole.wav", _wav_file(tmp_path / "b.wav", 5), expect=_five())
-    assert [m["artifact"] for m in golden.misses] == ["audio.wav"]
+    assert [m.result.artifact for m in golden.misses] == ["audio.wav"]
     assert golden.commit() == []
     assert not folder.path.exists()
 
@@ -247,7 +247,7 @@ def test_a_truncated_output_fails_coverage_even_against_an_equally_truncated_gol
     result = golden.check("audio.wav", short, expect={"audio.wav": _five()})
     assert result is not None
     assert result.passed
-    assert [(m["run"], m["gate"]) for m in golden.misses] == [("obtained", "coverage")]
+    assert [(m.run, m.result.gate) for m in golden.misses] == [("obtained", "coverage")]
 
 
 def test_an_expectation_for_an_artifact_the_run_did_not_produce_is_an_error(tmp_path, kinds):
