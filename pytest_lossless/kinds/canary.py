@@ -22,11 +22,11 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.artifact import Artifact
 from ..errors import ArtifactError, CanaryError, LosslessError
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..gates import Gate, GateResult
+    from ..gates.gate import LocationValue
     from .registry import KindRegistry
 
 
@@ -47,7 +48,14 @@ class Unfailable(Exception):
     """No change of one unit goes beyond the gate's bound: the gate cannot fail."""
 
 
-@dataclass
+class Fingerprint(Protocol):
+    """A built-in kind's fingerprint as it makes it (``ContainerFingerprint``...): the hook
+    and the manifest speak its JSON."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
 class Plan:
     """A perturbed copy: the file to judge, what to judge it against, and where it differs.
 
@@ -62,16 +70,18 @@ class Plan:
     unit: str
     expected: Path | None = None
     #: The fingerprint of ``expected``, when it was taken already (to check the copy).
-    expected_fingerprint: dict[str, Any] | None = None
+    expected_fingerprint: Fingerprint | None = None
     #: The fingerprint of ``obtained``, when the kind took it already (with the expected one).
-    obtained_fingerprint: dict[str, Any] | None = None
+    obtained_fingerprint: Fingerprint | None = None
     #: The gate reads only digests: ``expected`` is judged as a digest-only golden is (no
     #: file, so no diagnostics decode of both copies after the FAIL: the record needs none).
     digests_suffice: bool = False
-    location: dict[str, Any] = field(default_factory=dict)
+    location: dict[str, LocationValue] = field(default_factory=dict)
     prefix: str | None = None
 
-    def located(self, result_location: dict[str, Any], first_mismatch: str | None) -> bool | None:
+    def located(
+        self, result_location: Mapping[str, LocationValue], first_mismatch: str | None
+    ) -> bool | None:
         """Whether a FAIL named the changed unit (None: nothing to check it against)."""
         if not self.location and self.prefix is None:
             return None
@@ -205,7 +215,37 @@ class CanaryRecord:
     test_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as a receipt's ``canary`` block holds it."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CanaryRecord:
+        """A record from a receipt (a worker's, an earlier session's): its known fields, each
+        text that is no text read as None; ``kind``, ``gate``, ``artifact`` and ``status``
+        as text."""
+        seconds, located = data.get("seconds"), data.get("located")
+
+        def text(name: str) -> str | None:
+            value = data.get(name)
+            return value if isinstance(value, str) else None
+
+        return cls(
+            kind=str(data.get("kind")),
+            gate=str(data.get("gate")),
+            artifact=str(data.get("artifact")),
+            status=str(data.get("status")),
+            unit=text("unit"),
+            verdict=text("verdict"),
+            located=located if isinstance(located, bool) else None,
+            first_mismatch=text("first_mismatch"),
+            seconds=(
+                seconds
+                if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+                else None
+            ),
+            reason=text("reason"),
+            test_id=text("test_id"),
+        )
 
     @property
     def failed(self) -> bool:
@@ -331,10 +371,13 @@ class Canary:
         if error is not None:
             raise error
 
-    def take(self) -> list[CanaryRecord]:
-        """The records made since the last call (for the receipt of the test that made them)."""
+    def take(self, test_id: str | None = None) -> list[CanaryRecord]:
+        """The records made since the last call (for the receipt of the test that made them,
+        ``test_id``, which each record then names)."""
         self._drop_rehearsals()  # one that no comparison used, in the test that started it
         taken, self.fresh = self.fresh, []
+        for record in taken:
+            record.test_id = test_id if test_id is not None else record.test_id
         return taken
 
     def observe(self, gate: Gate, expected: Artifact, obtained: Artifact) -> CanaryRecord | None:
@@ -397,15 +440,18 @@ class Canary:
         builtin = self.registry.builtin(record.kind) is not None
         expected = artifact
         if plan.expected is not None:
-            fingerprint = plan.expected_fingerprint
-            if fingerprint is None:
-                fingerprint = self.registry.fingerprint(record.kind, plan.expected)
+            made = plan.expected_fingerprint
+            fingerprint = (
+                made.to_json()
+                if made is not None
+                else self.registry.fingerprint(record.kind, plan.expected)
+            )
             kept = None if plan.digests_suffice else plan.expected
             expected = Artifact(artifact.name, record.kind, fingerprint, kept)
         try:
             if plan.obtained_fingerprint is not None:
                 obtained = Artifact(
-                    artifact.name, plan.kind, plan.obtained_fingerprint, plan.obtained
+                    artifact.name, plan.kind, plan.obtained_fingerprint.to_json(), plan.obtained
                 )
             else:
                 obtained = self.registry.artifact(artifact.name, plan.obtained, plan.kind)
@@ -442,9 +488,8 @@ class Canary:
                         f"pytest_lossless_perturb for kind {kind!r} wrote no {out.name}"
                     )
                 return Plan(obtained=out, kind=kind, unit=str(described))
-            plan = flip_byte(path, out, kind)
-            plan.location, plan.prefix = {}, None  # a plugin's comparer says FAIL in its words
-            return plan
+            # A plugin's comparer says FAIL in its own words: where is not checked.
+            return replace(flip_byte(path, out, kind), location={}, prefix=None)
         if gate.name == "bytes" or kind == "bytes":
             # Built-in kinds' bytes gate reads only the file's digests and bytes: the copy is
             # fingerprinted as bytes (a flipped byte may leave a container undecodable).
@@ -478,20 +523,20 @@ def _source(expected: Artifact, obtained: Artifact) -> Artifact | None:
 
 
 def summary_lines(records: list[dict[str, Any]]) -> list[str]:
-    """The session summary's canary lines: one per (kind, gate), however many workers ran it."""
-    seen: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        seen.setdefault((str(record.get("kind")), str(record.get("gate"))), []).append(record)
+    """The session summary's canary lines: one per (kind, gate), however many workers ran it
+    (``records``: as the receipts hold them)."""
+    seen: dict[tuple[str, str], list[CanaryRecord]] = {}
+    for record in map(CanaryRecord.from_dict, records):
+        seen.setdefault((record.kind, record.gate), []).append(record)
     if not seen:
         return []
-    if all(r.get("status") == "skipped" for rs in seen.values() for r in rs):
+    if all(r.status == "skipped" for rs in seen.values() for r in rs):
         gates = ", ".join(f"{k}/{g}" for k, g in sorted(seen))
         return [f"canary skipped ({SKIP_FLAG}): {gates} not proven able to fail"]
     lines = []
     for _key, found in sorted(seen.items()):
-        worst = next((r for r in found if r.get("status") == "cannot-fail"), found[0])
-        known = {f: worst.get(f) for f in CanaryRecord.__dataclass_fields__}
-        text = CanaryRecord(**known).line()  # type: ignore[arg-type]
+        worst = next((r for r in found if r.status == "cannot-fail"), found[0])
+        text = worst.line()
         lines.append(text + (f" [once on each of {len(found)} workers]" if len(found) > 1 else ""))
     return ["canary: " + lines[0], *("        " + line for line in lines[1:])]
 
