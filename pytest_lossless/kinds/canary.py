@@ -197,7 +197,7 @@ STATUSES = ("proved", "cannot-fail", "unavailable", "skipped")
 SKIP_FLAG = "--lossless-no-canary"
 
 
-@dataclass
+@dataclass(frozen=True)
 class CanaryRecord:
     """One canary: the comparator (kind, gate), the artifact copied, what was changed, what the
     comparator said of the copy, whether it named the changed unit, and how long it took."""
@@ -327,8 +327,10 @@ class Canary:
         def make() -> None:
             judged = CanaryRecord(artifact.kind, gate.spec, artifact.name, "unavailable")
             try:
-                self._judge(judged, gate, artifact, folder)
-                future.set_result(judged)
+                plan = self._plan(judged.kind, gate, artifact, folder)
+                future.set_result(
+                    self._judge(replace(judged, unit=plan.unit), plan, gate, artifact)
+                )
             except BaseException as exc:  # handed to the canary that uses it
                 future.set_exception(exc)
 
@@ -376,9 +378,7 @@ class Canary:
         ``test_id``, which each record then names)."""
         self._drop_rehearsals()  # one that no comparison used, in the test that started it
         taken, self.fresh = self.fresh, []
-        for record in taken:
-            record.test_id = test_id if test_id is not None else record.test_id
-        return taken
+        return taken if test_id is None else [replace(r, test_id=test_id) for r in taken]
 
     def observe(self, gate: Gate, expected: Artifact, obtained: Artifact) -> CanaryRecord | None:
         """After a comparison: the canary of its (kind, gate) if none ran yet (None when one
@@ -420,23 +420,30 @@ class Canary:
             try:
                 if rehearsal is not None:
                     judged = rehearsal.future.result()  # or its exception, as if judged now
-                    for name in ("unit", "verdict", "first_mismatch", "located", "status"):
-                        setattr(record, name, getattr(judged, name))
+                    record = replace(
+                        record,
+                        unit=judged.unit,
+                        verdict=judged.verdict,
+                        first_mismatch=judged.first_mismatch,
+                        located=judged.located,
+                        status=judged.status,
+                    )
                 else:
-                    self._judge(record, gate, artifact, Path(tmp))
+                    plan = self._plan(kind, gate, artifact, Path(tmp))
+                    record = replace(record, unit=plan.unit)  # kept if judging fails
+                    record = self._judge(record, plan, gate, artifact)
             except Unfailable as exc:
-                record.status, record.reason = "cannot-fail", str(exc)
+                record = replace(record, status="cannot-fail", reason=str(exc))
             except Unavailable as exc:
-                record.reason = str(exc)
+                record = replace(record, reason=str(exc))
             except (LosslessError, OSError, ValueError) as exc:
-                record.reason = f"the copy could not be made or judged: {exc}"
-        record.seconds = round(time.perf_counter() - started, 4)
-        return record
+                record = replace(record, reason=f"the copy could not be made or judged: {exc}")
+        return replace(record, seconds=round(time.perf_counter() - started, 4))
 
-    def _judge(self, record: CanaryRecord, gate: Gate, artifact: Artifact, folder: Path) -> None:
-        assert artifact.path is not None
-        plan = self._plan(record.kind, gate, artifact, folder)
-        record.unit = plan.unit
+    def _judge(
+        self, record: CanaryRecord, plan: Plan, gate: Gate, artifact: Artifact
+    ) -> CanaryRecord:
+        """What the comparator said of the copy ``plan`` made, in ``record``."""
         builtin = self.registry.builtin(record.kind) is not None
         expected = artifact
         if plan.expected is not None:
@@ -458,17 +465,22 @@ class Canary:
         except ArtifactError as exc:
             if builtin:  # our own copies are sound: a refusal is the canary's problem
                 raise Unavailable(f"the changed copy cannot be fingerprinted: {exc}") from None
-            record.status, record.verdict = "proved", "FAIL"
-            record.first_mismatch = f"its fingerprint refused the changed copy: {exc}"
-            return
+            return replace(
+                record,
+                status="proved",
+                verdict="FAIL",
+                first_mismatch=f"its fingerprint refused the changed copy: {exc}",
+            )
         result: GateResult = self.registry.compare_only(gate, expected, obtained)
-        record.verdict = result.verdict.value
-        record.first_mismatch = result.first_mismatch or (
-            "; ".join(result.metadata_diffs) if result.metadata_diffs else None
+        located = plan.located(result.location, result.first_mismatch)
+        return replace(
+            record,
+            verdict=result.verdict.value,
+            first_mismatch=result.first_mismatch
+            or ("; ".join(result.metadata_diffs) if result.metadata_diffs else None),
+            located=located,
+            status="proved" if not result.passed and located is not False else "cannot-fail",
         )
-        record.located = plan.located(result.location, result.first_mismatch)
-        proved = not result.passed and record.located is not False
-        record.status = "proved" if proved else "cannot-fail"
 
     def _plan(self, kind: str, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         """A perturbed copy, made by the kind: a built-in kind's own :meth:`plan`, a plugin
