@@ -431,9 +431,10 @@ def _earlier_form(again: dict[str, Any], entry: ManifestEntry) -> bool:
     the gate compares what it recorded and notes the streams it did not."""
     if "other_streams" not in again or "other_streams" in entry.fingerprint:
         return False
-    from ..media.container import legacy_fingerprint  # media is heavy; only this case needs it
+    from ..media.container import ContainerFingerprint  # media is heavy; only this case needs it
 
-    return canonical_sha256(legacy_fingerprint(again)) == entry.fingerprint_sha256
+    earlier = ContainerFingerprint.from_json(again).legacy().to_json()
+    return canonical_sha256(earlier) == entry.fingerprint_sha256
 
 
 def _check_entry_hash(manifest: Path, entry: ManifestEntry) -> None:

@@ -10,9 +10,10 @@ import math
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ArtifactError
 from .ffmpeg import (
@@ -49,40 +50,371 @@ def _frac_str(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
-def _video_stream_fp(stream: StreamInfo, fh: FramehashStream) -> dict[str, Any]:
+# ------------------------------------------------------------------ the fingerprint, typed
+
+
+def _int(value: Any, default: int = 0) -> int:
+    """A whole number from a fingerprint field (a manifest's: anything else is ``default``)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _number(value: Any) -> float:
+    """A duration as the manifest wrote it (an int stays an int: the JSON text is unchanged)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _records(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list (anything else in it, or no list, is left out)."""
+    return [item for item in _list(value) if isinstance(item, dict)]
+
+
+@dataclass(frozen=True, slots=True)
+class FrameDigest:
+    """One decoded video frame: its presentation time (in ``pts_time_base`` units) and the
+    SHA-256 of its bytes in the stream's own pixel format."""
+
+    pts: int
+    sha256: str
+
+    def to_json(self) -> dict[str, int | str]:
+        return {"pts": self.pts, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FrameDigest:
+        return cls(pts=_int(data.get("pts")), sha256=str(data.get("sha256", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class AudioPacket:
+    """One decoded audio frame: its first sample's time, how many samples, and their SHA-256."""
+
+    pts: int
+    samples: int
+    sha256: str
+
+    def to_json(self) -> dict[str, int | str]:
+        return {"pts": self.pts, "samples": self.samples, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AudioPacket:
+        return cls(
+            pts=_int(data.get("pts")),
+            samples=_int(data.get("samples")),
+            sha256=str(data.get("sha256", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Packet:
+    """One copied (not decoded) packet of a subtitle, data or attachment stream."""
+
+    pts: int
+    duration: int
+    sha256: str
+
+    def to_json(self) -> dict[str, int | str]:
+        return {"pts": self.pts, "duration": self.duration, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Packet:
+        return cls(
+            pts=_int(data.get("pts")),
+            duration=_int(data.get("duration")),
+            sha256=str(data.get("sha256", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VideoStream:
+    """A video stream: how ffmpeg describes it and one :class:`FrameDigest` per decoded frame.
+    ``frame_rate`` is exact (1 / the raw frames' time base), unlike ffmpeg's ``fps`` text."""
+
+    index: int
+    codec: str | None
+    pix_fmt: str | None
+    width: int | None
+    height: int | None
+    sar: str | None
+    frame_rate: str | None
+    time_base: str | None
+    pts_time_base: str | None
+    frame_count: int
+    duration: float
+    frame_bytes: int | None
+    attached_pic: bool
+    frames: tuple[FrameDigest, ...]
+    type: ClassVar[str] = "video"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "type": "video",
+            "codec": self.codec,
+            "pix_fmt": self.pix_fmt,
+            "width": self.width,
+            "height": self.height,
+            "sar": self.sar,
+            "frame_rate": self.frame_rate,
+            "time_base": self.time_base,
+            "pts_time_base": self.pts_time_base,
+            "frame_count": self.frame_count,
+            "duration": self.duration,
+            "frame_bytes": self.frame_bytes,
+            "attached_pic": self.attached_pic,
+            "frames": [frame.to_json() for frame in self.frames],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VideoStream:
+        return cls(
+            index=_int(data.get("index")),
+            codec=_opt_str(data.get("codec")),
+            pix_fmt=_opt_str(data.get("pix_fmt")),
+            width=_opt_int(data.get("width")),
+            height=_opt_int(data.get("height")),
+            sar=_opt_str(data.get("sar")),
+            frame_rate=_opt_str(data.get("frame_rate")),
+            time_base=_opt_str(data.get("time_base")),
+            pts_time_base=_opt_str(data.get("pts_time_base")),
+            frame_count=_int(data.get("frame_count")),
+            duration=_number(data.get("duration")),
+            frame_bytes=_opt_int(data.get("frame_bytes")),
+            attached_pic=bool(data.get("attached_pic")),
+            frames=tuple(FrameDigest.from_json(f) for f in _records(data.get("frames"))),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AudioStream:
+    """An audio stream, decoded in its own sample format: its description and one
+    :class:`AudioPacket` per decoded audio frame."""
+
+    index: int
+    codec: str | None
+    sample_fmt: str | None
+    sample_rate: int
+    channels: int
+    channel_layout: str | None
+    sample_count: int
+    duration: float
+    time_base: str | None
+    packets: tuple[AudioPacket, ...]
+    type: ClassVar[str] = "audio"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "type": "audio",
+            "codec": self.codec,
+            "sample_fmt": self.sample_fmt,
+            "sample_rate": self.sample_rate,
+            "channels": self.channels,
+            "channel_layout": self.channel_layout,
+            "sample_count": self.sample_count,
+            "duration": self.duration,
+            "time_base": self.time_base,
+            "packets": [packet.to_json() for packet in self.packets],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AudioStream:
+        return cls(
+            index=_int(data.get("index")),
+            codec=_opt_str(data.get("codec")),
+            sample_fmt=_opt_str(data.get("sample_fmt")),
+            sample_rate=_int(data.get("sample_rate")),
+            channels=_int(data.get("channels")),
+            channel_layout=_opt_str(data.get("channel_layout")),
+            sample_count=_int(data.get("sample_count")),
+            duration=_number(data.get("duration")),
+            time_base=_opt_str(data.get("time_base")),
+            packets=tuple(AudioPacket.from_json(p) for p in _records(data.get("packets"))),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OtherStream:
+    """A subtitle, data or attachment stream, by its copied packets: each packet's time and
+    payload SHA-256, ``sha256`` (of those digests in order) and ``extradata_sha256`` (what the
+    stream carries beside its packets, when anything)."""
+
+    index: int
+    codec_type: str
+    codec_name: str | None
+    time_base: str | None
+    extradata_sha256: str | None
+    packet_count: int
+    sha256: str
+    packets: tuple[Packet, ...]
+
+    @property
+    def label(self) -> str:
+        """``#2 subtitle mov_text``, as ``ignored_streams`` names a stream."""
+        return f"#{self.index} {self.codec_type} {self.codec_name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "codec_type": self.codec_type,
+            "codec_name": self.codec_name,
+            "time_base": self.time_base,
+            "extradata_sha256": self.extradata_sha256,
+            "packet_count": self.packet_count,
+            "sha256": self.sha256,
+            "packets": [packet.to_json() for packet in self.packets],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OtherStream:
+        return cls(
+            index=_int(data.get("index")),
+            codec_type=str(data.get("codec_type", "")),
+            codec_name=_opt_str(data.get("codec_name")),
+            time_base=_opt_str(data.get("time_base")),
+            extradata_sha256=_opt_str(data.get("extradata_sha256")),
+            packet_count=_int(data.get("packet_count")),
+            sha256=str(data.get("sha256", "")),
+            packets=tuple(Packet.from_json(p) for p in _records(data.get("packets"))),
+        )
+
+
+#: A decoded stream of a container fingerprint.
+Stream = VideoStream | AudioStream
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerFingerprint:
+    """A container (video, image, or audio in a container): the file's size and SHA-256, what
+    ffmpeg calls the container, its declared duration, the streams left out (named), every
+    decoded stream, and the other streams by their packets. ``other_streams`` is None in a
+    fingerprint made before those were recorded (they are then named in ``ignored_streams``),
+    and left out of the JSON of a file that has none; ``image_format`` is the image kind's."""
+
+    size: int
+    sha256: str
+    container: str | None
+    container_duration: float | None
+    ignored_streams: tuple[str, ...]
+    streams: tuple[Stream, ...]
+    other_streams: tuple[OtherStream, ...] | None = None
+    image_format: str | None = None
+    fingerprint_version: int = FINGERPRINT_VERSION
+
+    def video(self) -> list[VideoStream]:
+        """The video streams, in file order."""
+        return [s for s in self.streams if isinstance(s, VideoStream)]
+
+    def audio(self) -> list[AudioStream]:
+        """The audio streams, in file order."""
+        return [s for s in self.streams if isinstance(s, AudioStream)]
+
+    def legacy(self) -> ContainerFingerprint:
+        """As it was made before streams other than video and audio were recorded: no
+        ``other_streams``, those streams named in ``ignored_streams`` (in file order). A
+        golden's manifest written then is checked against its stored file in this form."""
+        if self.other_streams is None:
+            return self
+        ignored = [*self.ignored_streams, *(s.label for s in self.other_streams)]
+        return replace(
+            self,
+            other_streams=None,
+            ignored_streams=tuple(sorted(ignored, key=lambda text: int(text[1:].split()[0]))),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """As a manifest keeps it (the same keys, in the same order)."""
+        data: dict[str, Any] = {
+            "fingerprint_version": self.fingerprint_version,
+            "format": "container",
+            "size": self.size,
+            "sha256": self.sha256,
+            "container": self.container,
+            "container_duration": self.container_duration,
+            "ignored_streams": list(self.ignored_streams),
+            "streams": [stream.to_json() for stream in self.streams],
+        }
+        if self.other_streams:
+            data["other_streams"] = [stream.to_json() for stream in self.other_streams]
+        if self.image_format is not None:
+            data["image_format"] = self.image_format
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ContainerFingerprint:
+        streams: list[Stream] = []
+        for stream in _records(data.get("streams")):
+            if stream.get("type") == "video":
+                streams.append(VideoStream.from_json(stream))
+            elif stream.get("type") == "audio":
+                streams.append(AudioStream.from_json(stream))
+        others = data.get("other_streams")
+        duration = data.get("container_duration")
+        return cls(
+            size=_int(data.get("size")),
+            sha256=str(data.get("sha256", "")),
+            container=_opt_str(data.get("container")),
+            container_duration=(
+                duration
+                if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+                else None
+            ),
+            ignored_streams=tuple(str(s) for s in _list(data.get("ignored_streams"))),
+            streams=tuple(streams),
+            other_streams=(
+                tuple(OtherStream.from_json(s) for s in _records(others))
+                if isinstance(others, list)
+                else None
+            ),
+            image_format=_opt_str(data.get("image_format")),
+            fingerprint_version=_int(data.get("fingerprint_version"), FINGERPRINT_VERSION),
+        )
+
+
+def _video_stream_fp(stream: StreamInfo, fh: FramehashStream) -> VideoStream:
     """A video stream's fingerprint from its framehash lines and ffmpeg's description of it."""
     tb = Fraction(fh.header.get("tb", "1/1"))
     dims = fh.header.get("dimensions", "")
     width, height = (
         (int(v) for v in dims.split("x")) if "x" in dims else (stream.width, stream.height)
     )
-    frames = [{"pts": pts, "sha256": digest} for pts, _dur, _size, digest in fh.lines]
+    frames = tuple(FrameDigest(pts, digest) for pts, _dur, _size, digest in fh.lines)
     if fh.lines:
         first, last = fh.lines[0], fh.lines[-1]
         duration = float((last[0] + last[1] - first[0]) * tb)
     else:
         duration = 0.0
-    return {
-        "index": stream.index,
-        "type": "video",
-        "codec": stream.codec,
-        "pix_fmt": stream.pix_fmt,
-        "width": width,
-        "height": height,
-        "sar": fh.header.get("sar"),
+    return VideoStream(
+        index=stream.index,
+        codec=stream.codec,
+        pix_fmt=stream.pix_fmt,
+        width=width,
+        height=height,
+        sar=fh.header.get("sar"),
         # ffmpeg's encoder time base for raw frames is 1/frame rate: exact, unlike the "fps" text.
-        "frame_rate": _frac_str(1 / tb) if tb else None,
-        "time_base": stream.time_base,
-        "pts_time_base": _frac_str(tb),
-        "frame_count": len(frames),
-        "duration": round(duration, 6),
-        "frame_bytes": fh.lines[0][2] if fh.lines else 0,
-        "attached_pic": stream.attached_pic,
-        "frames": frames,
-    }
+        frame_rate=_frac_str(1 / tb) if tb else None,
+        time_base=stream.time_base,
+        pts_time_base=_frac_str(tb),
+        frame_count=len(frames),
+        duration=round(duration, 6),
+        frame_bytes=fh.lines[0][2] if fh.lines else 0,
+        attached_pic=stream.attached_pic,
+        frames=frames,
+    )
 
 
-def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> dict[str, Any]:
+def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> AudioStream:
     """An audio stream's fingerprint from its framehash lines (``width``: bytes per sample)."""
     tb = Fraction(fh.header.get("tb", "1/1"))
     sample_rate = int(fh.header.get("sample_rate", stream.sample_rate or 0))
@@ -91,25 +423,24 @@ def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> dic
     samples = 0
     channels = 0
     for pts, duration, size, digest in fh.lines:
-        packets.append({"pts": pts, "samples": duration, "sha256": digest})
+        packets.append(AudioPacket(pts, duration, digest))
         total_bytes += size
         samples += duration
         if not channels and duration:
             channels = size // (duration * width)
     sample_count = total_bytes // (width * channels) if channels else samples
-    return {
-        "index": stream.index,
-        "type": "audio",
-        "codec": stream.codec,
-        "sample_fmt": stream.sample_fmt,
-        "sample_rate": sample_rate,
-        "channels": channels,
-        "channel_layout": fh.header.get("channel_layout_name", stream.channel_layout),
-        "sample_count": sample_count,
-        "duration": round(sample_count / sample_rate, 6) if sample_rate else 0.0,
-        "time_base": _frac_str(tb),
-        "packets": packets,
-    }
+    return AudioStream(
+        index=stream.index,
+        codec=stream.codec,
+        sample_fmt=stream.sample_fmt,
+        sample_rate=sample_rate,
+        channels=channels,
+        channel_layout=fh.header.get("channel_layout_name", stream.channel_layout),
+        sample_count=sample_count,
+        duration=round(sample_count / sample_rate, 6) if sample_rate else 0.0,
+        time_base=_frac_str(tb),
+        packets=tuple(packets),
+    )
 
 
 def other_streams(info: ProbeInfo) -> list[StreamInfo]:
@@ -118,7 +449,7 @@ def other_streams(info: ProbeInfo) -> list[StreamInfo]:
     return [s for kind in OTHER_STREAM_TYPES for s in info.of_type(kind)]
 
 
-def _other_stream_fp(path: Path, stream: StreamInfo, fh: FramehashStream) -> dict[str, Any]:
+def _other_stream_fp(path: Path, stream: StreamInfo, fh: FramehashStream) -> OtherStream:
     """A subtitle, data or attachment stream's fingerprint from the framehash lines of its
     copied packets: each packet's time and payload SHA-256, and ``sha256``, the SHA-256 of
     those payload digests in order (equal exactly when the payloads are, in the same order).
@@ -132,32 +463,16 @@ def _other_stream_fp(path: Path, stream: StreamInfo, fh: FramehashStream) -> dic
             f"stream #{stream.index}; it cannot be fingerprinted reliably. Report this file",
         )
     digests = [digest for _pts, _dur, _size, digest in fh.lines]
-    return {
-        "index": stream.index,
-        "codec_type": stream.type,
-        "codec_name": stream.codec,
-        "time_base": fh.header.get("tb"),
-        "extradata_sha256": fh.header.get("extradata"),
-        "packet_count": len(digests),
-        "sha256": hashlib.sha256("\n".join(digests).encode("ascii")).hexdigest(),
-        "packets": [
-            {"pts": pts, "duration": dur, "sha256": digest} for pts, dur, _size, digest in fh.lines
-        ],
-    }
-
-
-def legacy_fingerprint(fp: dict[str, Any]) -> dict[str, Any]:
-    """``fp`` as it was made before streams other than video and audio were recorded: without
-    ``other_streams``, and those streams named in ``ignored_streams`` (in file order). A
-    golden's manifest written then is checked against its stored file in this form."""
-    others = fp.get("other_streams")
-    if not isinstance(others, list):
-        return dict(fp)
-    named = [f"#{s['index']} {s['codec_type']} {s['codec_name']}" for s in others]
-    ignored = [*fp.get("ignored_streams", []), *named]
-    old = {k: v for k, v in fp.items() if k != "other_streams"}
-    old["ignored_streams"] = sorted(ignored, key=lambda text: int(text[1:].split()[0]))
-    return old
+    return OtherStream(
+        index=stream.index,
+        codec_type=stream.type,
+        codec_name=stream.codec,
+        time_base=fh.header.get("tb"),
+        extradata_sha256=fh.header.get("extradata"),
+        packet_count=len(digests),
+        sha256=hashlib.sha256("\n".join(digests).encode("ascii")).hexdigest(),
+        packets=tuple(Packet(pts, dur, digest) for pts, dur, _size, digest in fh.lines),
+    )
 
 
 def _fps(stream: StreamInfo) -> float | None:
@@ -284,7 +599,7 @@ class FramehashBudget:
 
 def fingerprint_container(
     path: Path, *, video: bool = True, limits: MediaLimits | None = None, declared: bool = True
-) -> dict[str, Any]:
+) -> ContainerFingerprint:
     """Fingerprint every video and audio stream of a container through ffmpeg's framehash.
 
     ``-xerror`` and the exit status are checked: a damaged or truncated file raises
@@ -326,7 +641,7 @@ def fingerprint_container(
 
 def _fast_fingerprint(
     path: Path, limits: MediaLimits, *, stripes: int | None = None, declared: bool = True
-) -> dict[str, Any] | None:
+) -> ContainerFingerprint | None:
     """The fingerprint with the first video stream's raw frames hashed here, on several threads
     (:func:`~.ffmpeg.fast_video_args`), and the audio streams hashed by a second ffmpeg run at
     the same time; or None where this way cannot vouch for the result: a run failed (the
@@ -461,7 +776,7 @@ def _assemble(
     limits: MediaLimits,
     *,
     video: bool,
-) -> dict[str, Any]:
+) -> ContainerFingerprint:
     """The fingerprint from ffmpeg's description of the streams and their framehash lines
     (keyed by output position: video streams in file order, then audio streams, then the
     :func:`other_streams`). ``other_streams`` is there only when the file has any: the
@@ -487,7 +802,7 @@ def _assemble(
         rehashed = parse_framehash(again.stdout.decode("ascii", "replace"))
         for pos, stream in enumerate(native):
             hashed[chosen.index(stream)] = rehashed.get(pos, FramehashStream(pos, {}, []))
-    streams: list[dict[str, Any]] = []
+    streams: list[Stream] = []
     for pos, stream in enumerate(chosen):
         fh = hashed.get(pos, FramehashStream(pos, {}, []))
         if stream.type == "video":
@@ -496,29 +811,25 @@ def _assemble(
             width = SAMPLE_FORMATS[formats[stream.index]][1]
             streams.append(_audio_stream_fp(stream, fh, width))
     recorded = other_streams(info)
-    extra = {
-        "other_streams": [
-            _other_stream_fp(path, stream, hashed.get(pos, FramehashStream(pos, {}, [])))
-            for pos, stream in enumerate(recorded, start=len(chosen))
-        ]
-    }
+    others = tuple(
+        _other_stream_fp(path, stream, hashed.get(pos, FramehashStream(pos, {}, [])))
+        for pos, stream in enumerate(recorded, start=len(chosen))
+    )
     size, sha = file_digest(path)
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "format": "container",
-        "size": size,
-        "sha256": sha,
-        "container": info.container,
-        "container_duration": info.duration,
-        "ignored_streams": [
+    return ContainerFingerprint(
+        size=size,
+        sha256=sha,
+        container=info.container,
+        container_duration=info.duration,
+        ignored_streams=tuple(
             f"#{s.index} {s.type} {s.codec}"
             for s in info.streams
             if s not in recorded
             and (s.type not in ("video", "audio") or (s.type == "video" and not video))
-        ],
-        "streams": streams,
-        **(extra if recorded else {}),
-    }
+        ),
+        streams=tuple(streams),
+        other_streams=others or None,
+    )
 
 
 def _sample_format(path: Path, stream: StreamInfo) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import media
+from ..media.container import ContainerFingerprint, FrameDigest
 from .blocks import Assets, Block, Figure, Side, Svg, Table, Text, mapping
 from .charts import histogram_svg, waveforms_svg
 from .pictures import frame_triptych
@@ -90,13 +91,10 @@ Limits = tuple[media.MediaLimits, media.MediaLimits]
 # ------------------------------------------------------------------ video
 
 
-def streams(fingerprint: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
-    found = fingerprint.get("streams")
-    return (
-        [s for s in found or [] if isinstance(s, Mapping) and s.get("type") == kind]
-        if isinstance(found, list)
-        else []
-    )
+def container(side: Side) -> ContainerFingerprint:
+    """A side's container fingerprint (no stream when it is none: a receipt is read, not
+    trusted)."""
+    return ContainerFingerprint.from_json(dict(side.fingerprint))
 
 
 def _at(frames: Sequence[Any], i: int) -> Any:
@@ -114,12 +112,12 @@ def pts_text(pts: object, tb: object) -> str:
 
 
 def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) -> list[Block]:
-    lv, rv = streams(left.fingerprint, "video"), streams(right.fingerprint, "video")
+    lv, rv = container(left).video(), container(right).video()
     if not lv and not rv:
         return []
     ls, rs = (lv or rv)[0], (rv or lv)[0]
-    lf = list(ls.get("frames") or []) if lv else []
-    rf = list(rs.get("frames") or []) if rv else []
+    lf = list(ls.frames) if lv else []
+    rf = list(rs.frames) if rv else []
     total = max(len(lf), len(rf))
     differ = [i for i in range(total) if _at(lf, i) != _at(rf, i)]
     if not differ:
@@ -128,7 +126,7 @@ def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) 
     if left.path is None and right.path is None:
         return [Text(f"{_count(len(differ), 'frame')} differ, the first is {differ[0]}: not drawn")]
     decoded = [
-        _decode(side, stream.get("index"), [i for i in shown if i < len(frames)], side_limits)
+        _decode(side, stream.index, [i for i in shown if i < len(frames)], side_limits)
         for side, stream, frames, side_limits in (
             (left, ls, lf, limits[0]),
             (right, rs, rf, limits[1]),
@@ -137,13 +135,13 @@ def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) 
     blocks: list[Block] = [
         Text(f"{_count(len(differ), 'frame')} of {total} differ; drawn: {_listed(shown)}")
     ]
-    tb = ls.get("pts_time_base")
+    tb = ls.pts_time_base
     for i in shown:
-        frame = mapping(_at(lf, i) or _at(rf, i))
+        frame: FrameDigest = _at(lf, i) or _at(rf, i)
         a, b = decoded[0].get(i), decoded[1].get(i)
         if a is None and b is None:
             continue
-        where = f"frame {i}, {pts_text(frame.get('pts'), tb)}"
+        where = f"frame {i}, {pts_text(frame.pts, tb)}"
         gone = ["not at hand" if s.path is None else "no such frame" for s in (left, right)]
         picture, peak = frame_triptych(
             a, b, caption=where, labels=(left.label, right.label), missing=(gone[0], gone[1])
@@ -163,13 +161,13 @@ def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) 
 
 
 def _decode(
-    side: Side, stream: object, indices: list[int], limits: media.MediaLimits
+    side: Side, stream: int, indices: list[int], limits: media.MediaLimits
 ) -> dict[int, npt.NDArray[np.uint8]]:
     if side.path is None or not indices:
         return {}
     return media.load_video_frames(
         side.path,
-        stream_index=stream if isinstance(stream, int) else None,
+        stream_index=stream,
         pix_fmt="rgb24",
         indices=indices,
         limits=limits,
@@ -182,12 +180,9 @@ def _decode(
 def _pcm(side: Side, limits: media.MediaLimits) -> tuple[npt.NDArray[Any], int]:
     if side.path is None:
         raise ValueError(f"{side.label}: no file")
-    audio = streams(side.fingerprint, "audio")
+    audio = container(side).audio()
     if audio:
-        index = audio[0].get("index")
-        return media.load_container_audio(
-            side.path, index if isinstance(index, int) else None, limits=limits
-        )
+        return media.load_container_audio(side.path, audio[0].index, limits=limits)
     return media.load_audio(side.path, limits=limits)
 
 
