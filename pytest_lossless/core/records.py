@@ -59,6 +59,16 @@ def spec(
     default: Any = dataclasses.MISSING,
     *,
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    **how: Any,
+) -> Any:
+    """A dataclass field with a default, and how it is written and read (:func:`meta`)."""
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta(**how))
+    return dataclasses.field(default=default, metadata=meta(**how))
+
+
+def meta(
+    *,
     key: str | None = None,
     omit: str | Callable[[Any], bool] | None = None,
     absent: object = dataclasses.MISSING,
@@ -66,21 +76,19 @@ def spec(
     flatten: bool = False,
     read_if: Callable[[Mapping[str, Any]], bool] | None = None,
     json: bool = True,
-) -> Any:
-    """A dataclass field with how it is written and read.
+) -> Mapping[str, _Spec]:
+    """How a field is written and read: ``field(metadata=meta(...))`` (:func:`spec` for short).
 
-    ``key``: its JSON key (default: the field's name). ``omit``: ``"none"``, ``"empty"`` or a
-    rule of the record (``lambda run: run.ended_at is None``) that leaves it out. ``absent``:
-    its value when the key is missing (an older file). ``absent_from``: the key to read when
-    its own is missing (a key an older writer used instead). ``flatten``: a nested record whose
-    keys are written beside the others; an optional one is read when ``read_if(data)`` says so
-    (default: when one of its keys is there). ``json=False``: neither written nor read.
+    ``key``: its JSON key (default: the field's name). ``omit``: ``"none"`` leaves it out when
+    None, ``"empty"`` when None or empty, a callable when it says so of the record
+    (``lambda run: run.ended_at is None``). ``absent``: its value when the key is missing (an
+    older file). ``absent_from``: the key to read when its own is missing (one an older writer
+    used). ``flatten``: a nested record whose keys are written beside the others; an optional
+    one is read when ``read_if(data)`` says so (default: when one of its keys is there).
+    ``json=False``: neither written nor read.
     """
     old = () if absent is dataclasses.MISSING else (absent,)
-    meta = {"record": _Spec(key, omit, old, absent_from, flatten, read_if, json)}
-    if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    return {"record": _Spec(key, omit, old, absent_from, flatten, read_if, json)}
 
 
 @dataclasses.dataclass(frozen=True)
