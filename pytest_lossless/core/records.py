@@ -3,8 +3,8 @@
 A record is a frozen dataclass that derives from :class:`Record`; its fields' type hints are
 its schema. :func:`to_json` writes the fields in their declared order (so the order of the
 keys on disk is the order of the fields), nested records as objects, tuples as lists, enums by
-value and paths as strings; a field typed ``Any`` (or ``dict[str, Any]``) is raw JSON that
-another layer owns, copied as it is. :func:`from_json` reads that back, checking every value
+value and paths as strings; a field typed ``Any`` (or a mapping of str to ``Any``) is raw JSON
+that another layer owns, copied as it is. :func:`from_json` reads that back, checking every value
 against its field's hint, and names the record, the field (``RunRecord.processes[1].pid``) and
 the problem in a :class:`RecordError`. Given a ``problems`` list it is lenient instead, the
 way a receipt's hand-edited block is read: what does not fit is noted there and read as
@@ -48,7 +48,7 @@ class _Spec:
     absent: tuple[object, ...] = ()  # (its value when the key is missing,) or ()
     absent_from: str | None = None
     flatten: bool = False
-    read_if: Callable[[Mapping[str, Any]], bool] | None = None
+    read_when: tuple[str, object] | None = None
     json: bool = True
 
 
@@ -74,7 +74,7 @@ def meta(
     absent: object = dataclasses.MISSING,
     absent_from: str | None = None,
     flatten: bool = False,
-    read_if: Callable[[Mapping[str, Any]], bool] | None = None,
+    read_when: tuple[str, object] | None = None,
     json: bool = True,
 ) -> Mapping[str, _Spec]:
     """How a field is written and read: ``field(metadata=meta(...))`` (:func:`spec` for short).
@@ -84,11 +84,11 @@ def meta(
     (``lambda run: run.ended_at is None``). ``absent``: its value when the key is missing (an
     older file). ``absent_from``: the key to read when its own is missing (one an older writer
     used). ``flatten``: a nested record whose keys are written beside the others; an optional
-    one is read when ``read_if(data)`` says so (default: when one of its keys is there).
+    one is read when ``read_when=(key, value)`` is in the data (default: when one of its keys is).
     ``json=False``: neither written nor read.
     """
     old = () if absent is dataclasses.MISSING else (absent,)
-    return {"record": _Spec(key, omit, old, absent_from, flatten, read_if, json)}
+    return {"record": _Spec(key, omit, old, absent_from, flatten, read_when, json)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,8 +209,13 @@ class _Reader:
                 continue
             where = f"{path}.{f.key}"
             if f.spec.flatten:
-                if not f.optional or _present(f, data):
-                    values[f.name] = self.record(_inner(f.hint), data, path)
+                inner, when = _inner(f.hint), f.spec.read_when
+                if not f.optional or (
+                    any(g.key in data for g in _fields(inner))
+                    if when is None
+                    else data.get(when[0]) == when[1]
+                ):
+                    values[f.name] = self.record(inner, data, path)
                 continue
             key = f.key
             if key not in data and f.spec.absent_from is not None:
@@ -309,13 +314,6 @@ class _Reader:
             except _Mismatch as exc:
                 self.fault(f"{path}[{index}]", str(exc))
         return found
-
-
-def _present(f: _Field, data: Mapping[str, Any]) -> bool:
-    """Whether an optional flattened record is there: its ``read_if``, else one of its keys."""
-    if f.spec.read_if is not None:
-        return f.spec.read_if(data)
-    return any(g.key in data for g in _fields(_inner(f.hint)))
 
 
 def _inner(hint: Any) -> type:

@@ -298,9 +298,7 @@ class RunRecord(Record):
     grace_seconds: float | None = spec(None, omit="none")
     sources: dict[str, dict[str, Any]] | None = spec(None, omit="none")
     #: A server's part, its keys beside the others.
-    server: ServerPart | None = spec(
-        None, flatten=True, read_if=lambda data: data.get("kind") == "server"
-    )
+    server: ServerPart | None = spec(None, flatten=True, read_when=("kind", "server"))
     started_at: str | None = None
     pid: int | None = spec(None, omit="none")
     timed_out: bool | None = spec(None, omit="none")
