@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.records import Record
 from .record import ProcessRecord, RunRecord
 
 #: How one process ended, taken alone: well (``ok``: exit 0; ``sigterm``: our stop's SIGTERM
@@ -21,7 +22,7 @@ _WELL = ("ok", "sigterm")
 
 
 @dataclass(frozen=True, slots=True)
-class LifecycleCounts:
+class LifecycleCounts(Record):
     """The tally of a lifecycle verdict."""
 
     processes: int = 0
@@ -33,35 +34,15 @@ class LifecycleCounts:
     exited_zero: int = 0
     handled: int = 0
 
-    def to_json(self) -> dict[str, int]:
-        return {
-            "processes": self.processes,
-            "forced": self.forced,
-            "failed": self.failed,
-            "leftovers": self.leftovers,
-            "sigterm_stops": self.sigterm_stops,
-            "unobserved": self.unobserved,
-            "exited_zero": self.exited_zero,
-            "handled": self.handled,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class Lifecycle:
+class Lifecycle(Record):
     """Clean or not, the reasons (one sentence each), the generated summary and the tally."""
 
     clean: bool
     reasons: tuple[str, ...]
     summary: str
     counts: LifecycleCounts
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "clean": self.clean,
-            "reasons": list(self.reasons),
-            "summary": self.summary,
-            "counts": self.counts.to_json(),
-        }
 
 
 def _count(n: int, word: str) -> str:

@@ -39,7 +39,7 @@ READY_PROBE_TIMEOUT = 1.0
 def request_totals(limit: int) -> RequestTotals:
     """The empty ``request_totals`` of a server record: all requests, and apart the ``kept``
     records and the ``omitted`` ones beyond ``limit`` (so that verify can add them up)."""
-    return RequestTotals(limit)
+    return RequestTotals(limit=limit)
 
 
 class ServerHost(Protocol):

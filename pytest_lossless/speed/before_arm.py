@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.procfs import process_stat
+from ..core.records import Record
 from ..errors import AllocationError, ConfigError
 
 #: ``before_arm=``: one callable given (arm name, sample index), or a sequence of them.
@@ -65,18 +66,11 @@ class HookFailed(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class HookResult:
+class HookResult(Record):
     """What one ``before_arm`` hook returned before one arm (a JSON value, ``"done"`` for None)."""
 
     name: str
-    result: Any
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "result": self.result}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> HookResult:
-        return cls(str(data.get("name")), data.get("result"))
+    result: Any = None
 
 
 def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> tuple[HookResult, ...] | None:

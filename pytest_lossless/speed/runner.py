@@ -16,11 +16,12 @@ import math
 import numbers
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..compare import proof as dispatch
 from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.records import Record, meta, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..run import RunRecord
@@ -137,89 +138,35 @@ Arm = Callable[[], object]
 # ------------------------------------------------------------------ the records
 
 
-def _timing_json(value: float | tuple[float, ...]) -> float | list[float]:
-    return list(value) if isinstance(value, tuple) else value
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample(Record):
     """One timed arm: where it stands in the schedule, what ran before it, its measured
     seconds (None: it raised, ``error``), the timings its result carried apart, the run it
-    timed (``run``; ``runs``: every run it started, noted by the plugin) and its proof."""
+    timed (``run``; ``runs``: every run it started, noted by the plugin) and its proof.
 
-    index: int
+    Reading, a missing or mistyped place in the schedule is a :class:`RecordError` (the
+    verdict cannot be re-derived); a hand-written sample may leave out its index, position and
+    start."""
+
+    index: int = field(metadata=meta(absent=0))
     block: int
-    position: int
+    position: int = field(metadata=meta(absent=0))
     arm: str
-    started_at: float
+    before_arm: tuple[before.HookResult, ...] | None = spec(None, omit="none")
+    started_at: float = field(metadata=meta(absent=0.0))
     seconds: float | None = None
-    arm_seconds: float | None = None
-    before_arm: tuple[before.HookResult, ...] | None = None
-    startup_seconds: float | tuple[float, ...] | None = None
-    warmup_seconds: float | tuple[float, ...] | None = None
-    measured_requests: tuple[float, ...] | None = None
-    run: str | None = None
-    proof: dict[str, Any] | None = None
-    error: str | None = None
-    runs: tuple[str, ...] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "index": self.index,
-            "block": self.block,
-            "position": self.position,
-            "arm": self.arm,
-        }
-        if self.before_arm is not None:
-            data["before_arm"] = [h.to_json() for h in self.before_arm]
-        data["started_at"] = self.started_at
-        data["seconds"] = self.seconds
-        optional: dict[str, Any] = {
-            "startup_seconds": self.startup_seconds,
-            "warmup_seconds": self.warmup_seconds,
-            "measured_requests": self.measured_requests,
-            "run": self.run,
-            "proof": self.proof,
-            "error": self.error,
-        }
-        data.update({k: _timing_json(v) for k, v in optional.items() if v is not None})
-        if self.arm_seconds is not None:
-            data["arm_seconds"] = self.arm_seconds
-        if self.runs is not None:
-            data["runs"] = list(self.runs)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Sample:
-        """A recorded sample; a missing or mistyped place in the schedule raises
-        ``KeyError``/``TypeError``/``ValueError`` (the verdict cannot be re-derived)."""
-        hooks, runs, proof = data.get("before_arm"), data.get("runs"), data.get("proof")
-        requests = _numbers(data.get("measured_requests"))
-        return cls(
-            index=int(data.get("index", 0)),
-            block=int(data["block"]),
-            position=int(data.get("position", 0)),
-            arm=str(data["arm"]),
-            started_at=data.get("started_at", 0.0),
-            seconds=None if data.get("seconds") is None else float(data["seconds"]),
-            arm_seconds=_number(data.get("arm_seconds")),
-            before_arm=(
-                tuple(before.HookResult.from_json(h) for h in hooks if isinstance(h, Mapping))
-                if isinstance(hooks, list)
-                else None
-            ),
-            startup_seconds=_timing(data.get("startup_seconds")),
-            warmup_seconds=_timing(data.get("warmup_seconds")),
-            measured_requests=tuple(requests) if requests is not None else None,
-            run=None if data.get("run") is None else str(data["run"]),
-            proof=dict(proof) if isinstance(proof, Mapping) else None,
-            error=None if data.get("error") is None else str(data["error"]),
-            runs=tuple(str(r) for r in runs) if isinstance(runs, list) else None,
-        )
+    startup_seconds: float | tuple[float, ...] | None = spec(None, omit="none")
+    warmup_seconds: float | tuple[float, ...] | None = spec(None, omit="none")
+    measured_requests: tuple[float, ...] | None = spec(None, omit="none")
+    run: str | None = spec(None, omit="none")
+    proof: dict[str, Any] | None = spec(None, omit="none")
+    error: str | None = spec(None, omit="none")
+    arm_seconds: float | None = spec(None, omit="none")
+    runs: tuple[str, ...] | None = spec(None, omit="none")
 
 
 @dataclass(frozen=True, slots=True)
-class Bootstrap:
+class Bootstrap(Record):
     """The percentile-bootstrap cross-check of the median block difference (never the verdict)."""
 
     blocks: int
@@ -229,34 +176,12 @@ class Bootstrap:
     verdict: Verdict
     agrees: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "blocks": self.blocks,
-            "resamples": self.resamples,
-            "seed": self.seed,
-            "ci": list(self.ci),
-            "verdict": self.verdict,
-            "agrees": self.agrees,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Bootstrap:
-        low, high = data["ci"]
-        return cls(
-            int(data["blocks"]),
-            int(data["resamples"]),
-            int(data["seed"]),
-            (float(low), float(high)),
-            Verdict(data["verdict"]),
-            bool(data["agrees"]),
-        )
-
 
 # ------------------------------------------------------------------ the verdict
 
 
-@dataclass(frozen=True)
-class SpeedVerdict:
+@dataclass(frozen=True, kw_only=True)
+class SpeedVerdict(Record):
     """One workload's speed verdict with every raw sample it was derived from."""
 
     verdict: Verdict
@@ -268,9 +193,8 @@ class SpeedVerdict:
     design: str
     pairs: int
     blocks: int
-    samples: tuple[Sample, ...]
     seed: int
-    openers: tuple[str, ...]
+    openers: tuple[str, ...] = field(metadata=meta(absent=()))
     plan: stats.Plan
     looks: tuple[stats.LookResult, ...] = ()
     reason: str = ""
@@ -278,6 +202,7 @@ class SpeedVerdict:
     errors: tuple[str, ...] = ()
     #: The dispatch-proof rule each candidate arm was examined with (None: none was given).
     proof: str | None = None
+    samples: tuple[Sample, ...] = field(metadata=meta(absent=()))
 
     @property
     def target_ratio(self) -> float:
@@ -319,31 +244,18 @@ class SpeedVerdict:
         return self.message()
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready: the raw samples, the settings that define the rule, and the verdict."""
-        return {
-            "schema": SCHEMA,
-            "verdict": self.verdict,
-            "ratio": self.ratio,
-            "ci": list(self.ci) if self.ci is not None else None,
-            "confidence": self.confidence,
-            "target": self.target,
-            "target_ratio": self.target_ratio,
-            "workload": self.workload,
-            "design": self.design,
-            "pairs": self.pairs,
-            "blocks": self.blocks,
-            "seed": self.seed,
-            "openers": list(self.openers),
-            "plan": self.plan.to_json(),
-            "looks": [lk.to_json() for lk in self.looks],
-            "reason": self.reason,
-            "bootstrap": self.bootstrap.to_json() if self.bootstrap is not None else None,
-            "errors": list(self.errors),
-            "proof": self.proof,
-            "percentiles": self.percentiles(),
-            "samples": [s.to_json() for s in self.samples],
-            "message": self.message(),
-        }
+        """JSON-ready: the raw samples, the settings that define the rule, and the verdict.
+        Custom: the keys derived from the fields (``schema``, ``target_ratio``,
+        ``percentiles``, ``message``), which ``verify`` checks, sit among them."""
+        fields = to_json(self)
+        samples = fields.pop("samples")
+        data: dict[str, Any] = {"schema": SCHEMA}
+        for key, value in fields.items():
+            data[key] = value
+            if key == "target":
+                data["target_ratio"] = self.target_ratio
+        data.update(percentiles=self.percentiles(), samples=samples, message=self.message())
+        return data
 
     def percentiles(self) -> dict[str, dict[str, float | str]]:
         """p50/p90/p95/p99 of each arm's measured seconds; a percentile without the samples
@@ -363,32 +275,6 @@ class SpeedVerdict:
                 )
             table[arm] = row
         return table
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> SpeedVerdict:
-        """A recorded speed verdict (``to_json`` form) read back."""
-        ci = d.get("ci")
-        bootstrap = d.get("bootstrap")
-        return cls(
-            verdict=Verdict(d["verdict"]),
-            ratio=d.get("ratio"),
-            ci=(float(ci[0]), float(ci[1])) if ci is not None else None,
-            confidence=float(d["confidence"]),
-            target=float(d["target"]),
-            workload=d.get("workload"),
-            design=d["design"],
-            pairs=int(d["pairs"]),
-            blocks=int(d["blocks"]),
-            samples=tuple(Sample.from_json(s) for s in d.get("samples", [])),
-            seed=int(d["seed"]),
-            openers=tuple(d.get("openers", [])),
-            plan=stats.Plan.from_json(d["plan"]),
-            looks=tuple(stats.LookResult.from_json(lk) for lk in d.get("looks", [])),
-            reason=d.get("reason", ""),
-            bootstrap=Bootstrap.from_json(bootstrap) if bootstrap is not None else None,
-            errors=tuple(d.get("errors", [])),
-            proof=d.get("proof"),
-        )
 
 
 # ------------------------------------------------------------------ derivation (shared)
@@ -509,30 +395,29 @@ def derive(
     )
 
 
-def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
+def _again(d: Mapping[str, Any]) -> SpeedVerdict:
+    """The verdict of a recorded speed gate (``to_json`` form) derived again from its raw
+    samples under the rule it records."""
     plan = d.get("plan") or {}
-    return {
-        "target": float(d["target"]),
-        "pairs": int(d["pairs"]),
-        "design": str(d["design"]),
-        "seed": int(d["seed"]),
-        "confidence": float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
-        "min_blocks": plan.get("min_blocks"),
-        "looks": [int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
+    return derive(
+        [Sample.from_json(s) for s in d.get("samples", [])],
+        target=float(d["target"]),
+        pairs=int(d["pairs"]),
+        design=str(d["design"]),
+        seed=int(d["seed"]),
+        confidence=float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
+        min_blocks=plan.get("min_blocks"),
+        looks=[int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
         # Receipts written before the robust block summary were derived with the mean.
-        "block_summary": str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
-        "proof": d.get("proof"),
-        "workload": d.get("workload"),
-    }
-
-
-def _samples(d: Mapping[str, Any]) -> list[Sample]:
-    return [Sample.from_json(s) for s in d.get("samples", [])]
+        block_summary=str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
+        proof=d.get("proof"),
+        workload=d.get("workload"),
+    )
 
 
 def rederive(d: Mapping[str, Any]) -> str:
     """Recompute the verdict of a recorded speed gate (``to_json`` form) from its raw samples."""
-    return derive(_samples(d), **_rule(d)).verdict
+    return _again(d).verdict
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -554,7 +439,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     """What a recorded speed gate says that its raw samples do not support (empty: consistent)."""
     found: list[str] = []
     try:
-        again = derive(_samples(d), **_rule(d))
+        again = _again(d)
     except (KeyError, TypeError, ValueError, ConfigError) as exc:
         return [f"speed verdict cannot be re-derived: {exc}"]
     label = f"speed gate {d.get('workload')!r}" if d.get("workload") else "speed gate"
@@ -731,8 +616,22 @@ def _run_arm(
     try:
         ran_before = before.run_before(hooks, name, index)  # outside the arm's time
     except before.HookFailed as exc:
-        return Sample(index, block, position, name, clock.wall(), error=short(str(exc)))
-    sample = Sample(index, block, position, name, clock.wall(), before_arm=ran_before)
+        return Sample(
+            index=index,
+            block=block,
+            position=position,
+            arm=name,
+            started_at=clock.wall(),
+            error=short(str(exc)),
+        )
+    sample = Sample(
+        index=index,
+        block=block,
+        position=position,
+        arm=name,
+        started_at=clock.wall(),
+        before_arm=ran_before,
+    )
     start = clock.monotonic()
     try:
         result = arm()

@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from ..core.records import Record, spec
 from ..core.verdict import Verdict
 
 ArmName = Literal["control", "candidate"]
@@ -205,7 +206,7 @@ class Look:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Record):
     """The planned looks and the exact sequential error per claim direction (<= 1 - confidence)."""
 
     max_blocks: int
@@ -213,38 +214,15 @@ class Plan:
     confidence: float
     looks: tuple[Look, ...]
     error: float
-    #: How a block's arms become its difference (:data:`BLOCK_SUMMARIES`).
-    summary: str = DEFAULT_BLOCK_SUMMARY
+    #: How a block's arms become its difference (:data:`BLOCK_SUMMARIES`); a plan recorded
+    #: before the field was derived with the mean.
+    summary: str = spec(DEFAULT_BLOCK_SUMMARY, key="block_summary", absent=LEGACY_BLOCK_SUMMARY)
 
     def look_at(self, blocks: int) -> Look | None:
         for look in self.looks:
             if look.blocks == blocks:
                 return look
         return None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "max_blocks": self.max_blocks,
-            "min_blocks": self.min_blocks,
-            "confidence": self.confidence,
-            "looks": [{"blocks": lk.blocks, "k": lk.k, "tail": lk.tail} for lk in self.looks],
-            "error": self.error,
-            "block_summary": self.summary,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Plan:
-        """A recorded plan; one without ``block_summary`` was derived with the mean."""
-        return cls(
-            max_blocks=int(data["max_blocks"]),
-            min_blocks=int(data["min_blocks"]),
-            confidence=float(data["confidence"]),
-            looks=tuple(
-                Look(int(lk["blocks"]), int(lk["k"]), float(lk["tail"])) for lk in data["looks"]
-            ),
-            error=float(data["error"]),
-            summary=str(data.get("block_summary", LEGACY_BLOCK_SUMMARY)),
-        )
 
 
 def sequential_error(looks: Sequence[tuple[int, int]]) -> float:
@@ -347,37 +325,19 @@ def plan_looks(
 # ------------------------------------------------------------------ decision
 
 
-@dataclass(frozen=True, slots=True)
-class LookResult:
+def _no_bounds(look: LookResult) -> bool:
+    return look.low is None or look.high is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LookResult(Record):
     """What one planned look saw: its bounds of rank ``k`` (none when ``k`` is 0) and verdict."""
 
     blocks: int
     k: int
+    low: float | None = spec(None, omit=_no_bounds)
+    high: float | None = spec(None, omit=_no_bounds)
     verdict: Verdict
-    low: float | None = None
-    high: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        if self.low is None or self.high is None:
-            return {"blocks": self.blocks, "k": self.k, "verdict": self.verdict}
-        return {
-            "blocks": self.blocks,
-            "k": self.k,
-            "low": self.low,
-            "high": self.high,
-            "verdict": self.verdict,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LookResult:
-        low, high = data.get("low"), data.get("high")
-        return cls(
-            int(data["blocks"]),
-            int(data["k"]),
-            Verdict(data["verdict"]),
-            None if low is None else float(low),
-            None if high is None else float(high),
-        )
 
 
 @dataclass(frozen=True)
@@ -406,7 +366,7 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
         if look.blocks > n:
             break
         if look.k < 1:
-            trail.append(LookResult(look.blocks, 0, Verdict.INCONCLUSIVE))
+            trail.append(LookResult(blocks=look.blocks, k=0, verdict=Verdict.INCONCLUSIVE))
             continue
         low, high = sign_bounds(diffs[: look.blocks], look.k)
         verdict: Verdict = Verdict.INCONCLUSIVE
@@ -414,7 +374,7 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
             verdict = Verdict.PASS
         elif low > theta:
             verdict = Verdict.FAIL
-        trail.append(LookResult(look.blocks, look.k, verdict, low, high))
+        trail.append(LookResult(blocks=look.blocks, k=look.k, low=low, high=high, verdict=verdict))
         last = (look, low, high)
         if verdict != Verdict.INCONCLUSIVE:
             return Decision(

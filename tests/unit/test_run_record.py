@@ -64,3 +64,39 @@ def test_a_leftover_that_is_no_mapping_still_counts() -> None:
     assert not verdict.clean
     assert verdict.counts.leftovers == 1
     assert "'x'" in verdict.summary
+
+
+#: The order of a record's keys as receipts write them since the records were typed (the
+#: generic serialiser writes the fields in this order; a reordered field shows here).
+_ORDER = {
+    "command": "kind name argv cwd out_dir port env inputs orphans_adopted stdout_path "
+    "stderr_path timeout_seconds grace_seconds started_at pid timed_out processes signals "
+    "leftovers ended_at device_memory wall_seconds exit_code signal outputs lifecycle",
+    "server": "kind name argv cwd out_dir port env inputs orphans_adopted stdout_path "
+    "stderr_path ready_url startup_timeout_seconds workers_expected startup_seconds "
+    "warmup_seconds measured_seconds requests request_totals ready_polls readiness "
+    "workers_at_ready started_at pid stop processes signals leftovers ended_at device_memory "
+    "wall_seconds exit_code signal lifecycle",
+}
+
+
+@pytest.mark.parametrize(("name", "run"), RUNS, ids=[name for name, _ in RUNS])
+def test_a_record_is_written_in_the_receipts_key_order(name: str, run: dict[str, Any]) -> None:
+    written = RunRecord.from_json(run).to_json()
+    assert list(written) == _ORDER[run["kind"]].split()
+    assert json.dumps(RunRecord.from_json(json.loads(json.dumps(written))).to_json()) == (
+        json.dumps(written)
+    )
+
+
+def test_a_value_of_the_wrong_type_is_a_problem_the_verdict_names() -> None:
+    main = {"pid": 1, "role": "main", "observed": "reaped", "exit_code": "0"}
+    verdict = lifecycle_verdict({"kind": "command", "processes": [main]})
+    assert not verdict.clean
+    assert "RunRecord.processes[0].exit_code: expected int or null, got str '0'" in verdict.reasons
+
+
+def test_an_older_record_without_ppid_last_reads_its_first_parent() -> None:
+    run = RunRecord.from_json({"kind": "command", "processes": [{"pid": 2, "ppid": 1}]})
+    assert run.problems == ()
+    assert run.processes[0].ppid_last == 1

@@ -513,3 +513,26 @@ def test_a_speed_verdict_written_before_the_types_round_trips_exactly() -> None:
         own = {k: v for k, v in entry.items() if k not in ("gate_plan", "expect_verdict", "stages")}
         assert SpeedVerdict.from_json(own).to_json() == own
         assert contradictions(entry) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("block", "3", "Sample.block: expected int, got str '3'"),
+        ("seconds", "1.5", "Sample.seconds: expected float or null, got str '1.5'"),
+        ("arm", None, "Sample.arm: expected str, got NoneType None"),
+    ],
+)
+def test_a_sample_of_the_wrong_type_cannot_be_rederived_and_names_the_field(
+    key: str, value: object, named: str
+) -> None:
+    data = json.loads(json.dumps(gate(0.5).to_json()))
+    data["samples"][2][key] = value
+    assert any(named in line for line in contradictions(data)), contradictions(data)
+
+
+def test_a_sample_without_its_block_names_the_missing_key() -> None:
+    data = json.loads(json.dumps(gate(0.5).to_json()))
+    del data["samples"][0]["block"]
+    found = contradictions(data)
+    assert any("Sample.block: the key 'block' is missing" in line for line in found), found
