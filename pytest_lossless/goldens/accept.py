@@ -477,7 +477,7 @@ def accept(
             continue
         environment = None
         if entry.scope == "device":
-            environment = Environment.from_dict(entry.data.get("environment"))
+            environment = Environment.from_json(entry.data.get("environment"))
             if environment is None:
                 why = "a device-scoped golden whose export names no environment class"
                 decisions.append(Decision(entry, "refused", why))

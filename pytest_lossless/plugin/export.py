@@ -1,9 +1,9 @@
 """``--lossless-export DIR``: the obtained artifacts of every failing or new check, for CI.
 
-:mod:`.golden` tells this module of every ``golden.check`` and ``golden.check_all``
-(:func:`watch`), and :mod:`.lossless` of every ``lossless.compare`` verdict
-(:func:`comparison`). Right after the test's call, while its fixtures still stand, each check
-that mismatched its golden or had none is settled: a producer runs again (the control-run
+:mod:`.golden` records every ``golden.check`` and ``golden.check_all`` the test made (its
+:class:`~.golden.Checks`), and :mod:`.lossless` tells this module of every ``lossless.compare``
+verdict (:func:`comparison`). Right after the test's call, while its fixtures still stand, each
+check that mismatched its golden or had none is settled: a producer runs again (the control-run
 count, ``--lossless-control-runs``) so that the export shows whether its runs agree, and the
 obtained file is copied into DIR. The entries ride on the teardown report (to the controller,
 under xdist), and the controller writes ``export.json`` at the session's end, with a copy of
@@ -14,7 +14,6 @@ each test's receipt; the HTML report is copied in after the terminal summary dre
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
@@ -25,16 +24,16 @@ from ..errors import GoldenMissing, LosslessError
 from .config import session as session_of
 from .config import settings
 from .evidence import receipt_for, source_revision
+from .golden import CHECKS_KEY, Call, Failed
 
 if TYPE_CHECKING:
     from ..evidence.export_index import ExportFolder
     from ..goldens.checks import Golden
+    from .golden import Record
 
 _PLUGIN_NAME = "lossless-export"
 #: ``config.stash[EXPORT_KEY]``: the session's export, when ``--lossless-export`` is given.
 EXPORT_KEY = pytest.StashKey["ExportPlugin"]()
-#: ``item.stash[WATCHED_KEY]``: the test's golden checks, in the order it made them.
-WATCHED_KEY = pytest.StashKey[list["Watched"]]()
 #: ``item.stash[ENTRIES_KEY]``: the test's exported artifacts (``export.json`` entries).
 ENTRIES_KEY = pytest.StashKey[list[dict[str, Any]]]()
 #: Statuses of a golden check that are exported.
@@ -53,22 +52,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if plugin is not None:
         config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
         del config.stash[EXPORT_KEY]
-
-
-@dataclass
-class Watched:
-    """One ``golden.check`` (``name``) or ``golden.check_all`` (``name`` None) of a test."""
-
-    golden: Golden
-    name: str | None
-    artifact: Any
-    gate: Any
-
-
-def watch(item: pytest.Item, golden: Golden, name: str | None, artifact: Any, gate: Any) -> None:
-    """Called by :mod:`.golden` for each check: remembered only when exporting."""
-    if EXPORT_KEY in item.config.stash:
-        item.stash.setdefault(WATCHED_KEY, []).append(Watched(golden, name, artifact, gate))
 
 
 def comparison(item: pytest.Item, verdict: Any) -> None:
@@ -136,10 +119,10 @@ class ExportPlugin:
         try:
             return (yield)
         finally:
-            watched = item.stash.get(WATCHED_KEY, [])
-            if watched:
+            checks = item.stash.get(CHECKS_KEY, None)
+            if checks is not None and checks.calls:
                 with _kept(item):
-                    self._settle(item, watched)
+                    self._settle(item, checks.calls, checks.records)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -159,11 +142,11 @@ class ExportPlugin:
         relative, digest, size = self.folder.add_artifact(item.nodeid, run, name, path)
         return {"file": relative, "sha256": digest, "size": size}
 
-    def _settle(self, item: pytest.Item, watched: list[Watched]) -> None:
+    def _settle(self, item: pytest.Item, watched: list[Call], records: list[Record]) -> None:
         """Each check that mismatched or had no golden: exported (a producer's run again)."""
         from ..media.artifacts import is_producer
 
-        gates = receipt_for(item).gates
+        failed = [r for r in records if isinstance(r, Failed)]
         done: set[tuple[int, str]] = set()
         for index, check in enumerate(watched):
             golden = check.golden
@@ -176,7 +159,7 @@ class ExportPlugin:
                         break
                     if later.golden is golden:
                         names.append(later.name)
-                status = {n: _status(golden, n, gates) for n in names}
+                status = {n: _status(golden, n, failed) for n in names}
                 if not any(s in EXPORTED for s in status.values()):
                     continue
                 self._rerun(item, golden, check.artifact, check.gate, status)
@@ -184,7 +167,7 @@ class ExportPlugin:
                 continue
             if (id(golden), check.name) in done:
                 continue
-            state = _status(golden, check.name, gates)
+            state = _status(golden, check.name, failed)
             if state not in EXPORTED:
                 continue
             done.add((id(golden), check.name))
@@ -211,18 +194,16 @@ class ExportPlugin:
             "requested_gate": None if requested is None else requested.spec,
             "provenance": dict(golden.provenance),
             "scope": "all" if environment is None else "device",
-            "environment": None if environment is None else environment.to_dict(),
+            "environment": None if environment is None else environment.to_json(),
             "message": _message(golden, name),
         }
 
-    def _single(self, item: pytest.Item, golden: Golden, check: Watched, status: str) -> None:
+    def _single(self, item: pytest.Item, golden: Golden, check: Call, status: str) -> None:
         """A file or data handed over (not a producer): exported as the one run it was."""
         from ..media.artifacts import materialize
 
         name = str(check.name)
-        obtained = (
-            golden.folder.evidence.get(name, {}).get("obtained") if status == "changed" else None
-        )
+        obtained = _obtained(golden, name) if status == "changed" else None
         if obtained is None:
             path = materialize(check.artifact, name, golden.workdir / "export-obtained")
             artifact = golden.folder.kinds.artifact(name, path)
@@ -280,9 +261,9 @@ class ExportPlugin:
             return
         first = verdict.runs[0]["artifacts"]
         checked = {
-            n: golden.folder.evidence[n]["obtained"]
+            n: found
             for n in first
-            if status.get(n) == "changed" and n in golden.folder.evidence
+            if status.get(n) == "changed" and (found := _obtained(golden, n)) is not None
         }
         varied = varied_lines(verdict)
         for name in sorted(first):
@@ -325,7 +306,7 @@ class ExportPlugin:
         self, item: pytest.Item, golden: Golden, name: str, status: str, gate: Any, why: str
     ) -> None:
         entry = self._base(item, golden, name, status, gate)
-        obtained = golden.folder.evidence.get(name, {}).get("obtained")
+        obtained = _obtained(golden, name)
         if obtained is not None:
             entry.update(self._copy(item, "obtained", name, Path(obtained["path"])))
             entry.update(kind=obtained["kind"], fingerprint=obtained["fingerprint"])
@@ -481,16 +462,22 @@ def _named(name: str, producer: Callable[[], Any]) -> Callable[[], dict[str, Any
     return lambda: {name: producer()}
 
 
-def _status(golden: Golden, name: str, gates: list[dict[str, Any]]) -> str:
+def _status(golden: Golden, name: str, failed: list[Failed]) -> str:
     """What became of the check ``name``: ``changed``, ``new``, ``pass``, ``error`` or
     ``unchecked`` (the test stopped before it)."""
     for result in reversed(golden.results):
         if result.artifact == name:
             return "pass" if result.passed else "changed"
-    for gate in reversed(gates):
-        if gate.get("artifact") == name and gate.get("error"):
-            return "new" if gate.get("golden_missing") is True else "error"
+    for record in reversed(failed):
+        if record.artifact == name:
+            return "new" if record.golden_missing else "error"
     return "unchecked"
+
+
+def _obtained(golden: Golden, name: str) -> dict[str, Any] | None:
+    """The obtained file of the comparison of ``name`` (None: it was not compared)."""
+    evidence = golden.folder.evidence.get(name)
+    return None if evidence is None else evidence.to_json()["obtained"]
 
 
 def _status_of_file(golden: Golden, name: str, run: Mapping[str, Any], gate: Any) -> str:

@@ -164,7 +164,7 @@ def test_golden_written_before_other_streams_were_recorded_still_checks(
     data = document["artifacts"]["clip.mp4"]
     old = container.legacy_fingerprint(data["fingerprint"])
     entry = replace(
-        ManifestEntry.from_dict("clip.mp4", data, where),
+        ManifestEntry.from_json("clip.mp4", data, where),
         fingerprint=old,
         fingerprint_sha256=canonical_sha256(old),
     )
