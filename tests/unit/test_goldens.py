@@ -729,3 +729,22 @@ def test_a_manifest_written_before_the_typed_entries_round_trips_byte_for_byte()
         manifest_document(entries, "tests/test_x.py::test_y"), indent=2, sort_keys=True
     )
     assert (again + "\n").encode() == raw
+
+
+def test_an_export_written_before_the_typed_entries_round_trips() -> None:
+    """export.json keeps its exact format: each entry of an export written by the code before
+    the entries were typed (a changed producer, a changed file, a new golden, a failing
+    lossless.compare) reads into an ``ExportEntry`` and writes back as the very same object."""
+    from pytest_lossless.plugin.export import ExportEntry
+
+    path = Path(__file__).parent.parent / "data" / "goldens" / "export-v1.json"
+    entries = json.loads(path.read_text())["entries"]
+    assert {(e["source"], e["status"]) for e in entries} == {
+        ("golden", "changed"),
+        ("golden", "new"),
+        ("lossless", "failed"),
+    }
+    for entry in entries:
+        typed = ExportEntry.from_json(entry)
+        assert typed.to_json() == entry
+        assert ExportEntry.from_json(typed.to_json()) == typed
