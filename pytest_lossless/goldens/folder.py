@@ -119,7 +119,7 @@ class ObtainedSide:
 @dataclass(frozen=True, slots=True)
 class CheckEvidence:
     """Both sides of one comparison: the raw evidence a receipt keeps (``"evidence"`` of its
-    gate entry, read back by ``verify`` and the report)."""
+    gate entry, which ``verify`` and the report read from the receipt)."""
 
     golden: GoldenSide
     obtained: ObtainedSide
@@ -143,27 +143,6 @@ class CheckEvidence:
                 "fingerprint": o.fingerprint,
             },
         }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckEvidence:
-        golden, obtained = data["golden"], data["obtained"]
-        return cls(
-            GoldenSide(
-                folder=golden["folder"],
-                kind=golden["kind"],
-                gate=golden["gate"],
-                sha256=golden["sha256"],
-                stored=golden["stored"],
-                manifest_sha256=golden["manifest_sha256"],
-                fingerprint=golden["fingerprint"],
-            ),
-            ObtainedSide(
-                path=obtained["path"],
-                kind=obtained["kind"],
-                sha256=obtained["sha256"],
-                fingerprint=obtained["fingerprint"],
-            ),
-        )
 
 
 @dataclass

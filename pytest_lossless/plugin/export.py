@@ -29,6 +29,7 @@ from .golden import CHECKS_KEY, Call, Failed
 
 if TYPE_CHECKING:
     from ..evidence.export_index import ExportFolder
+    from ..gates import Gate
     from ..goldens.checks import Golden
     from ..goldens.manifest import Environment
     from .golden import Record
@@ -712,7 +713,7 @@ def _status_of_file(golden: Golden, name: str, run: Mapping[str, Any], gate: Any
     return "pass" if result.passed else "changed"
 
 
-def _frozen_gates(golden: Golden) -> dict[str, Any]:
+def _frozen_gates(golden: Golden) -> dict[str, Gate]:
     from ..gates import parse_gate
 
     try:
