@@ -258,7 +258,7 @@ def keyword_matcher(expression: str) -> Callable[[str], bool]:
 # ------------------------------------------------------------------ accepting
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
     """What accept did with one exported artifact: an :class:`UpdateEvent` (``created``,
     ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason."""
