@@ -165,11 +165,11 @@ def test_golden_written_before_other_streams_were_recorded_still_checks(
     data = document["artifacts"]["clip.mp4"]
     old = ContainerFingerprint.from_json(data["fingerprint"]).legacy().to_json()
     entry = replace(
-        ManifestEntry.from_dict("clip.mp4", data, where),
+        ManifestEntry.from_json("clip.mp4", data, where),
         fingerprint=old,
         fingerprint_sha256=canonical_sha256(old),
     )
-    document["artifacts"]["clip.mp4"] = {**entry.to_dict(), "entry_sha256": entry_sha256(entry)}
+    document["artifacts"]["clip.mp4"] = {**entry.to_json(), "entry_sha256": entry_sha256(entry)}
     where.write_text(json.dumps(document, indent=2))
     make_clip(root / "clip.mp4", SRT.replace("world", "wurld"))
     result = pytester.runpytest("--lossless", "-rA")
@@ -180,7 +180,7 @@ def test_golden_written_before_other_streams_were_recorded_still_checks(
     document["artifacts"]["clip.mp4"]["fingerprint"]["ignored_streams"] = []
     broken = replace(entry, fingerprint={**old, "ignored_streams": []})
     broken = replace(broken, fingerprint_sha256=canonical_sha256(broken.fingerprint))
-    document["artifacts"]["clip.mp4"] = {**broken.to_dict(), "entry_sha256": entry_sha256(broken)}
+    document["artifacts"]["clip.mp4"] = {**broken.to_json(), "entry_sha256": entry_sha256(broken)}
     where.write_text(json.dumps(document, indent=2))
     refused = pytester.runpytest("--lossless")
     assert refused.ret != 0

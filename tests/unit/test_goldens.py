@@ -353,8 +353,9 @@ def test_the_environment_class_of_an_h200_allocation():
     assert env.folder == "cuda__NVIDIA_H200__CUDA_13"
     mixed = environment_of("cuda", [*H200, {"name": "NVIDIA L4"}], None)
     assert mixed.label == "cuda / NVIDIA H200 + NVIDIA L4 / runtime unknown"
-    assert Environment.from_dict(env.to_dict()) == env
-    assert Environment.from_dict({"backend": "cuda", "model": "x\x1b[2J"}) is None
+    assert Environment.from_json(env.to_json()) == env
+    assert Environment.from_json({"backend": "cuda", "model": "x\x1b[2J"}) is None
+    assert Environment.from_json({"backend": "cuda", "model": "x\x1b[2J", "runtime": None}) is None
 
 
 def test_runtime_of_asks_the_backend_its_tool_or_the_machine():
@@ -702,3 +703,48 @@ def test_accept_writes_into_the_folder_of_the_module_path():
     module, name = golden_names("tests/sub/test_s.py::test_m[5s]")
     assert (module, name) == ("tests/sub/test_s", "test_m[5s]")
     assert folder_of(Path("/g"), module, name) == Path("/g/tests/sub/test_s/test_m[5s]")
+
+
+def test_a_manifest_written_before_the_typed_entries_round_trips_byte_for_byte() -> None:
+    """manifest.json keeps its exact format: a manifest written by the code before the entries
+    were typed (``ManifestEntry`` with a plain environment dict) reads into typed entries,
+    each passes its integrity hash, and writing them again gives the very same bytes."""
+    import json
+
+    from pytest_lossless.goldens.manifest import (
+        Environment,
+        entry_sha256,
+        manifest_document,
+        parse_manifest,
+    )
+
+    path = Path(__file__).parent.parent / "data" / "goldens" / "manifest-v1.json"
+    raw = path.read_bytes()
+    entries = parse_manifest(path, raw)
+    assert entries["big.mp4"].environment == Environment("cuda", "NVIDIA H200", "CUDA 13")
+    assert entries["a.bin"].environment is None
+    for entry in entries.values():
+        assert entry.entry_sha256 == entry_sha256(entry)
+    again = json.dumps(
+        manifest_document(entries, "tests/test_x.py::test_y"), indent=2, sort_keys=True
+    )
+    assert (again + "\n").encode() == raw
+
+
+def test_an_export_written_before_the_typed_entries_round_trips() -> None:
+    """export.json keeps its exact format: each entry of an export written by the code before
+    the entries were typed (a changed producer, a changed file, a new golden, a failing
+    lossless.compare) reads into an ``ExportEntry`` and writes back as the very same object."""
+    from pytest_lossless.plugin.export import ExportEntry
+
+    path = Path(__file__).parent.parent / "data" / "goldens" / "export-v1.json"
+    entries = json.loads(path.read_text())["entries"]
+    assert {(e["source"], e["status"]) for e in entries} == {
+        ("golden", "changed"),
+        ("golden", "new"),
+        ("lossless", "failed"),
+    }
+    for entry in entries:
+        typed = ExportEntry.from_json(entry)
+        assert typed.to_json() == entry
+        assert ExportEntry.from_json(typed.to_json()) == typed
