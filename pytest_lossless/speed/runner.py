@@ -395,29 +395,30 @@ def derive(
     )
 
 
-def _again(d: Mapping[str, Any]) -> SpeedVerdict:
-    """The verdict of a recorded speed gate (``to_json`` form) derived again from its raw
-    samples under the rule it records."""
+def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
     plan = d.get("plan") or {}
-    return derive(
-        [Sample.from_json(s) for s in d.get("samples", [])],
-        target=float(d["target"]),
-        pairs=int(d["pairs"]),
-        design=str(d["design"]),
-        seed=int(d["seed"]),
-        confidence=float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
-        min_blocks=plan.get("min_blocks"),
-        looks=[int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
+    return {
+        "target": float(d["target"]),
+        "pairs": int(d["pairs"]),
+        "design": str(d["design"]),
+        "seed": int(d["seed"]),
+        "confidence": float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
+        "min_blocks": plan.get("min_blocks"),
+        "looks": [int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
         # Receipts written before the robust block summary were derived with the mean.
-        block_summary=str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
-        proof=d.get("proof"),
-        workload=d.get("workload"),
-    )
+        "block_summary": str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
+        "proof": d.get("proof"),
+        "workload": d.get("workload"),
+    }
+
+
+def _samples(d: Mapping[str, Any]) -> list[Sample]:
+    return [Sample.from_json(s) for s in d.get("samples", [])]
 
 
 def rederive(d: Mapping[str, Any]) -> str:
     """Recompute the verdict of a recorded speed gate (``to_json`` form) from its raw samples."""
-    return _again(d).verdict
+    return derive(_samples(d), **_rule(d)).verdict
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -439,7 +440,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     """What a recorded speed gate says that its raw samples do not support (empty: consistent)."""
     found: list[str] = []
     try:
-        again = _again(d)
+        again = derive(_samples(d), **_rule(d))
     except (KeyError, TypeError, ValueError, ConfigError) as exc:
         return [f"speed verdict cannot be re-derived: {exc}"]
     label = f"speed gate {d.get('workload')!r}" if d.get("workload") else "speed gate"
