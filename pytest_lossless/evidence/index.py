@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import loads_bounded, safe_name, write_json_atomic
 from ..core.paths import open_regular, read_regular
@@ -202,6 +203,7 @@ def build_index(
 def write_index(folder: Path | str, index: Mapping[str, Any]) -> Path:
     """Write ``<folder>/INDEX.json`` atomically (a reader sees none or all of it)."""
     path = Path(folder) / INDEX_NAME
+    faults.write("write-session-index", path)
     write_json_atomic(path, dict(index))
     return path
 

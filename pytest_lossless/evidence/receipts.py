@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
 from ..core.paths import inside_root, read_regular
@@ -310,11 +311,13 @@ class Receipt:
         folder.mkdir(parents=True, exist_ok=True)
         diff = str(((self.runspec or {}).get("source") or {}).get("diff") or "")
         if diff:
+            faults.write("write-receipt-diff", folder / f"{self.name}.diff")
             write_atomic(
                 folder / f"{self.name}.diff", diff.encode("utf-8", errors="surrogateescape")
             )
         path = folder / f"{self.name}.json"
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
+        faults.write("write-receipt", path)
         write_atomic(path, (text + "\n").encode())
         return path
 

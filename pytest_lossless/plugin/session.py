@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from .. import report
+from ..core import faults
 from ..core.verdict import Verdict
 from ..errors import LosslessError
 from .canary_watch import summary_lines as canary_lines
@@ -164,7 +165,7 @@ class SummaryPlugin:
             self._prune(session_id, host)
             write_summary(resolved.receipts, root=resolved.rootdir)
         except (OSError, LosslessError) as exc:
-            self.not_written = f"{exc}"
+            self.not_written = faults.write_failed(exc) if isinstance(exc, OSError) else f"{exc}"
             if self.written is None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -159,12 +159,16 @@ def test_the_registry_names_every_point_the_code_calls() -> None:
     import re
 
     package = Path(faults.__file__).resolve().parent.parent
-    called = set()
+    called: set[str] = set()
+    written: set[str] = set()
     for path in package.rglob("*.py"):
         text = path.read_text()
         called |= set(re.findall(r"""faults\.point\("([a-z-]+)"\)""", text))
         called |= set(re.findall(r"""\bfault\("([a-z-]+)"\)""", text))
+        written |= set(re.findall(r'faults\.write\(\s*"([a-z-]+)"', text))
     assert called == set(faults.POINTS), called ^ set(faults.POINTS)
+    assert written == set(faults.WRITES), written ^ set(faults.WRITES)
+    assert not set(faults.POINTS) & set(faults.WRITES)
 
 
 @pytest.mark.parametrize(
