@@ -10,9 +10,12 @@ the merged ``SUMMARY.md`` of the receipts root.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -27,7 +30,31 @@ from .evidence import session_folder, source_revision, write_interrupted
 from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
 
+if TYPE_CHECKING:
+    from ..run.reaper import Reaper  # noqa: F401 - named in a StashKey below
+
 _PLUGIN_NAME = "lossless-summary"
+#: ``config.stash[REAPER_KEY]``: the session's reaper, started by the first ``model_run``.
+REAPER_KEY = pytest.StashKey["Reaper"]()
+
+
+def start_reaper(config: pytest.Config, test: str) -> None:
+    """Start the session's reaper (:mod:`..run.reaper`) once, before the first run: if pytest
+    dies without finishing (SIGKILL, pytest-timeout's ``os._exit``), it ends every process
+    the session started within seconds and marks the session folder interrupted."""
+    if REAPER_KEY in config.stash or not sys.platform.startswith("linux"):
+        return
+    from ..run.reaper import TOKEN_ENV, Reaper
+
+    token = f"{session_of(config)[0]}-{uuid.uuid4().hex[:12]}"
+    try:
+        reaper = Reaper(token)
+    except OSError:
+        return  # no process to spare: the orphan record is still there
+    config.stash[REAPER_KEY] = reaper
+    os.environ[TOKEN_ENV] = token  # every run inherits it: that is how the reaper finds them
+    reaper.send("folder", str(session_folder(config)))
+    reaper.send("test", test)  # the test starting it; later tests are sent as they start
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -37,6 +64,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    reaper = config.stash.get(REAPER_KEY, None)
+    if reaper is not None:
+        from ..run.reaper import TOKEN_ENV
+
+        reaper.done()
+        os.environ.pop(TOKEN_ENV, None)
+        del config.stash[REAPER_KEY]
     plugin = config.pluginmanager.get_plugin(_PLUGIN_NAME)
     if plugin is not None:
         config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
@@ -237,6 +271,11 @@ class SummaryPlugin:
             if changed:
                 why.append(f"receipt {name} changed on disk after the session wrote it")
         return "; ".join(why) or None
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        reaper = self.config.stash.get(REAPER_KEY, None)
+        if reaper is not None:  # what the reaper names if pytest dies in this test
+            reaper.send("test", nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not (
