@@ -62,8 +62,10 @@ FILLER = ".lossless-fault-filler"
 
 #: What an armed point does to its process.
 ACTIONS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "exit")
-#: Behaviours forced by name, not stops: ``no-exchange`` makes golden swaps use two renames.
-SWITCHES = ("no-exchange",)
+#: Behaviours forced by name, not stops: ``no-exchange`` makes golden swaps use two renames;
+#: ``no-reaper`` starts no reaper (as when a cgroup kill ends it with pytest), so that the
+#: orphan record, the second line, is tested on its own.
+SWITCHES = ("no-exchange", "no-reaper")
 
 
 def armed(environ: dict[str, str] | None = None) -> dict[str, str]:
