@@ -202,13 +202,12 @@ def disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
 
 
 #: Known breaks, each named (strict: the case fails once the break is mended, to be removed).
-KNOWN = {
-    ("write-golden-plan", "fill"): (
-        "plan.json and the golden folder are two commits (the lossless and the golden "
-        "fixtures): a disk that fills between them leaves the new goldens with the old plan; "
-        "the test fails and the next run names the plan (GateChanged), but the folder is mixed"
-    ),
-}
+MIXED_PLAN = (
+    "plan.json and the golden folder are two commits (the lossless and the golden fixtures): "
+    "a full disk at the plan leaves the new goldens with the old plan; the test fails and the "
+    "next run names the plan (GateChanged), but the folder is mixed"
+)
+KNOWN = {("write-golden-plan", action): MIXED_PLAN for action in faults.WRITE_ACTIONS}
 
 
 def case(point: str, action: str) -> object:
