@@ -49,6 +49,7 @@ WRITES: dict[str, str] = {
     "write-session-index": "the session's INDEX.json",
     "write-session-summary": "SUMMARY.md, in the session folder and the receipts folder",
     "write-report": "the session's HTML report, report/index.html",
+    "write-obtained": "an artifact the test handed over in memory, written to its tmp folder",
     "write-canary-temp": "the canary's changed copy of an artifact, in a temporary folder",
     "write-decode-temp": "the copy of a stored golden a comparison decodes, in the test's tmp",
     "write-export": "export.json and the exported artifacts (--lossless-export)",

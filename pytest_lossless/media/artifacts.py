@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import faults
 from ..errors import ArtifactError
 
 
@@ -31,12 +32,20 @@ def materialize(value: Any, name: str, folder: Path) -> Path:
         if array.dtype.hasobject:
             raise ArtifactError(name, "object arrays cannot be compared bit for bit (no pickle)")
         target = folder / (name if name.endswith(".npy") else f"{name}.npy")
-        with open(target, "wb") as handle:
-            np.save(handle, array, allow_pickle=False)
+        try:
+            faults.write("write-obtained", target)
+            with open(target, "wb") as handle:
+                np.save(handle, array, allow_pickle=False)
+        except OSError as exc:  # a full disk: named, not a traceback
+            raise ArtifactError(target, faults.write_failed(exc, target)) from None
         return target
     if isinstance(value, (bytes, bytearray, memoryview)):
         target = folder / name
-        target.write_bytes(bytes(value))
+        try:
+            faults.write("write-obtained", target)
+            target.write_bytes(bytes(value))
+        except OSError as exc:
+            raise ArtifactError(target, faults.write_failed(exc, target)) from None
         return target
     raise ArtifactError(
         name,

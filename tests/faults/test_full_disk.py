@@ -82,6 +82,7 @@ NAMES = {
     "write-session-index": "INDEX.json",
     "write-session-summary": "SUMMARY.md",
     "write-report": "index.html",
+    "write-obtained": "v.npy",
     "write-canary-temp": "changed.npy",
     "write-decode-temp": "v.npy",
     "write-export": "export.json",
