@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 _PLUGIN_NAME = "lossless-summary"
 #: ``config.stash[REAPER_KEY]``: the session's reaper, started by the first ``model_run``.
 REAPER_KEY = pytest.StashKey["Reaper"]()
+#: ``config.stash[OUTER_TOKEN_KEY]``: the token an enclosing in-process session had set.
+OUTER_TOKEN_KEY = pytest.StashKey["str | None"]()
 
 
 def start_reaper(config: pytest.Config, test: str) -> None:
@@ -56,6 +58,7 @@ def start_reaper(config: pytest.Config, test: str) -> None:
     except OSError:
         return  # no process to spare: the orphan record is still there
     config.stash[REAPER_KEY] = reaper
+    config.stash[OUTER_TOKEN_KEY] = os.environ.get(TOKEN_ENV)  # an enclosing session's (pytester)
     os.environ[TOKEN_ENV] = token  # every run inherits it: that is how the reaper finds them
     reaper.send("folder", str(session_folder(config)))
     reaper.send("test", test)  # the test starting it; later tests are sent as they start
@@ -73,7 +76,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from ..run.reaper import TOKEN_ENV
 
         reaper.done()
-        os.environ.pop(TOKEN_ENV, None)
+        outer = config.stash.get(OUTER_TOKEN_KEY, None)
+        if outer is None:
+            os.environ.pop(TOKEN_ENV, None)
+        else:
+            os.environ[TOKEN_ENV] = outer
         del config.stash[REAPER_KEY]
     plugin = config.pluginmanager.get_plugin(_PLUGIN_NAME)
     if plugin is not None:

@@ -128,3 +128,30 @@ def test_a_session_that_ends_normally_leaves_its_runs_to_itself(tmp_path: Path) 
         for pid in (run, bystander, *session_members(run)):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+INNER = """
+import os, sys
+
+def test_runs(model_run):
+    model_run([sys.executable, "-c", "import os; print(os.environ['{env}'])"])
+    assert os.environ["{env}"]
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
+def test_an_in_process_session_stops_its_reaper_and_gives_the_token_back(pytester) -> None:
+    from pytest_lossless.run.reaper import TOKEN_ENV
+
+    before = os.environ.get(TOKEN_ENV)
+    os.environ[TOKEN_ENV] = "outer-session"
+    try:
+        pytester.makepyfile(test_inner=INNER.replace("{env}", TOKEN_ENV))
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+        result.assert_outcomes(passed=1)
+        assert os.environ[TOKEN_ENV] == "outer-session"  # the enclosing session's, again
+    finally:
+        if before is None:
+            os.environ.pop(TOKEN_ENV, None)
+        else:
+            os.environ[TOKEN_ENV] = before
