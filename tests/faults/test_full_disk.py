@@ -284,12 +284,18 @@ def test_a_full_disk_at_any_write_breaks_no_invariant(
     # 4. No PASS for what was not recorded.
     if not recorded:
         for index in receipts.rglob("INDEX.json"):
-            for entry in json.loads(index.read_text()).get("tests", []):
-                if entry.get("test") == "test_w.py::test_media" or entry.get("id") == (
-                    "test_w.py::test_media"
-                ):
-                    assert entry.get("outcome") != "passed", f"{where}: index says {entry}"
+            entries = json.loads(index.read_text())["tests"]
+            for entry in entries:
+                if entry["test_id"] == "test_w.py::test_media":
+                    assert entry["outcome"] != "passed", f"{where}: index says {entry}"
+                    assert entry["receipt"] is None, f"{where}: index names a receipt: {entry}"
         for summary in receipts.rglob("SUMMARY.md"):
             text = summary.read_text()
             assert not re.search(r"test_media.*\bPASS\b", text), f"{where}: {summary}\n{text}"
         assert not re.search(r"\bPASS\b.*from the receipts", output), f"{where}:\n{tail}"
+        # A row of the test fails (its outcome, or the check that met the full disk); the
+        # rows of its checks are named as backed by no receipt.
+        assert re.search(r"^(FAIL|ERROR) +test_w\.py::test_media ", output, re.M), tail
+        for page in receipts.rglob("index.html"):
+            text = page.read_text()
+            assert re.search(r"tests? wrote no receipt.*test_w\.py::test_media", text, re.S), page
