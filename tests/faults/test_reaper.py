@@ -155,3 +155,71 @@ def test_an_in_process_session_stops_its_reaper_and_gives_the_token_back(pyteste
             os.environ.pop(TOKEN_ENV, None)
         else:
             os.environ[TOKEN_ENV] = before
+
+
+TIMED_OUT = """
+import sys, time
+import pytest
+
+SERVER = [sys.executable, {server!r}, "{{port}}", "--workers", "2"]
+
+@pytest.mark.timeout(4, method="thread")
+def test_hangs(model_run):
+    model_run.server(SERVER, ready="/health", workers_expected=2)
+    time.sleep(60)
+"""
+
+
+def tagged(tag: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+                state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if f"REAPER_TAG={tag}".encode() in env and state not in ("Z", "X"):
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
+def test_pytest_timeout_s_thread_method_leaves_no_process(tmp_path: Path) -> None:
+    """The real pytest-timeout, thread method (it ends pytest with ``os._exit(1)``): the server
+    and its workers are gone within 5 s, and the session folder says interrupted."""
+    pytest.importorskip("pytest_timeout")
+    server = Path(__file__).resolve().parent.parent / "data" / "servers" / "worker_server.py"
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_t.py").write_text(TIMED_OUT.format(server=str(server)))
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["REAPER_TAG"] = tag
+    with (tmp_path / "log").open("w") as log:
+        code = subprocess.call(
+            [
+                *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"),
+                *("--lossless-receipts=receipts", f"--lossless-lock-dir={tmp_path / 'locks'}"),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
+    ended = time.monotonic()
+    output = (tmp_path / "log").read_text()
+    try:
+        assert code == 1, output[-2000:]
+        assert "Timeout" in output, output[-2000:]
+        while tagged(tag) and time.monotonic() - ended < 5.0:
+            time.sleep(0.05)
+        print(f"pytest-timeout thread method: processes gone {time.monotonic() - ended:.2f} s")
+        assert tagged(tag) == [], "the server outlived pytest-timeout's os._exit by 5 s"
+        marks = list((tmp_path / "receipts").rglob("INTERRUPTED.json"))
+        assert len(marks) == 1, output[-2000:]
+        assert json.loads(marks[0].read_text())["test"] == "test_t.py::test_hangs"
+    finally:
+        for pid in tagged(tag):
+            os.kill(pid, signal.SIGKILL)
