@@ -10,7 +10,7 @@ token (set in pytest's environment, so every run inherits it), the session folde
 test running now; at a normal end pytest says ``done``. End of file without ``done`` means
 pytest is gone: the reaper sends SIGTERM to the process group of every process that carries the
 token (and to every process of the same session id, which a daemon that cleared its
-environment keeps), SIGKILL after a grace, and writes ``INTERRUPTED.json`` into the session
+environment keeps), SIGKILL after a grace, and writes ``INTERRUPTED.jsonl`` into the session
 folder (which test ran, why, and what it ended). Then it exits.
 
 Out of reach: a daemon that left the run's session *and* cleared its environment (the orphan
@@ -34,8 +34,10 @@ from pathlib import Path
 TOKEN_ENV = "PYTEST_LOSSLESS_SESSION_TOKEN"
 #: How long the runs get between SIGTERM and SIGKILL.
 GRACE = 2.0
-#: The file the reaper writes into the session folder.
-MARK = "INTERRUPTED.json"
+#: The file the reaper writes into the session folder: one JSON line. Not ``*.json``: every
+#: other ``.json`` file of a session folder is a receipt to ``verify``, which says of a folder
+#: without ``INDEX.json`` that its session was killed.
+MARK = "INTERRUPTED.jsonl"
 
 
 class Reaper:
@@ -168,11 +170,11 @@ def reap(
 
 
 def mark(folder: Path, record: dict[str, object]) -> None:
-    """Write ``INTERRUPTED.json`` into the session folder (made if missing), atomically."""
+    """Write ``INTERRUPTED.jsonl`` into the session folder (made if missing), atomically."""
     with contextlib.suppress(OSError):
         folder.mkdir(parents=True, exist_ok=True)
         temporary = folder / f".{MARK}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        temporary.write_text(json.dumps(record, sort_keys=True) + "\n")
         os.replace(temporary, folder / MARK)
 
 

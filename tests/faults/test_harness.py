@@ -258,7 +258,7 @@ def test_a_session_stopped_at_any_point_breaks_no_invariant(
     else:
         assert "finished" not in states, f"{armed}: a killed session's index says finished"
         if point != "allocation":  # by then a run has started, and with it the reaper
-            marks = list((root / "ra").rglob("INTERRUPTED.json"))
+            marks = list((root / "ra").rglob("INTERRUPTED.jsonl"))
             assert len(marks) == 1, f"{armed}: {marks}\n{output[-3000:]}"
             mark = json.loads(marks[0].read_text())
             assert mark["state"] == "interrupted", mark

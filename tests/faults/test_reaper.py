@@ -101,7 +101,7 @@ def test_pytest_killed_the_reaper_ends_its_runs_and_marks_the_session(tmp_path: 
         assert not alive(run), "the run outlived pytest by 5 s"
         assert session_members(run) == [], f"its session's processes outlived pytest: {members}"
         assert alive(bystander), "the reaper ended a process that was not the session's"
-        mark = tmp_path / "session" / "INTERRUPTED.json"
+        mark = tmp_path / "session" / "INTERRUPTED.jsonl"
         while not mark.exists() and time.monotonic() - ended < 5.0:
             time.sleep(0.05)
         record = json.loads(mark.read_text())
@@ -123,7 +123,7 @@ def test_a_session_that_ends_normally_leaves_its_runs_to_itself(tmp_path: Path) 
             time.sleep(0.05)
         assert not alive(reaper), "the reaper outlived a session that said done"
         assert alive(run), "a normal end is pytest's to handle: the reaper ended a run"
-        assert not (tmp_path / "session" / "INTERRUPTED.json").exists()
+        assert not (tmp_path / "session" / "INTERRUPTED.jsonl").exists()
     finally:
         for pid in (run, bystander, *session_members(run)):
             if alive(pid):
@@ -217,7 +217,7 @@ def test_pytest_timeout_s_thread_method_leaves_no_process(tmp_path: Path) -> Non
             time.sleep(0.05)
         print(f"pytest-timeout thread method: processes gone {time.monotonic() - ended:.2f} s")
         assert tagged(tag) == [], "the server outlived pytest-timeout's os._exit by 5 s"
-        marks = list((tmp_path / "receipts").rglob("INTERRUPTED.json"))
+        marks = list((tmp_path / "receipts").rglob("INTERRUPTED.jsonl"))
         assert len(marks) == 1, output[-2000:]
         assert json.loads(marks[0].read_text())["test"] == "test_t.py::test_hangs"
     finally:
