@@ -17,6 +17,7 @@ plugin puts them in the receipt of the test they ran in.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core import faults
 from ..core.artifact import Artifact
 from ..errors import ArtifactError, CanaryError, LosslessError
 
@@ -436,7 +438,13 @@ class Canary:
                 record = replace(record, status="cannot-fail", reason=str(exc))
             except Unavailable as exc:
                 record = replace(record, reason=str(exc))
-            except (LosslessError, OSError, ValueError) as exc:
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the host's problem, named
+                    suffix = artifact.path.suffix if artifact.path else ""
+                    where = exc.filename2 or exc.filename or Path(tmp) / f"changed{suffix}"
+                    raise LosslessError(f"canary: {faults.write_failed(exc, where)}") from None
+                record = replace(record, reason=f"the copy could not be made or judged: {exc}")
+            except (LosslessError, ValueError) as exc:
                 record = replace(record, reason=f"the copy could not be made or judged: {exc}")
         return replace(record, seconds=round(time.perf_counter() - started, 4))
 
@@ -490,6 +498,7 @@ class Canary:
         assert artifact.path is not None
         path = artifact.path
         out = folder / f"changed{path.suffix}"
+        faults.write("write-canary-temp", out)
         own = self.registry.builtin(kind)
         if own is None:
             hook = getattr(self.registry.hook, "pytest_lossless_perturb", None)  # a foreign relay
