@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..core.artifact import Artifact
 from ..core.records import Record, from_json
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from ..gates import Gate, GateResult
     from ..gates.gate import LocationValue
+    from ..media.hashing import Fingerprint
     from .registry import KindRegistry
 
 
@@ -47,13 +48,6 @@ class Unavailable(Exception):
 
 class Unfailable(Exception):
     """No change of one unit goes beyond the gate's bound: the gate cannot fail."""
-
-
-class Fingerprint(Protocol):
-    """A built-in kind's fingerprint as it makes it (``ContainerFingerprint``...): the hook
-    and the manifest speak its JSON."""
-
-    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
