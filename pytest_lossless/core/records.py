@@ -12,7 +12,9 @@ absent, and an entry of a list that does not fit is skipped.
 
 A missing key reads as the field's ``absent=`` value (:func:`spec`), else its default, else
 None where None is allowed; any other missing key is an error (lenient: the type's empty
-value). What the JSON does differently from the fields is said per field with :func:`spec`:
+value). A union of records is told apart by their tags, ``Literal`` fields written among the
+others (``type: Literal["video"] = field(default="video", kw_only=True)``). What the JSON does
+differently from the fields is said per field with :func:`spec`:
 another key, a value left out (when None, empty, or by a rule of the record), a nested record
 whose keys sit beside the others (``flatten``), a key an older writer used, a field that is
 not part of the JSON at all. Standard library only, no I/O.
@@ -347,7 +349,13 @@ def _fits(hint: Any, value: object) -> bool:
         return isinstance(value, (list, tuple)) and (not fixed or len(value) == len(args))
     if origin is list:
         return isinstance(value, (list, tuple))
-    if origin in (dict, Mapping) or dataclasses.is_dataclass(hint):
+    if dataclasses.is_dataclass(hint):  # in a union: told apart by its tags (Literal fields)
+        return isinstance(value, Mapping) and all(
+            value.get(f.key) in typing.get_args(f.hint)
+            for f in _fields(hint)
+            if typing.get_origin(f.hint) is typing.Literal
+        )
+    if origin in (dict, Mapping):
         return isinstance(value, Mapping)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return value in {m.value for m in hint}

@@ -25,12 +25,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..core import faults
 from ..core.artifact import Artifact
+from ..core.records import Record, from_json
 from ..errors import ArtifactError, CanaryError, LosslessError
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
     from ..gates import Gate, GateResult
     from ..gates.gate import LocationValue
+    from ..media.hashing import Fingerprint
     from .registry import KindRegistry
 
 
@@ -48,13 +50,6 @@ class Unavailable(Exception):
 
 class Unfailable(Exception):
     """No change of one unit goes beyond the gate's bound: the gate cannot fail."""
-
-
-class Fingerprint(Protocol):
-    """A built-in kind's fingerprint as it makes it (``ContainerFingerprint``...): the hook
-    and the manifest speak its JSON."""
-
-    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -200,7 +195,7 @@ SKIP_FLAG = "--lossless-no-canary"
 
 
 @dataclass(frozen=True)
-class CanaryRecord:
+class CanaryRecord(Record):
     """One canary: the comparator (kind, gate), the artifact copied, what was changed, what the
     comparator said of the copy, whether it named the changed unit, and how long it took."""
 
@@ -216,38 +211,11 @@ class CanaryRecord:
     reason: str | None = None
     test_id: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The record as a receipt's ``canary`` block holds it."""
-        return asdict(self)
-
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CanaryRecord:
-        """A record from a receipt (a worker's, an earlier session's): its known fields, each
-        text that is no text read as None; ``kind``, ``gate``, ``artifact`` and ``status``
-        as text."""
-        seconds, located = data.get("seconds"), data.get("located")
-
-        def text(name: str) -> str | None:
-            value = data.get(name)
-            return value if isinstance(value, str) else None
-
-        return cls(
-            kind=str(data.get("kind")),
-            gate=str(data.get("gate")),
-            artifact=str(data.get("artifact")),
-            status=str(data.get("status")),
-            unit=text("unit"),
-            verdict=text("verdict"),
-            located=located if isinstance(located, bool) else None,
-            first_mismatch=text("first_mismatch"),
-            seconds=(
-                seconds
-                if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-                else None
-            ),
-            reason=text("reason"),
-            test_id=text("test_id"),
-        )
+    def from_json(cls, data: object) -> CanaryRecord:
+        """A record from a receipt (a worker's, an earlier session's), read leniently: what
+        does not fit reads as absent (``verify`` checks the block: :func:`check_records`)."""
+        return from_json(cls, data, problems=[])
 
     @property
     def failed(self) -> bool:
@@ -547,7 +515,7 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
     """The session summary's canary lines: one per (kind, gate), however many workers ran it
     (``records``: as the receipts hold them)."""
     seen: dict[tuple[str, str], list[CanaryRecord]] = {}
-    for record in map(CanaryRecord.from_dict, records):
+    for record in map(CanaryRecord.from_json, records):
         seen.setdefault((record.kind, record.gate), []).append(record)
     if not seen:
         return []

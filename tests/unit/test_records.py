@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -194,3 +194,35 @@ def test_lenient_reading_of_no_object_at_all() -> None:
 
 def test_unknown_keys_are_ignored() -> None:
     assert Point.from_json({"x": 1, "lifecycle": {"clean": True}}) == Point(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Circle(Record):
+    kind: Literal["circle"] = field(default="circle", kw_only=True)
+    radius: float
+
+
+@dataclass(frozen=True, slots=True)
+class Square(Record):
+    kind: Literal["square"] = field(default="square", kw_only=True)
+    side: float
+
+
+@dataclass(frozen=True, slots=True)
+class Drawing(Record):
+    figures: tuple[Circle | Square, ...]
+
+
+def test_a_union_of_records_is_told_apart_by_their_literal_fields() -> None:
+    """A tag (a ``Literal`` field, written among the others) says which record an object is;
+    one whose tag fits none is refused (lenient: skipped and noted)."""
+    drawing = Drawing((Circle(radius=1.0), Square(side=2.0)))
+    data = to_json(drawing)
+    assert data == {"figures": [{"kind": "circle", "radius": 1.0}, {"kind": "square", "side": 2.0}]}
+    assert from_json(Drawing, data) == drawing
+    odd = {"figures": [{"kind": "square", "side": 3}, {"kind": "star", "points": 5}, {"side": 1}]}
+    with pytest.raises(RecordError, match=r"Drawing\.figures\[1\]: expected Circle or Square"):
+        from_json(Drawing, odd)
+    problems: list[str] = []
+    assert from_json(Drawing, odd, problems=problems) == Drawing((Square(side=3),))
+    assert len(problems) == 2
