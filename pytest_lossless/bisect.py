@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, BinaryIO, Literal, TextIO
 
 from .core.records import Record, meta, spec
 from .core.text import printable
@@ -438,15 +438,7 @@ class Bisection:
         log = folder / "build.log"
         with open(log, "wb") as output:
             try:
-                code = subprocess.run(
-                    list(argv),
-                    cwd=self.bisected,
-                    env=dict(env),
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    check=False,
-                ).returncode
+                code = _run_into(argv, self.bisected, env, output)
             except OSError as exc:
                 return StepVerdict("BUILD FAILED", f"--build {argv[0]}: cannot start ({exc})")
         if code != 0:
@@ -472,15 +464,7 @@ class Bisection:
         with open(folder / "pytest.log", "wb") as output:
             output.write(f"$ {shlex.join(argv)}\n".encode())
             output.flush()
-            code = subprocess.run(
-                argv,
-                cwd=self.tests,
-                env=dict(env),
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            ).returncode
+            code = _run_into(argv, self.tests, env, output)
         return judge_session(receipts, code)
 
     def _write_json(self) -> None:
@@ -497,6 +481,19 @@ class Bisection:
         temporary = target.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.replace(temporary, target)
+
+
+def _run_into(argv: Sequence[str], cwd: Path, env: Mapping[str, str], output: BinaryIO) -> int:
+    """Run ``argv`` in ``cwd``, both output streams into ``output``, no input; its exit code."""
+    return subprocess.run(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    ).returncode
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,11 @@ def _fields_of(cls: Hashable) -> tuple[_Field, ...]:
     )
 
 
+@functools.cache
+def _derived(cls: Any) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    return tuple((f.name, f.spec.derive) for f in _fields_of(cls) if f.spec.derive is not None)
+
+
 def _allows_none(hint: Any) -> bool:
     return hint is Any or (_is_union(hint) and type(None) in typing.get_args(hint))
 
@@ -412,9 +417,8 @@ class Record:
     __slots__ = ()
 
     def __post_init__(self) -> None:
-        for f in _fields(type(self)):
-            if f.spec.derive is not None:
-                object.__setattr__(self, f.name, f.spec.derive(self))
+        for name, derive in _derived(typing.cast(Any, type(self))):
+            object.__setattr__(self, name, derive(self))
 
     def to_json(self) -> dict[str, Any]:
         return to_json(self)
