@@ -226,3 +226,52 @@ def test_a_union_of_records_is_told_apart_by_their_literal_fields() -> None:
     problems: list[str] = []
     assert from_json(Drawing, odd, problems=problems) == Drawing((Square(side=3),))
     assert len(problems) == 2
+
+
+def _double(d: Derived) -> int:
+    return d.base * 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Derived(Record):
+    base: int
+    twice: int = spec(derive=_double)
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Own(Record):
+    """A record whose JSON has logic of its own: a list written as one joined string."""
+
+    parts: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"joined": "+".join(self.parts)}
+
+    @classmethod
+    def from_json(cls, data: object) -> Own:
+        assert isinstance(data, dict)
+        return cls(tuple(str(data["joined"]).split("+")))
+
+
+@dataclass(frozen=True, slots=True)
+class Holder(Record):
+    own: Own
+    many: tuple[Own, ...] = ()
+
+
+def test_a_derived_key_is_written_in_its_place_and_never_read() -> None:
+    record = Derived(base=3, name="n")
+    assert record.twice == 6
+    assert list(record.to_json().items()) == [("base", 3), ("twice", 6), ("name", "n")]
+    assert Derived.from_json({"base": 4, "twice": 99}) == Derived(base=4)
+    assert Derived.from_json({"base": 4, "twice": 99}).twice == 8
+
+
+def test_a_nested_record_with_its_own_pair_is_written_and_read_by_it() -> None:
+    holder = Holder(Own(("a", "b")), (Own(("c",)),))
+    data = holder.to_json()
+    assert data == {"own": {"joined": "a+b"}, "many": [{"joined": "c"}]}
+    assert Holder.from_json(data) == holder
+    with pytest.raises(RecordError, match=r"Holder\.own: .*joined"):
+        Holder.from_json({"own": {}})
