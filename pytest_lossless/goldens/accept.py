@@ -38,6 +38,7 @@ from .folder import GoldenFolder
 from .layout import split_test_id
 from .manifest import artifact_name
 from .scope import Environment
+from .swap import UpdateEvent
 
 __all__ = [
     "EXPORT_JSON",
@@ -117,12 +118,22 @@ class Exported(Record):
 
 
 @dataclass(frozen=True)
+class ExportSettings(Record):
+    """The settings of the session that wrote an export (read leniently: what does not fit
+    reads as unknown)."""
+
+    control_runs: int | None = None
+    digest_above: int | None = None
+    goldens: str | None = None
+
+
+@dataclass(frozen=True)
 class ExportDocument:
     """``export.json`` as read: the session it came from and its entries."""
 
     folder: Path
     entries: list[Exported]
-    settings: dict[str, Any]
+    settings: ExportSettings
     session: str
 
 
@@ -147,11 +158,10 @@ def read_export(folder: Path | str) -> ExportDocument:
         raise ExportError(
             path, f"has schema {data.get('schema')!r}; this version reads {EXPORT_SCHEMA}"
         )
-    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     return ExportDocument(
         folder,
         [Exported.read(e, path) for e in data["entries"]],
-        dict(settings or {}),
+        from_json(ExportSettings, data.get("settings"), problems=[]),
         str(data.get("session") or ""),
     )
 
@@ -231,13 +241,10 @@ class Decision:
     folder: str = ""
 
     def to_event(self) -> dict[str, str]:
-        return {
-            "test": self.entry.test,
-            "folder": self.folder,
-            "name": self.entry.artifact,
-            "action": self.action,
-            "detail": self.detail,
-        }
+        entry = self.entry
+        return UpdateEvent(
+            entry.test, self.folder, entry.artifact, self.action, self.detail
+        ).to_dict()
 
 
 def golden_names(test_id: str) -> tuple[str, str]:
@@ -421,12 +428,9 @@ def accept(
     document = read_export(export)
     folder = document.folder
     wanted = keyword_matcher(keyword) if keyword else None
-    above = digest_above
+    above = digest_above if digest_above is not None else document.settings.digest_above
     if above is None:
-        recorded = document.settings.get("digest_above")
-        above = (
-            recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 1 << 20
-        )
+        above = 1 << 20
     decisions: list[Decision] = []
     chosen: dict[tuple[str, Environment | None], list[tuple[Exported, Artifact]]] = {}
     for entry in document.entries:
