@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.artifact import Artifact
 from ..core.expect import Media, _fraction
+from ..core.records import Record, spec
 from ..errors import ConfigError
 from ..gates import GateResult
 
@@ -178,22 +179,14 @@ def check_names(expect: Expect, names: Iterable[str], what: str) -> None:
 
 
 @dataclass(frozen=True)
-class CoverageMiss:
+class CoverageMiss(Record):
     """What one run's artifact misses of its request: the coverage :class:`GateResult` (FAIL,
     naming requested against obtained) and the run. Its JSON, ``{"run", **GateResult}``, is the
     receipt entry ``lossless.compare`` and ``golden.check`` record, read alike by ``verify``
     and the tables."""
 
-    run: str
-    result: GateResult
-
-    def to_json(self) -> dict[str, Any]:
-        return {"run": self.run, **self.result.to_dict()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CoverageMiss:
-        fields = {k: v for k, v in data.items() if k != "run"}
-        return cls(str(data.get("run", "")), GateResult.from_dict(fields))
+    run: str = spec(absent="")
+    result: GateResult = spec(flatten=True)
 
 
 def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> list[CoverageMiss]:

@@ -28,7 +28,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import trace as _format
+from ..core.records import Record, meta, spec, to_json
 from ..errors import ArtifactError
 from ..gates.lossy import abs_diff
 from ..gates.ulps import FORMATS, INFINITE_STEPS, ulp_distance
@@ -44,19 +45,24 @@ from ..gates.ulps import FORMATS, INFINITE_STEPS, ulp_distance
 GROWTH_LIMIT = 2000
 
 
+def _unwritten(_: object) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
-class TraceEntry:
-    """One traced tensor, as its manifest line says."""
+class TraceEntry(Record):
+    """One traced tensor, as its manifest line says; a divergence record names it without
+    ``nbytes`` and ``offset`` (where its bytes are is the trace's business)."""
 
     order: int
     name: str
-    occurrence: int
-    stage: str
+    occurrence: int = field(metadata=meta(absent=0))
+    stage: str = field(metadata=meta(absent=""))
     dtype: str
     shape: tuple[int, ...]
-    nbytes: int
+    nbytes: int = field(metadata=meta(absent=0, omit=_unwritten))
     sha256: str
-    offset: int | None
+    offset: int | None = field(metadata=meta(omit=_unwritten))
 
     @property
     def key(self) -> tuple[str, int]:
@@ -66,34 +72,6 @@ class TraceEntry:
     def label(self) -> str:
         """``name`` for a first occurrence, ``name#3`` for a later one."""
         return self.name if self.occurrence == 0 else f"{self.name}#{self.occurrence}"
-
-    def to_json(self) -> dict[str, Any]:
-        """As a divergence record names it (where its bytes are is the trace's business)."""
-        return {
-            "order": self.order,
-            "name": self.name,
-            "occurrence": self.occurrence,
-            "stage": self.stage,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "sha256": self.sha256,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TraceEntry:
-        """:meth:`to_json`'s record (a manifest line, with its ``nbytes`` and ``offset``, too)."""
-        offset = data.get("offset")
-        return cls(
-            order=int(data["order"]),
-            name=str(data["name"]),
-            occurrence=int(data.get("occurrence", 0)),
-            stage=str(data.get("stage") or ""),
-            dtype=str(data["dtype"]),
-            shape=tuple(int(n) for n in data["shape"]),
-            nbytes=int(data.get("nbytes", 0)),
-            sha256=str(data["sha256"]),
-            offset=None if offset is None else int(offset),
-        )
 
 
 @dataclass(frozen=True)
@@ -282,7 +260,7 @@ def between(left_name: str, left: Path | None, right_name: str, right: Path | No
         found = first_divergence(left, right, left_label=left_name, right_label=right_name)
     except ArtifactError as exc:
         return Departure(pair, error=str(exc))
-    return Departure(pair, found)
+    return Departure(pair, found=found)
 
 
 def _as_trace(value: Trace | Path | str) -> Trace:
@@ -293,7 +271,7 @@ def _as_trace(value: Trace | Path | str) -> Trace:
 
 
 @dataclass(frozen=True)
-class TensorDifference:
+class TensorDifference(Record):
     """One aligned tensor measured in two runs. ``differing`` is None when a side kept only its
     digest (the bytes differ, by how much is unknown); ``note`` says why a figure is missing."""
 
@@ -308,7 +286,7 @@ class TensorDifference:
     differing: int | None = None
     max_ulp: int | None = None
     max_abs: float | None = None
-    note: str = ""
+    note: str = spec("", absent="")
 
     @property
     def label(self) -> str:
@@ -331,38 +309,9 @@ class TensorDifference:
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "occurrence": self.occurrence,
-            "order": self.order,
-            "stage": self.stage,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "identical": self.identical,
-            "total": self.total,
-            "differing": self.differing,
-            "max_ulp": self.max_ulp,
-            "max_abs": None if self.max_abs is None or math.isnan(self.max_abs) else self.max_abs,
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TensorDifference:
-        differing, max_ulp, max_abs = (data.get(k) for k in ("differing", "max_ulp", "max_abs"))
-        return cls(
-            name=str(data["name"]),
-            occurrence=int(data["occurrence"]),
-            order=int(data["order"]),
-            stage=str(data["stage"]),
-            dtype=str(data["dtype"]),
-            shape=tuple(int(n) for n in data["shape"]),
-            identical=bool(data["identical"]),
-            total=int(data["total"]),
-            differing=None if differing is None else int(differing),
-            max_ulp=None if max_ulp is None else int(max_ulp),
-            max_abs=None if max_abs is None else float(max_abs),
-            note=str(data.get("note", "")),
-        )
+        """NaN is no JSON number: a NaN ``max_abs`` is written as null (unknown)."""
+        nan = self.max_abs is not None and math.isnan(self.max_abs)
+        return {**to_json(self), **({"max_abs": None} if nan else {})}
 
 
 def _measure(left: Trace, a: TraceEntry, right: Trace, b: TraceEntry) -> TensorDifference:
@@ -430,31 +379,33 @@ def _largest(diff: npt.NDArray[np.float64]) -> float | None:
 # ------------------------------------------------------------------ two traces
 
 
-@dataclass(frozen=True)
-class Divergence:
+def _identical(found: Divergence) -> bool:
+    return found.first is None and not found.only_left and not found.only_right
+
+
+@dataclass(frozen=True, kw_only=True)
+class Divergence(Record):
     """Where two traces part, what the first differing tensor is, and what follows it."""
 
     left: str
     right: str
+    folders: tuple[str, str] = ("", "")
+    identical: bool = spec(derive=_identical)
     #: The first aligned tensor that differs, in the left trace's order; None: none differs.
     first: TensorDifference | None
     #: The last aligned tensor still identical before it (None: it is the first aligned one).
     last_identical: TraceEntry | None
     #: Names (with how many occurrences) present in one trace only.
-    only_left: tuple[tuple[str, int], ...]
-    only_right: tuple[tuple[str, int], ...]
+    only_left: tuple[tuple[str, int], ...] = ()
+    only_right: tuple[tuple[str, int], ...] = ()
     #: How many tensors were aligned, and how many of them differ.
     aligned: int
     differing: int
-    #: Every aligned tensor from the first divergence on, in order: the growth curve.
-    growth: tuple[TensorDifference, ...] = ()
     #: Set when the aligned tensors run in another order in the right trace.
     order_note: str = ""
-    folders: tuple[str, str] = ("", "")
-
-    @property
-    def identical(self) -> bool:
-        return self.first is None and not self.only_left and not self.only_right
+    headline_text: str = spec(key="headline", derive=lambda found: found.headline())
+    #: Every aligned tensor from the first divergence on, in order: the growth curve.
+    growth: tuple[TensorDifference, ...] = ()
 
     def headline(self) -> str:
         """One line: ``first divergence: <name> (...)``, or why there is none."""
@@ -497,52 +448,13 @@ class Divergence:
             )  # fmt: skip
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "left": self.left,
-            "right": self.right,
-            "folders": list(self.folders),
-            "identical": self.identical,
-            "first": None if self.first is None else self.first.to_json(),
-            "last_identical": (
-                None if self.last_identical is None else self.last_identical.to_json()
-            ),
-            "only_left": [[n, c] for n, c in self.only_left],
-            "only_right": [[n, c] for n, c in self.only_right],
-            "aligned": self.aligned,
-            "differing": self.differing,
-            "order_note": self.order_note,
-            "headline": self.headline(),
-            "growth": [g.to_json() for g in self.growth],
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Divergence:
-        """:meth:`to_json`'s record (``identical`` and ``headline`` are derived again)."""
-        first, last = data.get("first"), data.get("last_identical")
-        left_folder, right_folder = data.get("folders") or ("", "")
-        return cls(
-            left=str(data["left"]),
-            right=str(data["right"]),
-            first=None if first is None else TensorDifference.from_json(first),
-            last_identical=None if last is None else TraceEntry.from_json(last),
-            only_left=tuple((str(n), int(c)) for n, c in data.get("only_left") or ()),
-            only_right=tuple((str(n), int(c)) for n, c in data.get("only_right") or ()),
-            aligned=int(data["aligned"]),
-            differing=int(data["differing"]),
-            growth=tuple(TensorDifference.from_json(g) for g in data.get("growth") or ()),
-            order_note=str(data.get("order_note", "")),
-            folders=(str(left_folder), str(right_folder)),
-        )
-
-
-class ReadsAsJson:
+class ReadsAsJson(Record):
     """A record that a test, or a user following the docs, reads like the JSON it writes:
     ``verdict.divergence["first"]["name"]``, ``run["artifacts"]`` (each read goes through
     :meth:`to_json`, so it is the receipt's value)."""
 
-    def to_json(self) -> dict[str, Any]:
-        raise NotImplementedError
+    __slots__ = ()
 
     def __getitem__(self, key: str) -> Any:
         return self.to_json()[key]
@@ -558,8 +470,14 @@ class Departure(ReadsAsJson):
     trace, or one that cannot be read): a divergence explains a verdict, never decides one."""
 
     between: tuple[str, str]
-    found: Divergence | None = None
-    error: str | None = None
+    error: str | None = spec(None, omit="none")
+    found: Divergence | None = spec(None, flatten=True)
+    #: What the verdict message shows of ``found`` (its :meth:`Divergence.lines`).
+    shown: tuple[str, ...] = spec(
+        key="lines",
+        derive=lambda d: () if d.found is None else tuple(d.found.lines()),
+        omit=lambda d: d.found is None,
+    )
 
     @property
     def first(self) -> TensorDifference | None:
@@ -573,21 +491,6 @@ class Departure(ReadsAsJson):
         if self.error is not None:
             return [self.error]
         return [] if self.found is None else self.found.lines()
-
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"between": list(self.between)}
-        if self.error is not None:
-            record["error"] = self.error
-        if self.found is not None:
-            record.update(self.found.to_json())
-            record["lines"] = self.found.lines()
-        return record
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Departure:
-        left, right = data["between"]
-        found = None if data.get("error") is not None else Divergence.from_json(data)
-        return cls((str(left), str(right)), found, data.get("error"))
 
 
 def _one_sided(entries: Sequence[TraceEntry], keys: set[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -658,26 +561,19 @@ def first_divergence(
 # ------------------------------------------------------------------ stage times
 
 
+def _ratio(row: StageRow) -> float | None:
+    c, d = row.control_seconds, row.candidate_seconds
+    return None if c is None or d is None or c <= 0 else d / c
+
+
 @dataclass(frozen=True)
-class StageRow:
+class StageRow(Record):
     """One stage's wall seconds in a control trace and a candidate trace (None: not run)."""
 
     stage: str
     control_seconds: float | None
     candidate_seconds: float | None
-
-    @property
-    def ratio(self) -> float | None:
-        c, d = self.control_seconds, self.candidate_seconds
-        return None if c is None or d is None or c <= 0 else d / c
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "control_seconds": self.control_seconds,
-            "candidate_seconds": self.candidate_seconds,
-            "ratio": self.ratio,
-        }
+    ratio: float | None = spec(derive=_ratio)
 
 
 def stage_rows(control: Trace | Path | str, candidate: Trace | Path | str) -> list[StageRow]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.digests import safe_name
+from ..core.records import Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import ConfigError
@@ -64,10 +65,20 @@ def value_text(value: AxisValue) -> str:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One setting of every axis, in the axes' order: ``(("threads", 4), ("batch", 2))``."""
+class Cell(Record):
+    """One setting of every axis, in the axes' order: ``(("threads", 4), ("batch", 2))``;
+    written as ``{axis: value}`` in that order (what ``make_run(**cell)`` is called with)."""
 
     values: tuple[tuple[str, AxisValue], ...]
+
+    def to_json(self) -> dict[str, AxisValue]:
+        return self.kwargs
+
+    @classmethod
+    def from_json(cls, data: object) -> Cell:
+        if not isinstance(data, Mapping):
+            raise RecordError(f"Cell: expected an object of axis values, got {data!r:.60}")
+        return cls(tuple((str(k), v) for k, v in data.items()))
 
     @property
     def name(self) -> str:
@@ -162,13 +173,25 @@ def _same_value(a: object, b: object) -> bool:
 # ------------------------------------------------------------------ running it
 
 
-@dataclass(frozen=True)
-class CellResult:
+def _repeatable(result: CellResult) -> bool:
+    return all(c.identical for c in result.repeat_comparisons)
+
+
+def _identical(result: CellResult) -> bool:
+    """Its first run identical to the reference's first (the reference is to itself)."""
+    return result.reference_comparison is None or result.reference_comparison.identical
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellResult(Record):
     """One cell: its runs, its runs compared with its first, and its first compared with the
     reference's first (None for the reference itself), and the verdict they give."""
 
+    name: str = spec(derive=lambda result: result.cell.name)
     cell: Cell
     verdict: Verdict
+    repeatable: bool = spec(derive=_repeatable)
+    identical: bool = spec(derive=_identical)
     runs: tuple[RunRecord, ...]
     repeat_comparisons: tuple[Comparison, ...]
     reference_comparison: Comparison | None
@@ -180,19 +203,6 @@ class CellResult:
     #: (FAIL), or the cell's first run and the first of its own that differs (not repeatable);
     #: None when the verdict has no two such runs, or the grid is not traced.
     divergence: tracing.Departure | None = None
-
-    @property
-    def name(self) -> str:
-        return self.cell.name
-
-    @property
-    def repeatable(self) -> bool:
-        return all(c.identical for c in self.repeat_comparisons)
-
-    @property
-    def identical(self) -> bool:
-        """Its first run identical to the reference's first (the reference is to itself)."""
-        return self.reference_comparison is None or self.reference_comparison.identical
 
     def summary(self) -> str:
         """The cell's line in the verdict table."""
@@ -235,56 +245,32 @@ class CellResult:
         headline = found.headline()
         return f"; trace: {headline}" if headline else ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "cell": self.cell.kwargs,
-            "verdict": self.verdict,
-            "repeatable": self.repeatable,
-            "identical": self.identical,
-            "runs": [r.to_json() for r in self.runs],
-            "repeat_comparisons": [c.to_json() for c in self.repeat_comparisons],
-            "reference_comparison": (
-                None if self.reference_comparison is None else self.reference_comparison.to_json()
-            ),
-            "context": dict(self.context),
-            "divergence": None if self.divergence is None else self.divergence.to_json(),
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CellResult:
-        """A receipt's ``matrix[i].cells[j]``; its ``cell`` mapping in the axes' order."""
-        against, found = data.get("reference_comparison"), data.get("divergence")
-        return cls(
-            cell=Cell(tuple((str(k), v) for k, v in (data.get("cell") or {}).items())),
-            verdict=Verdict(data["verdict"]),
-            runs=tuple(RunRecord.from_json(r) for r in data.get("runs") or ()),
-            repeat_comparisons=tuple(
-                Comparison.from_json(c) for c in data.get("repeat_comparisons") or ()
-            ),
-            reference_comparison=None if against is None else Comparison.from_json(against),
-            context=dict(data.get("context") or {}),
-            divergence=None if found is None else tracing.Departure.from_json(found),
-        )
+def _worst(grid: Grid) -> Verdict:
+    return Verdict.worst(c.verdict for c in grid.cells) or Verdict.PASS
 
 
-@dataclass(frozen=True)
-class Grid:
+@dataclass(frozen=True, kw_only=True)
+class Grid(Record):
     """What ``lossless.matrix`` returns: a verdict per cell, the evidence of each, the overall
-    verdict (the worst cell) and the line naming the axes that explain the differences."""
+    verdict (the worst cell) and the line naming the axes that explain the differences (a
+    receipt's ``matrix[i]``; keys the plugin adds beside it, such as ``gate_plan``, are not
+    the grid's)."""
 
-    label: str
-    axes: dict[str, list[AxisValue]]
-    reference: Cell
-    cells: tuple[CellResult, ...]
-    gates: dict[str, str]
-    lossy: bool
-    runs: int
+    label: str = ""
+    axes: dict[str, list[AxisValue]] = field(default_factory=dict)
+    #: Written as its name; :meth:`from_json` finds it among the cells.
+    reference: Cell = spec(Cell(()), json=False)
+    reference_name: str = spec(key="reference", derive=lambda grid: grid.reference.name)
+    runs: int = spec(key="runs_per_cell")
+    gates: dict[str, str] = field(default_factory=dict)
+    lossy: bool = False
     trace: bool = False
-
-    @property
-    def verdict(self) -> Verdict:
-        return Verdict.worst(c.verdict for c in self.cells) or Verdict.PASS
+    verdict: Verdict = spec(derive=_worst)
+    explanation: str = spec(
+        derive=lambda grid: explanation_line(grid.axes, grid.verdicts, grid.reference.name)
+    )
+    cells: tuple[CellResult, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -294,10 +280,6 @@ class Grid:
     def verdicts(self) -> dict[str, Verdict]:
         """``{"threads=4, batch=2": Verdict.FAIL, ...}``: every cell's verdict, by name."""
         return {c.name: c.verdict for c in self.cells}
-
-    @property
-    def explanation(self) -> str:
-        return explanation_line(self.axes, self.verdicts, self.reference.name)
 
     def __getitem__(self, key: object) -> CellResult:
         """A cell's result, by its name, its tuple of values or a mapping of its axes."""
@@ -319,35 +301,13 @@ class Grid:
     def summary(self) -> str:
         return self.explanation
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "axes": {axis: list(values) for axis, values in self.axes.items()},
-            "reference": self.reference.name,
-            "runs_per_cell": self.runs,
-            "gates": dict(self.gates),
-            "lossy": self.lossy,
-            "trace": self.trace,
-            "verdict": self.verdict,
-            "explanation": self.explanation,
-            "cells": [c.to_json() for c in self.cells],
-        }
-
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Grid:
-        """A receipt's ``matrix[i]`` (what :meth:`to_json` wrote; keys the plugin adds beside
-        it, such as ``gate_plan``, are not the grid's)."""
-        cells = tuple(CellResult.from_json(c) for c in data.get("cells") or ())
-        reference = next(c.cell for c in cells if c.name == data["reference"])
-        return cls(
-            label=str(data.get("label", "")),
-            axes={str(k): list(v) for k, v in (data.get("axes") or {}).items()},
-            reference=reference,
-            cells=cells,
-            gates={str(k): str(v) for k, v in (data.get("gates") or {}).items()},
-            lossy=bool(data.get("lossy")),
-            runs=int(data["runs_per_cell"]),
-            trace=bool(data.get("trace", False)),
+    def from_json(cls, data: object) -> Grid:
+        """The grid, its reference found among its cells by the name written."""
+        grid = from_json(cls, data)
+        assert isinstance(data, Mapping)  # from_json refused anything else
+        return replace(
+            grid, reference=next(c.cell for c in grid.cells if c.name == data["reference"])
         )
 
 
@@ -441,7 +401,12 @@ def run_matrix(
         repeats = [compare(first, run_name(cell, n)) for n in range(1, runs)]
         against = None if cell == ref else compare(reference_first, first)
         results[cell] = CellResult(
-            cell, Verdict.PASS, tuple(records[cell]), tuple(repeats), against, contexts[cell]
+            cell=cell,
+            verdict=Verdict.PASS,
+            runs=tuple(records[cell]),
+            repeat_comparisons=tuple(repeats),
+            reference_comparison=against,
+            context=contexts[cell],
         )
     reference_repeatable = results[ref].repeatable
     for cell, result in results.items():

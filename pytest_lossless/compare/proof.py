@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from ..core.records import Record, RecordError, from_json, spec
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 
@@ -87,48 +88,36 @@ def run_name(result: object) -> str | None:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Record):
     """One candidate run examined for its proof: ``found`` or not, and the ``evidence`` (the
     matching line, or why nothing was found); ``stream``: the file the line was found in."""
 
     run: str | None
     found: bool
     evidence: str
-    stream: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"run": self.run, "found": self.found, "evidence": self.evidence}
-        if self.stream is not None:
-            record["stream"] = self.stream
-        return record
+    stream: str | None = spec(None, omit="none")
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Finding:
-        """A recorded finding; only ``found: true`` proves (anything else is not proof)."""
-        run, stream = data.get("run"), data.get("stream")
-        return cls(
-            run=None if run is None else str(run),
-            found=data.get("found") is True,
-            evidence=str(data.get("evidence") or ""),
-            stream=None if stream is None else str(stream),
-        )
+    def from_json(cls, data: object) -> Finding:
+        """Read leniently (a receipt may be hand-edited): a value that does not fit reads as
+        absent, so only ``found: true`` proves; what is no object is refused."""
+        if not isinstance(data, Mapping):
+            raise RecordError(f"Finding: expected an object, got {type(data).__name__}")
+        return from_json(cls, data, problems=[])
 
 
 @dataclass(frozen=True)
-class ProofRecord:
+class ProofRecord(Record):
     """The receipt's ``proof`` of a ``lossless.compare``: the rule, as :func:`describe` writes
     it, and the finding of each candidate run."""
 
     rule: str
     runs: tuple[Finding, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "runs": [f.to_json() for f in self.runs]}
-
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProofRecord:
-        runs = [f for f in data.get("runs") or () if isinstance(f, Mapping)]
-        return cls(str(data.get("rule")), tuple(Finding.from_json(f) for f in runs))
+    def from_json(cls, data: object) -> ProofRecord:
+        """Read leniently, like its findings: a run that is no object is left out."""
+        return from_json(cls, data, problems=[])
 
 
 def examine(proof: Proof, result: object) -> Finding:

@@ -24,6 +24,7 @@ from typing import Any
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.digests import safe_name
 from ..core.expect import Media
+from ..core.records import Record, from_json, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate, GateResult
@@ -41,91 +42,61 @@ def lossless_table(control_repeatable: bool, candidate_identical: bool) -> Verdi
     return Verdict.PASS if candidate_identical else Verdict.FAIL
 
 
-@dataclass(frozen=True)
-class Comparison:
+def _identical(comparison: Comparison) -> bool:
+    return not comparison.missing and all(r.passed for r in comparison.results)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison(Record):
     """One pairwise comparison of two runs, artifact by artifact."""
 
     left: str
     right: str
-    results: list[GateResult]
+    identical: bool = spec(derive=_identical)
     missing: list[str] = field(default_factory=list)
-
-    @property
-    def identical(self) -> bool:
-        return not self.missing and all(r.passed for r in self.results)
+    results: list[GateResult] = field(default_factory=list)
 
     def differences(self) -> list[str]:
         lines = [f"{n}: present in only one of {self.left}, {self.right}" for n in self.missing]
         lines += [r.message() for r in self.results if not r.passed]
         return lines
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "left": self.left,
-            "right": self.right,
-            "identical": self.identical,
-            "missing": list(self.missing),
-            "results": [r.to_dict() for r in self.results],
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Comparison:
-        return cls(
-            left=str(data["left"]),
-            right=str(data["right"]),
-            results=[GateResult.from_dict(dict(r)) for r in data.get("results") or ()],
-            missing=[str(n) for n in data.get("missing") or ()],
-        )
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRecord(tracing.ReadsAsJson):
     """One run of a comparison (a control or the candidate of ``lossless.compare``, a run of a
     ``lossless.matrix`` cell): its name, wall seconds, artifacts (kind, file, fingerprint),
     where it traced (``traced``: it ran under ``trace=True``) and, for a candidate examined
     for dispatch proof, the finding. ``role`` is None in a matrix, whose runs have none."""
 
+    role: str | None = spec(None, omit="none")
     name: str
     seconds: float
-    artifacts: tuple[Artifact, ...]
-    role: str | None = None
-    traced: bool = False
-    trace_dir: str | None = None
-    proof: dispatch.Finding | None = None
+    artifacts: tuple[Artifact, ...] = spec((), json=False)  # written by to_json: see there
+    traced: bool = spec(False, json=False)
+    trace_dir: str | None = spec(None, omit=lambda run: not run.traced)
+    proof: dispatch.Finding | None = spec(None, omit="none")
 
     def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {} if self.role is None else {"role": self.role}
-        record["name"] = self.name
-        record["seconds"] = self.seconds
-        record["artifacts"] = {
-            a.name: {
-                "kind": a.kind,
-                "path": str(a.path),
-                "fingerprint": a.fingerprint,
-            }
+        """The artifacts are one object by name, after ``seconds`` (Artifact is no record)."""
+        items = list(to_json(self).items())
+        at = [k for k, _ in items].index("seconds") + 1
+        artifacts = {
+            a.name: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
             for a in self.artifacts
         }
-        if self.traced:
-            record["trace_dir"] = self.trace_dir
-        if self.proof is not None:
-            record["proof"] = self.proof.to_json()
-        return record
+        return dict([*items[:at], ("artifacts", artifacts), *items[at:]])
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+    def from_json(cls, data: object) -> RunRecord:
+        """The artifacts read back from their object by name; traced: it has a ``trace_dir``."""
+        record = from_json(cls, data)
+        assert isinstance(data, Mapping)  # from_json refused anything else
         artifacts = tuple(
             Artifact(name, str(a["kind"]), a["fingerprint"], Path(a["path"]))
             for name, a in (data.get("artifacts") or {}).items()
         )
-        return cls(
-            name=str(data["name"]),
-            seconds=float(data["seconds"]),
-            artifacts=artifacts,
-            role=data.get("role"),
-            traced="trace_dir" in data,
-            trace_dir=data.get("trace_dir"),
-            proof=None if data.get("proof") is None else dispatch.Finding.from_json(data["proof"]),
-        )
+        return replace(record, artifacts=artifacts, traced="trace_dir" in data)
 
 
 def run_record(
@@ -148,17 +119,24 @@ def run_record(
     )
 
 
-@dataclass(frozen=True)
-class LosslessVerdict:
-    """The verdict of ``lossless.compare``, with every run's fingerprints and comparisons."""
+def _repeatable(verdict: LosslessVerdict) -> bool:
+    return all(c.identical for c in verdict.control_comparisons)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LosslessVerdict(Record):
+    """The verdict of ``lossless.compare``, with every run's fingerprints and comparisons (a
+    receipt's ``lossless`` entry; keys the plugin adds beside it, such as ``gate_plan``, are
+    not the verdict's)."""
 
     verdict: Verdict
-    runs: tuple[RunRecord, ...]
-    control_comparisons: tuple[Comparison, ...]
-    candidate_comparison: Comparison | None
-    gates: dict[str, str]
-    lossy: bool
     label: str = ""
+    lossy: bool = False
+    gates: dict[str, str] = field(default_factory=dict)
+    control_repeatable: bool = spec(derive=_repeatable)
+    runs: tuple[RunRecord, ...] = ()
+    control_comparisons: tuple[Comparison, ...] = ()
+    candidate_comparison: Comparison | None = None
     #: Dispatch proof: the rule and each candidate run's finding, when ``proof=`` was given.
     proof: dispatch.ProofRecord | None = None
     #: Request coverage misses, one per run and artifact: each one makes the verdict FAIL,
@@ -167,10 +145,6 @@ class LosslessVerdict:
     #: With ``trace=True``: where the two runs that disagree first part (:func:`.divergence.
     #: between`): control#1 and the first control that differs, else the candidate.
     divergence: tracing.Departure | None = None
-
-    @property
-    def control_repeatable(self) -> bool:
-        return all(c.identical for c in self.control_comparisons)
 
     @property
     def passed(self) -> bool:
@@ -246,45 +220,6 @@ class LosslessVerdict:
         how = "within tolerance" if self.lossy else "bit for bit"
         return f"{controls} control runs identical; candidate identical {how}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "label": self.label,
-            "lossy": self.lossy,
-            "gates": dict(self.gates),
-            "control_repeatable": self.control_repeatable,
-            "runs": [r.to_json() for r in self.runs],
-            "control_comparisons": [c.to_json() for c in self.control_comparisons],
-            "candidate_comparison": (
-                None if self.candidate_comparison is None else self.candidate_comparison.to_json()
-            ),
-            "proof": None if self.proof is None else self.proof.to_json(),
-            "coverage": [m.to_json() for m in self.coverage],
-            "divergence": None if self.divergence is None else self.divergence.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LosslessVerdict:
-        """A receipt's ``lossless`` entry (what :meth:`to_json` wrote; keys the plugin adds
-        beside it, such as ``gate_plan``, are not the verdict's)."""
-        candidate, found = data.get("candidate_comparison"), data.get("divergence")
-        return cls(
-            verdict=Verdict(data["verdict"]),
-            runs=tuple(RunRecord.from_json(r) for r in data.get("runs") or ()),
-            control_comparisons=tuple(
-                Comparison.from_json(c) for c in data.get("control_comparisons") or ()
-            ),
-            candidate_comparison=None if candidate is None else Comparison.from_json(candidate),
-            gates={str(k): str(v) for k, v in (data.get("gates") or {}).items()},
-            lossy=bool(data.get("lossy")),
-            label=str(data.get("label", "")),
-            proof=None
-            if data.get("proof") is None
-            else dispatch.ProofRecord.from_json(data["proof"]),
-            coverage=tuple(coverage.CoverageMiss.from_json(m) for m in data.get("coverage") or ()),
-            divergence=None if found is None else tracing.Departure.from_json(found),
-        )
-
 
 def _short(result: GateResult) -> str:
     if result.metadata_diffs:
@@ -330,7 +265,7 @@ def _compare_runs(
         pair = f"{left_name}-vs-{right_name}"
         folder = None if diagnostics_dir is None else diagnostics_dir / pair
         results.append(kinds.compare(gates[name], left[name], right[name], diagnostics_dir=folder))
-    return Comparison(left_name, right_name, results, missing)
+    return Comparison(left=left_name, right=right_name, missing=missing, results=results)
 
 
 def compare_control_candidate(

@@ -12,10 +12,13 @@ absent, and an entry of a list that does not fit is skipped.
 
 A missing key reads as the field's ``absent=`` value (:func:`spec`), else its default, else
 None where None is allowed; any other missing key is an error (lenient: the type's empty
-value). What the JSON does differently from the fields is said per field with :func:`spec`:
+value). A union of records is told apart by their tags, ``Literal`` fields written among the
+others (``type: Literal["video"] = field(default="video", kw_only=True)``). What the JSON does
+differently from the fields is said per field with :func:`spec`:
 another key, a value left out (when None, empty, or by a rule of the record), a nested record
 whose keys sit beside the others (``flatten``), a key an older writer used, a field that is
-not part of the JSON at all. Standard library only, no I/O.
+not part of the JSON at all, a key derived from the other fields (``derive``: written, never
+read). Standard library only, no I/O.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class _Spec:
     flatten: bool = False
     read_when: tuple[str, object] | None = None
     json: bool = True
+    derive: Callable[[Any], Any] | None = None
 
 
 _PLAIN = _Spec()
@@ -61,7 +65,10 @@ def spec(
     default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
     **how: Any,
 ) -> Any:
-    """A dataclass field with a default, and how it is written and read (:func:`meta`)."""
+    """A dataclass field with a default, and how it is written and read (:func:`meta`).
+    A derived field (``derive=``) takes no argument: the record computes it when made."""
+    if how.get("derive") is not None:
+        return dataclasses.field(init=False, compare=False, metadata=meta(**how))
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta(**how))
     return dataclasses.field(default=default, metadata=meta(**how))
@@ -76,6 +83,7 @@ def meta(
     flatten: bool = False,
     read_when: tuple[str, object] | None = None,
     json: bool = True,
+    derive: Callable[[Any], Any] | None = None,
 ) -> Mapping[str, _Spec]:
     """How a field is written and read: ``field(metadata=meta(...))`` (:func:`spec` for short).
 
@@ -85,10 +93,11 @@ def meta(
     older file). ``absent_from``: the key to read when its own is missing (one an older writer
     used). ``flatten``: a nested record whose keys are written beside the others; an optional
     one is read when ``read_when=(key, value)`` is in the data (default: when one of its keys is).
-    ``json=False``: neither written nor read.
+    ``json=False``: neither written nor read. ``derive``: its value is ``derive(record)``, set
+    when the record is made (from the fields before it) and written, never read back.
     """
     old = () if absent is dataclasses.MISSING else (absent,)
-    return {"record": _Spec(key, omit, old, absent_from, flatten, read_when, json)}
+    return {"record": _Spec(key, omit, old, absent_from, flatten, read_when, json, derive)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +125,11 @@ def _fields_of(cls: Hashable) -> tuple[_Field, ...]:
         for f in dataclasses.fields(typing.cast(Any, cls))
         for s in [f.metadata.get("record", _PLAIN)]
     )
+
+
+@functools.cache
+def _derived(cls: Any) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    return tuple((f.name, f.spec.derive) for f in _fields_of(cls) if f.spec.derive is not None)
 
 
 def _allows_none(hint: Any) -> bool:
@@ -157,6 +171,8 @@ def _omitted(omit: str | Callable[[Any], bool] | None, record: object, value: ob
 
 
 def _plain(value: object) -> Any:
+    if isinstance(value, Record):
+        return value.to_json()  # its own, where it overrides the generic one
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_json(value)
     if isinstance(value, enum.Enum):
@@ -276,6 +292,11 @@ class _Reader:
                 if _fits(alt, value):
                     return None if value is None else self.value(alt, value, path)
             raise _Mismatch(f"expected {_name(hint)}, got {_show(value)}")
+        if _reads_itself(hint):
+            try:
+                return hint.from_json(value)
+            except (RecordError, LookupError, TypeError, ValueError) as exc:
+                raise _Mismatch(str(exc)) from None
         if dataclasses.is_dataclass(hint):
             return self.record(typing.cast(type, hint), value, path)
         if not _fits(hint, value):
@@ -316,6 +337,15 @@ class _Reader:
         return found
 
 
+def _reads_itself(hint: Any) -> bool:
+    """Whether ``hint`` is a record with its own ``from_json`` (JSON with logic of its own)."""
+    return (
+        isinstance(hint, type)
+        and issubclass(hint, Record)
+        and hint.from_json.__func__ is not Record.from_json.__func__  # type: ignore[attr-defined]
+    )
+
+
 def _inner(hint: Any) -> type:
     """The record type of a flattened field (``X`` or ``X | None``)."""
     if _is_union(hint):
@@ -347,7 +377,13 @@ def _fits(hint: Any, value: object) -> bool:
         return isinstance(value, (list, tuple)) and (not fixed or len(value) == len(args))
     if origin is list:
         return isinstance(value, (list, tuple))
-    if origin in (dict, Mapping) or dataclasses.is_dataclass(hint):
+    if dataclasses.is_dataclass(hint):  # in a union: told apart by its tags (Literal fields)
+        return isinstance(value, Mapping) and all(
+            value.get(f.key) in typing.get_args(f.hint)
+            for f in _fields(hint)
+            if typing.get_origin(f.hint) is typing.Literal
+        )
+    if origin in (dict, Mapping):
         return isinstance(value, Mapping)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return value in {m.value for m in hint}
@@ -382,10 +418,15 @@ def _show(value: object) -> str:
 class Record:
     """A frozen dataclass's base: ``to_json()`` and ``from_json()`` by the functions above.
 
-    Override either only where the JSON has logic the field specs cannot say (and say why).
+    Override either only where the JSON has logic the field specs cannot say (and say why);
+    a record nested in another is written and read by its own pair.
     """
 
     __slots__ = ()
+
+    def __post_init__(self) -> None:
+        for name, derive in _derived(typing.cast(Any, type(self))):
+            object.__setattr__(self, name, derive(self))
 
     def to_json(self) -> dict[str, Any]:
         return to_json(self)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
+from ..core.records import Record, spec
 from ..errors import AllocationError
 from .base import Device, DeviceIdentity
 from .locks import Flock, LockDir
@@ -21,121 +22,46 @@ from .runs import ListedRun, RunsLedger
 
 
 @dataclass(frozen=True)
-class IdleProof:
+class IdleProof(Record):
     """What the devices showed when an allocation was granted (``idle_before``) or released
     (``idle_after``): memory in use and utilisation per device id, and the processes the
     backend lists on them (as its ``foreign_processes`` wrote them). ``observed`` False: the
     backend cannot tell (``note``) or its tool failed (``error``)."""
 
-    observed: bool
-    at: str | None = None
-    note: str | None = None
-    error: str | None = None
-    memory_used_mib: dict[str, float | None] | None = None
-    utilization_pct: dict[str, float | None] | None = None
-    foreign_processes: tuple[dict[str, Any], ...] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"observed": self.observed}
-        if self.at is not None:
-            record["at"] = self.at
-        for key in ("note", "error", "memory_used_mib", "utilization_pct"):
-            value = getattr(self, key)
-            if value is not None:
-                record[key] = dict(value) if isinstance(value, dict) else value
-        if self.foreign_processes is not None:
-            record["foreign_processes"] = [dict(p) for p in self.foreign_processes]
-        return record
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> IdleProof:
-        processes = data.get("foreign_processes")
-        return cls(
-            observed=bool(data.get("observed")),
-            at=data.get("at"),
-            note=data.get("note"),
-            error=data.get("error"),
-            memory_used_mib=data.get("memory_used_mib"),
-            utilization_pct=data.get("utilization_pct"),
-            foreign_processes=None if processes is None else tuple(processes),
-        )
+    observed: bool = spec(absent=False)
+    at: str | None = spec(None, omit="none")
+    note: str | None = spec(None, omit="none")
+    error: str | None = spec(None, omit="none")
+    memory_used_mib: dict[str, float | None] | None = spec(None, omit="none")
+    utilization_pct: dict[str, float | None] | None = spec(None, omit="none")
+    foreign_processes: tuple[dict[str, Any], ...] | None = spec(None, omit="none")
 
 
 @dataclass(frozen=True)
-class AllocationRecord:
-    """The receipt's ``allocation`` block: an :class:`Allocation` as it stands when read."""
+class AllocationRecord(Record):
+    """The receipt's ``allocation`` block: an :class:`Allocation` as it stands when read.
+    An older receipt lacks the fields after ``identity``: each reads as its default."""
 
     backend: str
     ids: tuple[str, ...]
     env: dict[str, str]
     identity: tuple[DeviceIdentity, ...]
-    lock_keys: tuple[str, ...]
-    lock_dir: str
-    holder: str
-    acquired_at: str
-    released_at: str | None
-    waited_seconds: float
-    escalated: bool
-    idle_before: IdleProof
-    idle_after: IdleProof | None
-    finalizer_errors: tuple[str, ...]
-    lock_problems: tuple[str, ...]
-    orphan_policy: str
-    orphans: tuple[OrphanEntry, ...]
-    left_running: tuple[ListedRun, ...]
-    runs_records: tuple[str, ...]
-    runs_record_problems: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "ids": list(self.ids),
-            "env": dict(self.env),
-            "identity": [i.to_json() for i in self.identity],
-            "lock_keys": list(self.lock_keys),
-            "lock_dir": self.lock_dir,
-            "holder": self.holder,
-            "acquired_at": self.acquired_at,
-            "released_at": self.released_at,
-            "waited_seconds": round(self.waited_seconds, 6),
-            "escalated": self.escalated,
-            "idle_before": self.idle_before.to_json(),
-            "idle_after": None if self.idle_after is None else self.idle_after.to_json(),
-            "finalizer_errors": list(self.finalizer_errors),
-            "lock_problems": list(self.lock_problems),
-            "orphan_policy": self.orphan_policy,
-            "orphans": [o.to_json() for o in self.orphans],
-            "left_running": [p.to_json() for p in self.left_running],
-            "runs_records": list(self.runs_records),
-            "runs_record_problems": list(self.runs_record_problems),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AllocationRecord:
-        """A receipt's allocation block (older receipts lack the orphan and runs fields)."""
-        after = data.get("idle_after")
-        return cls(
-            backend=str(data["backend"]),
-            ids=tuple(data["ids"]),
-            env=dict(data["env"]),
-            identity=tuple(DeviceIdentity.from_json(i) for i in data["identity"]),
-            lock_keys=tuple(data.get("lock_keys") or ()),
-            lock_dir=str(data.get("lock_dir", "")),
-            holder=str(data.get("holder", "")),
-            acquired_at=str(data.get("acquired_at", "")),
-            released_at=data.get("released_at"),
-            waited_seconds=float(data.get("waited_seconds", 0.0)),
-            escalated=bool(data.get("escalated", False)),
-            idle_before=IdleProof.from_json(data.get("idle_before") or {"observed": False}),
-            idle_after=None if after is None else IdleProof.from_json(after),
-            finalizer_errors=tuple(data.get("finalizer_errors") or ()),
-            lock_problems=tuple(data.get("lock_problems") or ()),
-            orphan_policy=str(data.get("orphan_policy", "wait")),
-            orphans=tuple(OrphanEntry.from_json(o) for o in data.get("orphans") or ()),
-            left_running=tuple(ListedRun.from_json(p) for p in data.get("left_running") or ()),
-            runs_records=tuple(data.get("runs_records") or ()),
-            runs_record_problems=tuple(data.get("runs_record_problems") or ()),
-        )
+    lock_keys: tuple[str, ...] = ()
+    lock_dir: str = ""
+    holder: str = ""
+    acquired_at: str = ""
+    released_at: str | None = None
+    waited_seconds: float = 0.0
+    escalated: bool = False
+    idle_before: IdleProof = IdleProof(observed=False)
+    idle_after: IdleProof | None = None
+    finalizer_errors: tuple[str, ...] = ()
+    lock_problems: tuple[str, ...] = ()
+    orphan_policy: str = "wait"
+    orphans: tuple[OrphanEntry, ...] = ()
+    left_running: tuple[ListedRun, ...] = ()
+    runs_records: tuple[str, ...] = ()
+    runs_record_problems: tuple[str, ...] = ()
 
 
 @dataclass
@@ -281,7 +207,7 @@ class Allocation:
             holder=self.holder,
             acquired_at=self.acquired_at,
             released_at=self.released_at,
-            waited_seconds=self.waited_seconds,
+            waited_seconds=round(self.waited_seconds, 6),
             escalated=self.escalated,
             idle_before=self.idle_before,
             idle_after=self.idle_after,

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from ..core.records import Record, spec
 
 #: Seconds one call of ``nvidia-smi`` / ``npu-smi`` may take before the backend gives up.
 TOOL_TIMEOUT = 30.0
@@ -51,12 +53,8 @@ class Device:
         )
 
 
-#: The optional names of a device identity, in the order its JSON lists them.
-_NAMES = ("uuid", "bus_id", "name", "serial")
-
-
 @dataclass(frozen=True)
-class DeviceIdentity:
+class DeviceIdentity(Record):
     """One device of an allocation as its receipt names it (the ``identity`` entries): what
     names it on ``host``, never its readings. A name the backend cannot tell is None, and
     absent from the JSON."""
@@ -65,31 +63,10 @@ class DeviceIdentity:
     backend: str
     host: str
     lock_key: str
-    uuid: str | None = None
-    bus_id: str | None = None
-    name: str | None = None
-    serial: str | None = None
-
-    def to_json(self) -> dict[str, str]:
-        record = {"id": self.id, "backend": self.backend, "host": self.host}
-        record["lock_key"] = self.lock_key
-        for key in _NAMES:
-            value = getattr(self, key)
-            if value is not None:
-                record[key] = value
-        return record
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, str]) -> DeviceIdentity:
-        """The identity a receipt recorded (every value a string, as :meth:`to_json` wrote)."""
-        named = {key: str(data[key]) for key in _NAMES if data.get(key) is not None}
-        return cls(
-            id=str(data["id"]),
-            backend=str(data["backend"]),
-            host=str(data["host"]),
-            lock_key=str(data["lock_key"]),
-            **named,
-        )
+    uuid: str | None = spec(None, omit="none")
+    bus_id: str | None = spec(None, omit="none")
+    name: str | None = spec(None, omit="none")
+    serial: str | None = spec(None, omit="none")
 
 
 @runtime_checkable

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..core.clock import utc_iso
 from ..core.procfs import process_stat
+from ..core.records import Record, spec
 from ..errors import AllocationError
 
 #: Every open of a lock file or record: never through a symlink, never waiting on a FIFO,
@@ -533,7 +534,7 @@ def flock_holders(inode: int, proc_locks: Path = Path("/proc/locks")) -> set[int
 
 
 @dataclass(frozen=True)
-class HolderRecord:
+class HolderRecord(Record):
     """What a holder record (``<lock>.holder.json``) says: the process holding the lock
     (pid and start time), host, test, since when, the locks it took, and, for a device lock,
     the inode and device of the lock file it holds (so that a later taker sees that the file
@@ -547,38 +548,8 @@ class HolderRecord:
     since: str
     since_epoch: float
     locks: tuple[str, ...]
-    lock_inode: int | None = None
-    lock_dev: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
-            "pid": self.pid,
-            "pid_start": self.pid_start,
-            "host": self.host,
-            "test": self.test,
-            "since": self.since,
-            "since_epoch": self.since_epoch,
-            "locks": list(self.locks),
-        }
-        if self.lock_inode is not None:
-            record["lock_inode"] = self.lock_inode
-        if self.lock_dev is not None:
-            record["lock_dev"] = self.lock_dev
-        return record
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> HolderRecord:
-        return cls(
-            pid=int(data["pid"]),
-            pid_start=data.get("pid_start"),
-            host=str(data["host"]),
-            test=str(data["test"]),
-            since=str(data["since"]),
-            since_epoch=float(data["since_epoch"]),
-            locks=tuple(str(k) for k in data.get("locks") or ()),
-            lock_inode=data.get("lock_inode"),
-            lock_dev=data.get("lock_dev"),
-        )
+    lock_inode: int | None = spec(None, omit="none")
+    lock_dev: int | None = spec(None, omit="none")
 
 
 def holder_record(test: str, locks: Sequence[str], *, host: str, now: float) -> HolderRecord:

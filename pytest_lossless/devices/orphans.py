@@ -19,10 +19,10 @@ import os
 import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.procfs import ProcStat, process_stat, scan_proc
+from ..core.records import Record, meta
 from .locks import _shown
 from .runs import RunsRecord
 
@@ -86,14 +86,14 @@ def started_at(ticks: int) -> str:
 
 
 @dataclass(frozen=True)
-class Orphan:
+class Orphan(Record):
     """One live process of an earlier allocation on a device: what the record and ``/proc``
     say of it. ``holder`` is ``"gone"`` (the pytest process that held the allocation died),
     ``"released"`` (it let the devices go with this still running) or ``"alive"`` (its
     holder still runs, though the lock is free); ``found_by`` says how it was found."""
 
     pid: int
-    start: int
+    start: int = field(metadata=meta(key="start_ticks"))
     uid: int
     pgid: int
     sid: int
@@ -124,47 +124,9 @@ class Orphan:
         found = "" if self.found_by == "runs record" else f", {self.found_by}"
         return f"pid {self.pid} ({what}{where}{found}, running since {self.started_at})"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "start_ticks": self.start,
-            "uid": self.uid,
-            "pgid": self.pgid,
-            "sid": self.sid,
-            "comm": self.comm,
-            "command": self.command,
-            "started_at": self.started_at,
-            "test": self.test,
-            "run": self.run,
-            "holder_pid": self.holder_pid,
-            "holder": self.holder,
-            "record": self.record,
-            "found_by": self.found_by,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Orphan:
-        holder_pid = data.get("holder_pid")
-        return cls(
-            pid=int(data["pid"]),
-            start=int(data["start_ticks"]),
-            uid=int(data["uid"]),
-            pgid=int(data["pgid"]),
-            sid=int(data["sid"]),
-            comm=str(data["comm"]),
-            command=str(data["command"]),
-            started_at=str(data["started_at"]),
-            test=str(data["test"]),
-            run=None if data.get("run") is None else str(data["run"]),
-            holder_pid=None if holder_pid is None else int(holder_pid),
-            holder=str(data["holder"]),
-            record=str(data["record"]),
-            found_by=str(data["found_by"]),
-        )
-
 
 @dataclass(frozen=True)
-class SignalSent:
+class SignalSent(Record):
     """One signal sent to end an orphan: to its process group or to the process itself,
     ``at_seconds`` after the first, and whether the kernel took it."""
 
@@ -173,25 +135,6 @@ class SignalSent:
     pid: int
     at_seconds: float
     delivered: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "signal": self.signal,
-            "target": self.target,
-            "pid": self.pid,
-            "at_seconds": self.at_seconds,
-            "delivered": self.delivered,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SignalSent:
-        return cls(
-            signal=str(data["signal"]),
-            target=str(data["target"]),
-            pid=int(data["pid"]),
-            at_seconds=float(data["at_seconds"]),
-            delivered=bool(data["delivered"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -204,45 +147,19 @@ class Ending:
 
 
 @dataclass(frozen=True)
-class OrphanEntry:
+class OrphanEntry(Record):
     """One entry of the receipt's ``allocation.orphans``: an orphan an acquisition found
     (on ``devices``, at ``found_at``), what was done (``action``: waited or ended, and the
     ``signals``), its ``outcome``, and when it was seen gone."""
 
-    orphan: Orphan
-    devices: tuple[str, ...]
+    orphan: Orphan = field(metadata=meta(flatten=True))
+    devices: tuple[str, ...] = field(metadata=meta(absent=()))
     found_at: str
     action: str = "waited"
     signals: tuple[SignalSent, ...] = ()
     outcome: str | None = None
     gone_at: str | None = None
     waited_seconds: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.orphan.to_json(),
-            "devices": list(self.devices),
-            "found_at": self.found_at,
-            "action": self.action,
-            "signals": [s.to_json() for s in self.signals],
-            "outcome": self.outcome,
-            "gone_at": self.gone_at,
-            "waited_seconds": self.waited_seconds,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> OrphanEntry:
-        waited = data.get("waited_seconds")
-        return cls(
-            orphan=Orphan.from_json(data),
-            devices=tuple(str(d) for d in data.get("devices") or ()),
-            found_at=str(data["found_at"]),
-            action=str(data["action"]),
-            signals=tuple(SignalSent.from_json(s) for s in data.get("signals") or ()),
-            outcome=data.get("outcome"),
-            gone_at=data.get("gone_at"),
-            waited_seconds=None if waited is None else float(waited),
-        )
 
 
 def _holder_state(record: RunsRecord) -> str:

@@ -22,11 +22,12 @@ import re
 import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.clock import utc_iso
+from ..core.records import Record, meta
 from ..errors import AllocationError
 from .locks import (
     FULL,
@@ -96,7 +97,7 @@ class Listed:
 
 
 @dataclass(frozen=True)
-class ListedRun:
+class ListedRun(Record):
     """One process this account's allocation lists in its runs record (as written: its
     run, its role there, and the command it runs), and what the receipt's ``left_running``
     names when it outlived its allocation."""
@@ -106,37 +107,10 @@ class ListedRun:
     pgid: int | None
     sid: int | None
     ppid: int | None
-    comm: str
-    command: str
-    run: str
-    role: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "start": self.start,
-            "pgid": self.pgid,
-            "sid": self.sid,
-            "ppid": self.ppid,
-            "comm": self.comm,
-            "command": self.command,
-            "run": self.run,
-            "role": self.role,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ListedRun:
-        return cls(
-            pid=int(data["pid"]),
-            start=int(data["start"]),
-            pgid=_int(data.get("pgid")),
-            sid=_int(data.get("sid")),
-            ppid=_int(data.get("ppid")),
-            comm=str(data.get("comm", "?")),
-            command=str(data.get("command", "")),
-            run=str(data.get("run", "")),
-            role=str(data.get("role", "descendant")),
-        )
+    comm: str = field(metadata=meta(absent="?"))
+    command: str = field(metadata=meta(absent=""))
+    run: str = field(metadata=meta(absent=""))
+    role: str = field(metadata=meta(absent="descendant"))
 
 
 @dataclass(frozen=True)

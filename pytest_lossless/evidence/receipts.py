@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
 from ..core.paths import inside_root, read_regular
@@ -618,6 +619,7 @@ class Receipt:
             _store_diff(folder, *stored, root=boundary)
         path = folder / f"{self.name}.json"
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
+        faults.write("write-receipt", path)
         write_atomic(path, (text + "\n").encode())
         return path
 
@@ -639,6 +641,7 @@ def _store_diff(folder: Path, name: str, data: bytes, *, root: Path | str | None
     except FileNotFoundError:
         existing = None
     if existing is None or not stat.S_ISREG(existing.st_mode) or existing.st_size != len(data):
+        faults.write("write-receipt-diff", target)
         write_atomic(target, data)
 
 

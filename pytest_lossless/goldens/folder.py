@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
 from ..core.records import Record
@@ -509,9 +510,11 @@ class GoldenFolder:
                     continue
                 if staged is None:
                     self.inside(source, "stored golden")
+                faults.write("write-golden-stage", staging / entry.file)
                 _copy_durably(source, staging / entry.file)
             document = manifest_document(entries, self.test_id)
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+            faults.write("write-golden-manifest", staging / MANIFEST)
             write_new(staging / MANIFEST, text.encode("utf-8"))
             carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
 
@@ -520,7 +523,7 @@ class GoldenFolder:
         except OSError as exc:
             raise GoldenUpdateError(
                 self.path,
-                f"cannot be replaced ({exc.strerror or exc}): the previous golden is kept",
+                f"cannot be replaced ({faults.write_failed(exc)}): the previous golden is kept",
             ) from None
 
 

@@ -9,6 +9,7 @@ its fingerprint (recomputed from the stored file) before anything is compared wi
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import faults
 from ..core.digests import canonical_sha256, loads_bounded
 from ..core.paths import inside_root, open_regular, read_regular
 from ..core.records import Record, RecordError, from_json, meta, spec
@@ -581,7 +583,9 @@ def _read_from(handle: int, folder: Path, into: Path, root: Path) -> GoldenVersi
             if _replaced(handle, folder):
                 raise _Replaced from None
             continue  # missing from this very version: check_integrity names it
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the copy, not the golden, failed
+                raise ManifestError(path, faults.write_failed(exc, target)) from None
             continue  # a FIFO, a device: check_integrity names it, reading the live path
         copies[name] = target
     return GoldenVersion(entries, hashlib.sha256(raw).hexdigest(), copies)
@@ -630,6 +634,7 @@ def _copy_at(handle: int, name: str, folder: Path, root: Path, target: Path) -> 
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(target)  # a copy from an attempt on an earlier version
+        faults.write("write-decode-temp", target)
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
             while block := os.read(fd, 1 << 20):

@@ -7,14 +7,15 @@ one LSB (or just beyond the tolerance); a failed comparison lists the first diff
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
+from ..core.records import meta
 from ..gates.gate import Figure, first_difference, new_result, note_meta, settle
-from ..media.hashing import FINGERPRINT_VERSION
+from ..media.hashing import Fingerprint
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind
 
@@ -106,12 +107,8 @@ def _canonical(block: npt.NDArray[Any]) -> npt.NDArray[Any]:
 _RAW_WAV_SUBTYPES = {"PCM_16": "<i2", "PCM_32": "<i4", "FLOAT": "<f4", "DOUBLE": "<f8"}
 
 
-def _int(value: Any, default: int = 0) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
 @dataclass(frozen=True, slots=True)
-class AudioFingerprint:
+class AudioFingerprint(Fingerprint):
     """A WAV, RF64 or FLAC file, as libsndfile reads it: its format and subtype, the PCM's
     shape and sample type (``dtype``: little-endian, as numpy names it), the SHA-256 of the
     whole PCM and one per ``block_frames`` samples (a second: a digest-only golden can
@@ -127,9 +124,8 @@ class AudioFingerprint:
     duration: float
     dtype: str
     pcm_sha256: str
-    block_frames: int
+    block_frames: int = field(metadata=meta(absent=1))
     block_sha256: tuple[str, ...]
-    fingerprint_version: int = FINGERPRINT_VERSION
 
     @classmethod
     def of(
@@ -152,43 +148,6 @@ class AudioFingerprint:
             pcm_sha256=pcm,
             block_frames=max(1, rate),
             block_sha256=tuple(blocks),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """As a manifest keeps it (the same keys, in the same order)."""
-        return {
-            "fingerprint_version": self.fingerprint_version,
-            "format": self.format,
-            "size": self.size,
-            "sha256": self.sha256,
-            "subtype": self.subtype,
-            "sample_rate": self.sample_rate,
-            "channels": self.channels,
-            "sample_count": self.sample_count,
-            "duration": self.duration,
-            "dtype": self.dtype,
-            "pcm_sha256": self.pcm_sha256,
-            "block_frames": self.block_frames,
-            "block_sha256": list(self.block_sha256),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AudioFingerprint:
-        duration, blocks = data.get("duration"), data.get("block_sha256")
-        return cls(
-            format=str(data.get("format", "")),
-            size=_int(data.get("size")),
-            sha256=str(data.get("sha256", "")),
-            subtype=str(data.get("subtype", "")),
-            sample_rate=_int(data.get("sample_rate")),
-            channels=_int(data.get("channels")),
-            sample_count=_int(data.get("sample_count")),
-            duration=duration if isinstance(duration, (int, float)) else 0.0,
-            dtype=str(data.get("dtype", "")),
-            pcm_sha256=str(data.get("pcm_sha256", "")),
-            block_frames=_int(data.get("block_frames"), 1) or 1,
-            block_sha256=tuple(str(b) for b in blocks) if isinstance(blocks, list) else (),
-            fingerprint_version=_int(data.get("fingerprint_version"), FINGERPRINT_VERSION),
         )
 
 

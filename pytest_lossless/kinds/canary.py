@@ -17,6 +17,7 @@ plugin puts them in the receipt of the test they ran in.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import shutil
 import tempfile
@@ -24,11 +25,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from ..core import faults
 from ..core.artifact import Artifact
+from ..core.records import Record, from_json
 from ..errors import ArtifactError, CanaryError, LosslessError
 
 if TYPE_CHECKING:
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
 
     from ..gates import Gate, GateResult
     from ..gates.gate import LocationValue
+    from ..media.hashing import Fingerprint
     from .registry import KindRegistry
 
 
@@ -46,13 +50,6 @@ class Unavailable(Exception):
 
 class Unfailable(Exception):
     """No change of one unit goes beyond the gate's bound: the gate cannot fail."""
-
-
-class Fingerprint(Protocol):
-    """A built-in kind's fingerprint as it makes it (``ContainerFingerprint``...): the hook
-    and the manifest speak its JSON."""
-
-    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -198,7 +195,7 @@ SKIP_FLAG = "--lossless-no-canary"
 
 
 @dataclass(frozen=True)
-class CanaryRecord:
+class CanaryRecord(Record):
     """One canary: the comparator (kind, gate), the artifact copied, what was changed, what the
     comparator said of the copy, whether it named the changed unit, and how long it took."""
 
@@ -214,38 +211,11 @@ class CanaryRecord:
     reason: str | None = None
     test_id: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The record as a receipt's ``canary`` block holds it."""
-        return asdict(self)
-
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CanaryRecord:
-        """A record from a receipt (a worker's, an earlier session's): its known fields, each
-        text that is no text read as None; ``kind``, ``gate``, ``artifact`` and ``status``
-        as text."""
-        seconds, located = data.get("seconds"), data.get("located")
-
-        def text(name: str) -> str | None:
-            value = data.get(name)
-            return value if isinstance(value, str) else None
-
-        return cls(
-            kind=str(data.get("kind")),
-            gate=str(data.get("gate")),
-            artifact=str(data.get("artifact")),
-            status=str(data.get("status")),
-            unit=text("unit"),
-            verdict=text("verdict"),
-            located=located if isinstance(located, bool) else None,
-            first_mismatch=text("first_mismatch"),
-            seconds=(
-                seconds
-                if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-                else None
-            ),
-            reason=text("reason"),
-            test_id=text("test_id"),
-        )
+    def from_json(cls, data: object) -> CanaryRecord:
+        """A record from a receipt (a worker's, an earlier session's), read leniently: what
+        does not fit reads as absent (``verify`` checks the block: :func:`check_records`)."""
+        return from_json(cls, data, problems=[])
 
     @property
     def failed(self) -> bool:
@@ -436,7 +406,13 @@ class Canary:
                 record = replace(record, status="cannot-fail", reason=str(exc))
             except Unavailable as exc:
                 record = replace(record, reason=str(exc))
-            except (LosslessError, OSError, ValueError) as exc:
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the host's problem, named
+                    suffix = artifact.path.suffix if artifact.path else ""
+                    where = exc.filename2 or exc.filename or Path(tmp) / f"changed{suffix}"
+                    raise LosslessError(f"canary: {faults.write_failed(exc, where)}") from None
+                record = replace(record, reason=f"the copy could not be made or judged: {exc}")
+            except (LosslessError, ValueError) as exc:
                 record = replace(record, reason=f"the copy could not be made or judged: {exc}")
         return replace(record, seconds=round(time.perf_counter() - started, 4))
 
@@ -490,6 +466,7 @@ class Canary:
         assert artifact.path is not None
         path = artifact.path
         out = folder / f"changed{path.suffix}"
+        faults.write("write-canary-temp", out)
         own = self.registry.builtin(kind)
         if own is None:
             hook = getattr(self.registry.hook, "pytest_lossless_perturb", None)  # a foreign relay
@@ -538,7 +515,7 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
     """The session summary's canary lines: one per (kind, gate), however many workers ran it
     (``records``: as the receipts hold them)."""
     seen: dict[tuple[str, str], list[CanaryRecord]] = {}
-    for record in map(CanaryRecord.from_dict, records):
+    for record in map(CanaryRecord.from_json, records):
         seen.setdefault((record.kind, record.gate), []).append(record)
     if not seen:
         return []

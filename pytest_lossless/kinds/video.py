@@ -10,7 +10,6 @@ which the image kind shares); a failed comparison gets the first differing frame
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -19,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
+from ..core.records import Record, from_json
 from ..errors import LosslessError
-from ..gates.gate import Figure, LocationValue, first_difference, new_result, note_meta, settle
+from ..gates.gate import Figure, first_difference, new_result, note_meta, settle
 from ..media.container import (
     AudioPacket,
     AudioStream,
@@ -128,7 +128,7 @@ def pts_time(pts: int, tb: str | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class FrameLocation:
+class FrameLocation(Record):
     """Where a frame mismatch is (``GateResult.location``), with the frame's pixel format and
     size so that diagnostics and pictures need not probe for them."""
 
@@ -142,29 +142,13 @@ class FrameLocation:
     def of(cls, stream: VideoStream, frame: int, pts: int | None) -> FrameLocation:
         return cls(stream.index, frame, pts, stream.pix_fmt, stream.frame_bytes)
 
-    def to_json(self) -> dict[str, LocationValue]:
-        return {
-            "stream": self.stream,
-            "frame": self.frame,
-            "pts": self.pts,
-            "pix_fmt": self.pix_fmt,
-            "frame_bytes": self.frame_bytes,
-        }
-
     @classmethod
-    def from_json(cls, data: Mapping[str, LocationValue]) -> FrameLocation | None:
-        """The frame a result's location names; None when it names none."""
-        frame, stream = data.get("frame"), data.get("stream")
-        if not isinstance(frame, int):
+    def named_by(cls, result: GateResult) -> FrameLocation | None:
+        """The frame a result's location names (read leniently: a receipt's, a plugin's may
+        hold anything); None when it names none."""
+        if not isinstance(result.location.get("frame"), int):
             return None
-        pix_fmt, size, pts = data.get("pix_fmt"), data.get("frame_bytes"), data.get("pts")
-        return cls(
-            stream if isinstance(stream, int) else None,
-            frame,
-            pts if isinstance(pts, int) else None,
-            pix_fmt if isinstance(pix_fmt, str) else None,
-            size if isinstance(size, int) else None,
-        )
+        return from_json(cls, result.location, problems=[])
 
 
 _VIDEO_META = (
@@ -463,7 +447,7 @@ def frame_diagnostics(result: GateResult, epath: Path, opath: Path, limits: Side
 
     from ..gates.arrays import error_stats
 
-    loc = FrameLocation.from_json(result.location)
+    loc = FrameLocation.named_by(result)
     if loc is None:
         return
     n = loc.frame
@@ -887,7 +871,7 @@ def frame_pictures(
     """The first differing frame, expected and obtained as PNG, and an amplified difference."""
     from ..core.digests import safe_name
 
-    loc = FrameLocation.from_json(result.location)
+    loc = FrameLocation.named_by(result)
     if result.passed or expected.path is None or obtained.path is None or loc is None:
         return []
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,11 +10,12 @@ import math
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Literal
 
+from ..core.records import Record, spec
 from ..errors import ArtifactError
 from .ffmpeg import (
     OTHER_STREAM_TYPES,
@@ -30,7 +31,7 @@ from .ffmpeg import (
     run_ffmpeg,
     stderr_tail,
 )
-from .hashing import FINGERPRINT_VERSION, digest_frames, file_digest, raw_stripes
+from .hashing import Fingerprint, digest_frames, file_digest, raw_stripes
 from .limits import MediaLimits, refuse
 from .probe import (
     SAMPLE_FORMATS,
@@ -53,95 +54,40 @@ def _frac_str(value: Fraction) -> str:
 # ------------------------------------------------------------------ the fingerprint, typed
 
 
-def _int(value: Any, default: int = 0) -> int:
-    """A whole number from a fingerprint field (a manifest's: anything else is ``default``)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _opt_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _number(value: Any) -> float:
-    """A duration as the manifest wrote it (an int stays an int: the JSON text is unchanged)."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _records(value: Any) -> list[dict[str, Any]]:
-    """The objects of a JSON list (anything else in it, or no list, is left out)."""
-    return [item for item in _list(value) if isinstance(item, dict)]
-
-
 @dataclass(frozen=True, slots=True)
-class FrameDigest:
+class FrameDigest(Record):
     """One decoded video frame: its presentation time (in ``pts_time_base`` units) and the
     SHA-256 of its bytes in the stream's own pixel format."""
 
     pts: int
     sha256: str
 
-    def to_json(self) -> dict[str, int | str]:
-        return {"pts": self.pts, "sha256": self.sha256}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FrameDigest:
-        return cls(pts=_int(data.get("pts")), sha256=str(data.get("sha256", "")))
-
 
 @dataclass(frozen=True, slots=True)
-class AudioPacket:
+class AudioPacket(Record):
     """One decoded audio frame: its first sample's time, how many samples, and their SHA-256."""
 
     pts: int
     samples: int
     sha256: str
 
-    def to_json(self) -> dict[str, int | str]:
-        return {"pts": self.pts, "samples": self.samples, "sha256": self.sha256}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AudioPacket:
-        return cls(
-            pts=_int(data.get("pts")),
-            samples=_int(data.get("samples")),
-            sha256=str(data.get("sha256", "")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class Packet:
+class Packet(Record):
     """One copied (not decoded) packet of a subtitle, data or attachment stream."""
 
     pts: int
     duration: int
     sha256: str
 
-    def to_json(self) -> dict[str, int | str]:
-        return {"pts": self.pts, "duration": self.duration, "sha256": self.sha256}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Packet:
-        return cls(
-            pts=_int(data.get("pts")),
-            duration=_int(data.get("duration")),
-            sha256=str(data.get("sha256", "")),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class VideoStream:
+class VideoStream(Record):
     """A video stream: how ffmpeg describes it and one :class:`FrameDigest` per decoded frame.
     ``frame_rate`` is exact (1 / the raw frames' time base), unlike ffmpeg's ``fps`` text."""
 
     index: int
+    type: Literal["video"] = field(default="video", kw_only=True)
     codec: str | None
     pix_fmt: str | None
     width: int | None
@@ -155,53 +101,15 @@ class VideoStream:
     frame_bytes: int | None
     attached_pic: bool
     frames: tuple[FrameDigest, ...]
-    type: ClassVar[str] = "video"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "type": "video",
-            "codec": self.codec,
-            "pix_fmt": self.pix_fmt,
-            "width": self.width,
-            "height": self.height,
-            "sar": self.sar,
-            "frame_rate": self.frame_rate,
-            "time_base": self.time_base,
-            "pts_time_base": self.pts_time_base,
-            "frame_count": self.frame_count,
-            "duration": self.duration,
-            "frame_bytes": self.frame_bytes,
-            "attached_pic": self.attached_pic,
-            "frames": [frame.to_json() for frame in self.frames],
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> VideoStream:
-        return cls(
-            index=_int(data.get("index")),
-            codec=_opt_str(data.get("codec")),
-            pix_fmt=_opt_str(data.get("pix_fmt")),
-            width=_opt_int(data.get("width")),
-            height=_opt_int(data.get("height")),
-            sar=_opt_str(data.get("sar")),
-            frame_rate=_opt_str(data.get("frame_rate")),
-            time_base=_opt_str(data.get("time_base")),
-            pts_time_base=_opt_str(data.get("pts_time_base")),
-            frame_count=_int(data.get("frame_count")),
-            duration=_number(data.get("duration")),
-            frame_bytes=_opt_int(data.get("frame_bytes")),
-            attached_pic=bool(data.get("attached_pic")),
-            frames=tuple(FrameDigest.from_json(f) for f in _records(data.get("frames"))),
-        )
 
 
 @dataclass(frozen=True, slots=True)
-class AudioStream:
+class AudioStream(Record):
     """An audio stream, decoded in its own sample format: its description and one
     :class:`AudioPacket` per decoded audio frame."""
 
     index: int
+    type: Literal["audio"] = field(default="audio", kw_only=True)
     codec: str | None
     sample_fmt: str | None
     sample_rate: int
@@ -211,41 +119,10 @@ class AudioStream:
     duration: float
     time_base: str | None
     packets: tuple[AudioPacket, ...]
-    type: ClassVar[str] = "audio"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "type": "audio",
-            "codec": self.codec,
-            "sample_fmt": self.sample_fmt,
-            "sample_rate": self.sample_rate,
-            "channels": self.channels,
-            "channel_layout": self.channel_layout,
-            "sample_count": self.sample_count,
-            "duration": self.duration,
-            "time_base": self.time_base,
-            "packets": [packet.to_json() for packet in self.packets],
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AudioStream:
-        return cls(
-            index=_int(data.get("index")),
-            codec=_opt_str(data.get("codec")),
-            sample_fmt=_opt_str(data.get("sample_fmt")),
-            sample_rate=_int(data.get("sample_rate")),
-            channels=_int(data.get("channels")),
-            channel_layout=_opt_str(data.get("channel_layout")),
-            sample_count=_int(data.get("sample_count")),
-            duration=_number(data.get("duration")),
-            time_base=_opt_str(data.get("time_base")),
-            packets=tuple(AudioPacket.from_json(p) for p in _records(data.get("packets"))),
-        )
 
 
 @dataclass(frozen=True, slots=True)
-class OtherStream:
+class OtherStream(Record):
     """A subtitle, data or attachment stream, by its copied packets: each packet's time and
     payload SHA-256, ``sha256`` (of those digests in order) and ``extradata_sha256`` (what the
     stream carries beside its packets, when anything)."""
@@ -264,53 +141,28 @@ class OtherStream:
         """``#2 subtitle mov_text``, as ``ignored_streams`` names a stream."""
         return f"#{self.index} {self.codec_type} {self.codec_name}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "codec_type": self.codec_type,
-            "codec_name": self.codec_name,
-            "time_base": self.time_base,
-            "extradata_sha256": self.extradata_sha256,
-            "packet_count": self.packet_count,
-            "sha256": self.sha256,
-            "packets": [packet.to_json() for packet in self.packets],
-        }
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> OtherStream:
-        return cls(
-            index=_int(data.get("index")),
-            codec_type=str(data.get("codec_type", "")),
-            codec_name=_opt_str(data.get("codec_name")),
-            time_base=_opt_str(data.get("time_base")),
-            extradata_sha256=_opt_str(data.get("extradata_sha256")),
-            packet_count=_int(data.get("packet_count")),
-            sha256=str(data.get("sha256", "")),
-            packets=tuple(Packet.from_json(p) for p in _records(data.get("packets"))),
-        )
-
-
-#: A decoded stream of a container fingerprint.
+#: A decoded stream of a container fingerprint (told apart by its ``type``).
 Stream = VideoStream | AudioStream
 
 
 @dataclass(frozen=True, slots=True)
-class ContainerFingerprint:
+class ContainerFingerprint(Fingerprint):
     """A container (video, image, or audio in a container): the file's size and SHA-256, what
     ffmpeg calls the container, its declared duration, the streams left out (named), every
     decoded stream, and the other streams by their packets. ``other_streams`` is None in a
     fingerprint made before those were recorded (they are then named in ``ignored_streams``),
     and left out of the JSON of a file that has none; ``image_format`` is the image kind's."""
 
+    format: Literal["container"] = field(default="container", kw_only=True)
     size: int
     sha256: str
     container: str | None
     container_duration: float | None
     ignored_streams: tuple[str, ...]
     streams: tuple[Stream, ...]
-    other_streams: tuple[OtherStream, ...] | None = None
-    image_format: str | None = None
-    fingerprint_version: int = FINGERPRINT_VERSION
+    other_streams: tuple[OtherStream, ...] | None = spec(None, omit="empty")
+    image_format: str | None = spec(None, omit="none")
 
     def video(self) -> list[VideoStream]:
         """The video streams, in file order."""
@@ -331,54 +183,6 @@ class ContainerFingerprint:
             self,
             other_streams=None,
             ignored_streams=tuple(sorted(ignored, key=lambda text: int(text[1:].split()[0]))),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """As a manifest keeps it (the same keys, in the same order)."""
-        data: dict[str, Any] = {
-            "fingerprint_version": self.fingerprint_version,
-            "format": "container",
-            "size": self.size,
-            "sha256": self.sha256,
-            "container": self.container,
-            "container_duration": self.container_duration,
-            "ignored_streams": list(self.ignored_streams),
-            "streams": [stream.to_json() for stream in self.streams],
-        }
-        if self.other_streams:
-            data["other_streams"] = [stream.to_json() for stream in self.other_streams]
-        if self.image_format is not None:
-            data["image_format"] = self.image_format
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ContainerFingerprint:
-        streams: list[Stream] = []
-        for stream in _records(data.get("streams")):
-            if stream.get("type") == "video":
-                streams.append(VideoStream.from_json(stream))
-            elif stream.get("type") == "audio":
-                streams.append(AudioStream.from_json(stream))
-        others = data.get("other_streams")
-        duration = data.get("container_duration")
-        return cls(
-            size=_int(data.get("size")),
-            sha256=str(data.get("sha256", "")),
-            container=_opt_str(data.get("container")),
-            container_duration=(
-                duration
-                if isinstance(duration, (int, float)) and not isinstance(duration, bool)
-                else None
-            ),
-            ignored_streams=tuple(str(s) for s in _list(data.get("ignored_streams"))),
-            streams=tuple(streams),
-            other_streams=(
-                tuple(OtherStream.from_json(s) for s in _records(others))
-                if isinstance(others, list)
-                else None
-            ),
-            image_format=_opt_str(data.get("image_format")),
-            fingerprint_version=_int(data.get("fingerprint_version"), FINGERPRINT_VERSION),
         )
 
 

@@ -69,7 +69,7 @@ class CanaryPlugin:
         registry = item.config.stash.get(KINDS_KEY, None)
         canary = registry.canary if registry is not None else None
         for record in canary.take(item.nodeid) if canary is not None else []:
-            data = record.to_dict()
+            data = record.to_json()
             receipt_for(item).add_canary(data)
             self.state.pending.setdefault(item.nodeid, []).append(data)
         return (yield)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import pytest
 
-from ..core import records
+from ..core import faults, records
 from ..core.digests import canonical_sha256, sha256_file
 from ..errors import GoldenMissing, LosslessError
 from ..goldens.manifest import Environment
@@ -514,7 +514,8 @@ class ExportPlugin:
         try:
             self.written = self._write()
         except (OSError, LosslessError) as exc:
-            self.problems.append(f"export.json was not written: {exc}")
+            why = faults.write_failed(exc) if isinstance(exc, OSError) else exc
+            self.problems.append(f"export.json was not written: {why}")
         if self.problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -45,6 +45,9 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
     receipt.redactor = redactor
     if allocation is not None:
         receipt.set_allocation(allocation)
+    from .session import start_reaper
+
+    start_reaper(request.config, item.nodeid)  # ends the runs if pytest dies without finishing
     launcher = Launcher(
         allocation=allocation,
         out_dir=tmp_path / "model_run",

@@ -16,8 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import media
+from ..core.records import from_json
+from ..gates.gate import GateResult
 from ..media.container import ContainerFingerprint, FrameDigest
-from .blocks import Assets, Block, Figure, Side, Svg, Table, Text, mapping
+from .blocks import Assets, Block, Figure, Side, Svg, Table, Text
 from .charts import histogram_svg, waveforms_svg
 from .pictures import frame_triptych
 
@@ -38,38 +40,39 @@ def draw(
     limits: media.MediaLimits,
     stem: str,
 ) -> list[Block]:
-    """What differs between ``left`` and ``right`` for one gate result (a ``GateResult`` dict)."""
+    """What differs between ``left`` and ``right`` for one gate result (a ``GateResult`` dict
+    of a receipt, read leniently: a receipt is read, not trusted)."""
+    gate = from_json(GateResult, result, problems=[])
     blocks: list[Block] = []
-    diffs = [str(d) for d in result.get("metadata_diffs") or []]
-    if diffs:
-        blocks.append(Table(("metadata that differs",), [(d,) for d in diffs]))
+    if gate.metadata_diffs:
+        blocks.append(Table(("metadata that differs",), [(d,) for d in gate.metadata_diffs]))
     for side in (left, right):
         if side.path is None and side.missing:
             blocks.append(Text(f"{side.label}: {side.missing}"))
     sides = (limits, limits.for_golden(dict(left.fingerprint)))
-    kind, unit = str(result.get("kind")), str(result.get("unit"))
+    kind, unit = gate.kind, gate.unit
     if kind == "video" or unit == "frame":
         blocks += _frames(left, right, sides, assets, stem)
     elif kind == "audio" or (unit == "sample" and kind != "tensor"):
         blocks += _audio(left, right, sides, assets, stem)
     elif kind == "tensor":
-        blocks += _tensor(mapping(result.get("location")), left, right, sides, assets, stem)
+        blocks += _tensor(gate.location.get("member"), left, right, sides, assets, stem)
     else:
-        blocks += kind_pictures(result, assets)
+        blocks += kind_pictures(gate, assets)
     return blocks
 
 
-def kind_pictures(result: Mapping[str, Any], assets: Assets) -> list[Block]:
+def kind_pictures(result: GateResult, assets: Assets) -> list[Block]:
     """The PNG pictures a plugin's kind wrote for its mismatch (``pytest_lossless_pictures``),
     copied into the report and shown; the built-in kinds are drawn from their files above."""
     figures: list[Block] = []
-    for path in result.get("diagnostic_files") or []:
-        if not isinstance(path, str) or not path.lower().endswith(".png"):
+    for path in result.diagnostic_files:
+        if not path.lower().endswith(".png"):
             continue
         size = _png_size(path)
         name, src, _note = assets.copy(path)
         if src is not None and size is not None:
-            figures.append(Figure(src, f"{result.get('artifact')}: {name}", *size))
+            figures.append(Figure(src, f"{result.artifact}: {name}", *size))
     return figures
 
 
@@ -232,7 +235,7 @@ def _audio(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) -
 
 
 def _tensor(
-    location: Mapping[str, Any],
+    member: object,
     left: Side,
     right: Side,
     limits: Limits,
@@ -244,7 +247,6 @@ def _tensor(
     from ..gates.arrays import bits_differ, index_text, load_arrays, unravel, value_text
 
     ea, oa = load_arrays(left.path, limits[0]), load_arrays(right.path, limits[1])
-    member = location.get("member")
     names = [member] if isinstance(member, str) and member in ea else []
     names += sorted(set(ea) & set(oa))
     for name in names:

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from pytest_lossless.core import faults
+
 SERVERS = Path(__file__).resolve().parent.parent / "data" / "servers"
 SERVER = [sys.executable, str(SERVERS / "worker_server.py"), "{port}"]
 
@@ -89,7 +91,11 @@ class Session:
             cwd=cwd,
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+                # The orphan record on its own: the reaper gone with pytest (a cgroup kill).
+                faults.FAULT_ENV: "no-reaper",
+            },
         )
 
     @property

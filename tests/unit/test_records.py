@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -194,3 +194,84 @@ def test_lenient_reading_of_no_object_at_all() -> None:
 
 def test_unknown_keys_are_ignored() -> None:
     assert Point.from_json({"x": 1, "lifecycle": {"clean": True}}) == Point(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Circle(Record):
+    kind: Literal["circle"] = field(default="circle", kw_only=True)
+    radius: float
+
+
+@dataclass(frozen=True, slots=True)
+class Square(Record):
+    kind: Literal["square"] = field(default="square", kw_only=True)
+    side: float
+
+
+@dataclass(frozen=True, slots=True)
+class Drawing(Record):
+    figures: tuple[Circle | Square, ...]
+
+
+def test_a_union_of_records_is_told_apart_by_their_literal_fields() -> None:
+    """A tag (a ``Literal`` field, written among the others) says which record an object is;
+    one whose tag fits none is refused (lenient: skipped and noted)."""
+    drawing = Drawing((Circle(radius=1.0), Square(side=2.0)))
+    data = to_json(drawing)
+    assert data == {"figures": [{"kind": "circle", "radius": 1.0}, {"kind": "square", "side": 2.0}]}
+    assert from_json(Drawing, data) == drawing
+    odd = {"figures": [{"kind": "square", "side": 3}, {"kind": "star", "points": 5}, {"side": 1}]}
+    with pytest.raises(RecordError, match=r"Drawing\.figures\[1\]: expected Circle or Square"):
+        from_json(Drawing, odd)
+    problems: list[str] = []
+    assert from_json(Drawing, odd, problems=problems) == Drawing((Square(side=3),))
+    assert len(problems) == 2
+
+
+def _double(d: Derived) -> int:
+    return d.base * 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Derived(Record):
+    base: int
+    twice: int = spec(derive=_double)
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Own(Record):
+    """A record whose JSON has logic of its own: a list written as one joined string."""
+
+    parts: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"joined": "+".join(self.parts)}
+
+    @classmethod
+    def from_json(cls, data: object) -> Own:
+        assert isinstance(data, dict)
+        return cls(tuple(str(data["joined"]).split("+")))
+
+
+@dataclass(frozen=True, slots=True)
+class Holder(Record):
+    own: Own
+    many: tuple[Own, ...] = ()
+
+
+def test_a_derived_key_is_written_in_its_place_and_never_read() -> None:
+    record = Derived(base=3, name="n")
+    assert record.twice == 6
+    assert list(record.to_json().items()) == [("base", 3), ("twice", 6), ("name", "n")]
+    assert Derived.from_json({"base": 4, "twice": 99}) == Derived(base=4)
+    assert Derived.from_json({"base": 4, "twice": 99}).twice == 8
+
+
+def test_a_nested_record_with_its_own_pair_is_written_and_read_by_it() -> None:
+    holder = Holder(Own(("a", "b")), (Own(("c",)),))
+    data = holder.to_json()
+    assert data == {"own": {"joined": "a+b"}, "many": [{"joined": "c"}]}
+    assert Holder.from_json(data) == holder
+    with pytest.raises(RecordError, match=r"Holder\.own: .*joined"):
+        Holder.from_json({"own": {}})
