@@ -274,7 +274,7 @@ def accept_command(
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
         root = Path.cwd()
         folder = local_goldens(root, goldens)
-        exported = document.settings.get("goldens")
+        exported = document.settings.goldens
         if exported is not None and Path(str(exported)) != folder.relative_to(root):
             print(
                 printable(

@@ -35,6 +35,7 @@ from typing import Any
 from ..core import faults
 from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
+from ..core.records import Record
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
@@ -95,7 +96,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class GoldenSide:
+class GoldenSide(Record):
     """The golden a comparison was made against, as the receipt records it."""
 
     folder: str
@@ -108,7 +109,7 @@ class GoldenSide:
 
 
 @dataclass(frozen=True, slots=True)
-class ObtainedSide:
+class ObtainedSide(Record):
     """The file a comparison was made of: where it is, its kind, its digest, its fingerprint."""
 
     path: str
@@ -118,32 +119,12 @@ class ObtainedSide:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckEvidence:
+class CheckEvidence(Record):
     """Both sides of one comparison: the raw evidence a receipt keeps (``"evidence"`` of its
     gate entry, which ``verify`` and the report read from the receipt)."""
 
     golden: GoldenSide
     obtained: ObtainedSide
-
-    def to_json(self) -> dict[str, Any]:
-        g, o = self.golden, self.obtained
-        return {
-            "golden": {
-                "folder": g.folder,
-                "kind": g.kind,
-                "gate": g.gate,
-                "sha256": g.sha256,
-                "stored": g.stored,
-                "manifest_sha256": g.manifest_sha256,
-                "fingerprint": g.fingerprint,
-            },
-            "obtained": {
-                "path": o.path,
-                "kind": o.kind,
-                "sha256": o.sha256,
-                "fingerprint": o.fingerprint,
-            },
-        }
 
 
 @dataclass
