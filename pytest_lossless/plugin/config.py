@@ -156,13 +156,14 @@ def _check_published(config: pytest.Config, resolved: Settings) -> None:
         return
     if getattr(option, "help", False) or getattr(option, "collectonly", False):
         return
-    from ..evidence.provenance import PUBLISH_FIX, publication_problem, source_state
+    from ..evidence.provenance import PUBLISH_FIX, publication_problem
+    from .evidence import source_states
 
-    state = source_state(resolved.rootdir, ignore=resolved.written_folders)
-    problem = publication_problem(state)
+    state = source_states(config).state(resolved.rootdir, ignore=resolved.written_folders)
+    problem = publication_problem(state.compact())
     if problem is None:
         return
-    detail = state.get("publication_detail") if problem.startswith("revision ") else None
+    detail = state.publication.publication_detail if problem.startswith("revision ") else None
     named = resolved.sources.get("require_published", "--lossless-require-published")
     raise pytest.UsageError(
         printable(
