@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.text import printable
+from .receipts import ReceiptRecord
 
 #: The arms of a comparison, in the order ``verify`` prints them; runs of neither are "other".
 ARMS = ("control", "candidate")
@@ -19,7 +20,7 @@ OTHER_ARM = "other"
 
 
 def arm_sources(
-    receipts: Iterable[Mapping[str, Any]],
+    receipts: Iterable[ReceiptRecord],
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Arm -> source tree -> each distinct state its runs recorded (``model_run(sources=...)``).
 
@@ -28,7 +29,7 @@ def arm_sources(
     are a run's declared outputs. Runs of neither are under :data:`OTHER_ARM`."""
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for receipt in receipts:
-        runs = {str(r.get("name")): r for r in _maps(receipt.get("runs"))}
+        runs = {str(r.get("name")): r for r in receipt.block("runs")}
         arm_of = _arms_of(receipt, runs)
         for name, run in runs.items():
             sources = run.get("sources")
@@ -48,10 +49,10 @@ def _maps(value: object) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
-def _arms_of(receipt: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+def _arms_of(receipt: ReceiptRecord, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """Run name -> the arm that ran it, from the speed and lossless entries (first one wins)."""
     arm_of: dict[str, str] = {}
-    for entry in _maps(receipt.get("speed")):
+    for entry in receipt.block("speed"):
         for sample in _maps(entry.get("samples")):
             listed = sample.get("runs")
             names: list[Any] = list(listed) if isinstance(listed, list) else []
@@ -66,7 +67,7 @@ def _arms_of(receipt: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) 
         for output in run["outputs"].values()
         if isinstance(output, Mapping) and output.get("path")
     }
-    for entry in _maps(receipt.get("lossless")):
+    for entry in receipt.block("lossless"):
         for compared in _maps(entry.get("runs")):
             artifacts = compared.get("artifacts")
             for artifact in artifacts.values() if isinstance(artifacts, Mapping) else ():
@@ -100,7 +101,7 @@ def publication_word(state: Mapping[str, Any]) -> str:
     return "unpublished" if publication == "unpublished" else "publication unknown"
 
 
-def arm_source_lines(receipts: Iterable[Mapping[str, Any]]) -> list[str]:
+def arm_source_lines(receipts: Iterable[ReceiptRecord]) -> list[str]:
     """``verify``'s lines on which source revision each arm ran; none when no run named any."""
     arms = arm_sources(receipts)
     if not arms:

@@ -71,7 +71,7 @@ class ExportFolder:
         target = folder / receipt.name
         _copy_atomic(receipt, target)
         try:
-            source = (load(receipt).get("runspec") or {}).get("source") or {}
+            source = load(receipt).source or {}
         except ReceiptError:
             source = {}  # copied as it is: verify names what is wrong with it
         name = str(source.get("diff_file") or "")

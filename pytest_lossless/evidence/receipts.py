@@ -257,23 +257,47 @@ class ReceiptParts:
 
     @classmethod
     def from_json(cls, receipt: Mapping[str, Any]) -> ReceiptParts:
+        """The parts of a receipt as JSON (one being written, or a checker's receipt)."""
+        return cls._of(
+            receipt.get("schema_version"),
+            receipt.get("outcome"),
+            {name: _maps(receipt.get(name)) for name in (*LIST_BLOCKS, "matrix")},
+            has_matrix="matrix" in receipt,
+        )
+
+    @classmethod
+    def of(cls, record: ReceiptRecord) -> ReceiptParts:
+        """The parts of a receipt as read (:func:`load`)."""
+        return cls._of(
+            record.schema_version, record.outcome, record.entries, has_matrix=record.has("matrix")
+        )
+
+    @classmethod
+    def _of(
+        cls,
+        version: object,
+        outcome: object,
+        blocks: Mapping[str, Sequence[Mapping[str, Any]]],
+        *,
+        has_matrix: bool,
+    ) -> ReceiptParts:
         runs = []
-        for record in _maps(receipt.get("runs")):
+        for record in blocks.get("runs", ()):
             lifecycle = lifecycle_verdict(record)
             runs.append(RunLifecycle(record.get("name"), lifecycle["clean"], lifecycle["summary"]))
         return cls(
-            schema_version=receipt.get("schema_version"),
-            outcome=receipt.get("outcome"),
+            schema_version=version,
+            outcome=outcome,
             runs=tuple(runs),
-            gates=tuple(GateRow.from_json(g) for g in _maps(receipt.get("gates"))),
+            gates=tuple(GateRow.from_json(g) for g in blocks.get("gates", ())),
             checks=tuple(
                 CheckRow.from_json(block, entry)
                 for block in ("lossless", "speed")
-                for entry in _maps(receipt.get(block))
+                for entry in blocks.get(block, ())
             ),
             matrix=(
-                tuple(_matrix_verdict(m) for m in _maps(receipt.get("matrix")))
-                if "matrix" in receipt  # only receipts with a determinism matrix (#24)
+                tuple(_matrix_verdict(m) for m in blocks.get("matrix", ()))
+                if has_matrix  # only receipts with a determinism matrix (#24)
                 else None
             ),
         )
@@ -394,6 +418,30 @@ class ReceiptRecord:
         """The RunSpec's ``source`` block: the rootdir's revision, diff and publication."""
         source = (self.runspec or {}).get("source")
         return source if isinstance(source, dict) else None
+
+    @property
+    def host(self) -> dict[str, str | None] | None:
+        """The RunSpec's ``host``: the host its session ran on (:func:`.index.host_identity`)."""
+        host = (self.runspec or {}).get("host")
+        return host if isinstance(host, dict) else None
+
+    def block(self, name: str) -> list[dict[str, Any]]:
+        """The entries of a list block (``runs``, ``gates``, ``lossless``, ``speed``,
+        ``canary``, ``export``, ``matrix``, ``updates``), in order; empty when absent."""
+        return self.entries.get(name, [])
+
+    def has(self, name: str) -> bool:
+        """Whether the receipt holds the list block ``name`` (an optional block may be absent)."""
+        return name in self.entries
+
+    @property
+    def parts(self) -> ReceiptParts:
+        """What its verdicts derive from, re-read from its raw blocks."""
+        return ReceiptParts.of(self)
+
+    def verdicts(self) -> Verdicts:
+        """Its verdicts, re-derived from its raw blocks (not the recorded ones)."""
+        return self.parts.verdicts()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -659,8 +707,9 @@ def _json_default(value: object) -> Any:
 # ------------------------------------------------------------------ reading
 
 
-def load(path: Path | str) -> dict[str, Any]:
-    """A receipt as written; :class:`ReceiptError` naming the file when it cannot be used."""
+def load_json(path: Path | str) -> dict[str, Any]:
+    """A receipt's JSON as written, its schema and version checked (``verify`` hashes it as it
+    is); :class:`ReceiptError` naming the file when it cannot be used."""
     path = Path(path)
     try:
         # Not followed through a link, never blocked on a FIFO, bounded in size and depth.
@@ -689,6 +738,20 @@ def load(path: Path | str) -> dict[str, Any]:
     return data
 
 
+def load(path: Path | str) -> ReceiptRecord:
+    """A receipt as read into its record; :class:`ReceiptError` naming the file when it cannot
+    be used (not JSON, not a receipt, a version this release does not read, a block of the
+    wrong shape)."""
+    return _record(Path(path), load_json(path))
+
+
+def _record(path: Path, data: Mapping[str, Any]) -> ReceiptRecord:
+    try:
+        return ReceiptRecord.from_json(data)
+    except ReceiptError as exc:
+        raise ReceiptError(f"{path}: the receipt cannot be read: {exc}", path=str(path)) from None
+
+
 def receipt_paths(directory: Path | str) -> list[Path]:
     """Every receipt under ``directory``, in every session folder (a single receipt file is
     accepted too); sessions' ``INDEX.json`` files are not receipts."""
@@ -700,9 +763,9 @@ def receipt_paths(directory: Path | str) -> list[Path]:
     )
 
 
-def load_all(directory: Path | str) -> dict[Path, dict[str, Any] | ReceiptError]:
+def load_all(directory: Path | str) -> dict[Path, ReceiptRecord | ReceiptError]:
     """Every receipt of a folder, read once: the receipt, or why it cannot be read."""
-    loaded: dict[Path, dict[str, Any] | ReceiptError] = {}
+    loaded: dict[Path, ReceiptRecord | ReceiptError] = {}
     for path in receipt_paths(directory):
         try:
             loaded[path] = load(path)

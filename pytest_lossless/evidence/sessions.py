@@ -29,9 +29,10 @@ from .index import (
     load_index,
     sha256_regular,
 )
+from .receipts import ReceiptRecord
 from .shards import ShardedSession, shard_findings, shard_lines
 
-Loaded = Mapping[Path, "dict[str, Any] | ReceiptError"]
+Loaded = Mapping[Path, "ReceiptRecord | ReceiptError"]
 #: The file at the top of an export folder (``--lossless-export``): its receipts are copies.
 EXPORT_JSON = "export.json"
 INCOMPLETE = "INCOMPLETE"
@@ -60,7 +61,7 @@ class Session:
 
     folder: Path
     index: SessionIndex | None
-    receipts: dict[Path, dict[str, Any] | ReceiptError]
+    receipts: dict[Path, ReceiptRecord | ReceiptError]
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -76,9 +77,8 @@ class Session:
         if self.index is not None and self.index.host is not None:
             return self.index.host
         for receipt in self._receipts():
-            found = _runspec(receipt).get("host")
-            if isinstance(found, Mapping):
-                return found
+            if receipt.host is not None:
+                return receipt.host
         return None
 
     def sources(self) -> dict[str, bool]:
@@ -93,8 +93,8 @@ class Session:
         record of the rootdir's source here."""
         blocks: list[tuple[str, object]] = [(INDEX_NAME, self.index.source if self.index else None)]
         for path, receipt in self.receipts.items():
-            if isinstance(receipt, dict):
-                blocks.append((path.name, _runspec(receipt).get("source")))
+            if isinstance(receipt, ReceiptRecord):
+                blocks.append((path.name, receipt.source))
         return [
             (where, str(block.get("revision") or NO_REVISION), block)
             for where, block in blocks
@@ -111,8 +111,8 @@ class Session:
             return None
         return "; ".join(f"{_short(rev)} in {_places(names)}" for rev, names in places.items())
 
-    def _receipts(self) -> list[dict[str, Any]]:
-        return [r for r in self.receipts.values() if isinstance(r, dict)]
+    def _receipts(self) -> list[ReceiptRecord]:
+        return [r for r in self.receipts.values() if isinstance(r, ReceiptRecord)]
 
 
 def _places(names: list[str]) -> str:
@@ -123,15 +123,12 @@ def _places(names: list[str]) -> str:
     return " and ".join(shown)
 
 
-def _runspec(receipt: Mapping[str, Any]) -> Mapping[str, Any]:
-    runspec = receipt.get("runspec")
-    return runspec if isinstance(runspec, Mapping) else {}
-
-
-def group_sessions(directory: Path, loaded: Loaded) -> dict[Path, dict[Path, Any]]:
+def group_sessions(
+    directory: Path, loaded: Loaded
+) -> dict[Path, dict[Path, ReceiptRecord | ReceiptError]]:
     """Session folder -> its receipts, for every folder under ``directory`` that holds a
     receipt or an index (``directory`` itself included)."""
-    groups: dict[Path, dict[Path, Any]] = {}
+    groups: dict[Path, dict[Path, ReceiptRecord | ReceiptError]] = {}
     for index in sorted(directory.rglob(INDEX_NAME)):
         groups.setdefault(index.parent, {})
     for path, receipt in loaded.items():
@@ -139,7 +136,7 @@ def group_sessions(directory: Path, loaded: Loaded) -> dict[Path, dict[Path, Any
     return dict(sorted(groups.items()))
 
 
-def check_session(folder: Path, receipts: Mapping[Path, Any]) -> Session:
+def check_session(folder: Path, receipts: Loaded) -> Session:
     """The session of ``folder`` checked against its index (see the module's docstring)."""
     session = Session(folder, None, dict(receipts))
     found = session.findings
@@ -244,18 +241,18 @@ def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
                 )
             )
         receipt = session.receipts[path]
-        if not isinstance(receipt, dict):
+        if not isinstance(receipt, ReceiptRecord):
             continue
-        if entry.test_id and entry.test_id != receipt.get("test_id"):
+        if entry.test_id and entry.test_id != receipt.test_id:
             found.append(
                 Finding(
                     CONTRADICTION,
                     f"{path}: {INDEX_NAME} lists it as the receipt of "
                     f"{printable(entry.test_id)}, but it holds the receipt of "
-                    f"{printable(receipt.get('test_id'))}",
+                    f"{printable(receipt.test_id)}",
                 )
             )
-        runspec = _runspec(receipt)
+        runspec = receipt.runspec or {}
         if runspec.get("session_id") not in (None, session_id):
             found.append(
                 Finding(
@@ -264,8 +261,8 @@ def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
                     f"{printable(session_id)} whose folder holds it",
                 )
             )
-        host = runspec.get("host")
-        if isinstance(host, Mapping) and _host_key(host) != _host_key(index_host):
+        host = receipt.host
+        if host is not None and _host_key(host) != _host_key(index_host):
             found.append(
                 Finding(
                     CONTRADICTION,
@@ -456,8 +453,8 @@ def revision_findings(loaded: Loaded, sessions: list[Session], revision: str) ->
             )
 
     for path, receipt in loaded.items():
-        if isinstance(receipt, dict):
-            check(str(path), _runspec(receipt).get("source"))
+        if isinstance(receipt, ReceiptRecord):
+            check(str(path), receipt.source)
     for session in sessions:
         if session.index is not None:
             check(str(session.folder / INDEX_NAME), session.index.source)

@@ -35,9 +35,9 @@ from .receipts import (
     Integrity,
     ReceiptParts,
     ReceiptRecord,
-    load,
-    load_all,
+    load_json,
     raw_sha256,
+    receipt_paths,
 )
 from .summary_md import check_summaries
 
@@ -53,7 +53,7 @@ class Context:
 
     @cached_property
     def parts(self) -> ReceiptParts | None:
-        return None if self.record is None else ReceiptParts.from_json(self.record.to_json())
+        return None if self.record is None else self.record.parts
 
 
 MARKER_BYTES = re.compile(MARKER_RE.pattern.encode())
@@ -579,7 +579,7 @@ def verify_receipt(
     re-judges gates (default: the built-in kinds only)."""
     path = Path(path)
     if receipt is None:
-        receipt = load(path)
+        receipt = load_json(path)
     try:  # read once into its record: the checkers judge the blocks it holds
         record = ReceiptRecord.from_json(receipt)
     except ReceiptError as exc:
@@ -606,14 +606,48 @@ def verify(
     root = Path(directory)
     if not root.exists():
         return [f"{root}: no such receipts folder"]
-    kinds = kinds or KindRegistry()
     found: list[str] = []
-    loaded = load_all(root)
-    for path, receipt in loaded.items():
-        if isinstance(receipt, ReceiptError):
+    checked = verify_folder(root, checkers, kinds=kinds)
+    for path, receipt in checked.receipts.items():
+        if path not in checked.problems:  # not even JSON of a receipt
             found.append(str(receipt))
-        else:
-            found += [
-                f"{path}: {p}" for p in verify_receipt(path, checkers, receipt=receipt, kinds=kinds)
-            ]
-    return found + check_summaries(root, loaded)
+        found += [f"{path}: {p}" for p in checked.problems.get(path, ())]
+    return found + check_summaries(root, checked.receipts)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The receipts of a folder as :func:`verify_folder` read them: each one's record (or why
+    it cannot be read) and the contradictions its checkers found (only for readable JSON)."""
+
+    receipts: dict[Path, ReceiptRecord | ReceiptError]
+    problems: dict[Path, list[str]]
+
+
+def verify_folder(
+    directory: Path | str,
+    checkers: Mapping[str, Checker] | None = None,
+    *,
+    kinds: KindRegistry | None = None,
+    skip: Callable[[Path], bool] | None = None,
+) -> Checked:
+    """Every receipt under ``directory`` read once: its JSON as written goes to the checkers
+    (they hash and re-derive it as it is on disk), its record to the readers after them
+    (summaries, sessions). ``skip``: files that are not receipts (an export's table)."""
+    kinds = kinds or KindRegistry()
+    receipts: dict[Path, ReceiptRecord | ReceiptError] = {}
+    problems: dict[Path, list[str]] = {}
+    for path in receipt_paths(directory):
+        if skip is not None and skip(path):
+            continue
+        try:
+            receipt = load_json(path)
+        except ReceiptError as exc:
+            receipts[path] = exc
+            continue
+        problems[path] = verify_receipt(path, checkers, receipt=receipt, kinds=kinds)
+        try:
+            receipts[path] = ReceiptRecord.from_json(receipt)
+        except ReceiptError as exc:  # its checkers named it already
+            receipts[path] = ReceiptError(f"{path}: the receipt cannot be read: {exc}", path=path)
+    return Checked(receipts, problems)

@@ -82,14 +82,14 @@ class HtmlReport:
 
     def write(self) -> Path:
         """Write the report now (receipts read back, pictures drawn); returns index.html."""
-        from ..evidence.receipts import load
+        from ..evidence.receipts import ReceiptRecord, load
         from ..media import MediaLimits
         from ..report.details import needs_receipt
         from ..report.html import write_report
 
         resolved = settings(self.config)
         wanted = {row.test for row in self.rows if needs_receipt(row)}
-        receipts: dict[str, dict[str, Any]] = {}
+        receipts: dict[str, ReceiptRecord] = {}
         unread: list[str] = []
         for test in sorted(wanted):
             path = self.receipts.get(test)

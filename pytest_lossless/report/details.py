@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from .. import media
 from ..core.digests import sha256_file
 from ..errors import LosslessError
+from ..evidence.receipts import ReceiptRecord
 from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text, mapping
 from .charts import speed_svg
 from .mismatch import draw
@@ -53,16 +54,12 @@ def drawn(row: Row, found: Found | None) -> bool:
 class _Blocks:
     """One receipt's blocks, handed out to its rows in the order the test recorded them."""
 
-    def __init__(self, receipt: Mapping[str, Any]) -> None:
-        self.gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
-        self.lossless = [v for v in receipt.get("lossless") or [] if isinstance(v, Mapping)]
-        self.speed = [v for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
-        self.matrix = [v for v in receipt.get("matrix") or [] if isinstance(v, Mapping)]
-        self.servers = tuple(
-            r
-            for r in receipt.get("runs") or []
-            if isinstance(r, Mapping) and r.get("kind") == "server"
-        )
+    def __init__(self, receipt: ReceiptRecord) -> None:
+        self.gates = list(receipt.block("gates"))
+        self.lossless = list(receipt.block("lossless"))
+        self.speed = list(receipt.block("speed"))
+        self.matrix = list(receipt.block("matrix"))
+        self.servers = tuple(r for r in receipt.block("runs") if r.get("kind") == "server")
 
     def take(self, row: Row) -> Found | None:
         if is_speed(row):
@@ -83,9 +80,7 @@ class _Blocks:
         return None
 
 
-def match_rows(
-    rows: Sequence[Row], receipts: Mapping[str, Mapping[str, Any]]
-) -> list[Found | None]:
+def match_rows(rows: Sequence[Row], receipts: Mapping[str, ReceiptRecord]) -> list[Found | None]:
     """For each row (in the order the tests recorded them), its receipt block, if any."""
     blocks = {test: _Blocks(receipt) for test, receipt in receipts.items()}
     return [blocks[row.test].take(row) if row.test in blocks else None for row in rows]

@@ -27,6 +27,7 @@ from pytest_lossless.devices.backends import (
 from pytest_lossless.devices.base import ToolError
 from pytest_lossless.errors import RunError
 from pytest_lossless.evidence.crosscheck import check_run_requests, check_run_sequence
+from pytest_lossless.evidence.receipts import ReceiptRecord
 from pytest_lossless.report.details import Details, match_rows, server_line
 from pytest_lossless.report.table import Row
 from pytest_lossless.run import Launcher
@@ -447,7 +448,7 @@ def test_the_receipt_details_get_a_line_per_server_run() -> None:
         "speed": [{"samples": [], "design": "ABBA", "verdict": "INCONCLUSIVE"}],
     }
     row = Row("t.py::test_serve", "speed 5s", "ratio <= 0.700", "INCONCLUSIVE")
-    (found,) = match_rows([row], {"t.py::test_serve": receipt})
+    (found,) = match_rows([row], {"t.py::test_serve": ReceiptRecord.from_json(receipt)})
     assert found is not None
     assert [r["name"] for r in found.servers] == ["server-01", "server-02"]
 

@@ -24,6 +24,7 @@ from pytest_lossless.evidence.provenance import (
     source_revision,
     source_state,
 )
+from pytest_lossless.evidence.receipts import ReceiptRecord
 
 
 def git(root: Path, *args: str) -> str:
@@ -449,11 +450,11 @@ def test_arm_sources_from_lossless_and_speed_entries() -> None:
                "publication": "published", "remote_branch": "origin/main"}  # fmt: skip
     candidate = {"revision": "b" * 40, "dirty": True, "published": False,
                  "publication": "unpublished"}  # fmt: skip
-    arms = arm_sources([_receipt(control, candidate)])
+    arms = arm_sources([ReceiptRecord.from_json(_receipt(control, candidate))])
     assert set(arms) == {"control", "candidate"}
     assert [s["revision"] for s in arms["control"]["/src/engine"]] == ["a" * 40]
     assert [s["revision"] for s in arms["candidate"]["/src/engine"]] == ["b" * 40]
-    lines = arm_source_lines([_receipt(control, candidate)])
+    lines = arm_source_lines([ReceiptRecord.from_json(_receipt(control, candidate))])
     assert lines[0] == "sources per arm:"
     assert any(
         "control" in line and "aaaaaaaaaaaa" in line and "clean" in line and "published" in line
@@ -469,8 +470,10 @@ def test_arm_sources_from_lossless_and_speed_entries() -> None:
 
 def test_runs_of_no_arm_are_listed_apart() -> None:
     receipt = {"runs": [{"name": "command-01", "sources": {"/e": {"revision": "c" * 40}}}]}
-    assert arm_sources([receipt]) == {"other": {"/e": [{"revision": "c" * 40}]}}
-    assert arm_source_lines([{"runs": []}]) == []
+    assert arm_sources([ReceiptRecord.from_json(receipt)]) == {
+        "other": {"/e": [{"revision": "c" * 40}]}
+    }
+    assert arm_source_lines([ReceiptRecord.from_json({"runs": []})]) == []
 
 
 def test_publication_contradictions_hold_the_record_to_its_branches(repo: Path) -> None:
