@@ -528,17 +528,14 @@ class Receipt:
         self.created_at = utc_iso()
         self.runspec: dict[str, Any] | None = None
         self._allocation: _HasToDict | Mapping[str, Any] | None = None
-        self.runs: list[dict[str, Any]] = []
-        self.gates: list[dict[str, Any]] = []
-        self.lossless: list[dict[str, Any]] = []
-        self.speed: list[dict[str, Any]] = []
-        #: The canaries that ran in this test (:mod:`..kinds.canary`), or were skipped.
-        self.canary: list[dict[str, Any]] = []
-        #: The producers run again for ``--lossless-export``: per artifact, its runs and
-        #: whether they agreed (what ``accept`` requires of an exported artifact).
-        self.export: list[dict[str, Any]] = []
-        #: The determinism matrices of the test (``lossless.matrix``): every cell's evidence.
-        self.matrix: list[dict[str, Any]] = []
+        #: Each list block's entries, as the fixtures add them: ``runs``, ``gates``,
+        #: ``lossless``, ``speed``; the canaries that ran (:mod:`..kinds.canary`, or were
+        #: skipped); ``export``, the producers run again for ``--lossless-export`` (per artifact,
+        #: its runs and whether they agreed: what ``accept`` requires); ``matrix``, the
+        #: determinism matrices of the test (``lossless.matrix``: every cell's evidence).
+        self.entries: dict[str, list[dict[str, Any]]] = {
+            name: [] for name in (*LIST_BLOCKS, "canary", "export", "matrix")
+        }
         self.outcome: dict[str, str] = {}
         #: What --update-goldens did to this test's goldens (created, changed, unchanged...).
         self.updates: list[dict[str, str]] = []
@@ -546,6 +543,16 @@ class Receipt:
     @property
     def name(self) -> str:
         return receipt_name(self.test_id)
+
+    @property
+    def runs(self) -> list[dict[str, Any]]:
+        """The run records so far, in the order the runs started."""
+        return self.entries["runs"]
+
+    @property
+    def gates(self) -> list[dict[str, Any]]:
+        """The golden gate entries so far (``GateResult.to_dict()`` with its evidence)."""
+        return self.entries["gates"]
 
     @property
     def allocation(self) -> dict[str, Any] | None:
@@ -560,25 +567,25 @@ class Receipt:
         self._allocation = allocation
 
     def add_run(self, record: Mapping[str, Any]) -> None:
-        self.runs.append(dict(record))
+        self.entries["runs"].append(dict(record))
 
     def add_gate(self, result: _HasToDict | Mapping[str, Any]) -> None:
-        self.gates.append(_plain(result))
+        self.entries["gates"].append(_plain(result))
 
     def add_lossless(self, verdict: _HasToDict | Mapping[str, Any]) -> None:
-        self.lossless.append(_plain(verdict))
+        self.entries["lossless"].append(_plain(verdict))
 
     def add_speed(self, verdict: _HasToDict | Mapping[str, Any]) -> None:
-        self.speed.append(_plain(verdict))
+        self.entries["speed"].append(_plain(verdict))
 
     def add_canary(self, record: _HasToDict | Mapping[str, Any]) -> None:
-        self.canary.append(_plain(record))
+        self.entries["canary"].append(_plain(record))
 
     def add_export(self, record: Mapping[str, Any]) -> None:
-        self.export.append(_plain(record))
+        self.entries["export"].append(_plain(record))
 
     def add_matrix(self, grid: _HasToDict | Mapping[str, Any]) -> None:
-        self.matrix.append(_plain(grid))
+        self.entries["matrix"].append(_plain(grid))
 
     def set_updates(self, events: Sequence[Mapping[str, str]]) -> None:
         self.updates = [dict(e) for e in events]
@@ -593,7 +600,7 @@ class Receipt:
 
     @property
     def empty(self) -> bool:
-        return not (self.runs or self.gates or self.lossless or self.speed or self.matrix)
+        return not any(self.entries[name] for name in (*LIST_BLOCKS, "matrix"))
 
     def _stored_diff(self) -> tuple[str, bytes] | None:
         """The diff as stored (already redacted by :meth:`set_runspec`) and its file name
@@ -627,13 +634,14 @@ class Receipt:
             "runspec": self._runspec_block(),
             "allocation": self.allocation,
             "runs": [{**run, "lifecycle": lifecycle_verdict(run)} for run in self.runs],
-            "gates": self.gates,
-            "lossless": self.lossless,
-            "speed": self.speed,
+            "gates": self.entries["gates"],
+            "lossless": self.entries["lossless"],
+            "speed": self.entries["speed"],
         }
         for name in OPTIONAL_BLOCKS:
-            if getattr(self, name):
-                raw[name] = getattr(self, name)
+            entries = self.updates if name == "updates" else self.entries[name]
+            if entries:
+                raw[name] = entries
         data = json.loads(json.dumps(raw, default=_json_default))  # what a reader will see
         record = ReceiptRecord.from_json(data)
         covers = (*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data))

@@ -101,7 +101,7 @@ def launcher(tmp_path: Path) -> Iterator[Launcher]:
 
 
 def _findings(record: dict[str, Any]) -> list[str]:
-    return check_run_requests(None, {"runs": [record]}, None)
+    return check_run_requests(None, ReceiptRecord.from_json({"runs": [record]}), None)
 
 
 # ------------------------------------------------------------------ requests
@@ -249,7 +249,8 @@ def _clean_server_record() -> dict[str, Any]:
 def test_verify_names_request_totals_that_contradict_the_records() -> None:
     clean = _clean_server_record()
     assert _findings(clean) == []
-    assert check_run_sequence(None, {"runs": [clean]}, None) == []  # verify's "runs/sequence"
+    receipt = ReceiptRecord.from_json({"runs": [clean]})
+    assert check_run_sequence(None, receipt, None) == []  # verify's "runs/sequence"
 
     dropped = copy.deepcopy(clean)
     del dropped["requests"][1]  # the failed request removed, totals left

@@ -480,11 +480,11 @@ def test_a_run_that_ended_before_the_speed_gate_began_is_not_one_of_its_samples(
                         "started_at": start, "arm_seconds": 0.26, "seconds": 0.25,
                         "run": name, "runs": [name]})  # fmt: skip
     receipt = {"runs": runs, "speed": [{"design": "ABBA", "samples": samples}]}
-    assert check_speed_runs(None, receipt, None) == []
+    assert check_speed_runs(None, ReceiptRecord.from_json(receipt), None) == []
     # A run inside the gate's span that no sample names: its sample was removed.
     runs.append({"name": "command-08", "kind": "command", "started_at": iso(t0 + 0.5),
                  "ended_at": iso(t0 + 0.55), "wall_seconds": 0.05})  # fmt: skip
-    found = check_speed_runs(None, receipt, None)
+    found = check_speed_runs(None, ReceiptRecord.from_json(receipt), None)
     assert any("command-08" in f and "samples were removed" in f for f in found), found
 
 
