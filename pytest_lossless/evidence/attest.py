@@ -381,7 +381,7 @@ def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any
     detail = {
         "session": {
             "id": session.session_id,
-            "host": index.host,
+            "host": None if index.host is None else index.host.to_json(),
             "started_at": index.started_at,
             "ended_at": index.ended_at,
             "state": index.state,

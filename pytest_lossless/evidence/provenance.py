@@ -36,6 +36,7 @@ from ..core.redact import Redactor
 from ..core.text import printable
 from ..errors import ConfigError
 from ..run import hash_inputs
+from .index import HostIdentity
 
 #: Distributions whose versions every receipt records.
 PACKAGES = (
@@ -635,7 +636,7 @@ def runspec(
     inputs: Mapping[str, str | os.PathLike[str]] | None = None,
     facts: Mapping[str, Any] | None = None,
     ignore: Sequence[Path] = (),
-    host: Mapping[str, Any] | None = None,
+    host: HostIdentity | None = None,
     session_id: str | None = None,
     sources: SourceStates | None = None,
 ) -> dict[str, Any]:
@@ -668,7 +669,7 @@ def runspec(
     if isinstance(facts.get("scheduler"), Mapping):
         spec["scheduler"] = dict(facts["scheduler"])
     if host is not None:
-        spec["host"] = dict(host)
+        spec["host"] = host.to_json()
     if session_id is not None:
         spec["session_id"] = session_id
     return spec

@@ -24,7 +24,7 @@ from ..core.redact import Redactor
 from ..core.verdict import Verdict, outcome_verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
-from .index import INDEX_NAME
+from .index import INDEX_NAME, HostIdentity
 from .provenance import redact_runspec
 
 SCHEMA = "pytest-lossless.receipt"
@@ -420,10 +420,9 @@ class ReceiptRecord:
         return source if isinstance(source, dict) else None
 
     @property
-    def host(self) -> dict[str, str | None] | None:
+    def host(self) -> HostIdentity | None:
         """The RunSpec's ``host``: the host its session ran on (:func:`.index.host_identity`)."""
-        host = (self.runspec or {}).get("host")
-        return host if isinstance(host, dict) else None
+        return HostIdentity.from_json((self.runspec or {}).get("host"))
 
     def block(self, name: str) -> list[dict[str, Any]]:
         """The entries of a list block (``runs``, ``gates``, ``lossless``, ``speed``,

@@ -23,6 +23,7 @@ from .index import (
     INDEX_NAME,
     OK_WITHOUT_RECEIPT,
     SUMMARY_NAME,
+    HostIdentity,
     IndexFile,
     SessionIndex,
     host_label,
@@ -73,7 +74,7 @@ class Session:
         return self.index is not None and self.index.finished
 
     @property
-    def host(self) -> Mapping[str, Any] | None:
+    def host(self) -> HostIdentity | None:
         if self.index is not None and self.index.host is not None:
             return self.index.host
         for receipt in self._receipts():
@@ -262,7 +263,7 @@ def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
                 )
             )
         host = receipt.host
-        if host is not None and _host_key(host) != _host_key(index_host):
+        if host is not None and host.key != (index_host.key if index_host else ("", "")):
             found.append(
                 Finding(
                     CONTRADICTION,
@@ -271,12 +272,6 @@ def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
                 )
             )
     return listed
-
-
-def _host_key(host: Any) -> tuple[str, str]:
-    if not isinstance(host, Mapping):
-        return ("", "")
-    return (str(host.get("hostname") or ""), str(host.get("machine") or ""))
 
 
 def _check_tests(session: Session, label: str, listed: Mapping[str, IndexFile]) -> None:
@@ -560,13 +555,13 @@ class StoredSession:
     #: When it started (``started_at`` of its index, else its id, which starts with the time).
     started: str
     finished: bool
-    host: Mapping[str, Any] | None
+    host: HostIdentity | None
     #: A ``sign`` output names it (a bundle's envelope or an unsigned Statement).
     signed: bool
 
 
 def sessions_to_prune(
-    stored: list[StoredSession], *, keep: int, host: Mapping[str, Any], current: str
+    stored: list[StoredSession], *, keep: int, host: HostIdentity, current: str
 ) -> list[StoredSession]:
     """The session folders to remove so that the last ``keep`` remain (``keep`` 0: none):
     of the ones older than the ``keep`` newest, only the finished sessions of ``host`` that
@@ -580,7 +575,8 @@ def sessions_to_prune(
         if s.finished
         and not s.signed
         and s.session_id != current
-        and _host_key(s.host) == _host_key(host)
+        and s.host is not None
+        and s.host.key == host.key
     ]
 
 

@@ -74,7 +74,7 @@ def _session_facts(receipts: list[ReceiptRecord]) -> tuple[str, str]:
     for receipt in receipts:
         host = receipt.host
         if host is not None:
-            hosts.add(str(host.get("hostname")))
+            hosts.add(str(host.hostname))
         source = receipt.source
         if source is not None and "revision" in source:
             revision = str(source.get("revision") or "")[:12] or "no git revision"

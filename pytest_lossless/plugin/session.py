@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -25,6 +25,9 @@ from .config import settings
 from .evidence import session_folder, source_revision, write_interrupted
 from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
+
+if TYPE_CHECKING:
+    from ..evidence.index import HostIdentity
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -168,7 +171,7 @@ class SummaryPlugin:
             if self.written is None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _prune(self, session_id: str, host: Mapping[str, Any]) -> None:
+    def _prune(self, session_id: str, host: HostIdentity) -> None:
         """Keep the last ``lossless_receipts_keep`` session folders: older finished sessions
         of this host that no ``sign`` output names are removed; never under sharding or a
         scheduler, whose shared folder holds sessions still to be merged."""

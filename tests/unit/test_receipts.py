@@ -636,3 +636,20 @@ def test_load_reads_a_receipt_into_its_record_and_names_a_block_of_the_wrong_sha
     # verify names it once, with the file, and still checks the rest of the folder
     lines = [line for line in verify(tmp_path) if "cannot be read" in line]
     assert lines == [f"{path}: the receipt cannot be read: gates is not a list of objects"]
+
+
+def test_the_host_identity_is_typed_and_written_back_key_for_key() -> None:
+    from pytest_lossless.evidence.index import INDEX_NAME, HostIdentity, load_index
+
+    index = load_index(GPU_SESSION / INDEX_NAME)
+    assert isinstance(index.host, HostIdentity)
+    recorded = json.loads((GPU_SESSION / INDEX_NAME).read_text())["host"]
+    assert index.host.to_json() == recorded
+    for path in sorted(GPU_SESSION.glob("*.json")):
+        if path.name != INDEX_NAME:
+            assert load(path).host == index.host, path.name  # each receipt names its host
+            written = load_json(path)["runspec"]["host"]
+            assert list(index.host.to_json()) == list(written)  # as a RunSpec writes it
+    assert HostIdentity.from_json(None) is None
+    assert HostIdentity.from_json({"hostname": "h"}) == HostIdentity("h")
+    assert HostIdentity("h", machine="m" * 32).key == ("h", "m" * 32)
