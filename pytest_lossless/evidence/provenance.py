@@ -134,6 +134,103 @@ class SourceState:
     diff: str = ""
     changed_files: int = 0
     untracked: tuple[str, ...] = ()
+    #: How many untracked files a compact block (:meth:`compact`) counted; it lists none.
+    untracked_count: int | None = None
+
+    @classmethod
+    def from_json(cls, block: object) -> SourceState | None:
+        """A source block as recorded (a RunSpec's ``source``, a run's ``sources`` tree, a
+        manifest's or the index's compact identity), for the readers that describe it; None
+        when it is not an object. ``verify`` judges the recorded JSON itself
+        (:func:`publication_contradictions`)."""
+        if not isinstance(block, Mapping):
+            return None
+
+        def text(key: str) -> str | None:
+            value = block.get(key)
+            return None if value is None else str(value)
+
+        def names(key: str) -> tuple[str, ...]:
+            value = block.get(key)
+            return tuple(map(str, value)) if isinstance(value, list) else ()
+
+        def count(key: str) -> int:
+            value = block.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        urls, published = block.get("remote_urls"), block.get("published")
+        dirty, untracked = block.get("dirty"), block.get("untracked_count")
+        return cls(
+            revision=text("revision") or None,
+            git_error=text("git_error"),
+            publication=Publication(
+                remotes=names("remotes"),
+                remote_urls=tuple((str(k), str(v)) for k, v in urls.items())
+                if isinstance(urls, Mapping)
+                else (),
+                local_remotes=names("local_remotes"),
+                remote_branches=names("remote_branches"),
+                published_branches=names("published_branches"),
+                remote_branch=text("remote_branch"),
+                remote_url=text("remote_url"),
+                published=published if isinstance(published, bool) else None,
+                publication=text("publication") or "unknown",
+                publication_detail=text("publication_detail") or "",
+            ),
+            branch=text("branch"),
+            toplevel=text("toplevel"),
+            dirty=dirty if isinstance(dirty, bool) else None,
+            diff_sha256=text("diff_sha256"),
+            diff_bytes=count("diff_bytes"),
+            changed_files=count("changed_files"),
+            untracked=names("untracked"),
+            untracked_count=untracked if isinstance(untracked, int) else None,
+        )
+
+    @property
+    def untracked_files(self) -> int:
+        """How many untracked files the tree had (listed, or counted by a compact block)."""
+        return len(self.untracked) if self.untracked_count is None else self.untracked_count
+
+    def problem(self) -> str | None:
+        """What keeps this tree from being a published revision, or None: not git, dirty, or
+        in no remote-tracking branch of a non-local remote (or that could not be read)."""
+        if not self.revision:
+            return f"not a git revision ({printable(self.git_error or 'unknown')})"
+        if self.dirty:
+            changed = self.changed_files
+            parts = [_plural(changed, "changed file")] if changed or self.diff_bytes else []
+            if self.untracked_files:
+                parts.append(_plural(self.untracked_files, "untracked file"))
+            return "dirty: " + " and ".join(parts or ["uncommitted changes"])
+        publication = self.publication
+        if publication.publication == "published" and publication.published is True:
+            return None
+        problem = (
+            f"revision {self.revision[:12]} is in no remote-tracking branch of a non-local remote"
+        )
+        detail = publication.publication_detail
+        if publication.publication == "unknown" and detail:
+            return f"{problem} as far as can be told ({printable(detail)})"
+        return problem
+
+    def describe(self) -> str:
+        """The state in a few words: ``3f2a9c1e0b7d clean, published (origin/main)``."""
+        revision = (self.revision or "")[:12] or "no git revision"
+        if self.dirty:
+            diff = (self.diff_sha256 or "")[:12]
+            dirty = f"dirty (diff {diff})" if self.diff_bytes and diff else "dirty"
+        else:
+            dirty = "clean" if self.dirty is False else "dirty unknown"
+        return printable(f"{revision} {dirty}, {self.publication_word}")
+
+    @property
+    def publication_word(self) -> str:
+        """``published (origin/main)``, ``unpublished`` or ``publication unknown``."""
+        publication, where = self.publication.publication, self.publication.remote_branch
+        if publication == "published":
+            return printable(f"published ({where})" if where else "published")
+        return "unpublished" if publication == "unpublished" else "publication unknown"
 
     def to_json(self) -> dict[str, Any]:
         published = self.publication.to_json()
@@ -175,7 +272,7 @@ class SourceState:
         keys += ("publication", "remote_url", "remote_branch", "published_branches")
         keys += ("publication_detail", "changed_files")
         compact = {key: state.get(key) for key in keys}
-        compact["untracked_count"] = len(self.untracked)
+        compact["untracked_count"] = self.untracked_files
         return compact
 
 
@@ -467,28 +564,10 @@ def _detail(
     return "only in " + "; ".join(notes) + ": not published where others can fetch it"
 
 
-def publication_problem(source: Mapping[str, Any]) -> str | None:
-    """What keeps a source tree (a ``source_state`` or ``source_revision`` block) from being a
-    published revision, or None: not git, dirty, or in no remote-tracking branch of a non-local
-    remote (or that could not be read)."""
-    revision = source.get("revision")
-    if not revision:
-        return f"not a git revision ({printable(source.get('git_error') or 'unknown')})"
-    if source.get("dirty"):
-        changed = int(source.get("changed_files") or 0)
-        untracked = source.get("untracked")
-        count = len(untracked) if isinstance(untracked, list) else source.get("untracked_count")
-        parts = [_plural(changed, "changed file")] if changed or source.get("diff_bytes") else []
-        if count:
-            parts.append(_plural(int(count), "untracked file"))
-        return "dirty: " + " and ".join(parts or ["uncommitted changes"])
-    if source.get("publication") == "published" and source.get("published") is True:
-        return None
-    problem = f"revision {str(revision)[:12]} is in no remote-tracking branch of a non-local remote"
-    detail = source.get("publication_detail")
-    if source.get("publication") == "unknown" and detail:
-        return f"{problem} as far as can be told ({printable(detail)})"
-    return problem
+def publication_problem(source: SourceState) -> str | None:
+    """What keeps a source tree from being a published revision (:meth:`SourceState.problem`),
+    or None."""
+    return source.problem()
 
 
 def publication_contradictions(source: Mapping[str, Any], label: str) -> list[str]:
@@ -566,7 +645,18 @@ def _ffmpeg_version() -> str | None:
     return first[0].strip() if first else None
 
 
-def session_facts() -> dict[str, Any]:
+@dataclass(frozen=True)
+class SessionFacts:
+    """What stays the same for a whole session (:func:`session_facts`): the versions of
+    Python, the packages and ffmpeg, the platform, and the scheduler job it runs in."""
+
+    versions: dict[str, str | None]
+    platform: dict[str, str | int | None]
+    #: The scheduler job (:func:`scheduler_identity`), as the scheduler module records it.
+    scheduler: dict[str, Any] | None = None
+
+
+def session_facts() -> SessionFacts:
     """What stays the same for a whole session: versions, ffmpeg, platform, interpreter.
 
     Computed once per session by the plugin and passed to :func:`runspec`.
@@ -587,9 +677,9 @@ def session_facts() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             continue
     versions["ffmpeg"] = _ffmpeg_version()
-    facts: dict[str, Any] = {
-        "versions": versions,
-        "platform": {
+    return SessionFacts(
+        versions=versions,
+        platform={
             "system": platform.system(),
             "release": platform.release(),
             "machine": platform.machine(),
@@ -599,11 +689,8 @@ def session_facts() -> dict[str, Any]:
             "hostname": socket.gethostname(),
             "cpu_count": os.cpu_count(),
         },
-    }
-    scheduler = scheduler_identity(os.environ)
-    if scheduler is not None:
-        facts["scheduler"] = scheduler
-    return facts
+        scheduler=scheduler_identity(os.environ),
+    )
 
 
 def scheduler_identity(env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -634,7 +721,7 @@ def runspec(
     *,
     knobs: Sequence[str],
     inputs: Mapping[str, str | os.PathLike[str]] | None = None,
-    facts: Mapping[str, Any] | None = None,
+    facts: SessionFacts | None = None,
     ignore: Sequence[Path] = (),
     host: HostIdentity | None = None,
     session_id: str | None = None,
@@ -649,25 +736,25 @@ def runspec(
     the receipt; the receipt's integrity hash covers them with the rest of the RunSpec.
     ``sources`` is the session's :class:`SourceStates`: the rootdir is read from git once.
     """
-    facts = dict(facts) if facts is not None else session_facts()
+    facts = facts if facts is not None else session_facts()
     env = environment(knobs)
     fingerprint = canonical_sha256(
         {
             "environment": env,
-            "versions": facts.get("versions"),
-            "platform": {k: v for k, v in (facts.get("platform") or {}).items() if k != "hostname"},
+            "versions": facts.versions,
+            "platform": {k: v for k, v in facts.platform.items() if k != "hostname"},
         }
     )
     spec: dict[str, Any] = {
         "invocation": {"argv": list(sys.argv), "cwd": os.getcwd(), "rootdir": str(rootdir)},
         "source": (sources or SourceStates()).state(rootdir, ignore=ignore).to_json(),
-        "versions": facts.get("versions"),
-        "platform": facts.get("platform"),
+        "versions": facts.versions,
+        "platform": facts.platform,
         "environment": {**env, "fingerprint_sha256": fingerprint},
         "inputs": hash_inputs(inputs or {}),
     }
-    if isinstance(facts.get("scheduler"), Mapping):
-        spec["scheduler"] = dict(facts["scheduler"])
+    if facts.scheduler is not None:
+        spec["scheduler"] = dict(facts.scheduler)
     if host is not None:
         spec["host"] = host.to_json()
     if session_id is not None:
@@ -716,6 +803,7 @@ __all__ = [
     "PACKAGES",
     "PUBLISH_FIX",
     "Publication",
+    "SessionFacts",
     "SourceState",
     "SourceStates",
     "environment",

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core.text import printable
 from ..errors import ReceiptError
-from .arm_sources import arm_source_lines, publication_word
+from .arm_sources import arm_source_lines
 from .index import (
     INDEX_NAME,
     OK_WITHOUT_RECEIPT,
@@ -30,6 +30,7 @@ from .index import (
     load_index,
     sha256_regular,
 )
+from .provenance import SourceState
 from .receipts import ReceiptRecord
 from .shards import ShardedSession, shard_findings, shard_lines
 
@@ -86,10 +87,10 @@ class Session:
         """Source revision -> whether any record of it here was dirty."""
         found: dict[str, bool] = {}
         for _, revision, block in self.source_blocks():
-            found[revision] = found.get(revision, False) or bool(block.get("dirty"))
+            found[revision] = found.get(revision, False) or bool(block.dirty)
         return found
 
-    def source_blocks(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+    def source_blocks(self) -> list[tuple[str, str, SourceState]]:
         """(where: ``INDEX.json`` or a receipt's file name, revision, source block) of each
         record of the rootdir's source here."""
         blocks: list[tuple[str, object]] = [(INDEX_NAME, self.index.source if self.index else None)]
@@ -97,9 +98,11 @@ class Session:
             if isinstance(receipt, ReceiptRecord):
                 blocks.append((path.name, receipt.source))
         return [
-            (where, str(block.get("revision") or NO_REVISION), block)
+            (where, state.revision or NO_REVISION, state)
             for where, block in blocks
-            if isinstance(block, Mapping) and "revision" in block
+            if isinstance(block, Mapping)
+            and "revision" in block
+            and (state := SourceState.from_json(block)) is not None
         ]
 
     def mixed(self) -> str | None:
@@ -377,7 +380,7 @@ class Campaign:
             dirty = sum(1 for s in sessions if s.sources().get(revision))
             state = f"dirty in {dirty}" if dirty else "clean"
             blocks = [b for s in sessions for _, r, b in s.source_blocks() if r == revision]
-            published = sorted({publication_word(b) for b in blocks})
+            published = sorted({b.publication_word for b in blocks})
             shown = ", ".join([state, " / ".join(published)] if published else [state])
             lines.append(f"  {_short(revision)}: {_count(sessions)} ({shown})")
         for session in self.sessions:

@@ -157,11 +157,11 @@ def _check_published(config: pytest.Config, resolved: Settings) -> None:
         return
     if getattr(option, "help", False) or getattr(option, "collectonly", False):
         return
-    from ..evidence.provenance import PUBLISH_FIX, publication_problem
+    from ..evidence.provenance import PUBLISH_FIX
     from .evidence import source_states
 
     state = source_states(config).state(resolved.rootdir, ignore=resolved.written_folders)
-    problem = publication_problem(state.compact())
+    problem = state.problem()
     if problem is None:
         return
     detail = state.publication.publication_detail if problem.startswith("revision ") else None

@@ -19,7 +19,11 @@ from .config import session, settings
 
 if TYPE_CHECKING:
     from ..devices import Allocation  # noqa: F401 - named in a StashKey below
-    from ..evidence.provenance import SourceStates
+    from ..evidence.provenance import (
+        SessionFacts,  # noqa: F401 - named in a StashKey below
+        SourceState,
+        SourceStates,
+    )
     from ..evidence.receipts import Receipt
 
 #: ``item.stash[RECEIPT_KEY]``: the test's receipt, created by the first fixture that asks.
@@ -27,7 +31,7 @@ RECEIPT_KEY = pytest.StashKey["Receipt"]()
 #: ``item.stash[ALLOCATION_KEY]``: the test's allocation, for its receipt (set by ``devices``).
 ALLOCATION_KEY = pytest.StashKey["Allocation"]()
 #: Session-constant parts of every RunSpec (versions, ffmpeg, platform), computed once.
-FACTS_KEY = pytest.StashKey[dict[str, Any]]()
+FACTS_KEY = pytest.StashKey["SessionFacts"]()
 #: The session's source trees, each read from git once (#22).
 SOURCES_KEY = pytest.StashKey["SourceStates"]()
 #: ``item.stash[WRITTEN_KEY]``: the test's receipt was written (after its teardown).
@@ -69,10 +73,16 @@ def source_states(config: pytest.Config) -> SourceStates:
     return states
 
 
-def source_revision(config: pytest.Config) -> dict[str, Any]:
-    """The session's source identity; its own receipts do not make it dirty."""
+def source_state(config: pytest.Config) -> SourceState:
+    """The rootdir's source tree as the session read it; its own receipts do not make it
+    dirty."""
     resolved = settings(config)
-    return source_states(config).state(resolved.rootdir, ignore=resolved.written_folders).compact()
+    return source_states(config).state(resolved.rootdir, ignore=resolved.written_folders)
+
+
+def source_revision(config: pytest.Config) -> dict[str, Any]:
+    """The session's source identity as manifests, the index and an export record it."""
+    return source_state(config).compact()
 
 
 def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:

@@ -11,14 +11,17 @@ controller; only the controller writes the page (:func:`pytest_lossless.report.h
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import pytest
 
 from .. import report
 from ..errors import LosslessError
 from .config import settings
-from .evidence import session_folder, source_revision
+from .evidence import session_folder, source_state
+
+if TYPE_CHECKING:
+    from ..evidence.provenance import SourceState
 
 _PLUGIN_NAME = "lossless-html-report"
 _LINK_NAME = "lossless-pytest-html-link"
@@ -99,8 +102,8 @@ class HtmlReport:
                 receipts[test] = load(path)
             except LosslessError as exc:
                 unread.append(str(exc))
-        source = source_revision(self.config)
-        revision = str(source.get("revision") or "")[:12] or "no git revision"
+        source = source_state(self.config)
+        revision = (source.revision or "")[:12] or "no git revision"
         context = [("receipts", str(resolved.receipts)), ("source", _source(revision, source))]
         context += [("receipt not read", text) for text in unread]
         missing = sorted({row.test for row in self.rows} - set(self.receipts))
@@ -162,7 +165,7 @@ class PytestHtmlLink:
         )
 
 
-def _source(revision: str, source: dict[str, Any]) -> str:
-    if source.get("diff_bytes") or source.get("dirty"):
+def _source(revision: str, source: SourceState) -> str:
+    if source.diff_bytes or source.dirty:
         return f"{revision} (dirty)"
     return revision

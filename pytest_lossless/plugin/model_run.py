@@ -84,12 +84,12 @@ def _describe_source(
     a dirty or unpublished tree is a :class:`RunError` before the run starts. ``states``: the
     session's source trees, each read from git once."""
     from ..errors import RunError
-    from ..evidence.provenance import PUBLISH_FIX, SourceStates, publication_problem
+    from ..evidence.provenance import PUBLISH_FIX, SourceStates
 
-    state = (states or SourceStates()).state(path).compact()
-    problem = publication_problem(state) if required else None
+    found = (states or SourceStates()).state(path)
+    problem = found.problem() if required else None
     if problem is not None:
-        detail = state.get("publication_detail") if problem.startswith("revision ") else None
+        detail = found.publication.publication_detail if problem.startswith("revision ") else None
         raise RunError(
             printable(
                 f"model_run: --lossless-require-published: source tree {path} is not a published "
@@ -97,4 +97,4 @@ def _describe_source(
                 f"Fix: {PUBLISH_FIX}"
             )
         )
-    return state
+    return found.compact()

@@ -48,6 +48,13 @@ def git(root: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def _state(block: dict[str, Any]) -> provenance.SourceState:
+    """A source block as recorded, read back as its readers read it."""
+    state = provenance.SourceState.from_json(block)
+    assert state is not None
+    return state
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
@@ -138,8 +145,8 @@ def test_runspec_knobs_inputs_and_fingerprint(
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     monkeypatch.delenv("NCCL_ALGO", raising=False)
     facts = session_facts()
-    assert facts["versions"]["pytest-lossless"]
-    assert facts["versions"]["ffmpeg"].startswith("ffmpeg version")
+    assert facts.versions["pytest-lossless"]
+    assert str(facts.versions["ffmpeg"]).startswith("ffmpeg version")
     spec = runspec(repo, knobs=["PYTHONHASHSEED", "NCCL_ALGO"], inputs={"w": weights}, facts=facts)
     assert spec["environment"]["knobs"] == {"PYTHONHASHSEED": "0"}
     assert spec["environment"]["knobs_unset"] == ["NCCL_ALGO"]
@@ -189,7 +196,7 @@ def test_published_on_a_non_local_remote_names_the_branch_and_url(repo: Path) ->
     compact = source_revision(repo)
     assert compact["remote_url"] == REMOTE
     assert compact["remote_branch"] == "origin/main"
-    assert publication_problem(compact) is None
+    assert publication_problem(_state(compact)) is None
 
 
 def test_a_local_clone_is_not_published_and_the_record_says_so(repo: Path, tmp_path: Path) -> None:
@@ -205,7 +212,7 @@ def test_a_local_clone_is_not_published_and_the_record_says_so(repo: Path, tmp_p
     assert state["publication"] == "unpublished"
     assert "local" in state["publication_detail"]
     assert "backup" in state["publication_detail"]
-    problem = publication_problem(state)
+    problem = publication_problem(_state(state))
     assert problem is not None
     assert "is in no remote-tracking branch of a non-local remote" in problem
 
@@ -289,18 +296,18 @@ def test_publication_problem_names_dirty_files_and_the_revision(repo: Path) -> N
     (repo / "new.py").write_text("x = 1\n")
     state = source_state(repo).to_json()
     assert state["changed_files"] == 1
-    problem = publication_problem(state)
+    problem = publication_problem(_state(state))
     assert problem == "dirty: 1 changed file and 1 untracked file"
     assert source_revision(repo)["changed_files"] == 1
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "local")
     state = source_state(repo).to_json()
     revision = state["revision"][:12]
-    assert publication_problem(state) == (
+    assert publication_problem(_state(state)) == (
         f"revision {revision} is in no remote-tracking branch of a non-local remote"
     )
     assert "git push" in PUBLISH_FIX
-    outside = publication_problem({"revision": None, "git_error": "not a git repository"})
+    outside = publication_problem(_state({"revision": None, "git_error": "not a git repository"}))
     assert outside is not None
     assert "not a git repository" in outside
 
@@ -321,7 +328,7 @@ def test_a_git_that_times_out_leaves_publication_unknown(
     assert state["published"] is None
     assert state["publication"] == "unknown"
     assert "timed out" in state["publication_detail"]
-    assert publication_problem(state) is not None
+    assert publication_problem(_state(state)) is not None
 
 
 def test_never_contacts_the_network(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -369,6 +376,10 @@ def test_a_session_reads_each_tree_from_git_once_until_a_commit(
     assert moved.revision == git(repo, "rev-parse", "HEAD") != first.revision
     assert len(seen) == 3 * once
     assert states.state(repo) is moved
+    # Read back from what a receipt or a manifest records, it describes the same tree.
+    assert _state(moved.to_json()).compact() == moved.compact()
+    assert _state(moved.compact()).compact() == moved.compact()
+    assert _state(moved.compact()).problem() == moved.problem()
     # Outside git: read once, then remembered.
     outside = repo.parent / "plain"
     outside.mkdir()
@@ -452,8 +463,8 @@ def test_arm_sources_from_lossless_and_speed_entries() -> None:
                  "publication": "unpublished"}  # fmt: skip
     arms = arm_sources([ReceiptRecord.from_json(_receipt(control, candidate))])
     assert set(arms) == {"control", "candidate"}
-    assert [s["revision"] for s in arms["control"]["/src/engine"]] == ["a" * 40]
-    assert [s["revision"] for s in arms["candidate"]["/src/engine"]] == ["b" * 40]
+    assert [s.revision for s in arms["control"]["/src/engine"]] == ["a" * 40]
+    assert [s.revision for s in arms["candidate"]["/src/engine"]] == ["b" * 40]
     lines = arm_source_lines([ReceiptRecord.from_json(_receipt(control, candidate))])
     assert lines[0] == "sources per arm:"
     assert any(
@@ -471,7 +482,7 @@ def test_arm_sources_from_lossless_and_speed_entries() -> None:
 def test_runs_of_no_arm_are_listed_apart() -> None:
     receipt = {"runs": [{"name": "command-01", "sources": {"/e": {"revision": "c" * 40}}}]}
     assert arm_sources([ReceiptRecord.from_json(receipt)]) == {
-        "other": {"/e": [{"revision": "c" * 40}]}
+        "other": {"/e": [_state({"revision": "c" * 40})]}
     }
     assert arm_source_lines([ReceiptRecord.from_json({"runs": []})]) == []
 
