@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError
 from .index import INDEX_NAME, SessionIndex, load_index, sha256_regular
+from .provenance import SourceState
 from .receipts import ReceiptRecord
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -96,6 +97,24 @@ class SessionFiles:
         return cls(folder, index, digest, receipts)
 
 
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """One in-toto subject of a session's Statements: a name, one digest (``gitCommit`` of a
+    source revision, ``sha256`` of a stored diff or an obtained artifact) and its annotations
+    (none for an artifact); serialised here only."""
+
+    name: str
+    algorithm: str
+    digest: str
+    annotations: tuple[tuple[str, str | bool], ...] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {"name": self.name, "digest": {self.algorithm: self.digest}}
+        if self.annotations is not None:
+            data["annotations"] = dict(self.annotations)
+        return data
+
+
 def _digest_set(algorithm: str, value: Any) -> dict[str, str]:
     return {algorithm: str(value)}
 
@@ -113,28 +132,25 @@ def _relative(path: Any, rootdir: Any) -> str | None:
     return None if text.startswith("..") else text
 
 
-def source_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def source_subjects(session: SessionFiles) -> list[Subject]:
     """One ``gitCommit`` subject per source tree and revision the session's records name: the
     rootdir's (index and receipts) and each run's ``sources=`` trees. A dirty tree says so in
     its annotations (the commit alone is not what ran)."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[tuple[str, str], Subject] = {}
 
-    def add(name: str, block: Any) -> None:
-        if not isinstance(block, Mapping) or not block.get("revision"):
+    def add(name: str, block: object) -> None:
+        state = SourceState.from_json(block)
+        if state is None or not state.revision:
             return
-        key = (name, str(block["revision"]))
-        entry = found.setdefault(
-            key,
-            {
-                "name": name,
-                "digest": _digest_set("gitCommit", block["revision"]),
-                "annotations": {"dirty": False},
-            },
-        )
-        if block.get("dirty"):
-            entry["annotations"]["dirty"] = True
-            if block.get("diff_sha256"):
-                entry["annotations"]["diff_sha256"] = str(block["diff_sha256"])
+        key = (name, state.revision)
+        entry = found.get(key) or Subject(name, "gitCommit", state.revision, (("dirty", False),))
+        if state.dirty:
+            notes = dict(entry.annotations or ())
+            notes["dirty"] = True
+            if state.diff_sha256:
+                notes["diff_sha256"] = state.diff_sha256
+            entry = replace(entry, annotations=tuple(notes.items()))
+        found[key] = entry
 
     add("source", session.index.source)
     for receipt in session.receipts.values():
@@ -147,13 +163,13 @@ def source_subjects(session: SessionFiles) -> list[dict[str, Any]]:
     return [found[k] for k in sorted(found)]
 
 
-def diff_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def diff_subjects(session: SessionFiles) -> list[Subject]:
     """The SHA-256 of each source diff the session stores (``diffs/<sha256>.diff``, or an older
     receipt's ``<name>.diff``), hashed from the file on disk, so a diff changed after signing
     is named; a receipt's ``diff_sha256`` annotation alone is git's diff before redaction."""
     from .receipts import LEGACY_DIFF, STORED_DIFF
 
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Subject] = {}
     for receipt in session.receipts.values():
         name = str((receipt.source or {}).get("diff_file") or "")
         if name in found or not (STORED_DIFF.match(name) or LEGACY_DIFF.match(name)):
@@ -162,18 +178,14 @@ def diff_subjects(session: SessionFiles) -> list[dict[str, Any]]:
             digest = sha256_regular(session.folder / name)
         except OSError:
             continue  # a missing diff is verify's to name (signing refuses the session)
-        found[name] = {
-            "name": name,
-            "digest": _digest_set("sha256", digest),
-            "annotations": {"role": "source diff"},
-        }
+        found[name] = Subject(name, "sha256", digest, (("role", "source diff"),))
     return [found[k] for k in sorted(found)]
 
 
-def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def artifact_subjects(session: SessionFiles) -> list[Subject]:
     """The SHA-256 of every candidate's obtained artifact: each golden check's obtained file
     and each ``lossless.compare`` candidate's outputs (by the run record of its path)."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Subject] = {}
     for receipt in session.receipts.values():
         test = receipt.test_id
         outputs = {
@@ -187,7 +199,7 @@ def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
             obtained = evidence.get("obtained") if isinstance(evidence, Mapping) else None
             if isinstance(obtained, Mapping) and obtained.get("sha256"):
                 name = f"{test}/{gate.get('artifact')}"
-                found[name] = {"name": name, "digest": _digest_set("sha256", obtained["sha256"])}
+                found[name] = Subject(name, "sha256", str(obtained["sha256"]))
         for entry in receipt.block("lossless"):
             label = entry.get("label") or "lossless"
             for run in entry.get("runs") or []:
@@ -198,11 +210,11 @@ def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
                     digest = outputs.get(str(path)) if path else None
                     if digest:
                         name = f"{test}/{label}/{artifact}"
-                        found[name] = {"name": name, "digest": _digest_set("sha256", digest)}
+                        found[name] = Subject(name, "sha256", str(digest))
     return [found[k] for k in sorted(found)]
 
 
-def subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def subjects(session: SessionFiles) -> list[Subject]:
     """The statement's subjects: source revisions and their stored diffs first, then the
     obtained artifacts."""
     return source_subjects(session) + diff_subjects(session) + artifact_subjects(session)
@@ -364,7 +376,7 @@ def _test_detail(test_id: str, receipt: ReceiptRecord | None) -> dict[str, Any]:
 def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The session's two Statements (Test Result, then the lossless detail), and what in the
     project disagrees with them (see :func:`configuration`)."""
-    subject = subjects(session)
+    subject = [s.to_json() for s in subjects(session)]
     config, problems = configuration(session, project)
     outcomes = gate_outcomes(session)
     finished = session.index.finished
