@@ -749,10 +749,7 @@ def load(path: Path | str) -> ReceiptRecord:
     """A receipt as read into its record; :class:`ReceiptError` naming the file when it cannot
     be used (not JSON, not a receipt, a version this release does not read, a block of the
     wrong shape)."""
-    return _record(Path(path), load_json(path))
-
-
-def _record(path: Path, data: Mapping[str, Any]) -> ReceiptRecord:
+    data = load_json(path)
     try:
         return ReceiptRecord.from_json(data)
     except ReceiptError as exc:
