@@ -313,7 +313,7 @@ def build_index(
     ended_at: str | None = None,
     rootdir: str | None = None,
     source: Mapping[str, Any] | None = None,
-    tests: Iterable[Mapping[str, Any]] = (),
+    tests: Iterable[IndexTest] = (),
     exitstatus: int = 0,
     state: str | None = None,
     mode: str = "lossless",
@@ -333,7 +333,7 @@ def build_index(
     outlived it, a receipt changed on disk while it ran). ``shard`` (``--lossless-shard``:
     index, count, source, the selection split) is recorded when given."""
     folder = Path(folder)
-    entries = sorted((IndexTest.from_json(t) for t in tests), key=lambda t: t.test_id)
+    entries = sorted(tests, key=lambda t: t.test_id)
     by_receipt = {t.receipt: t.test_id for t in entries if t.receipt}
     known = dict(digests or {})
     receipts = tuple(

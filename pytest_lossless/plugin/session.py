@@ -27,7 +27,7 @@ from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
 
 if TYPE_CHECKING:
-    from ..evidence.index import HostIdentity
+    from ..evidence.index import HostIdentity, IndexTest
 
 _PLUGIN_NAME = "lossless-summary"
 
@@ -423,9 +423,11 @@ class LedgerEntry:
     receipt: str | None = None
     reason: str | None = None
 
-    def to_dict(self, test_id: str) -> dict[str, Any]:
-        """The index's form: the JSON edge."""
-        return {"test_id": test_id, **dataclasses.asdict(self)}
+    def to_index(self, test_id: str) -> IndexTest:
+        """The index's entry of it."""
+        from ..evidence.index import IndexTest
+
+        return IndexTest(test_id, self.gate, self.outcome, self.receipt, self.reason)
 
 
 class GateLedger:
@@ -484,7 +486,7 @@ class GateLedger:
         entry = self.seen.setdefault(test_id, LedgerEntry(gate=test_id in self.gates))
         entry.receipt = receipt or entry.receipt
 
-    def entries(self, state: str) -> list[dict[str, Any]]:
+    def entries(self, state: str) -> list[IndexTest]:
         """One entry per gate test and per test with a receipt, in the index's form."""
         found = []
         stopped = "" if state == "finished" else f": {state}"
@@ -501,5 +503,5 @@ class GateLedger:
             else:
                 entry = LedgerEntry(True, "not run", None, "the session did not reach it" + stopped)
             if entry.gate or entry.receipt:
-                found.append(entry.to_dict(test_id))
+                found.append(entry.to_index(test_id))
         return found
