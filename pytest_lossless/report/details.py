@@ -28,11 +28,13 @@ COMPARISONS_DRAWN = 2
 
 
 class Found(NamedTuple):
-    """A row's receipt block (``kind``: gate, lossless or speed) and the test's server runs."""
+    """A row's receipt block (``kind``: gate, lossless, speed, matrix or matrix-cell) and the
+    test's server runs; for a matrix cell's row, the block is its grid and ``cell`` its name."""
 
     kind: str
     block: Mapping[str, Any]
     servers: tuple[Mapping[str, Any], ...] = ()
+    cell: str | None = None
 
 
 def is_speed(row: Row) -> bool:
@@ -76,7 +78,7 @@ class _Blocks:
                 return Found("matrix", grid, self.servers)
             if row.check.startswith(label + ": "):
                 cell = row.check[len(label) + 2 :]
-                return Found("matrix-cell", {"grid": grid, "cell": cell}, self.servers)
+                return Found("matrix-cell", grid, self.servers, cell)
         return None
 
 
@@ -117,7 +119,7 @@ class Details:
 
                 detail.blocks += grid_blocks(found[1])
             elif found[0] == "matrix-cell":
-                detail.blocks += self._matrix_cell(row, found[1])
+                detail.blocks += self._matrix_cell(row, found[1], str(found.cell))
             else:
                 detail.blocks += self._gate(row, found[1])
         except Exception as exc:  # one row that cannot be drawn must not lose the others
@@ -226,13 +228,12 @@ class Details:
 
     # -------------------------------------------------------------- determinism matrix cells
 
-    def _matrix_cell(self, row: Row, found: Mapping[str, Any]) -> list[Block]:
+    def _matrix_cell(self, row: Row, grid: Mapping[str, Any], name: str) -> list[Block]:
         """One cell of a matrix: its place in the grid, its runs, and where it differs (from
         its own first run when it is not repeatable, else from the reference's first run)."""
         from .grid import find_cell, grid_table
 
-        grid = mapping(found.get("grid"))
-        cell = find_cell(grid, str(found.get("cell")))
+        cell = find_cell(grid, name)
         if cell is None:
             return [Text("the receipt's matrix holds no such cell")]
         reference = find_cell(grid, str(grid.get("reference"))) or {}
