@@ -378,12 +378,17 @@ def _runspec(diff: str) -> dict[str, Any]:
     }
 
 
+def _stored_diff(path: Path) -> Path:
+    """The diff a receipt names: ``diffs/<sha256>.diff`` in its session folder (#20)."""
+    return path.parent / load_json(path)["runspec"]["source"]["diff_file"]
+
+
 def test_dirty_diff_is_stored_redacted_and_verify_agrees(tmp_path: Path) -> None:
     receipt = Receipt("tests/test_x.py::test_secret")
     receipt.add_run({"name": "command-01", "argv": ["x"], "processes": []})
     receipt.set_runspec(_runspec(DIFF))
     path = receipt.write(tmp_path)
-    stored = path.with_suffix(".diff").read_text()
+    stored = _stored_diff(path).read_text()
     for value in DIFF_SECRETS:
         _no_secret(stored, value)
         _no_secret(path.read_text(), value)
@@ -399,7 +404,7 @@ def test_dirty_diff_is_stored_redacted_and_verify_agrees(tmp_path: Path) -> None
     assert data["runspec"]["invocation"]["argv"] == ["pytest", "--hf-token", marker("cli-123456")]
     assert [f for f in verify(tmp_path) if "runspec" in f] == []
     # The stored diff is still protected against edits.
-    path.with_suffix(".diff").write_text(stored.replace("model: tiny", "model: huge"))
+    _stored_diff(path).write_text(stored.replace("model: tiny", "model: huge"))
     assert any("diff_stored_sha256" in f for f in verify(tmp_path))
 
 
@@ -408,7 +413,7 @@ def test_a_clean_diff_is_stored_as_is(tmp_path: Path) -> None:
     receipt = Receipt("t::clean")
     receipt.set_runspec(_runspec(diff))
     path = receipt.write(tmp_path)
-    assert path.with_suffix(".diff").read_text() == diff
+    assert _stored_diff(path).read_text() == diff
     source = load_json(path)["runspec"]["source"]
     assert source["diff_redacted"] is False
     assert source["diff_redactions"] == 0
@@ -421,7 +426,7 @@ def _forge(path: Path, diff: str) -> list[str]:
     (anyone can recompute raw_sha256), and return what verify says about the runspec."""
     from pytest_lossless.evidence.receipts import raw_sha256
 
-    path.with_suffix(".diff").write_text(diff)
+    _stored_diff(path).write_text(diff)
     data = json.loads(path.read_text())
     data["runspec"]["source"]["diff_stored_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
     data["integrity"]["raw_sha256"] = raw_sha256(data)
@@ -493,7 +498,7 @@ def test_end_to_end_no_secret_reaches_what_ci_uploads(pytester: pytest.Pytester)
     terminal = "\n".join(result.outlines + result.errlines)
     receipts = root / "receipts"
     files = sorted(receipts.rglob("test_*.json")) + sorted(receipts.rglob("*.diff"))
-    assert len(files) == 4, files
+    assert len(files) == 3, files  # two receipts, and the one diff of their session (#20)
     summary = receipts / "SUMMARY.md"
     assert summary.is_file()
     junit_xml = (root / "junit.xml").read_text()
