@@ -38,9 +38,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, BinaryIO, Literal, TextIO
 
+from .core.records import Record, meta, spec
 from .core.text import printable
+from .core.verdict import Verdict, judged_entries
 from .errors import LosslessError
 from .gates.gate import GateResult
 
@@ -90,18 +92,21 @@ class GateTest:
 
 
 @dataclass(frozen=True)
-class StepVerdict:
-    """What one step says: ``verdict`` (a key of :data:`MARKS`), one line of ``reason``, the
-    failing gates' ``message`` (FAIL only), and how many gate tests ran."""
+class StepVerdict(Record):
+    """What one step says: ``verdict`` (a key of :data:`MARKS`), its mark and the exit code
+    ``git bisect run`` reads, one line of ``reason``, the failing gates' ``message`` (FAIL
+    only), and how many gate tests ran."""
 
     verdict: str
+    mark: Mark = field(init=False, compare=False, metadata=meta(derive=lambda v: MARKS[v.verdict]))
+    exit: int = field(
+        init=False,
+        compare=False,
+        metadata=meta(key="git_bisect_run_exit", derive=lambda v: GIT_EXIT[v.mark]),
+    )
     reason: str
     message: str = ""
     gates_run: int = 0
-
-    @property
-    def mark(self) -> Mark:
-        return MARKS[self.verdict]
 
 
 def gate_test(entry: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> GateTest:
@@ -113,30 +118,21 @@ def gate_test(entry: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> Ga
     if receipt is not None:
         verdicts = receipt.get("verdicts") or {}
         overall = verdicts.get("overall")
-        for gate in receipt.get("gates") or []:
-            if not isinstance(gate, Mapping) or gate.get("passed") is True:
+        for block, part, verdict in judged_entries(receipt):
+            if block == "gates":
+                if verdict is Verdict.FAIL and part.get("error"):
+                    problems.append(f"{part.get('error')}: {part.get('message') or ''}".strip())
+                elif verdict is Verdict.FAIL:
+                    failures.append(_gate_message(part))
                 continue
-            if gate.get("error"):
-                problems.append(f"{gate.get('error')}: {gate.get('message') or ''}".strip())
+            if verdict not in (Verdict.FAIL, Verdict.INCONCLUSIVE):
+                continue
+            if block == "lossless":
+                text = _lossless_message(part)
             else:
-                failures.append(_gate_message(gate))
-        for entry_ in receipt.get("lossless") or []:
-            if not isinstance(entry_, Mapping):
-                continue
-            if entry_.get("verdict") == "FAIL":
-                failures.append(_lossless_message(entry_))
-            elif entry_.get("verdict") == "INCONCLUSIVE":
-                problems.append(_lossless_message(entry_))
-        for entry_ in receipt.get("speed") or []:
-            if not isinstance(entry_, Mapping):
-                continue
-            name = " ".join(
-                ["speed gate", *([str(entry_["workload"])] if entry_.get("workload") else [])]
-            )
-            if entry_.get("verdict") == "FAIL":
-                failures.append(f"{name}: FAIL")
-            elif entry_.get("verdict") == "INCONCLUSIVE":
-                problems.append(f"{name}: INCONCLUSIVE")
+                workload = [str(part["workload"])] if part.get("workload") else []
+                text = f"{' '.join(['speed gate', *workload])}: {verdict}"
+            (failures if verdict is Verdict.FAIL else problems).append(text)
         for run in (verdicts.get("lifecycle") or {}).get("runs") or []:
             if isinstance(run, Mapping) and run.get("clean") is False:
                 problems.append(f"run {run.get('name')}: {run.get('summary')}")
@@ -346,20 +342,22 @@ class BisectRequest:
     python: str = field(default_factory=lambda: sys.executable)
 
 
-@dataclass(frozen=True)
-class Step:
-    """One step of the log: the commit, its verdict and mark, why, and where its evidence is."""
+@dataclass(frozen=True, kw_only=True)
+class Step(Record):
+    """One step of the log (its entry in ``bisect.json``): the commit, its verdict and mark,
+    why, and where its evidence is."""
 
-    number: int
+    number: int = spec(key="step")
     commit: str
     subject: str
-    verdict: StepVerdict
+    verdict: StepVerdict = spec(flatten=True)
     seconds: float
-    folder: Path
+    receipts: Path
+    pytest_log: str = spec(derive=lambda step: str(step.folder / "pytest.log"))
 
     @property
-    def receipts(self) -> Path:
-        return self.folder / "receipts"
+    def folder(self) -> Path:
+        return self.receipts.parent
 
     def line(self) -> str:
         return printable(
@@ -367,22 +365,6 @@ class Step:
             f"{self.verdict.verdict:<12} {self.seconds:6.1f} s  {self.subject}"
             + ("" if self.verdict.mark == "good" else f"  [{_first_line(self.verdict.reason)}]")
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.number,
-            "commit": self.commit,
-            "subject": self.subject,
-            "verdict": self.verdict.verdict,
-            "mark": self.verdict.mark,
-            "git_bisect_run_exit": GIT_EXIT[self.verdict.mark],
-            "reason": self.verdict.reason,
-            "message": self.verdict.message,
-            "gates_run": self.verdict.gates_run,
-            "seconds": round(self.seconds, 3),
-            "receipts": str(self.receipts),
-            "pytest_log": str(self.folder / "pytest.log"),
-        }
 
 
 @dataclass(frozen=True)
@@ -436,12 +418,12 @@ class Bisection:
             env[self.request.sources_env] = str(self.bisected)
         verdict = self._build(folder, env) or self._pytest(folder, env)
         step = Step(
-            number,
-            sha,
-            _subject(self.bisected, sha),
-            verdict,
-            time.monotonic() - started,
-            folder,
+            number=number,
+            commit=sha,
+            subject=_subject(self.bisected, sha),
+            verdict=verdict,
+            seconds=round(time.monotonic() - started, 3),
+            receipts=folder / "receipts",
         )
         self.steps.append(step)
         self.by_commit[sha] = step
@@ -456,15 +438,7 @@ class Bisection:
         log = folder / "build.log"
         with open(log, "wb") as output:
             try:
-                code = subprocess.run(
-                    list(argv),
-                    cwd=self.bisected,
-                    env=dict(env),
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    check=False,
-                ).returncode
+                code = _run_into(argv, self.bisected, env, output)
             except OSError as exc:
                 return StepVerdict("BUILD FAILED", f"--build {argv[0]}: cannot start ({exc})")
         if code != 0:
@@ -490,15 +464,7 @@ class Bisection:
         with open(folder / "pytest.log", "wb") as output:
             output.write(f"$ {shlex.join(argv)}\n".encode())
             output.flush()
-            code = subprocess.run(
-                argv,
-                cwd=self.tests,
-                env=dict(env),
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            ).returncode
+            code = _run_into(argv, self.tests, env, output)
         return judge_session(receipts, code)
 
     def _write_json(self) -> None:
@@ -509,12 +475,25 @@ class Bisection:
             "sources": None if self.request.sources is None else str(self.request.sources),
             "build": None if self.request.build is None else list(self.request.build),
             "goldens": {"folder": self.goldens.folder, "revision": self.goldens.revision},
-            "steps": [s.to_dict() for s in self.steps],
+            "steps": [s.to_json() for s in self.steps],
         }
         target = self.out / "bisect.json"
         temporary = target.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.replace(temporary, target)
+
+
+def _run_into(argv: Sequence[str], cwd: Path, env: Mapping[str, str], output: BinaryIO) -> int:
+    """Run ``argv`` in ``cwd``, both output streams into ``output``, no input; its exit code."""
+    return subprocess.run(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    ).returncode
 
 
 @dataclass(frozen=True)

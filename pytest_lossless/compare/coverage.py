@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.artifact import Artifact
 from ..core.expect import Media, _fraction
+from ..core.records import Record, spec
 from ..errors import ConfigError
 from ..gates import GateResult
 
@@ -177,9 +178,19 @@ def check_names(expect: Expect, names: Iterable[str], what: str) -> None:
         )
 
 
-def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> list[dict[str, Any]]:
-    """The misses of one run's artifacts, each a receipt entry ``{"run", **GateResult}``: the
-    shape ``lossless.compare`` records, so ``verify`` and the tables read both alike."""
+@dataclass(frozen=True)
+class CoverageMiss(Record):
+    """What one run's artifact misses of its request: the coverage :class:`GateResult` (FAIL,
+    naming requested against obtained) and the run. Its JSON, ``{"run", **GateResult}``, is the
+    receipt entry ``lossless.compare`` and ``golden.check`` record, read alike by ``verify``
+    and the tables."""
+
+    run: str = spec(absent="")
+    result: GateResult = spec(flatten=True)
+
+
+def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> list[CoverageMiss]:
+    """The misses of one run's artifacts."""
     found = []
     # One Media for a whole run covers its clip and track (RunMedia); a run with no media
     # artifact at all is checked as asked, and misses.
@@ -190,21 +201,21 @@ def run_misses(expect: Expect, artifacts: Mapping[str, Artifact], run: str) -> l
             wanted = RunMedia.of(expect)
         missed = result(wanted, artifact) if wanted is not None else None
         if missed is not None:
-            found.append({"run": run, **missed.to_dict()})
+            found.append(CoverageMiss(run, missed))
     return found
 
 
-def producer_misses(misses: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def producer_misses(misses: Iterable[CoverageMiss]) -> list[CoverageMiss]:
     """A producer's misses with its runs named as a producer's (``run 1``, not ``control#1``)."""
-    return [{**m, "run": str(m.get("run", "")).replace("control#", "run ")} for m in misses]
+    return [dataclasses.replace(m, run=m.run.replace("control#", "run ")) for m in misses]
 
 
-def describe(misses: Iterable[Mapping[str, Any]]) -> list[str]:
+def describe(misses: Iterable[CoverageMiss]) -> list[str]:
     """One line per miss: ``run 1 audio.wav: request coverage: audio samples: ...``."""
     return [
-        f"{m.get('run')} {m.get('artifact')}: {d}"
+        f"{m.run} {m.result.artifact}: {d}"
         for m in misses
-        for d in m.get("metadata_diffs") or ["not covered"]
+        for d in m.result.metadata_diffs or ["not covered"]
     ]
 
 

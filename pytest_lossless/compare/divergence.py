@@ -18,7 +18,7 @@ The API, for ``lossless.compare`` and ``lossless.matrix`` alike::
     stage_rows(control, candidate) -> list[StageRow]
 
 ``Divergence.headline()`` is the one line a failure message carries
-(``first divergence: <name> ...``); ``Divergence.to_dict()`` is its receipt record.
+(``first divergence: <name> ...``); ``Divergence.to_json()`` is its receipt record.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import trace as _format
+from ..core.records import Record, meta, spec, to_json
 from ..errors import ArtifactError
 from ..gates.lossy import abs_diff
 from ..gates.ulps import FORMATS, INFINITE_STEPS, ulp_distance
@@ -44,19 +45,24 @@ from ..gates.ulps import FORMATS, INFINITE_STEPS, ulp_distance
 GROWTH_LIMIT = 2000
 
 
+def _unwritten(_: object) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
-class TraceEntry:
-    """One traced tensor, as its manifest line says."""
+class TraceEntry(Record):
+    """One traced tensor, as its manifest line says; a divergence record names it without
+    ``nbytes`` and ``offset`` (where its bytes are is the trace's business)."""
 
     order: int
     name: str
-    occurrence: int
-    stage: str
+    occurrence: int = field(metadata=meta(absent=0))
+    stage: str = field(metadata=meta(absent=""))
     dtype: str
     shape: tuple[int, ...]
-    nbytes: int
+    nbytes: int = field(metadata=meta(absent=0, omit=_unwritten))
     sha256: str
-    offset: int | None
+    offset: int | None = field(metadata=meta(omit=_unwritten))
 
     @property
     def key(self) -> tuple[str, int]:
@@ -66,17 +72,6 @@ class TraceEntry:
     def label(self) -> str:
         """``name`` for a first occurrence, ``name#3`` for a later one."""
         return self.name if self.occurrence == 0 else f"{self.name}#{self.occurrence}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "order": self.order,
-            "name": self.name,
-            "occurrence": self.occurrence,
-            "stage": self.stage,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "sha256": self.sha256,
-        }
 
 
 @dataclass(frozen=True)
@@ -188,18 +183,10 @@ def _last_line(path: Path) -> int:
 
 
 def _entry(record: Mapping[str, Any]) -> TraceEntry:
-    offset = record.get("offset")
-    return TraceEntry(
-        order=int(record["order"]),
-        name=str(record["name"]),
-        occurrence=int(record.get("occurrence", 0)),
-        stage=str(record.get("stage") or ""),
-        dtype=str(record["dtype"]),
-        shape=tuple(int(n) for n in record["shape"]),
-        nbytes=int(record["nbytes"]),
-        sha256=str(record["sha256"]),
-        offset=None if offset is None else int(offset),
-    )
+    """A manifest's tensor line: :meth:`TraceEntry.from_json`, its byte count required."""
+    if "nbytes" not in record:
+        raise KeyError("nbytes")
+    return TraceEntry.from_json(record)
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any] | None:
@@ -253,30 +240,27 @@ def run_trace(result: Any, folder: Path) -> Path | None:
     return folder if (folder / _format.MANIFEST).is_file() else None
 
 
-def between(
-    left_name: str, left: Path | None, right_name: str, right: Path | None
-) -> dict[str, Any]:
-    """The receipt record of where two runs part (``between``: their names); a run without a
-    trace, or a trace that cannot be read, is an ``error`` in it, never an exception: a
-    divergence explains a verdict and never decides one."""
-    record: dict[str, Any] = {"between": [left_name, right_name]}
+def between(left_name: str, left: Path | None, right_name: str, right: Path | None) -> Departure:
+    """Where two runs part (``between``: their names); a run without a trace, or a trace that
+    cannot be read, is an ``error`` in it, never an exception: a divergence explains a verdict
+    and never decides one."""
+    pair = (left_name, right_name)
     missing = [n for n, p in ((left_name, left), (right_name, right)) if p is None]
     if missing:
-        record["error"] = (
-            f"no trace from {' and '.join(missing)}: the model recorded no tensor "
-            "(call pytest_lossless.trace.tensor in it, see docs/trace.md)"
+        return Departure(
+            pair,
+            error=(
+                f"no trace from {' and '.join(missing)}: the model recorded no tensor "
+                "(call pytest_lossless.trace.tensor in it, see docs/trace.md)"
+            ),
         )
-        return record
     assert left is not None
     assert right is not None
     try:
         found = first_divergence(left, right, left_label=left_name, right_label=right_name)
     except ArtifactError as exc:
-        record["error"] = str(exc)
-        return record
-    record.update(found.to_dict())
-    record["lines"] = found.lines()
-    return record
+        return Departure(pair, error=str(exc))
+    return Departure(pair, found=found)
 
 
 def _as_trace(value: Trace | Path | str) -> Trace:
@@ -287,7 +271,7 @@ def _as_trace(value: Trace | Path | str) -> Trace:
 
 
 @dataclass(frozen=True)
-class TensorDifference:
+class TensorDifference(Record):
     """One aligned tensor measured in two runs. ``differing`` is None when a side kept only its
     digest (the bytes differ, by how much is unknown); ``note`` says why a figure is missing."""
 
@@ -302,7 +286,7 @@ class TensorDifference:
     differing: int | None = None
     max_ulp: int | None = None
     max_abs: float | None = None
-    note: str = ""
+    note: str = spec("", absent="")
 
     @property
     def label(self) -> str:
@@ -324,21 +308,10 @@ class TensorDifference:
             parts.append(self.note)
         return ", ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "occurrence": self.occurrence,
-            "order": self.order,
-            "stage": self.stage,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "identical": self.identical,
-            "total": self.total,
-            "differing": self.differing,
-            "max_ulp": self.max_ulp,
-            "max_abs": None if self.max_abs is None or math.isnan(self.max_abs) else self.max_abs,
-            "note": self.note,
-        }
+    def to_json(self) -> dict[str, Any]:
+        """NaN is no JSON number: a NaN ``max_abs`` is written as null (unknown)."""
+        nan = self.max_abs is not None and math.isnan(self.max_abs)
+        return {**to_json(self), **({"max_abs": None} if nan else {})}
 
 
 def _measure(left: Trace, a: TraceEntry, right: Trace, b: TraceEntry) -> TensorDifference:
@@ -406,32 +379,33 @@ def _largest(diff: npt.NDArray[np.float64]) -> float | None:
 # ------------------------------------------------------------------ two traces
 
 
-@dataclass(frozen=True)
-class Divergence:
+def _identical(found: Divergence) -> bool:
+    return found.first is None and not found.only_left and not found.only_right
+
+
+@dataclass(frozen=True, kw_only=True)
+class Divergence(Record):
     """Where two traces part, what the first differing tensor is, and what follows it."""
 
     left: str
     right: str
+    folders: tuple[str, str] = ("", "")
+    identical: bool = spec(derive=_identical)
     #: The first aligned tensor that differs, in the left trace's order; None: none differs.
     first: TensorDifference | None
     #: The last aligned tensor still identical before it (None: it is the first aligned one).
     last_identical: TraceEntry | None
     #: Names (with how many occurrences) present in one trace only.
-    only_left: tuple[tuple[str, int], ...]
-    only_right: tuple[tuple[str, int], ...]
+    only_left: tuple[tuple[str, int], ...] = ()
+    only_right: tuple[tuple[str, int], ...] = ()
     #: How many tensors were aligned, and how many of them differ.
     aligned: int
     differing: int
-    #: Every aligned tensor from the first divergence on, in order: the growth curve.
-    growth: tuple[TensorDifference, ...] = ()
     #: Set when the aligned tensors run in another order in the right trace.
     order_note: str = ""
-    folders: tuple[str, str] = ("", "")
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def identical(self) -> bool:
-        return self.first is None and not self.only_left and not self.only_right
+    headline_text: str = spec(key="headline", derive=lambda found: found.headline())
+    #: Every aligned tensor from the first divergence on, in order: the growth curve.
+    growth: tuple[TensorDifference, ...] = ()
 
     def headline(self) -> str:
         """One line: ``first divergence: <name> (...)``, or why there is none."""
@@ -474,24 +448,49 @@ class Divergence:
             )  # fmt: skip
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "left": self.left,
-            "right": self.right,
-            "folders": list(self.folders),
-            "identical": self.identical,
-            "first": None if self.first is None else self.first.to_dict(),
-            "last_identical": (
-                None if self.last_identical is None else self.last_identical.to_dict()
-            ),
-            "only_left": [[n, c] for n, c in self.only_left],
-            "only_right": [[n, c] for n, c in self.only_right],
-            "aligned": self.aligned,
-            "differing": self.differing,
-            "order_note": self.order_note,
-            "headline": self.headline(),
-            "growth": [g.to_dict() for g in self.growth],
-        }
+
+class ReadsAsJson(Record):
+    """A record that a test, or a user following the docs, reads like the JSON it writes:
+    ``verdict.divergence["first"]["name"]``, ``run["artifacts"]`` (each read goes through
+    :meth:`to_json`, so it is the receipt's value)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+
+@dataclass(frozen=True)
+class Departure(ReadsAsJson):
+    """Where two runs of a verdict part (``between``: their names): the receipt's
+    ``divergence`` record. ``error`` says why there is no :class:`Divergence` (a run without a
+    trace, or one that cannot be read): a divergence explains a verdict, never decides one."""
+
+    between: tuple[str, str]
+    error: str | None = spec(None, omit="none")
+    found: Divergence | None = spec(None, flatten=True)
+    #: What the verdict message shows of ``found`` (its :meth:`Divergence.lines`).
+    shown: tuple[str, ...] = spec(
+        key="lines",
+        derive=lambda d: () if d.found is None else tuple(d.found.lines()),
+        omit=lambda d: d.found is None,
+    )
+
+    @property
+    def first(self) -> TensorDifference | None:
+        return None if self.found is None else self.found.first
+
+    def headline(self) -> str | None:
+        return None if self.found is None else self.found.headline()
+
+    def lines(self) -> list[str]:
+        """What the verdict message shows under ``trace (a vs b):``."""
+        if self.error is not None:
+            return [self.error]
+        return [] if self.found is None else self.found.lines()
 
 
 def _one_sided(entries: Sequence[TraceEntry], keys: set[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -562,26 +561,19 @@ def first_divergence(
 # ------------------------------------------------------------------ stage times
 
 
+def _ratio(row: StageRow) -> float | None:
+    c, d = row.control_seconds, row.candidate_seconds
+    return None if c is None or d is None or c <= 0 else d / c
+
+
 @dataclass(frozen=True)
-class StageRow:
+class StageRow(Record):
     """One stage's wall seconds in a control trace and a candidate trace (None: not run)."""
 
     stage: str
     control_seconds: float | None
     candidate_seconds: float | None
-
-    @property
-    def ratio(self) -> float | None:
-        c, d = self.control_seconds, self.candidate_seconds
-        return None if c is None or d is None or c <= 0 else d / c
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "control_seconds": self.control_seconds,
-            "candidate_seconds": self.candidate_seconds,
-            "ratio": self.ratio,
-        }
+    ratio: float | None = spec(derive=_ratio)
 
 
 def stage_rows(control: Trace | Path | str, candidate: Trace | Path | str) -> list[StageRow]:
@@ -622,7 +614,7 @@ def traced_stage_times(
     assert control_trace is not None
     assert candidate_trace is not None
     try:
-        record["rows"] = [r.to_dict() for r in stage_rows(control_trace, candidate_trace)]
+        record["rows"] = [r.to_json() for r in stage_rows(control_trace, candidate_trace)]
     except ArtifactError as exc:
         record["error"] = str(exc)
     return record

@@ -24,12 +24,13 @@ import keyword
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.digests import safe_name
+from ..core.records import Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import ConfigError
@@ -37,7 +38,14 @@ from ..gates import Gate
 from ..kinds.registry import Artifact, KindRegistry
 from ..media.artifacts import materialize_all
 from . import divergence as tracing
-from .repeatability import Comparison, _compare_runs, _resolve_gates, lossless_table
+from .repeatability import (
+    Comparison,
+    RunRecord,
+    _compare_runs,
+    _resolve_gates,
+    lossless_table,
+    run_record,
+)
 
 #: The JSON scalars an axis value may be: it names the cell and is frozen in ``plan.json``.
 AxisValue = str | int | float | bool | None
@@ -57,10 +65,20 @@ def value_text(value: AxisValue) -> str:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One setting of every axis, in the axes' order: ``(("threads", 4), ("batch", 2))``."""
+class Cell(Record):
+    """One setting of every axis, in the axes' order: ``(("threads", 4), ("batch", 2))``;
+    written as ``{axis: value}`` in that order (what ``make_run(**cell)`` is called with)."""
 
     values: tuple[tuple[str, AxisValue], ...]
+
+    def to_json(self) -> dict[str, AxisValue]:
+        return self.kwargs
+
+    @classmethod
+    def from_json(cls, data: object) -> Cell:
+        if not isinstance(data, Mapping):
+            raise RecordError(f"Cell: expected an object of axis values, got {data!r:.60}")
+        return cls(tuple((str(k), v) for k, v in data.items()))
 
     @property
     def name(self) -> str:
@@ -155,36 +173,36 @@ def _same_value(a: object, b: object) -> bool:
 # ------------------------------------------------------------------ running it
 
 
-@dataclass
-class CellResult:
+def _repeatable(result: CellResult) -> bool:
+    return all(c.identical for c in result.repeat_comparisons)
+
+
+def _identical(result: CellResult) -> bool:
+    """Its first run identical to the reference's first (the reference is to itself)."""
+    return result.reference_comparison is None or result.reference_comparison.identical
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellResult(Record):
     """One cell: its runs, its runs compared with its first, and its first compared with the
     reference's first (None for the reference itself), and the verdict they give."""
 
+    name: str = spec(derive=lambda result: result.cell.name)
     cell: Cell
     verdict: Verdict
-    runs: list[dict[str, Any]]
-    repeat_comparisons: list[Comparison]
+    repeatable: bool = spec(derive=_repeatable)
+    identical: bool = spec(derive=_identical)
+    runs: tuple[RunRecord, ...]
+    repeat_comparisons: tuple[Comparison, ...]
     reference_comparison: Comparison | None
-    #: What the cell ran under, besides its axes (the devices it was given).
+    #: What the cell ran under, besides its axes (the devices it was given): the JSON that
+    #: the ``cell_context`` manager yielded, recorded as it is.
     context: dict[str, Any] = field(default_factory=dict)
     #: With ``trace=True``: where the two runs that explain the verdict first part
     #: (:func:`.divergence.between`'s record): the reference's first run and the cell's first
     #: (FAIL), or the cell's first run and the first of its own that differs (not repeatable);
     #: None when the verdict has no two such runs, or the grid is not traced.
-    divergence: dict[str, Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.cell.name
-
-    @property
-    def repeatable(self) -> bool:
-        return all(c.identical for c in self.repeat_comparisons)
-
-    @property
-    def identical(self) -> bool:
-        """Its first run identical to the reference's first (the reference is to itself)."""
-        return self.reference_comparison is None or self.reference_comparison.identical
+    divergence: tracing.Departure | None = None
 
     def summary(self) -> str:
         """The cell's line in the verdict table."""
@@ -217,50 +235,42 @@ class CellResult:
 
     def _divergence_short(self) -> str:
         """``; first divergence: block.proj`` (``trace=True``), or why there is none."""
-        found = self.divergence or {}
-        first = found.get("first")
-        if isinstance(first, Mapping):
-            return f"; first divergence: {first.get('name')}"
-        if found.get("error"):
-            return f"; trace: {found['error']}"
-        if found.get("headline"):
-            return f"; trace: {found['headline']}"
-        return ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "cell": self.cell.kwargs,
-            "verdict": self.verdict,
-            "repeatable": self.repeatable,
-            "identical": self.identical,
-            "runs": self.runs,
-            "repeat_comparisons": [c.to_dict() for c in self.repeat_comparisons],
-            "reference_comparison": (
-                None if self.reference_comparison is None else self.reference_comparison.to_dict()
-            ),
-            "context": dict(self.context),
-            "divergence": self.divergence,
-        }
+        found = self.divergence
+        if found is None:
+            return ""
+        if found.first is not None:
+            return f"; first divergence: {found.first.name}"
+        if found.error:
+            return f"; trace: {found.error}"
+        headline = found.headline()
+        return f"; trace: {headline}" if headline else ""
 
 
-@dataclass
-class Grid:
+def _worst(grid: Grid) -> Verdict:
+    return Verdict.worst(c.verdict for c in grid.cells) or Verdict.PASS
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grid(Record):
     """What ``lossless.matrix`` returns: a verdict per cell, the evidence of each, the overall
-    verdict (the worst cell) and the line naming the axes that explain the differences."""
+    verdict (the worst cell) and the line naming the axes that explain the differences (a
+    receipt's ``matrix[i]``; keys the plugin adds beside it, such as ``gate_plan``, are not
+    the grid's)."""
 
-    label: str
-    axes: dict[str, list[AxisValue]]
-    reference: Cell
-    cells: list[CellResult]
-    gates: dict[str, str]
-    lossy: bool
-    runs: int
+    label: str = ""
+    axes: dict[str, list[AxisValue]] = field(default_factory=dict)
+    #: Written as its name; :meth:`from_json` finds it among the cells.
+    reference: Cell = spec(Cell(()), json=False)
+    reference_name: str = spec(key="reference", derive=lambda grid: grid.reference.name)
+    runs: int = spec(key="runs_per_cell")
+    gates: dict[str, str] = field(default_factory=dict)
+    lossy: bool = False
     trace: bool = False
-
-    @property
-    def verdict(self) -> Verdict:
-        return Verdict.worst(c.verdict for c in self.cells) or Verdict.PASS
+    verdict: Verdict = spec(derive=_worst)
+    explanation: str = spec(
+        derive=lambda grid: explanation_line(grid.axes, grid.verdicts, grid.reference.name)
+    )
+    cells: tuple[CellResult, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -270,10 +280,6 @@ class Grid:
     def verdicts(self) -> dict[str, Verdict]:
         """``{"threads=4, batch=2": Verdict.FAIL, ...}``: every cell's verdict, by name."""
         return {c.name: c.verdict for c in self.cells}
-
-    @property
-    def explanation(self) -> str:
-        return explanation_line(self.axes, self.verdicts, self.reference.name)
 
     def __getitem__(self, key: object) -> CellResult:
         """A cell's result, by its name, its tuple of values or a mapping of its axes."""
@@ -295,19 +301,14 @@ class Grid:
     def summary(self) -> str:
         return self.explanation
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "axes": {axis: list(values) for axis, values in self.axes.items()},
-            "reference": self.reference.name,
-            "runs_per_cell": self.runs,
-            "gates": dict(self.gates),
-            "lossy": self.lossy,
-            "trace": self.trace,
-            "verdict": self.verdict,
-            "explanation": self.explanation,
-            "cells": [c.to_dict() for c in self.cells],
-        }
+    @classmethod
+    def from_json(cls, data: object) -> Grid:
+        """The grid, its reference found among its cells by the name written."""
+        grid = from_json(cls, data)
+        assert isinstance(data, Mapping)  # from_json refused anything else
+        return replace(
+            grid, reference=next(c.cell for c in grid.cells if c.name == data["reference"])
+        )
 
 
 #: Given a cell, the context its runs happen in; what it yields is recorded with the cell.
@@ -350,7 +351,7 @@ def run_matrix(
     )
     around = cell_context or _no_context
     fingerprints: dict[str, dict[str, Artifact]] = {}
-    records: dict[Cell, list[dict[str, Any]]] = {}
+    records: dict[Cell, list[RunRecord]] = {}
     contexts: dict[Cell, dict[str, Any]] = {}
     traces: dict[str, Path | None] = {}
     # The reference first: every other cell is compared with its first run.
@@ -380,19 +381,10 @@ def run_matrix(
                 paths = materialize_all(result, name, folder)
                 fingerprints[name] = {k: kinds.artifact(k, p) for k, p in paths.items()}
                 records[cell].append(
-                    {
-                        "name": name,
-                        "seconds": seconds,
-                        "artifacts": {
-                            k: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
-                            for k, a in fingerprints[name].items()
-                        },
-                    }
-                )
-                if trace:
-                    records[cell][-1]["trace_dir"] = (
-                        None if traces[name] is None else str(traces[name])
+                    run_record(
+                        name, seconds, fingerprints[name], traced=trace, trace_dir=traces.get(name)
                     )
+                )
     reference_first = run_name(ref, 0)
     gates = _resolve_gates(gate, fingerprints[reference_first], kinds)
     lossy = any(not g.lossless for g in gates.values())
@@ -408,23 +400,31 @@ def run_matrix(
         first = run_name(cell, 0)
         repeats = [compare(first, run_name(cell, n)) for n in range(1, runs)]
         against = None if cell == ref else compare(reference_first, first)
-        results[cell] = CellResult(cell, Verdict.PASS, records[cell], repeats, against)
-        results[cell].context = contexts[cell]
+        results[cell] = CellResult(
+            cell=cell,
+            verdict=Verdict.PASS,
+            runs=tuple(records[cell]),
+            repeat_comparisons=tuple(repeats),
+            reference_comparison=against,
+            context=contexts[cell],
+        )
     reference_repeatable = results[ref].repeatable
-    for result in results.values():
-        result.verdict = cell_verdict(
+    for cell, result in results.items():
+        verdict = cell_verdict(
             reference_repeatable, result.repeatable, result.identical, lossy=lossy
         )
         pairs = [(c.right, c.identical) for c in result.repeat_comparisons]
-        pair = divergence_pair(result.runs[0]["name"], reference_first, result.verdict, pairs)
+        pair = divergence_pair(result.runs[0].name, reference_first, verdict, pairs)
+        located = None
         if trace and pair is not None:
             left, right = pair
-            result.divergence = tracing.between(left, traces.get(left), right, traces.get(right))
+            located = tracing.between(left, traces.get(left), right, traces.get(right))
+        results[cell] = replace(result, verdict=verdict, divergence=located)
     return Grid(
         label=label,
         axes=check_axes(axes),
         reference=ref,
-        cells=[results[c] for c in found],
+        cells=tuple(results[c] for c in found),
         gates={name: g.spec for name, g in gates.items()},
         lossy=lossy,
         runs=runs,

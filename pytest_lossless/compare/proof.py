@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from ..core.records import Record, RecordError, from_json, spec
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 
@@ -85,60 +87,90 @@ def run_name(result: object) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def examine(proof: Proof, result: object) -> dict[str, Any]:
-    """One candidate run's finding: ``{"run", "found", "evidence"}`` (evidence: the matching
-    line, or why nothing was found)."""
-    finding: dict[str, Any] = {"run": run_name(result), "found": False, "evidence": ""}
+@dataclass(frozen=True)
+class Finding(Record):
+    """One candidate run examined for its proof: ``found`` or not, and the ``evidence`` (the
+    matching line, or why nothing was found); ``stream``: the file the line was found in."""
+
+    run: str | None
+    found: bool
+    evidence: str
+    stream: str | None = spec(None, omit="none")
+
+    @classmethod
+    def from_json(cls, data: object) -> Finding:
+        """Read leniently (a receipt may be hand-edited): a value that does not fit reads as
+        absent, so only ``found: true`` proves; what is no object is refused."""
+        if not isinstance(data, Mapping):
+            raise RecordError(f"Finding: expected an object, got {type(data).__name__}")
+        return from_json(cls, data, problems=[])
+
+
+@dataclass(frozen=True)
+class ProofRecord(Record):
+    """The receipt's ``proof`` of a ``lossless.compare``: the rule, as :func:`describe` writes
+    it, and the finding of each candidate run."""
+
+    rule: str
+    runs: tuple[Finding, ...]
+
+    @classmethod
+    def from_json(cls, data: object) -> ProofRecord:
+        """Read leniently, like its findings: a run that is no object is left out."""
+        return from_json(cls, data, problems=[])
+
+
+def examine(proof: Proof, result: object) -> Finding:
+    """One candidate run's finding (evidence: the matching line, or why nothing was found)."""
+    run = run_name(result)
     if isinstance(proof, (str, re.Pattern)):
         pattern = re.compile(proof) if isinstance(proof, str) else proof
         streams = _streams(result)
         if not streams:
-            finding["evidence"] = (
+            return Finding(
+                run,
+                False,
                 "the candidate returned no run with stdout/stderr to search (return the "
-                "model_run result, or give proof= a callable)"
+                "model_run result, or give proof= a callable)",
             )
-            return finding
+        evidence = ""
         for stream in streams:
             try:
                 text = _read_tail(stream)
             except OSError as exc:
-                finding["evidence"] = f"{stream}: cannot be read: {exc.strerror or exc}"
+                evidence = f"{stream}: cannot be read: {exc.strerror or exc}"
                 continue
             match = pattern.search(text)
             if match:
                 start = text.rfind("\n", 0, match.start()) + 1
                 end = text.find("\n", match.end())
                 line = text[start : end if end >= 0 else len(text)]
-                finding.update(
-                    found=True,
-                    evidence=f"{stream.name}: {line[:_EVIDENCE_CHARS]}",
-                    stream=str(stream),
+                return Finding(
+                    run, True, f"{stream.name}: {line[:_EVIDENCE_CHARS]}", stream=str(stream)
                 )
-                return finding
-        if not finding["evidence"]:
-            finding["evidence"] = f"/{pattern.pattern}/ not found in the run's stdout or stderr"
-        return finding
+        return Finding(
+            run, False, evidence or f"/{pattern.pattern}/ not found in the run's stdout or stderr"
+        )
     try:
         answer = proof(result)
     except Exception as exc:  # the user's check failing is a finding, not a crash
-        finding["evidence"] = f"the proof callable raised {type(exc).__name__}: {exc}"
-        return finding
+        return Finding(run, False, f"the proof callable raised {type(exc).__name__}: {exc}")
     if answer is True:
-        finding.update(found=True, evidence="the proof callable returned True")
-    else:
-        finding["evidence"] = (
-            str(answer)
-            if isinstance(answer, str) and answer
-            else f"the proof callable returned {answer!r}"
-        )
-    return finding
+        return Finding(run, True, "the proof callable returned True")
+    return Finding(
+        run,
+        False,
+        str(answer)
+        if isinstance(answer, str) and answer
+        else f"the proof callable returned {answer!r}",
+    )
 
 
-def unproven(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [f for f in findings if f.get("found") is not True]
+def unproven(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if not f.found]
 
 
-def apply(verdict: Verdict | str, findings: Iterable[Mapping[str, Any]] | None) -> Verdict:
+def apply(verdict: Verdict | str, findings: Iterable[Finding] | None) -> Verdict:
     """A PASS with an unproven candidate run is INCONCLUSIVE; FAIL and INCONCLUSIVE stand.
 
     ``findings`` is None when no rule was given; an empty list (a rule, but no candidate run
@@ -151,7 +183,7 @@ def apply(verdict: Verdict | str, findings: Iterable[Mapping[str, Any]] | None) 
     return Verdict.INCONCLUSIVE if not listed or unproven(listed) else word
 
 
-def reason(findings: Iterable[Mapping[str, Any]]) -> str:
+def reason(findings: Iterable[Finding]) -> str:
     """The sentence an INCONCLUSIVE verdict gives for missing proof."""
     missing = unproven(list(findings))
     if not missing:
@@ -159,5 +191,5 @@ def reason(findings: Iterable[Mapping[str, Any]]) -> str:
     first = missing[0]
     return (
         f"no evidence that the candidate's path ran: {len(missing)} candidate run(s) without "
-        f"proof (first: {first.get('run') or 'a run'}: {first.get('evidence')})"
+        f"proof (first: {first.run or 'a run'}: {first.evidence})"
     )

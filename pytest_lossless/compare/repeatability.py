@@ -17,13 +17,14 @@ what varied between control runs instead of blaming the candidate.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.digests import safe_name
 from ..core.expect import Media
+from ..core.records import Record, from_json, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate, GateResult
@@ -41,57 +42,109 @@ def lossless_table(control_repeatable: bool, candidate_identical: bool) -> Verdi
     return Verdict.PASS if candidate_identical else Verdict.FAIL
 
 
-@dataclass
-class Comparison:
+def _identical(comparison: Comparison) -> bool:
+    return not comparison.missing and all(r.passed for r in comparison.results)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison(Record):
     """One pairwise comparison of two runs, artifact by artifact."""
 
     left: str
     right: str
-    results: list[GateResult]
+    identical: bool = spec(derive=_identical)
     missing: list[str] = field(default_factory=list)
-
-    @property
-    def identical(self) -> bool:
-        return not self.missing and all(r.passed for r in self.results)
+    results: list[GateResult] = field(default_factory=list)
 
     def differences(self) -> list[str]:
         lines = [f"{n}: present in only one of {self.left}, {self.right}" for n in self.missing]
         lines += [r.message() for r in self.results if not r.passed]
         return lines
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "left": self.left,
-            "right": self.right,
-            "identical": self.identical,
-            "missing": list(self.missing),
-            "results": [r.to_dict() for r in self.results],
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord(tracing.ReadsAsJson):
+    """One run of a comparison (a control or the candidate of ``lossless.compare``, a run of a
+    ``lossless.matrix`` cell): its name, wall seconds, artifacts (kind, file, fingerprint),
+    where it traced (``traced``: it ran under ``trace=True``) and, for a candidate examined
+    for dispatch proof, the finding. ``role`` is None in a matrix, whose runs have none."""
+
+    role: str | None = spec(None, omit="none")
+    name: str
+    seconds: float
+    artifacts: tuple[Artifact, ...] = spec((), json=False)  # written by to_json: see there
+    traced: bool = spec(False, json=False)
+    trace_dir: str | None = spec(None, omit=lambda run: not run.traced)
+    proof: dispatch.Finding | None = spec(None, omit="none")
+
+    def to_json(self) -> dict[str, Any]:
+        """The artifacts are one object by name, after ``seconds`` (Artifact is no record)."""
+        items = list(to_json(self).items())
+        at = [k for k, _ in items].index("seconds") + 1
+        artifacts = {
+            a.name: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
+            for a in self.artifacts
         }
+        return dict([*items[:at], ("artifacts", artifacts), *items[at:]])
+
+    @classmethod
+    def from_json(cls, data: object) -> RunRecord:
+        """The artifacts read back from their object by name; traced: it has a ``trace_dir``."""
+        record = from_json(cls, data)
+        assert isinstance(data, Mapping)  # from_json refused anything else
+        artifacts = tuple(
+            Artifact(name, str(a["kind"]), a["fingerprint"], Path(a["path"]))
+            for name, a in (data.get("artifacts") or {}).items()
+        )
+        return replace(record, artifacts=artifacts, traced="trace_dir" in data)
 
 
-@dataclass
-class LosslessVerdict:
-    """The verdict of ``lossless.compare``, with every run's fingerprints and comparisons."""
+def run_record(
+    name: str,
+    seconds: float,
+    artifacts: Mapping[str, Artifact],
+    *,
+    role: str | None = None,
+    traced: bool = False,
+    trace_dir: Path | None = None,
+) -> RunRecord:
+    """The record of a run just made (``trace_dir``: where it traced, if anywhere)."""
+    return RunRecord(
+        name=name,
+        seconds=seconds,
+        artifacts=tuple(artifacts.values()),
+        role=role,
+        traced=traced,
+        trace_dir=None if trace_dir is None else str(trace_dir),
+    )
+
+
+def _repeatable(verdict: LosslessVerdict) -> bool:
+    return all(c.identical for c in verdict.control_comparisons)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LosslessVerdict(Record):
+    """The verdict of ``lossless.compare``, with every run's fingerprints and comparisons (a
+    receipt's ``lossless`` entry; keys the plugin adds beside it, such as ``gate_plan``, are
+    not the verdict's)."""
 
     verdict: Verdict
-    runs: list[dict[str, Any]]
-    control_comparisons: list[Comparison]
-    candidate_comparison: Comparison | None
-    gates: dict[str, str]
-    lossy: bool
     label: str = ""
-    #: Dispatch proof: ``{"rule": ..., "runs": [finding, ...]}`` when ``proof=`` was given.
-    proof: dict[str, Any] | None = None
-    #: Request coverage misses, one per run and artifact (``{"run", **GateResult}``): each one
-    #: makes the verdict FAIL, whatever the comparisons say.
-    coverage: list[dict[str, Any]] = field(default_factory=list)
+    lossy: bool = False
+    gates: dict[str, str] = field(default_factory=dict)
+    control_repeatable: bool = spec(derive=_repeatable)
+    runs: tuple[RunRecord, ...] = ()
+    control_comparisons: tuple[Comparison, ...] = ()
+    candidate_comparison: Comparison | None = None
+    #: Dispatch proof: the rule and each candidate run's finding, when ``proof=`` was given.
+    proof: dispatch.ProofRecord | None = None
+    #: Request coverage misses, one per run and artifact: each one makes the verdict FAIL,
+    #: whatever the comparisons say.
+    coverage: tuple[coverage.CoverageMiss, ...] = ()
     #: With ``trace=True``: where the two runs that disagree first part (:func:`.divergence.
-    #: between`'s record): control#1 and the first control that differs, else the candidate.
-    divergence: dict[str, Any] | None = None
-
-    @property
-    def control_repeatable(self) -> bool:
-        return all(c.identical for c in self.control_comparisons)
+    #: between`): control#1 and the first control that differs, else the candidate.
+    divergence: tracing.Departure | None = None
 
     @property
     def passed(self) -> bool:
@@ -102,14 +155,14 @@ class LosslessVerdict:
         if self.coverage:
             lines = [f"{head}: an output does not hold what the run was asked for:"]
             lines += [
-                f"  {miss['run']} {miss['artifact']}: {d}"
+                f"  {miss.run} {miss.result.artifact}: {d}"
                 for miss in self.coverage
-                for d in miss.get("metadata_diffs", [])
+                for d in miss.result.metadata_diffs
             ]
             return "\n".join(lines)
-        controls = sum(1 for r in self.runs if r["role"] == "control")
+        controls = sum(1 for r in self.runs if r.role == "control")
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
-            return f"{head}: {dispatch.reason(self.proof['runs'])}"
+            return f"{head}: {dispatch.reason(self.proof.runs)}"
         if self.verdict == Verdict.INCONCLUSIVE:
             lines = [
                 f"{head}: the control is not repeatable ({controls} control runs differ "
@@ -134,28 +187,26 @@ class LosslessVerdict:
     def _divergence_lines(self) -> list[str]:
         """Where the two disagreeing runs first part (``trace=True``)."""
         found = self.divergence
-        if not found:
+        if found is None:
             return []
-        pair = " vs ".join(found.get("between") or [])
-        if found.get("error"):
-            return [f"  trace ({pair}): {found['error']}"]
-        lines = [str(x) for x in found.get("lines") or [found.get("headline", "")]]
-        return [f"  trace ({pair}):"] + [f"    {x}" for x in lines]
+        pair = " vs ".join(found.between)
+        if found.error:
+            return [f"  trace ({pair}): {found.error}"]
+        return [f"  trace ({pair}):"] + [f"    {x}" for x in found.lines()]
 
     def _divergence_short(self) -> str:
-        found = self.divergence or {}
-        first = found.get("first")
-        return f"; first divergence: {first['name']}" if isinstance(first, Mapping) else ""
+        first = None if self.divergence is None else self.divergence.first
+        return f"; first divergence: {first.name}" if first is not None else ""
 
     def summary(self) -> str:
         """One line for the verdict table."""
-        controls = sum(1 for r in self.runs if r["role"] == "control")
+        controls = sum(1 for r in self.runs if r.role == "control")
         if self.coverage:
             first = self.coverage[0]
-            detail = (first.get("metadata_diffs") or ["not covered"])[0]
-            return f"{len(self.coverage)} output(s) miss the request; {first['run']} {detail}"
+            detail = (first.result.metadata_diffs or ["not covered"])[0]
+            return f"{len(self.coverage)} output(s) miss the request; {first.run} {detail}"
         if self.verdict == Verdict.INCONCLUSIVE and self.control_repeatable and self.proof:
-            return dispatch.reason(self.proof["runs"])
+            return dispatch.reason(self.proof.runs)
         if self.verdict == Verdict.INCONCLUSIVE:
             return (
                 f"control not repeatable over {controls} runs: {', '.join(varied(self))} varied"
@@ -168,23 +219,6 @@ class LosslessVerdict:
             return "candidate differs: " + "; ".join(parts) + self._divergence_short()
         how = "within tolerance" if self.lossy else "bit for bit"
         return f"{controls} control runs identical; candidate identical {how}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "label": self.label,
-            "lossy": self.lossy,
-            "gates": dict(self.gates),
-            "control_repeatable": self.control_repeatable,
-            "runs": self.runs,
-            "control_comparisons": [c.to_dict() for c in self.control_comparisons],
-            "candidate_comparison": (
-                None if self.candidate_comparison is None else self.candidate_comparison.to_dict()
-            ),
-            "proof": self.proof,
-            "coverage": list(self.coverage),
-            "divergence": self.divergence,
-        }
 
 
 def _short(result: GateResult) -> str:
@@ -210,7 +244,7 @@ def rederive(block: Mapping[str, Any]) -> Verdict:
         and all(r.get("passed") for r in candidate.get("results", []))
     )
     proof = block.get("proof")
-    findings = proof.get("runs") if isinstance(proof, Mapping) else None
+    findings = dispatch.ProofRecord.from_json(proof).runs if isinstance(proof, Mapping) else None
     if block.get("coverage"):
         return Verdict.FAIL  # an output that misses the request fails, whatever it equals
     return dispatch.apply(lossless_table(repeatable, identical), findings)
@@ -231,7 +265,7 @@ def _compare_runs(
         pair = f"{left_name}-vs-{right_name}"
         folder = None if diagnostics_dir is None else diagnostics_dir / pair
         results.append(kinds.compare(gates[name], left[name], right[name], diagnostics_dir=folder))
-    return Comparison(left_name, right_name, results, missing)
+    return Comparison(left=left_name, right=right_name, missing=missing, results=results)
 
 
 def compare_control_candidate(
@@ -270,9 +304,9 @@ def compare_control_candidate(
     if candidate is not None:
         arms.append(("candidate", candidate))
     fingerprints: dict[str, dict[str, Artifact]] = {}
-    records: list[dict[str, Any]] = []
-    findings: list[dict[str, Any]] = []
-    misses: list[dict[str, Any]] = []
+    records: list[RunRecord] = []
+    findings: list[dispatch.Finding] = []
+    misses: list[coverage.CoverageMiss] = []
     traces: dict[str, Path | None] = {}
     for index, (name, arm) in enumerate(arms):
         started = clock.monotonic()
@@ -288,22 +322,18 @@ def compare_control_candidate(
         fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
         # One Media for the whole run covers its clip and track, not a tensor beside them.
         misses += coverage.run_misses(expect, fingerprints[name], name)
-        records.append(
-            {
-                "role": "candidate" if name == "candidate" else "control",
-                "name": name,
-                "seconds": seconds,
-                "artifacts": {
-                    n: {"kind": a.kind, "path": str(a.path), "fingerprint": a.fingerprint}
-                    for n, a in fingerprints[name].items()
-                },
-            }
+        record = run_record(
+            name,
+            seconds,
+            fingerprints[name],
+            role="candidate" if name == "candidate" else "control",
+            traced=trace,
+            trace_dir=traces.get(name),
         )
-        if trace:
-            records[-1]["trace_dir"] = None if traces[name] is None else str(traces[name])
         if rule is not None and name == "candidate":
             findings.append(dispatch.examine(rule, result))
-            records[-1]["proof"] = findings[-1]
+            record = replace(record, proof=findings[-1])
+        records.append(record)
         if on_run is not None:
             on_run(name, seconds)
     first = fingerprints[arms[0][0]]
@@ -322,7 +352,7 @@ def compare_control_candidate(
     identical = candidate_comparison.identical if candidate_comparison is not None else True
     evidence = None
     if rule is not None and candidate is not None:
-        evidence = {"rule": dispatch.describe(rule), "runs": findings}
+        evidence = dispatch.ProofRecord(str(dispatch.describe(rule)), tuple(findings))
     verdict = dispatch.apply(
         lossless_table(repeatable, identical), None if evidence is None else findings
     )
@@ -333,14 +363,14 @@ def compare_control_candidate(
     return LosslessVerdict(
         divergence=located,
         verdict=Verdict.FAIL if misses else verdict,
-        runs=records,
-        control_comparisons=control_comparisons,
+        runs=tuple(records),
+        control_comparisons=tuple(control_comparisons),
         candidate_comparison=candidate_comparison,
         gates={name: g.spec for name, g in gates.items()},
         lossy=any(not g.lossless for g in gates.values()),
         label=label,
         proof=evidence,
-        coverage=misses,
+        coverage=tuple(misses),
     )
 
 

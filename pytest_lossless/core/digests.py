@@ -67,6 +67,11 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(handle.name, path)  # replaces a link or FIFO at ``path``, never follows it
+    except OSError as exc:
+        Path(handle.name).unlink(missing_ok=True)
+        if exc.filename is None:  # a write's error names no file: name the one meant
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
         raise
@@ -82,6 +87,10 @@ def write_new(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    except OSError as exc:
+        if exc.filename is None:  # a write's error names no file: name the one meant
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     finally:
         os.close(fd)
 

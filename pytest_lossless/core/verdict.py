@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from enum import Enum
+from typing import Any
 
 
 class Verdict(str, Enum):
@@ -181,3 +182,29 @@ def outcome_verdict(outcome: object) -> Verdict | None:
         return None
     parts = [OUTCOME_VERDICT.get(str(word), Verdict.FAIL) for word in outcome.values()]
     return Verdict.worst(v for v in parts if v is not None)
+
+
+def judged_entries(
+    receipt: Mapping[str, Any],
+) -> list[tuple[str, Mapping[str, Any], Verdict | None]]:
+    """Each judged entry of a receipt as recorded, in its order: ``(block, entry, verdict)``
+    for every golden gate (``gates``: PASS, LOSSY-PASS when it passed within tolerance, FAIL
+    when it failed or could not compare), ``lossless.compare`` (``lossless``: its verdict,
+    LOSSY-PASS for a PASS within tolerance) and ``speed_gate`` (``speed``: its verdict); None
+    for a word that is no verdict. Entries that are not JSON objects are left out. What a
+    reader makes of ``expect=`` and errors is its own (``bisect``, the attestation)."""
+    found: list[tuple[str, Mapping[str, Any], Verdict | None]] = []
+    for block in ("gates", "lossless", "speed"):
+        for entry in receipt.get(block) or []:
+            if not isinstance(entry, Mapping):
+                continue
+            if block == "gates":
+                passed, lossless = entry.get("passed") is True, entry.get("lossless") is True
+                verdict = Verdict.FAIL if not passed else Verdict.PASS if lossless else None
+                found.append((block, entry, verdict or Verdict.LOSSY_PASS))
+                continue
+            verdict = Verdict.parse(entry.get("verdict"))
+            if block == "lossless" and verdict is Verdict.PASS and entry.get("lossy"):
+                verdict = Verdict.LOSSY_PASS
+            found.append((block, entry, verdict))
+    return found

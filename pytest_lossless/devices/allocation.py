@@ -13,10 +13,55 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
+from ..core.records import Record, spec
 from ..errors import AllocationError
-from .base import Device
+from .base import Device, DeviceIdentity
 from .locks import Flock, LockDir
-from .runs import RunsLedger
+from .orphans import OrphanEntry
+from .runs import ListedRun, RunsLedger
+
+
+@dataclass(frozen=True)
+class IdleProof(Record):
+    """What the devices showed when an allocation was granted (``idle_before``) or released
+    (``idle_after``): memory in use and utilisation per device id, and the processes the
+    backend lists on them (as its ``foreign_processes`` wrote them). ``observed`` False: the
+    backend cannot tell (``note``) or its tool failed (``error``)."""
+
+    observed: bool = spec(absent=False)
+    at: str | None = spec(None, omit="none")
+    note: str | None = spec(None, omit="none")
+    error: str | None = spec(None, omit="none")
+    memory_used_mib: dict[str, float | None] | None = spec(None, omit="none")
+    utilization_pct: dict[str, float | None] | None = spec(None, omit="none")
+    foreign_processes: tuple[dict[str, Any], ...] | None = spec(None, omit="none")
+
+
+@dataclass(frozen=True)
+class AllocationRecord(Record):
+    """The receipt's ``allocation`` block: an :class:`Allocation` as it stands when read.
+    An older receipt lacks the fields after ``identity``: each reads as its default."""
+
+    backend: str
+    ids: tuple[str, ...]
+    env: dict[str, str]
+    identity: tuple[DeviceIdentity, ...]
+    lock_keys: tuple[str, ...] = ()
+    lock_dir: str = ""
+    holder: str = ""
+    acquired_at: str = ""
+    released_at: str | None = None
+    waited_seconds: float = 0.0
+    escalated: bool = False
+    idle_before: IdleProof = IdleProof(observed=False)
+    idle_after: IdleProof | None = None
+    finalizer_errors: tuple[str, ...] = ()
+    lock_problems: tuple[str, ...] = ()
+    orphan_policy: str = "wait"
+    orphans: tuple[OrphanEntry, ...] = ()
+    left_running: tuple[ListedRun, ...] = ()
+    runs_records: tuple[str, ...] = ()
+    runs_record_problems: tuple[str, ...] = ()
 
 
 @dataclass
@@ -38,31 +83,38 @@ class Allocation:
     backend: str
     ids: tuple[str, ...]
     env: dict[str, str]
-    identity: list[dict[str, Any]]
+    identities: tuple[DeviceIdentity, ...]
     devices: tuple[Device, ...] = ()
     holder: str = ""
     acquired_at: str = ""
     waited_seconds: float = 0.0
     escalated: bool = False
-    idle_before: dict[str, Any] = field(default_factory=dict)
-    idle_after: dict[str, Any] | None = None
+    idle_before: IdleProof = IdleProof(observed=False)
+    idle_after: IdleProof | None = None
     released_at: str | None = None
     lock_dir: str = ""
     finalizer_errors: list[str] = field(default_factory=list)
     lock_problems: list[str] = field(default_factory=list)
     orphan_policy: str = "wait"
-    orphans: list[dict[str, Any]] = field(default_factory=list)
-    left_running: list[dict[str, Any]] = field(default_factory=list)
+    orphans: tuple[OrphanEntry, ...] = ()
+    left_running: tuple[ListedRun, ...] = ()
     _locks: list[tuple[str, Flock]] = field(default_factory=list, repr=False)
     _ledger: RunsLedger | None = field(default=None, repr=False)
     _finalizers: list[Callable[[], None]] = field(default_factory=list, repr=False)
-    _proof: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    _proof: Callable[[], IdleProof] | None = field(default=None, repr=False)
     _lockdir: LockDir | None = field(default=None, repr=False)
     _clock: Clock = field(default=SYSTEM_CLOCK, repr=False)
 
     @property
     def lock_keys(self) -> tuple[str, ...]:
         return tuple(d.lock_key for d in self.devices)
+
+    @property
+    def identity(self) -> list[dict[str, str]]:
+        """Per device what names it (``id``, ``backend``, ``host``, ``lock_key``, and
+        ``uuid``, ``bus_id``, ``name``, ``serial`` where the backend can tell): the
+        ``devices`` fixture's ``.identity``, as the receipt records it."""
+        return [i.to_json() for i in self.identities]
 
     @property
     def released(self) -> bool:
@@ -109,7 +161,7 @@ class Allocation:
                 try:
                     self.idle_after = self._proof()
                 except Exception as exc:  # evidence is best effort; the locks must go
-                    self.idle_after = {"observed": False, "error": str(exc)}
+                    self.idle_after = IdleProof(observed=False, error=str(exc))
         finally:
             if self._ledger is not None:
                 # Whatever still runs stays listed, so no later allocation is granted while
@@ -142,27 +194,33 @@ class Allocation:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
+    def record(self) -> AllocationRecord:
+        """The allocation as it stands now (read late, a record shows its release)."""
+        ledger = self._ledger
+        return AllocationRecord(
+            backend=self.backend,
+            ids=tuple(self.ids),
+            env=dict(self.env),
+            identity=self.identities,
+            lock_keys=self.lock_keys,
+            lock_dir=self.lock_dir,
+            holder=self.holder,
+            acquired_at=self.acquired_at,
+            released_at=self.released_at,
+            waited_seconds=round(self.waited_seconds, 6),
+            escalated=self.escalated,
+            idle_before=self.idle_before,
+            idle_after=self.idle_after,
+            finalizer_errors=tuple(self.finalizer_errors),
+            lock_problems=tuple(self.lock_problems),
+            orphan_policy=self.orphan_policy,
+            orphans=self.orphans,
+            left_running=self.left_running,
+            runs_records=tuple(str(p) for p in ledger.paths) if ledger else (),
+            runs_record_problems=tuple(ledger.problems) if ledger else (),
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        """The receipt's allocation block."""
-        return {
-            "backend": self.backend,
-            "ids": list(self.ids),
-            "env": dict(self.env),
-            "identity": [dict(i) for i in self.identity],
-            "lock_keys": list(self.lock_keys),
-            "lock_dir": self.lock_dir,
-            "holder": self.holder,
-            "acquired_at": self.acquired_at,
-            "released_at": self.released_at,
-            "waited_seconds": round(self.waited_seconds, 6),
-            "escalated": self.escalated,
-            "idle_before": self.idle_before,
-            "idle_after": self.idle_after,
-            "finalizer_errors": list(self.finalizer_errors),
-            "lock_problems": list(self.lock_problems),
-            "orphan_policy": self.orphan_policy,
-            "orphans": [dict(o) for o in self.orphans],
-            "left_running": [dict(p) for p in self.left_running],
-            "runs_records": [str(p) for p in self._ledger.paths] if self._ledger else [],
-            "runs_record_problems": list(self._ledger.problems) if self._ledger else [],
-        }
+        """The receipt's allocation block: :meth:`record`'s JSON (the receipt reads it when
+        written, after the release)."""
+        return self.record().to_json()

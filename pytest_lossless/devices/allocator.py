@@ -11,7 +11,7 @@ import os
 import random
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,9 @@ from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..errors import AllocationError, AllocationTimeout, ConfigError
 from ..settings import BUSY_POLICIES, ORPHAN_POLICIES
-from .allocation import Allocation
+from .allocation import Allocation, IdleProof
 from .base import Backend, Device, ToolError, match_device
-from .locks import Flock, LockDir, LockFileError, holder_record
+from .locks import Flock, HolderRecord, LockDir, LockFileError, holder_record
 from .orphans import ORPHAN_GRACE, Orphan, OrphanWatch, describe_orphans, find_orphans, is_alive
 from .runs import RunsLedger, clear_stale, read_runs, runs_problem
 
@@ -301,7 +301,7 @@ class Allocator:
                 self.lock_dir.clear_record(f".gate-{backend.name}")
                 gate.release()
 
-    def _record(self, holder: str, keys: Sequence[str]) -> dict[str, Any]:
+    def _record(self, holder: str, keys: Sequence[str]) -> HolderRecord:
         return holder_record(holder, keys, host=self.host, now=self.clock.wall())
 
     def _end_orphans(self, result: _Attempt, count: int, holder: str, watch: OrphanWatch) -> bool:
@@ -422,37 +422,26 @@ class Allocator:
         taken = sorted(taken, key=lambda t: _pool_index(self._pool_devices or [], t[1]))
         devices = [d for _, d, _ in taken]
         before = self._proof(backend, devices)
-        if before.get("foreign_processes"):
-            raise _Busy(before["foreign_processes"])
+        if before.foreign_processes:
+            raise _Busy(list(before.foreign_processes))
         keys = [d.lock_key for d in devices]
         record = self._record(holder, keys)
         # The runs record first: a device whose runs cannot be recorded is not granted.
-        ledger = RunsLedger(
-            self.lock_dir,
-            keys,
-            {
-                "host": self.host,
-                "holder": {"pid": record["pid"], "pid_start": record["pid_start"]},
-                "test": record["test"],
-                "since": record["since"],
-                "locks": keys,
-            },
-            alive=is_alive,
-        )
+        ledger = RunsLedger(self.lock_dir, keys, record, alive=is_alive)
         ledger.open()
         for key, (_, _, lock) in zip(keys, taken, strict=True):
             # The lock file's identity lets a later taker see that this file was replaced.
             self.lock_dir.write_record(
-                key, {**record, "lock_inode": lock.inode, "lock_dev": lock.device}
+                key, replace(record, lock_inode=lock.inode, lock_dev=lock.device)
             )
         allocation = Allocation(
             backend=backend.name,
             ids=tuple(label for label, _, _ in taken),
             env=backend.visibility_env(devices),
-            identity=[d.identity(self.host) for d in devices],
+            identities=tuple(d.identity(self.host) for d in devices),
             devices=tuple(devices),
             holder=holder,
-            acquired_at=record["since"],
+            acquired_at=record.since,
             idle_before=before,
             lock_dir=str(self.lock_dir.path),
             orphan_policy=self.orphans,
@@ -464,40 +453,40 @@ class Allocator:
         allocation._proof = lambda: self._proof_after(backend, devices)
         return allocation
 
-    def _proof(self, backend: Backend, devices: Sequence[Device]) -> dict[str, Any]:
+    def _proof(self, backend: Backend, devices: Sequence[Device]) -> IdleProof:
         """Memory in use and foreign processes on ``devices`` now, where the backend can tell."""
         if not backend.observes_usage:
-            return {
-                "observed": False,
-                "at": utc_iso(self.clock.wall()),
-                "note": f"{backend.name} devices report no memory or processes",
-            }
+            return IdleProof(
+                observed=False,
+                at=utc_iso(self.clock.wall()),
+                note=f"{backend.name} devices report no memory or processes",
+            )
         try:
             now = {d.lock_key: d for d in backend.discover()}
             me = os.getpid()  # a test's own process is not foreign to its allocation
             foreign = [p for p in backend.foreign_processes(devices) if p.get("pid") != me]
         except ToolError as exc:
-            return {"observed": False, "at": utc_iso(self.clock.wall()), "error": str(exc)}
-        return {
-            "observed": True,
-            "at": utc_iso(self.clock.wall()),
-            "memory_used_mib": {
+            return IdleProof(observed=False, at=utc_iso(self.clock.wall()), error=str(exc))
+        return IdleProof(
+            observed=True,
+            at=utc_iso(self.clock.wall()),
+            memory_used_mib={
                 d.id: now[d.lock_key].memory_used_mib if d.lock_key in now else None
                 for d in devices
             },
-            "utilization_pct": {
+            utilization_pct={
                 d.id: now[d.lock_key].utilization_pct if d.lock_key in now else None
                 for d in devices
             },
-            "foreign_processes": foreign,
-        }
+            foreign_processes=tuple(foreign),
+        )
 
-    def _proof_after(self, backend: Backend, devices: Sequence[Device]) -> dict[str, Any]:
+    def _proof_after(self, backend: Backend, devices: Sequence[Device]) -> IdleProof:
         # A process that just ended can linger in the tool's table for a moment.
         deadline = self.clock.monotonic() + self.settle
         while True:
             proof = self._proof(backend, devices)
-            if not proof.get("foreign_processes") or self.clock.monotonic() >= deadline:
+            if not proof.foreign_processes or self.clock.monotonic() >= deadline:
                 return proof
             self.clock.sleep(0.1)
 

@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..core.records import Record, spec
+
 #: Seconds one call of ``nvidia-smi`` / ``npu-smi`` may take before the backend gives up.
 TOOL_TIMEOUT = 30.0
 
@@ -37,19 +39,34 @@ class Device:
             return self.bus_id
         return f"{self.backend}-slot-{self.id}"
 
-    def identity(self, host: str) -> dict[str, Any]:
+    def identity(self, host: str) -> DeviceIdentity:
         """What a receipt records about the device: everything that names it, no readings."""
-        record: dict[str, Any] = {
-            "id": self.id,
-            "backend": self.backend,
-            "host": host,
-            "lock_key": self.lock_key,
-        }
-        for key in ("uuid", "bus_id", "name", "serial"):
-            value = getattr(self, key)
-            if value is not None:
-                record[key] = value
-        return record
+        return DeviceIdentity(
+            id=self.id,
+            backend=self.backend,
+            host=host,
+            lock_key=self.lock_key,
+            uuid=self.uuid,
+            bus_id=self.bus_id,
+            name=self.name,
+            serial=self.serial,
+        )
+
+
+@dataclass(frozen=True)
+class DeviceIdentity(Record):
+    """One device of an allocation as its receipt names it (the ``identity`` entries): what
+    names it on ``host``, never its readings. A name the backend cannot tell is None, and
+    absent from the JSON."""
+
+    id: str
+    backend: str
+    host: str
+    lock_key: str
+    uuid: str | None = spec(None, omit="none")
+    bus_id: str | None = spec(None, omit="none")
+    name: str | None = spec(None, omit="none")
+    serial: str | None = spec(None, omit="none")
 
 
 @runtime_checkable

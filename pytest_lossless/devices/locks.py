@@ -31,11 +31,13 @@ import re
 import socket
 import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.clock import utc_iso
 from ..core.procfs import process_stat
+from ..core.records import Record, spec
 from ..errors import AllocationError
 
 #: Every open of a lock file or record: never through a symlink, never waiting on a FIFO,
@@ -531,18 +533,37 @@ def flock_holders(inode: int, proc_locks: Path = Path("/proc/locks")) -> set[int
     return pids
 
 
-def holder_record(test: str, locks: Sequence[str], *, host: str, now: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HolderRecord(Record):
+    """What a holder record (``<lock>.holder.json``) says: the process holding the lock
+    (pid and start time), host, test, since when, the locks it took, and, for a device lock,
+    the inode and device of the lock file it holds (so that a later taker sees that the file
+    was replaced). Written by this process only; what is read back is another process's
+    JSON, checked field by field where it is used (:meth:`LockDir.describe_holder`)."""
+
+    pid: int
+    pid_start: int | None
+    host: str
+    test: str
+    since: str
+    since_epoch: float
+    locks: tuple[str, ...]
+    lock_inode: int | None = spec(None, omit="none")
+    lock_dev: int | None = spec(None, omit="none")
+
+
+def holder_record(test: str, locks: Sequence[str], *, host: str, now: float) -> HolderRecord:
     """What a holder record says: this process (pid and start time), host, test, since when,
     and the locks it took."""
-    return {
-        "pid": os.getpid(),
-        "pid_start": _process_start(os.getpid()),
-        "host": host,
-        "test": test[:_TEST_LIMIT],
-        "since": utc_iso(now),
-        "since_epoch": now,
-        "locks": list(locks),
-    }
+    return HolderRecord(
+        pid=os.getpid(),
+        pid_start=_process_start(os.getpid()),
+        host=host,
+        test=test[:_TEST_LIMIT],
+        since=utc_iso(now),
+        since_epoch=now,
+        locks=tuple(locks),
+    )
 
 
 # ------------------------------------------------------------------ the folder
@@ -647,9 +668,9 @@ class LockDir:
     def record_path(self, lock_key: str) -> Path:
         return self.path / f"{_file_stem(lock_key)}.holder.json"
 
-    def write_record(self, lock_key: str, record: Mapping[str, Any]) -> None:
+    def write_record(self, lock_key: str, record: HolderRecord) -> None:
         with contextlib.suppress(OSError):  # a description only: never fail a test over it
-            _write_json_atomic(self.record_path(lock_key), record)
+            _write_json_atomic(self.record_path(lock_key), record.to_json())
 
     def clear_record(self, lock_key: str) -> None:
         with contextlib.suppress(OSError):

@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.procfs import ProcStat, process_stat, scan_proc
+from ..core.records import Record, meta
 from .locks import _shown
 from .runs import RunsRecord
 
@@ -86,14 +86,14 @@ def started_at(ticks: int) -> str:
 
 
 @dataclass(frozen=True)
-class Orphan:
+class Orphan(Record):
     """One live process of an earlier allocation on a device: what the record and ``/proc``
     say of it. ``holder`` is ``"gone"`` (the pytest process that held the allocation died),
     ``"released"`` (it let the devices go with this still running) or ``"alive"`` (its
     holder still runs, though the lock is free); ``found_by`` says how it was found."""
 
     pid: int
-    start: int
+    start: int = field(metadata=meta(key="start_ticks"))
     uid: int
     pgid: int
     sid: int
@@ -124,23 +124,42 @@ class Orphan:
         found = "" if self.found_by == "runs record" else f", {self.found_by}"
         return f"pid {self.pid} ({what}{where}{found}, running since {self.started_at})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "start_ticks": self.start,
-            "uid": self.uid,
-            "pgid": self.pgid,
-            "sid": self.sid,
-            "comm": self.comm,
-            "command": self.command,
-            "started_at": self.started_at,
-            "test": self.test,
-            "run": self.run,
-            "holder_pid": self.holder_pid,
-            "holder": self.holder,
-            "record": self.record,
-            "found_by": self.found_by,
-        }
+
+@dataclass(frozen=True)
+class SignalSent(Record):
+    """One signal sent to end an orphan: to its process group or to the process itself,
+    ``at_seconds`` after the first, and whether the kernel took it."""
+
+    signal: str
+    target: str
+    pid: int
+    at_seconds: float
+    delivered: bool
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What :func:`end_orphans` did to one orphan: the signals sent and the outcome."""
+
+    signals: tuple[SignalSent, ...]
+    outcome: str
+    ended_seconds: float | None
+
+
+@dataclass(frozen=True)
+class OrphanEntry(Record):
+    """One entry of the receipt's ``allocation.orphans``: an orphan an acquisition found
+    (on ``devices``, at ``found_at``), what was done (``action``: waited or ended, and the
+    ``signals``), its ``outcome``, and when it was seen gone."""
+
+    orphan: Orphan = field(metadata=meta(flatten=True))
+    devices: tuple[str, ...] = field(metadata=meta(absent=()))
+    found_at: str
+    action: str = "waited"
+    signals: tuple[SignalSent, ...] = ()
+    outcome: str | None = None
+    gone_at: str | None = None
+    waited_seconds: float | None = None
 
 
 def _holder_state(record: RunsRecord) -> str:
@@ -331,26 +350,35 @@ def describe_orphans(orphans: Sequence[Orphan]) -> str:
     return "; ".join(parts)
 
 
+@dataclass
+class _Ending:
+    """:class:`Ending` while it is being decided."""
+
+    signals: list[SignalSent] = field(default_factory=list)
+    outcome: str | None = None
+    ended_seconds: float | None = None
+
+
 def end_orphans(
     orphans: Sequence[Orphan], *, grace: float, clock: Clock
-) -> dict[tuple[int, int], dict[str, Any]]:
+) -> dict[tuple[int, int], Ending]:
     """End ``orphans``: SIGTERM to each one's process group, up to ``grace`` seconds for
     them to end, then SIGKILL to the groups and each process left. Per orphan: the signals
     sent and the outcome. An orphan this account may not signal, or whose allocation still
     runs, is left alone (and its outcome says why)."""
-    done: dict[tuple[int, int], dict[str, Any]] = {}
+    done: dict[tuple[int, int], _Ending] = {}
     targets: list[Orphan] = []
     for orphan in orphans:
-        entry: dict[str, Any] = {"signals": [], "outcome": None, "ended_seconds": None}
+        entry = _Ending()
         done[orphan.identity] = entry
         if orphan.holder == "alive":
-            entry["outcome"] = "left alone: its allocation's pytest process still runs"
+            entry.outcome = "left alone: its allocation's pytest process still runs"
         elif not orphan.endable:
-            entry["outcome"] = f"left alone: it belongs to uid {orphan.uid}, not to you"
+            entry.outcome = f"left alone: it belongs to uid {orphan.uid}, not to you"
         else:
             targets.append(orphan)
     if not targets:
-        return done
+        return _ended(done)
     t0 = clock.monotonic()
     own = {os.getpgrp(), 0, 1}
 
@@ -366,7 +394,7 @@ def end_orphans(
             except (ProcessLookupError, PermissionError):
                 delivered = False
             for o in members:
-                done[o.identity]["signals"].append(_sent(sig, "group", pgid, clock, t0, delivered))
+                done[o.identity].signals.append(_sent(sig, "group", pgid, clock, t0, delivered))
         for o in alive:
             if o.pgid in groups and sig == signal.SIGTERM:
                 continue
@@ -377,17 +405,17 @@ def end_orphans(
                 delivered = True
             except (ProcessLookupError, PermissionError):
                 delivered = False
-            done[o.identity]["signals"].append(_sent(sig, "process", o.pid, clock, t0, delivered))
+            done[o.identity].signals.append(_sent(sig, "process", o.pid, clock, t0, delivered))
 
     def wait(seconds: float, after: str) -> None:
         deadline = clock.monotonic() + seconds
         while True:
             for o in targets:
                 entry = done[o.identity]
-                if entry["outcome"] is None and not is_alive(*o.identity):
-                    entry["ended_seconds"] = round(clock.monotonic() - t0, 3)
-                    entry["outcome"] = f"ended after {after} ({entry['ended_seconds']:g} s)"
-            if all(done[o.identity]["outcome"] is not None for o in targets):
+                if entry.outcome is None and not is_alive(*o.identity):
+                    entry.ended_seconds = round(clock.monotonic() - t0, 3)
+                    entry.outcome = f"ended after {after} ({entry.ended_seconds:g} s)"
+            if all(done[o.identity].outcome is not None for o in targets):
                 return
             if clock.monotonic() >= deadline:
                 return
@@ -395,25 +423,26 @@ def end_orphans(
 
     send(signal.SIGTERM)
     wait(grace, "SIGTERM to its process group")
-    if any(done[o.identity]["outcome"] is None for o in targets):
+    if any(done[o.identity].outcome is None for o in targets):
         send(signal.SIGKILL)
         wait(KILL_WAIT, f"SIGKILL, {grace:g} s after SIGTERM")
     for o in targets:
-        if done[o.identity]["outcome"] is None:
-            done[o.identity]["outcome"] = "still alive after SIGKILL"
-    return done
+        if done[o.identity].outcome is None:
+            done[o.identity].outcome = "still alive after SIGKILL"
+    return _ended(done)
+
+
+def _ended(done: Mapping[tuple[int, int], _Ending]) -> dict[tuple[int, int], Ending]:
+    return {
+        identity: Ending(tuple(e.signals), e.outcome or "", e.ended_seconds)
+        for identity, e in done.items()
+    }
 
 
 def _sent(
     sig: signal.Signals, target: str, pid: int, clock: Clock, t0: float, delivered: bool
-) -> dict[str, Any]:
-    return {
-        "signal": sig.name,
-        "target": target,
-        "pid": pid,
-        "at_seconds": round(clock.monotonic() - t0, 3),
-        "delivered": delivered,
-    }
+) -> SignalSent:
+    return SignalSent(sig.name, target, pid, round(clock.monotonic() - t0, 3), delivered)
 
 
 class OrphanWatch:
@@ -430,7 +459,7 @@ class OrphanWatch:
         self.grace = grace
         self.clock = clock
         self.scan = ProcScan(clock)
-        self._entries: dict[tuple[int, int], dict[str, Any]] = {}
+        self._entries: dict[tuple[int, int], OrphanEntry] = {}
         self._orphans: dict[tuple[int, int], Orphan] = {}
         self._found: dict[tuple[int, int], float] = {}
 
@@ -442,39 +471,33 @@ class OrphanWatch:
             for orphan in orphans:
                 entry = self._entries.get(orphan.identity)
                 if entry is None:
-                    entry = {
-                        **orphan.to_dict(),
-                        "devices": [],
-                        "found_at": utc_iso(self.clock.wall()),
-                        "action": "waited",
-                        "signals": [],
-                        "outcome": None,
-                        "gone_at": None,
-                        "waited_seconds": None,
-                    }
-                    self._entries[orphan.identity] = entry
+                    entry = OrphanEntry(orphan, (), utc_iso(self.clock.wall()))
                     self._orphans[orphan.identity] = orphan
                     self._found[orphan.identity] = now
                     new.append(orphan)
-                if device not in entry["devices"]:
-                    entry["devices"].append(device)
+                if device not in entry.devices:
+                    entry = replace(entry, devices=(*entry.devices, device))
+                self._entries[orphan.identity] = entry
         self._note_gone(now)
         return new
 
     def _note_gone(self, now: float) -> None:
         for identity, entry in self._entries.items():
-            if entry["gone_at"] is None and not is_alive(*identity):
-                entry["gone_at"] = utc_iso(self.clock.wall())
-                entry["waited_seconds"] = round(now - self._found[identity], 3)
-                if entry["outcome"] is None:
-                    entry["outcome"] = "ended while waited for"
+            if entry.gone_at is None and not is_alive(*identity):
+                self._entries[identity] = replace(
+                    entry,
+                    gone_at=utc_iso(self.clock.wall()),
+                    waited_seconds=round(now - self._found[identity], 3),
+                    outcome="ended while waited for" if entry.outcome is None else entry.outcome,
+                )
 
     def endable(self, orphans: Iterable[Orphan]) -> list[Orphan]:
         """Those of ``orphans`` that :meth:`end` would try to end (each once)."""
         return [
             o
             for o in orphans
-            if o.endable and self._entries.get(o.identity, {}).get("action") != "ended"
+            if o.endable
+            and (o.identity not in self._entries or self._entries[o.identity].action != "ended")
         ]
 
     def end(self, orphans: Sequence[Orphan]) -> None:
@@ -485,15 +508,20 @@ class OrphanWatch:
             entry = self._entries.get(identity)
             if entry is None:
                 continue
-            entry["action"] = "ended" if result["signals"] else "left alone"
-            entry["signals"] = result["signals"]
-            entry["outcome"] = result["outcome"]
+            self._entries[identity] = replace(
+                entry,
+                action="ended" if result.signals else "left alone",
+                signals=result.signals,
+                outcome=result.outcome,
+            )
         self._note_gone(self.clock.monotonic())
 
-    def entries(self) -> list[dict[str, Any]]:
+    def entries(self) -> tuple[OrphanEntry, ...]:
         """The record: one entry per orphan seen, in the order found."""
         self._note_gone(self.clock.monotonic())
-        for entry in self._entries.values():
-            if entry["outcome"] is None:
-                entry["outcome"] = "still running (on devices not granted)"
-        return [dict(e) for e in self._entries.values()]
+        for identity, entry in self._entries.items():
+            if entry.outcome is None:
+                self._entries[identity] = replace(
+                    entry, outcome="still running (on devices not granted)"
+                )
+        return tuple(self._entries.values())

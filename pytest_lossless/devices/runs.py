@@ -22,14 +22,16 @@ import re
 import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.clock import utc_iso
+from ..core.records import Record, meta
 from ..errors import AllocationError
 from .locks import (
     FULL,
+    HolderRecord,
     LockDir,
     LockFileError,
     _file_stem,
@@ -92,6 +94,23 @@ class Listed:
     comm: str
     command: str
     run: str | None
+
+
+@dataclass(frozen=True)
+class ListedRun(Record):
+    """One process this account's allocation lists in its runs record (as written: its
+    run, its role there, and the command it runs), and what the receipt's ``left_running``
+    names when it outlived its allocation."""
+
+    pid: int
+    start: int
+    pgid: int | None
+    sid: int | None
+    ppid: int | None
+    comm: str = field(metadata=meta(absent="?"))
+    command: str = field(metadata=meta(absent=""))
+    run: str = field(metadata=meta(absent=""))
+    role: str = field(metadata=meta(absent="descendant"))
 
 
 @dataclass(frozen=True)
@@ -243,7 +262,7 @@ class RunsLedger:
         self,
         lock_dir: LockDir,
         keys: Sequence[str],
-        header: Mapping[str, Any],
+        holder: HolderRecord,
         *,
         alive: Callable[[int, int], bool],
     ) -> None:
@@ -251,9 +270,9 @@ class RunsLedger:
         self.keys = tuple(keys)
         self.uid = os.geteuid()
         self.paths = tuple(runs_path(lock_dir, key, self.uid) for key in self.keys)
-        self._header = dict(header)
+        self._holder = holder
         self._alive = alive
-        self._runs: dict[str, list[dict[str, Any]]] = {}
+        self._runs: dict[str, list[ListedRun]] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._released_at: str | None = None
@@ -266,21 +285,26 @@ class RunsLedger:
         left_out = 0
         for entries in self._runs.values():
             for entry in entries:
-                identity = (entry["pid"], entry["start"])
+                identity = (entry.pid, entry.start)
                 if identity in seen:
                     continue
                 seen.add(identity)
                 # A reader reads at most RUNS_LIMIT bytes: past half of it, processes are
                 # counted, not listed (their sessions and groups are still searched).
-                size += len(json.dumps(entry)) + 2
+                written = entry.to_json()
+                size += len(json.dumps(written)) + 2
                 if len(listed) >= MAX_LISTED or size > RUNS_LIMIT // 2:
                     left_out += 1
                 else:
-                    listed.append(entry)
+                    listed.append(written)
         return {
             "schema": RUNS_SCHEMA,
             "version": 1,
-            **self._header,
+            "host": self._holder.host,
+            "holder": {"pid": self._holder.pid, "pid_start": self._holder.pid_start},
+            "test": self._holder.test,
+            "since": self._holder.since,
+            "locks": list(self.keys),
             "uid": self.uid,
             "released_at": self._released_at,
             "processes": listed,
@@ -316,18 +340,18 @@ class RunsLedger:
                 self._runs.pop(run, None)
             self._write(strict=False)
 
-    def close(self) -> list[dict[str, Any]]:
+    def close(self) -> tuple[ListedRun, ...]:
         """At release: the listed processes still alive (kept in the files, marked released),
         or none (the files are removed)."""
         with self._lock:
             self._closed = True
             for run, entries in list(self._runs.items()):
-                living = [e for e in entries if self._alive(e["pid"], e["start"])]
+                living = [e for e in entries if self._alive(e.pid, e.start)]
                 if living:
                     self._runs[run] = living
                 else:
                     del self._runs[run]
-            left = [e for entries in self._runs.values() for e in entries]
+            left = tuple(e for entries in self._runs.values() for e in entries)
             if left:
                 self._released_at = utc_iso()
                 self._write(strict=False)
@@ -351,20 +375,20 @@ def _write_problem(path: Path, exc: OSError) -> str:
     return f"cannot be written ({exc.strerror})"
 
 
-def _entry(run: str, process: Mapping[str, Any]) -> dict[str, Any] | None:
+def _entry(run: str, process: Mapping[str, Any]) -> ListedRun | None:
     pid, start = _int(process.get("pid")), _int(process.get("start"))
     if pid is None or start is None:
         return None
     argv = process.get("argv")
     command = " ".join(str(a) for a in argv) if isinstance(argv, list) and argv else ""
-    return {
-        "pid": pid,
-        "start": start,
-        "pgid": _int(process.get("pgid")),
-        "sid": _int(process.get("sid")),
-        "ppid": _int(process.get("ppid")),
-        "comm": str(process.get("comm", "?"))[:64],
-        "command": command[:COMMAND_LIMIT],
-        "run": run,
-        "role": str(process.get("role", "descendant")),
-    }
+    return ListedRun(
+        pid=pid,
+        start=start,
+        pgid=_int(process.get("pgid")),
+        sid=_int(process.get("sid")),
+        ppid=_int(process.get("ppid")),
+        comm=str(process.get("comm", "?"))[:64],
+        command=command[:COMMAND_LIMIT],
+        run=run,
+        role=str(process.get("role", "descendant")),
+    )

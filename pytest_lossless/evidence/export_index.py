@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_json_atomic
 from ..core.text import printable
@@ -120,6 +121,7 @@ class ExportFolder:
             ),
         }
         path = self.root / EXPORT_JSON
+        faults.write("write-export", path)
         write_json_atomic(path, document, default=str)
         return path
 

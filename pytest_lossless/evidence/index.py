@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import loads_bounded, safe_name, write_json_atomic
 from ..core.paths import open_regular, read_regular
@@ -370,6 +371,7 @@ def build_index(
 def write_index(folder: Path | str, index: SessionIndex) -> Path:
     """Write ``<folder>/INDEX.json`` atomically (a reader sees none or all of it)."""
     path = Path(folder) / INDEX_NAME
+    faults.write("write-session-index", path)
     write_json_atomic(path, index.to_json())
     return path
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
 from ..core.paths import inside_root, read_regular
@@ -284,7 +285,7 @@ class ReceiptParts:
         runs = []
         for record in blocks.get("runs", ()):
             lifecycle = lifecycle_verdict(record)
-            runs.append(RunLifecycle(record.get("name"), lifecycle["clean"], lifecycle["summary"]))
+            runs.append(RunLifecycle(record.get("name"), lifecycle.clean, lifecycle.summary))
         return cls(
             schema_version=version,
             outcome=outcome,
@@ -632,10 +633,10 @@ class Receipt:
             "outcome": dict(self.outcome),
             "runspec": self._runspec_block(),
             "allocation": self.allocation,
-            "runs": [{**run, "lifecycle": lifecycle_verdict(run)} for run in self.runs],
-            "gates": self.entries["gates"],
-            "lossless": self.entries["lossless"],
-            "speed": self.entries["speed"],
+            "runs": [{**run, "lifecycle": lifecycle_verdict(run).to_json()} for run in self.runs],
+            "gates": list(self.entries["gates"]),
+            "lossless": list(self.entries["lossless"]),
+            "speed": list(self.entries["speed"]),
         }
         for name in OPTIONAL_BLOCKS:
             entries = self.updates if name == "updates" else self.entries[name]
@@ -673,6 +674,7 @@ class Receipt:
             _store_diff(folder, *stored, root=boundary)
         path = folder / f"{self.name}.json"
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
+        faults.write("write-receipt", path)
         write_atomic(path, (text + "\n").encode())
         return path
 
@@ -694,6 +696,7 @@ def _store_diff(folder: Path, name: str, data: bytes, *, root: Path | str | None
     except FileNotFoundError:
         existing = None
     if existing is None or not stat.S_ISREG(existing.st_mode) or existing.st_size != len(data):
+        faults.write("write-receipt-diff", target)
         write_atomic(target, data)
 
 

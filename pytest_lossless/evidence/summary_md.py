@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.digests import write_atomic
 from ..core.paths import inside_root, open_regular, read_regular
 from ..core.text import printable
@@ -285,6 +286,7 @@ def write_summary(
         ) from None
     try:
         _lock(fd, lock, lock_timeout)
+        faults.write("write-session-summary", path)
         write_atomic(path, "\n".join(summary_lines(folder)).encode())
     finally:
         os.close(fd)

@@ -221,7 +221,7 @@ def check_runs(block: Any, receipt: ReceiptRecord, context: Context) -> list[str
             found.append(f"runs[{index}] is not a mapping")
             continue
         label = f"runs[{index}] ({run.get('name')})"
-        again = lifecycle_verdict(run)
+        again = lifecycle_verdict(run).to_json()
         stored = run.get("lifecycle")
         if not isinstance(stored, Mapping):
             found.append(f"{label}: no lifecycle verdict recorded")

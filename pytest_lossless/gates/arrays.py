@@ -77,7 +77,7 @@ def load_arrays(path: Path, limits: media.MediaLimits | None = None) -> dict[str
     return loaded if isinstance(loaded, dict) else {"": loaded}
 
 
-def error_stats(a: npt.NDArray[Any], b: npt.NDArray[Any], peak: float) -> dict[str, Any]:
+def error_stats(a: npt.NDArray[Any], b: npt.NDArray[Any], peak: float) -> dict[str, float]:
     """Max absolute error and PSNR over finite values: labelled diagnostics, never gates."""
     kind = np.complex128 if "c" in (a.dtype.kind, b.dtype.kind) else np.float64
     with np.errstate(all="ignore"):
@@ -87,7 +87,7 @@ def error_stats(a: npt.NDArray[Any], b: npt.NDArray[Any], peak: float) -> dict[s
             return {}
         max_err = float(err[finite].max())
         mse = float(np.mean(np.square(err[finite])))
-    stats: dict[str, Any] = {"max_abs_error": max_err}
+    stats: dict[str, float] = {"max_abs_error": max_err}
     if mse == 0:
         stats["psnr_db"] = math.inf
     elif math.isfinite(mse) and peak > 0:

@@ -218,7 +218,7 @@ def _parse_ulp(value: str, args: str) -> Gate:
     return ulp(int(given["n"]), dtype=dtype)
 
 
-def lossy_figure(gate: Gate, diagnostics: Mapping[str, Any]) -> str | None:
+def lossy_figure(gate: Gate, diagnostics: Mapping[str, Figure]) -> str | None:
     """The key figure of a lossy result, as the verdict table shows it: ``max 1 ulp at [3, 7],
     p99 0 ulp, 0 beyond 1`` or ``max |diff| 2e-07 at [5], p99 0, 0 beyond``; None without one."""
     if gate.name == "ulp" and "max_ulp" in diagnostics:
@@ -267,6 +267,13 @@ def check_gate_applies(
 
 # ------------------------------------------------------------------ what it answers
 
+#: One figure of a result's ``diagnostics`` (never a gate): a number (PSNR, max error, a count;
+#: ``inf``), where it was found (``"frame 3 sample 7"``), or none.
+Figure = int | float | str | None
+#: One value of a result's ``location``: a position (a frame, an offset, a stream), a name (a
+#: tensor member, a pixel format), a range or an index (``[start, end]``), or unknown.
+LocationValue = int | str | list[int] | None
+
 
 @dataclass
 class GateResult:
@@ -282,12 +289,12 @@ class GateResult:
     first_mismatch: str | None = None
     mismatch_count: int | None = None
     total: int | None = None
-    diagnostics: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[str, Figure] = field(default_factory=dict)
     diagnostic_files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: Where the first mismatch is, as data (``{"stream": 0, "frame": 7, "pts": 7}``), so that
     #: diagnostics (diff pictures) can be written after the comparison.
-    location: dict[str, Any] = field(default_factory=dict)
+    location: dict[str, LocationValue] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:

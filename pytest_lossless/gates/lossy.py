@@ -23,7 +23,7 @@ from .. import media
 from ..core.artifact import Artifact
 from ..errors import LosslessError
 from .arrays import Sides, bits_differ, sides
-from .gate import Gate, GateResult, new_result, number_text
+from .gate import Figure, Gate, GateResult, new_result, number_text
 
 #: Integer differences below this are counted in a histogram, not kept (video frames).
 _HISTOGRAM_BINS = 1 << 16
@@ -98,14 +98,14 @@ class Spread:
         values = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
         return np.partition(values, rank)[rank].item()
 
-    def figures(self, prefix: str, *, infinite: Any = None) -> dict[str, Any]:
+    def figures(self, prefix: str, *, infinite: Any = None) -> dict[str, Figure]:
         """``max_<prefix>``, ``max_<prefix>_at`` and (when wanted) ``p99_<prefix>``, as
         diagnostics; a distance equal to ``infinite`` is written ``inf``."""
 
-        def shown(value: Any) -> Any:
+        def shown(value: Any) -> Figure:
             return math.inf if infinite is not None and value == infinite else value
 
-        found: dict[str, Any] = {
+        found: dict[str, Figure] = {
             f"max_{prefix}": shown(self.largest) if self.count else 0,
             f"max_{prefix}_at": self.largest_at,
         }

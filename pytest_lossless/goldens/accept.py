@@ -67,9 +67,10 @@ class ExportError(LosslessError):
         super().__init__(printable(f"{self.path}: {problem}"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Exported:
-    """One exported artifact, as ``export.json`` names it."""
+    """One exported artifact, as ``export.json`` names it (read: :mod:`..plugin.export` writes
+    the entries, ``accept`` reads them, checking every field)."""
 
     test: str
     artifact: str
@@ -90,10 +91,11 @@ class Exported:
     varied: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
     scope: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+    #: The environment class of a device-scoped golden (None: none, or none that can be read).
+    environment: Environment | None = None
 
     @classmethod
-    def from_dict(cls, data: Any, where: Path) -> Exported:
+    def from_json(cls, data: Any, where: Path) -> Exported:
         if not isinstance(data, Mapping):
             raise ExportError(where, "an entry of 'entries' is not an object")
         try:
@@ -126,7 +128,7 @@ class Exported:
                 varied=_optional(data, "varied") or "",
                 provenance=dict(data.get("provenance") or {}),
                 scope=_optional(data, "scope"),
-                data=dict(data),
+                environment=Environment.from_json(data.get("environment")),
             )
         except (TypeError, ValueError) as exc:
             raise ExportError(where, f"an entry is malformed ({exc})") from None
@@ -152,7 +154,7 @@ def _optional(data: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportDocument:
     """``export.json`` as read: the session it came from and its entries."""
 
@@ -186,7 +188,7 @@ def read_export(folder: Path | str) -> ExportDocument:
     settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     return ExportDocument(
         folder,
-        [Exported.from_dict(e, path) for e in data["entries"]],
+        [Exported.from_json(e, path) for e in data["entries"]],
         dict(settings or {}),
         str(data.get("session") or ""),
     )
@@ -256,7 +258,7 @@ def keyword_matcher(expression: str) -> Callable[[str], bool]:
 # ------------------------------------------------------------------ accepting
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
     """What accept did with one exported artifact: an :class:`UpdateEvent` (``created``,
     ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason."""
@@ -477,7 +479,7 @@ def accept(
             continue
         environment = None
         if entry.scope == "device":
-            environment = Environment.from_dict(entry.data.get("environment"))
+            environment = entry.environment
             if environment is None:
                 why = "a device-scoped golden whose export names no environment class"
                 decisions.append(Decision(entry, "refused", why))

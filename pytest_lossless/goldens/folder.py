@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
@@ -49,6 +50,7 @@ from .manifest import (
     ManifestEntry,
     artifact_name,
     check_integrity,
+    check_scope,
     load_manifest,
     manifest_document,
     manifest_state,
@@ -58,7 +60,7 @@ from .manifest import (
     unhashed,
 )
 from .plans import carry_plan
-from .scope import Environment, check_scope, scoped_path
+from .scope import Environment, scoped_path
 from .store import ContentStore
 from .swap import (
     FolderLock,
@@ -76,6 +78,7 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_NAME_BYTES",
     "SCHEMA_VERSION",
+    "CheckEvidence",
     "GoldenConflict",
     "GoldenFolder",
     "GoldenUpdateError",
@@ -89,6 +92,58 @@ __all__ = [
     "read_manifest",
     "safe_component",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenSide:
+    """The golden a comparison was made against, as the receipt records it."""
+
+    folder: str
+    kind: str
+    gate: str
+    sha256: str
+    stored: str
+    manifest_sha256: str
+    fingerprint: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ObtainedSide:
+    """The file a comparison was made of: where it is, its kind, its digest, its fingerprint."""
+
+    path: str
+    kind: str
+    sha256: str
+    fingerprint: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckEvidence:
+    """Both sides of one comparison: the raw evidence a receipt keeps (``"evidence"`` of its
+    gate entry, which ``verify`` and the report read from the receipt)."""
+
+    golden: GoldenSide
+    obtained: ObtainedSide
+
+    def to_json(self) -> dict[str, Any]:
+        g, o = self.golden, self.obtained
+        return {
+            "golden": {
+                "folder": g.folder,
+                "kind": g.kind,
+                "gate": g.gate,
+                "sha256": g.sha256,
+                "stored": g.stored,
+                "manifest_sha256": g.manifest_sha256,
+                "fingerprint": g.fingerprint,
+            },
+            "obtained": {
+                "path": o.path,
+                "kind": o.kind,
+                "sha256": o.sha256,
+                "fingerprint": o.fingerprint,
+            },
+        }
 
 
 @dataclass
@@ -147,7 +202,7 @@ class GoldenFolder:
         self._copies: dict[str, Path] = {}
         self._reads = 0
         #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
-        self.evidence: dict[str, dict[str, Any]] = {}
+        self.evidence: dict[str, CheckEvidence] = {}
 
     def inside(self, path: Path, what: str) -> Path:
         """``path`` after proving that no link takes it out of the goldens folder, nor the
@@ -242,23 +297,23 @@ class GoldenFolder:
             raise ArtifactError(obtained_path, not_the_kind(obtained_path, entry.kind, kind))
         obtained = self.kinds.artifact(name, obtained_path, kind, golden=entry.fingerprint)
         expected = Artifact(name=name, kind=entry.kind, fingerprint=entry.fingerprint, path=stored)
-        self.evidence[name] = {
-            "golden": {
-                "folder": str(self.path),
-                "kind": entry.kind,
-                "gate": entry.gate,
-                "sha256": entry.sha256,
-                "stored": entry.stored,
-                "manifest_sha256": self.manifest_sha256(),
-                "fingerprint": entry.fingerprint,
-            },
-            "obtained": {
-                "path": str(obtained_path),
-                "kind": obtained.kind,
-                "sha256": _file_sha256(obtained),
-                "fingerprint": obtained.fingerprint,
-            },
-        }
+        self.evidence[name] = CheckEvidence(
+            GoldenSide(
+                folder=str(self.path),
+                kind=entry.kind,
+                gate=entry.gate,
+                sha256=entry.sha256,
+                stored=entry.stored,
+                manifest_sha256=self.manifest_sha256(),
+                fingerprint=entry.fingerprint,
+            ),
+            ObtainedSide(
+                path=str(obtained_path),
+                kind=obtained.kind,
+                sha256=_file_sha256(obtained),
+                fingerprint=obtained.fingerprint,
+            ),
+        )
         # A kind that differs from the golden's is reported by the registry, like any mismatch.
         return self.kinds.compare(requested, expected, obtained, diagnostics_dir=diagnostics_dir)
 
@@ -320,7 +375,7 @@ class GoldenFolder:
             fingerprint_sha256=canonical_sha256(fingerprint),
             provenance=dict(provenance),
             scope="all" if self.environment is None else "device",
-            environment=None if self.environment is None else self.environment.to_dict(),
+            environment=None if self.environment is None else self.environment,
         )
         self._staged[name] = StagedArtifact(entry, path if stored == "full" else None, path)
         return entry
@@ -474,9 +529,11 @@ class GoldenFolder:
                     continue
                 if staged is None:
                     self.inside(source, "stored golden")
+                faults.write("write-golden-stage", staging / entry.file)
                 _copy_durably(source, staging / entry.file)
             document = manifest_document(entries, self.test_id)
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+            faults.write("write-golden-manifest", staging / MANIFEST)
             write_new(staging / MANIFEST, text.encode("utf-8"))
             carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
 
@@ -485,7 +542,7 @@ class GoldenFolder:
         except OSError as exc:
             raise GoldenUpdateError(
                 self.path,
-                f"cannot be replaced ({exc.strerror or exc}): the previous golden is kept",
+                f"cannot be replaced ({faults.write_failed(exc)}): the previous golden is kept",
             ) from None
 
 

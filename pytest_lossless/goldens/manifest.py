@@ -9,6 +9,7 @@ its fingerprint (recomputed from the stored file) before anything is compared wi
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import faults
 from ..core.digests import canonical_sha256, loads_bounded
 from ..core.paths import inside_root, open_regular, read_regular
 from ..core.text import has_control, printable
@@ -36,6 +38,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 #: and the staging sibling of a folder adds about 25).
 MAX_NAME_BYTES = 200
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9.+\-]+")
 _SAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=,+@]")
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -101,7 +104,46 @@ def _shown(text: str, limit: int = 60) -> str:
     return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text)} characters)"
 
 
-@dataclass
+@dataclass(frozen=True)
+class Environment:
+    """An environment class: what makes a device-scoped golden the right one for a run
+    (:mod:`.scope`), recorded in each of its manifest entries."""
+
+    backend: str
+    model: str
+    runtime: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``cuda / NVIDIA H200 / CUDA 13``, as messages and the terminal show it."""
+        return " / ".join((self.backend, self.model, self.runtime or "runtime unknown"))
+
+    @property
+    def folder(self) -> str:
+        """The class in safe characters (``cuda__NVIDIA_H200__CUDA_13``): a folder name."""
+        parts = (self.backend, self.model, self.runtime or "runtime-unknown")
+        name = "__".join(_UNSAFE.sub("_", p).strip("_") or "_" for p in parts)
+        return name[:MAX_NAME_BYTES]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "model": self.model, "runtime": self.runtime}
+
+    @classmethod
+    def from_json(cls, data: object) -> Environment | None:
+        """The class a manifest entry names; None when it is not one (a malformed entry: not
+        exactly these three fields, or words that are not printable)."""
+        if not isinstance(data, Mapping) or set(data) != {"backend", "model", "runtime"}:
+            return None
+        fields = [data.get("backend"), data.get("model"), data.get("runtime")]
+        if not all(isinstance(v, str) and v and not has_control(v) for v in fields[:2]):
+            return None
+        runtime = fields[2]
+        if runtime is not None and (not isinstance(runtime, str) or has_control(runtime)):
+            return None
+        return cls(str(fields[0]), str(fields[1]), runtime)
+
+
+@dataclass(frozen=True)
 class ManifestEntry:
     """One artifact of a golden folder, as frozen by ``--update-goldens``."""
 
@@ -118,13 +160,15 @@ class ManifestEntry:
     #: ``"all"`` (one golden for every environment) or ``"device"`` (one per environment
     #: class, named by ``environment``: backend, model, runtime); see :mod:`.scope`.
     scope: str = "all"
-    environment: dict[str, Any] | None = None
+    environment: Environment | None = None
     #: The hash of every other field but provenance, as written (None: a manifest written
     #: before entries were hashed); :func:`check_integrity` checks it (:func:`entry_sha256`).
     entry_sha256: str | None = field(default=None, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        scoped = {"scope": self.scope, "environment": self.environment}
+    def to_json(self) -> dict[str, Any]:
+        """The entry as ``manifest.json`` holds it (without its ``entry_sha256``)."""
+        environment = None if self.environment is None else self.environment.to_json()
+        scoped = {"scope": self.scope, "environment": environment}
         return {
             **(scoped if self.scope != "all" else {}),
             "kind": self.kind,
@@ -139,7 +183,7 @@ class ManifestEntry:
         }
 
     @classmethod
-    def from_dict(cls, name: str, data: Mapping[str, Any], where: Path) -> ManifestEntry:
+    def from_json(cls, name: str, data: Mapping[str, Any], where: Path) -> ManifestEntry:
         """An entry read from ``where``; every field is checked, since the manifest may come
         from a pull request and its words end up in messages and the terminal."""
         try:
@@ -158,7 +202,7 @@ class ManifestEntry:
                 fingerprint_sha256=_hex64(data, "fingerprint_sha256"),
                 provenance=dict(data.get("provenance") or {}),
                 scope=_word(data, "scope") if "scope" in data else "all",
-                environment=_table(data, "environment") if "environment" in data else None,
+                environment=_environment(data) if "environment" in data else None,
                 entry_sha256=_hex64(data, "entry_sha256") if "entry_sha256" in data else None,
             )
         except (KeyError, TypeError, ValueError, ArtifactError) as exc:
@@ -177,6 +221,13 @@ class ManifestEntry:
                 where, f"entry {name!r}: stored is {entry.stored!r}, not 'full' or 'digest'"
             )
         return entry
+
+
+def _environment(data: Mapping[str, Any]) -> Environment:
+    environment = Environment.from_json(_table(data, "environment"))
+    if environment is None:
+        raise ValueError("environment must name its backend, model and runtime, printable")
+    return environment
 
 
 def _word(data: Mapping[str, Any], key: str) -> str:
@@ -258,7 +309,7 @@ def parse_manifest(path: Path, raw: bytes) -> dict[str, ManifestEntry]:
             raise ManifestError(
                 path, f"the artifact name {_shown(name)!r} is refused: {exc.problem}"
             ) from None
-        entries[name] = ManifestEntry.from_dict(name, entry, path)
+        entries[name] = ManifestEntry.from_json(name, entry, path)
     return entries
 
 
@@ -289,17 +340,17 @@ def manifest_document(entries: Mapping[str, ManifestEntry], test_id: str) -> dic
         "schema": SCHEMA_VERSION,
         "test": test_id,
         "artifacts": {
-            name: {**entries[name].to_dict(), "entry_sha256": entry_sha256(entries[name])}
+            name: {**entries[name].to_json(), "entry_sha256": entry_sha256(entries[name])}
             for name in sorted(entries)
         },
     }
 
 
 def entry_sha256(entry: ManifestEntry) -> str:
-    """The hash of an entry's name and every field of :meth:`ManifestEntry.to_dict` but its
+    """The hash of an entry's name and every field of :meth:`ManifestEntry.to_json` but its
     provenance (the gate, kind, digests, scope, and whatever later fields it gains), so that a
     hand edit of the gate (``decoded`` -> ``tolerance``) is an integrity error."""
-    fields = {k: v for k, v in entry.to_dict().items() if k not in ("provenance", "entry_sha256")}
+    fields = {k: v for k, v in entry.to_json().items() if k not in ("provenance", "entry_sha256")}
     return canonical_sha256({"name": entry.name, **fields})
 
 
@@ -346,6 +397,25 @@ def unhashed(entries: Mapping[str, ManifestEntry]) -> list[str]:
     """The entries of a manifest written before entries were hashed (their gate is covered by
     no integrity check until they are written again by --update-goldens)."""
     return sorted(name for name, entry in entries.items() if entry.entry_sha256 is None)
+
+
+def check_scope(
+    entries: Mapping[str, ManifestEntry], environment: Environment | None, where: Path
+) -> None:
+    """Every entry of a folder's manifest belongs to that folder's scope and class, or the
+    manifest was moved or edited: a :class:`ManifestError` naming both."""
+    for name, entry in entries.items():
+        wanted = "all" if environment is None else "device"
+        found = entry.environment
+        if entry.scope != wanted or (environment is not None and found != environment):
+            made = found.label if found is not None else "no environment"
+            raise ManifestError(
+                where,
+                f"entry {name!r} is a golden of scope {entry.scope!r} ({made}), but it lies in "
+                f"the folder of scope {wanted!r}"
+                + (f" for {environment.label}" if environment is not None else "")
+                + ": the manifest was moved or edited. Regenerate it with --update-goldens",
+            )
 
 
 def check_integrity(
@@ -431,9 +501,10 @@ def _earlier_form(again: dict[str, Any], entry: ManifestEntry) -> bool:
     the gate compares what it recorded and notes the streams it did not."""
     if "other_streams" not in again or "other_streams" in entry.fingerprint:
         return False
-    from ..media.container import legacy_fingerprint  # media is heavy; only this case needs it
+    from ..media.container import ContainerFingerprint  # media is heavy; only this case needs it
 
-    return canonical_sha256(legacy_fingerprint(again)) == entry.fingerprint_sha256
+    earlier = ContainerFingerprint.from_json(again).legacy().to_json()
+    return canonical_sha256(earlier) == entry.fingerprint_sha256
 
 
 def _check_entry_hash(manifest: Path, entry: ManifestEntry) -> None:
@@ -558,7 +629,9 @@ def _read_from(handle: int, folder: Path, into: Path, root: Path) -> GoldenVersi
             if _replaced(handle, folder):
                 raise _Replaced from None
             continue  # missing from this very version: check_integrity names it
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the copy, not the golden, failed
+                raise ManifestError(path, faults.write_failed(exc, target)) from None
             continue  # a FIFO, a device: check_integrity names it, reading the live path
         copies[name] = target
     return GoldenVersion(entries, hashlib.sha256(raw).hexdigest(), copies)
@@ -607,6 +680,7 @@ def _copy_at(handle: int, name: str, folder: Path, root: Path, target: Path) -> 
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(target)  # a copy from an attempt on an earlier version
+        faults.write("write-decode-temp", target)
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         try:
             while block := os.read(fd, 1 << 20):

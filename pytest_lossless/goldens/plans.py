@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.digests import canonical_sha256, loads_bounded, write_atomic, write_new
 from ..core.paths import folder_problem, inside_root, read_regular
 from ..core.text import has_control, printable
@@ -475,10 +476,12 @@ class PlanBook:
             return
         try:
             os.makedirs(self.folder, exist_ok=True)
+            faults.write("write-golden-plan", self.path)
             write_atomic(self.path, self._text(), mode=0o644)  # committed, like manifest.json
         except OSError as exc:
             raise GoldenUpdateError(
-                self.path, f"cannot be written ({exc.strerror or exc}): the previous plan is kept"
+                self.path,
+                f"cannot be written ({faults.write_failed(exc)}): the previous plan is kept",
             ) from None
 
 

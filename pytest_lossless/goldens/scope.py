@@ -18,13 +18,14 @@ from __future__ import annotations
 import platform
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.text import has_control, printable
-from ..errors import ConfigError, GoldenMissing, LosslessError, ManifestError
-from .manifest import MAX_NAME_BYTES, ManifestEntry, load_manifest
+from ..core.text import printable
+from ..errors import ConfigError, GoldenMissing, LosslessError
+from .manifest import Environment, check_scope, load_manifest
+
+__all__ = ["Environment", "check_scope"]  # the entry's record and check, in :mod:`.manifest`
 
 #: The scopes ``golden.check(scope=...)`` accepts (None is the default, ``"all"``).
 SCOPES = ("all", "device")
@@ -43,43 +44,6 @@ def parse_scope(scope: object) -> str:
     if isinstance(scope, str) and scope in SCOPES:
         return scope
     raise ConfigError("golden.check(scope=...)", scope, "expected None, 'all' or 'device'")
-
-
-@dataclass(frozen=True)
-class Environment:
-    """An environment class: what makes a device-scoped golden the right one for a run."""
-
-    backend: str
-    model: str
-    runtime: str | None = None
-
-    @property
-    def label(self) -> str:
-        """``cuda / NVIDIA H200 / CUDA 13``, as messages and the terminal show it."""
-        return " / ".join((self.backend, self.model, self.runtime or "runtime unknown"))
-
-    @property
-    def folder(self) -> str:
-        """The class in safe characters (``cuda__NVIDIA_H200__CUDA_13``): a folder name."""
-        parts = (self.backend, self.model, self.runtime or "runtime-unknown")
-        name = "__".join(_UNSAFE.sub("_", p).strip("_") or "_" for p in parts)
-        return name[:MAX_NAME_BYTES]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "model": self.model, "runtime": self.runtime}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Environment | None:
-        """The class a manifest entry names; None when it is not one (a malformed entry)."""
-        if not isinstance(data, Mapping):
-            return None
-        fields = [data.get("backend"), data.get("model"), data.get("runtime")]
-        if not all(isinstance(v, str) and v and not has_control(v) for v in fields[:2]):
-            return None
-        runtime = fields[2]
-        if runtime is not None and (not isinstance(runtime, str) or has_control(runtime)):
-            return None
-        return cls(str(fields[0]), str(fields[1]), runtime)
 
 
 def environment_of(
@@ -138,25 +102,6 @@ def scoped_path(folder: Path, environment: Environment | None) -> Path:
     return folder.with_name(folder.name + DEVICE_SUFFIX) / environment.folder
 
 
-def check_scope(
-    entries: Mapping[str, ManifestEntry], environment: Environment | None, where: Path
-) -> None:
-    """Every entry of a folder's manifest belongs to that folder's scope and class, or the
-    manifest was moved or edited: a :class:`ManifestError` naming both."""
-    for name, entry in entries.items():
-        wanted = "all" if environment is None else "device"
-        found = Environment.from_dict(entry.environment)
-        if entry.scope != wanted or (environment is not None and found != environment):
-            made = found.label if found is not None else "no environment"
-            raise ManifestError(
-                where,
-                f"entry {name!r} is a golden of scope {entry.scope!r} ({made}), but it lies in "
-                f"the folder of scope {wanted!r}"
-                + (f" for {environment.label}" if environment is not None else "")
-                + ": the manifest was moved or edited. Regenerate it with --update-goldens",
-            )
-
-
 def existing(folder: Path, root: Path) -> list[str]:
     """The environment classes that have device-scoped goldens for the test whose default
     folder is ``folder`` (labels from their manifests; unreadable ones by folder name)."""
@@ -173,7 +118,7 @@ def existing(folder: Path, root: Path) -> list[str]:
         except LosslessError:  # a damaged one still exists; its own run names the damage
             entries = {}
         for entry in entries.values():
-            env = Environment.from_dict(entry.environment)
+            env = entry.environment
             label = env.label if env is not None else label
             break
         found.append(label)

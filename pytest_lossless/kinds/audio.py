@@ -7,12 +7,15 @@ one LSB (or just beyond the tolerance); a failed comparison lists the first diff
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
-from ..gates.gate import first_difference, new_result, note_meta, settle
+from ..core.records import meta
+from ..gates.gate import Figure, first_difference, new_result, note_meta, settle
+from ..media.hashing import Fingerprint
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind
 
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
 
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..media.container import ContainerFingerprint
     from ..media.limits import MediaLimits
     from .canary import Plan
 
@@ -52,7 +56,7 @@ class AudioKind(BuiltinKind):
         )
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
-        return fingerprint_audio(path, limits=self.limits())
+        return fingerprint_audio(path, limits=self.limits()).to_json()
 
     def check_declared(self, path: Path, limits: MediaLimits) -> None:
         """Refuse, from its header alone, a file that declares more decoded PCM than
@@ -103,33 +107,51 @@ def _canonical(block: npt.NDArray[Any]) -> npt.NDArray[Any]:
 _RAW_WAV_SUBTYPES = {"PCM_16": "<i2", "PCM_32": "<i4", "FLOAT": "<f4", "DOUBLE": "<f8"}
 
 
-def _audio_fp(
-    snd: Any, dtype: str, count: int, pcm: str, blocks: list[str], size: int, file_sha: str
-) -> dict[str, Any]:
-    """The fingerprint of an audio file from its libsndfile header and its digests."""
-    import numpy as np
+@dataclass(frozen=True, slots=True)
+class AudioFingerprint(Fingerprint):
+    """A WAV, RF64 or FLAC file, as libsndfile reads it: its format and subtype, the PCM's
+    shape and sample type (``dtype``: little-endian, as numpy names it), the SHA-256 of the
+    whole PCM and one per ``block_frames`` samples (a second: a digest-only golden can
+    localise a change), and the file's size and SHA-256."""
 
-    from ..media.hashing import FINGERPRINT_VERSION
+    format: str
+    size: int
+    sha256: str
+    subtype: str
+    sample_rate: int
+    channels: int
+    sample_count: int
+    duration: float
+    dtype: str
+    pcm_sha256: str
+    block_frames: int = field(metadata=meta(absent=1))
+    block_sha256: tuple[str, ...]
 
-    rate = int(snd.samplerate)
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "format": str(snd.format),
-        "size": size,
-        "sha256": file_sha,
-        "subtype": str(snd.subtype),
-        "sample_rate": rate,
-        "channels": int(snd.channels),
-        "sample_count": count,
-        "duration": round(count / rate, 6) if rate else 0.0,
-        "dtype": np.dtype(dtype).newbyteorder("<").str,
-        "pcm_sha256": pcm,
-        "block_frames": max(1, rate),
-        "block_sha256": blocks,
-    }
+    @classmethod
+    def of(
+        cls, snd: Any, dtype: str, count: int, pcm: str, blocks: list[str], size: int, sha: str
+    ) -> AudioFingerprint:
+        """From the file's libsndfile header and its digests."""
+        import numpy as np
+
+        rate = int(snd.samplerate)
+        return cls(
+            format=str(snd.format),
+            size=size,
+            sha256=sha,
+            subtype=str(snd.subtype),
+            sample_rate=rate,
+            channels=int(snd.channels),
+            sample_count=count,
+            duration=round(count / rate, 6) if rate else 0.0,
+            dtype=np.dtype(dtype).newbyteorder("<").str,
+            pcm_sha256=pcm,
+            block_frames=max(1, rate),
+            block_sha256=tuple(blocks),
+        )
 
 
-def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> AudioFingerprint:
     """Fingerprint a WAV/FLAC file: format, PCM digest and one digest per second of samples.
 
     A file whose header declares more decoded samples than ``limits.decode_limit`` is refused
@@ -173,12 +195,12 @@ def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> 
                 finally:
                     data.release()
                     view.release()
-            return _audio_fp(snd, raw, count, pcm, blocks, size, file_sha)
+            return AudioFingerprint.of(snd, raw, count, pcm, blocks, size, file_sha)
         with ThreadPoolExecutor(max_workers=1) as pool:
             whole_file = pool.submit(file_digest, path)
             count, pcm, blocks = _decode_pcm_digests(path, snd, dtype, block_frames, limits)
             size, file_sha = whole_file.result()
-        return _audio_fp(snd, dtype, count, pcm, blocks, size, file_sha)
+        return AudioFingerprint.of(snd, dtype, count, pcm, blocks, size, file_sha)
 
 
 def _decode_pcm_digests(
@@ -228,7 +250,9 @@ def _decode_pcm_digests(
     return read, whole.hexdigest(), blocks
 
 
-def fingerprint_audio(path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+def fingerprint_audio(
+    path: Path, *, limits: MediaLimits | None = None
+) -> AudioFingerprint | ContainerFingerprint:
     """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
     from ..media.artifacts import read_head
     from ..media.container import fingerprint_container
@@ -254,7 +278,7 @@ def pcm_peak(dtype: np.dtype[Any]) -> float:
 
 def pcm_mismatch(
     a: npt.NDArray[Any], b: npt.NDArray[Any], rate: int
-) -> tuple[str, int, dict[str, Any], int | None]:
+) -> tuple[str, int, dict[str, Figure], int | None]:
     """First differing sample (time index, channel, both values), count of differing frames,
     error diagnostics, and the first differing time index itself."""
     import numpy as np
@@ -266,7 +290,7 @@ def pcm_mismatch(
     rows = differ.any(axis=1) if differ.ndim > 1 else differ
     where = np.flatnonzero(rows)
     count = int(where.size) + abs(len(a) - len(b))
-    diag: dict[str, Any] = {}
+    diag: dict[str, Figure] = {}
     if where.size:
         i = int(where[0])
         ch = int(np.flatnonzero(differ[i])[0]) if differ.ndim > 1 else 0
@@ -275,7 +299,7 @@ def pcm_mismatch(
             f"{i} (channel {ch}{when}): expected {value_text(a, (i, ch))}, "
             f"obtained {value_text(b, (i, ch))}"
         )
-        diag = error_stats(a[:n], b[:n], pcm_peak(a.dtype))
+        diag.update(error_stats(a[:n], b[:n], pcm_peak(a.dtype)))
         first = i
     elif len(a) != len(b):
         side = "expected" if len(a) > len(b) else "obtained"
@@ -300,31 +324,33 @@ def compare_audio_file(
     from ..gates.arrays import sides
     from .video import META_LABELS, compare_container
 
-    efp, ofp = expected.fingerprint, obtained.fingerprint
     result = new_result(expected, gate, kind, "sample")
-    if "streams" in efp or "streams" in ofp:
-        if "streams" in efp and "streams" in ofp:
+    if "streams" in expected.fingerprint or "streams" in obtained.fingerprint:
+        if "streams" in expected.fingerprint and "streams" in obtained.fingerprint:
             return compare_container(gate, expected, obtained, kind, limits=limits)
         result.metadata_diffs.append(
-            f"format: expected {efp.get('format')}, obtained {ofp.get('format')} "
+            f"format: expected {expected.fingerprint.get('format')}, obtained "
+            f"{obtained.fingerprint.get('format')} "
             "(one is a WAV/FLAC file, the other a media container)"
         )
         return settle(result)
+    efp = AudioFingerprint.from_json(expected.fingerprint)
+    ofp = AudioFingerprint.from_json(obtained.fingerprint)
     diffs = result.metadata_diffs
     for key in ("sample_count", "duration", "sample_rate", "channels", "subtype", "dtype"):
-        note_meta(diffs, META_LABELS.get(key, key), efp.get(key), ofp.get(key))
-    if efp.get("format") != ofp.get("format"):
+        note_meta(diffs, META_LABELS.get(key, key), getattr(efp, key), getattr(ofp, key))
+    if efp.format != ofp.format:
         result.notes.append(
-            f"file format differs (expected {efp.get('format')}, obtained {ofp.get('format')}); "
+            f"file format differs (expected {efp.format}, obtained {ofp.format}); "
             "the decoded gate compares the PCM, not the file format"
         )
-    result.total = max(int(efp.get("sample_count", 0)), int(ofp.get("sample_count", 0)))
-    same = efp.get("pcm_sha256") == ofp.get("pcm_sha256") and not diffs
+    result.total = max(efp.sample_count, ofp.sample_count)
+    same = efp.pcm_sha256 == ofp.pcm_sha256 and not diffs
     if same:
         result.mismatch_count = 0
         return settle(result)
-    rate = int(efp.get("sample_rate") or 0)
-    comparable = efp.get("dtype") == ofp.get("dtype") and efp.get("channels") == ofp.get("channels")
+    rate = efp.sample_rate
+    comparable = efp.dtype == ofp.dtype and efp.channels == ofp.channels
     loaded = None
     if expected.path is not None and obtained.path is not None and comparable:
         pair = sides(limits, expected)
@@ -348,10 +374,10 @@ def compare_audio_file(
             result.notes.append("PCM is identical; the recorded PCM digests differ")
             result.first_mismatch = "PCM SHA-256"
     elif comparable:
-        block = first_difference(efp.get("block_sha256", []), ofp.get("block_sha256", []))
-        size = int(efp.get("block_frames") or 1)
+        block = first_difference(efp.block_sha256, ofp.block_sha256)
+        size = efp.block_frames
         if block is not None:
-            total_blocks = max(len(efp.get("block_sha256", [])), len(ofp.get("block_sha256", [])))
+            total_blocks = max(len(efp.block_sha256), len(ofp.block_sha256))
             start = block * size
             end = min((block + 1) * size, result.total or (block + 1) * size)
             when = f" (t = {start / rate:.6f} s to {end / rate:.6f} s)" if rate else ""
@@ -359,11 +385,7 @@ def compare_audio_file(
                 f"within samples [{start}, {end}){when} (only digests are kept: the exact "
                 "sample is unknown)"
             )
-            blocks = sum(
-                1
-                for x, y in zip_longest(efp.get("block_sha256", []), ofp.get("block_sha256", []))
-                if x != y
-            )
+            blocks = sum(1 for x, y in zip_longest(efp.block_sha256, ofp.block_sha256) if x != y)
             result.notes.append(f"{blocks} of {total_blocks} blocks of {size} samples differ")
             result.location = {"sample_range": [start, end]}
     return settle(result)

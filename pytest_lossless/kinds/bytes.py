@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ArtifactError
 from ..gates.gate import first_difference, new_result, note_meta, settle
 from ..hookspecs import hookimpl
-from ..media.hashing import CHUNK_BYTES, FINGERPRINT_VERSION, sha256_hex, whole_and_blocks
+from ..media.hashing import CHUNK_BYTES, Fingerprint, sha256_hex, whole_and_blocks
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
@@ -28,16 +28,15 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class BytesFingerprint:
+class BytesFingerprint(Fingerprint):
     """What the ``bytes`` gate compares: the file's size and SHA-256, and one SHA-256 per
     ``chunk_bytes``. Read from any kind's fingerprint (:meth:`from_json`), the fields it lacks
     are None or empty: a plugin's kind without them has no ``bytes`` gate."""
 
     size: int | None
     sha256: str | None
-    chunk_sha256: tuple[str, ...] | None = None
     chunk_bytes: int = CHUNK_BYTES
-    fingerprint_version: int = FINGERPRINT_VERSION
+    chunk_sha256: tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, path: Path) -> BytesFingerprint:
@@ -60,32 +59,6 @@ class BytesFingerprint:
             text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ArtifactError(path, f"cannot be read: {text}") from None
         return cls(size=size, sha256=whole, chunk_sha256=tuple(chunks))
-
-    def to_json(self) -> dict[str, Any]:
-        """The fingerprint as a manifest keeps it (the same keys, in the same order)."""
-        return {
-            "fingerprint_version": self.fingerprint_version,
-            "size": self.size,
-            "sha256": self.sha256,
-            "chunk_bytes": self.chunk_bytes,
-            "chunk_sha256": list(self.chunk_sha256 or ()),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BytesFingerprint:
-        """The file digests of any kind's fingerprint (a manifest's, a hook's)."""
-        size, sha256, chunks = data.get("size"), data.get("sha256"), data.get("chunk_sha256")
-        return cls(
-            size=size if isinstance(size, int) and not isinstance(size, bool) else None,
-            sha256=str(sha256) if sha256 else None,
-            chunk_sha256=tuple(str(c) for c in chunks) if isinstance(chunks, list) else None,
-            chunk_bytes=_integer(data.get("chunk_bytes"), CHUNK_BYTES),
-            fingerprint_version=_integer(data.get("fingerprint_version"), FINGERPRINT_VERSION),
-        )
-
-
-def _integer(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def fingerprint_bytes(path: Path) -> dict[str, Any]:

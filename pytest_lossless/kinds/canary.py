@@ -17,18 +17,21 @@ plugin puts them in the receipt of the test they ran in.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import faults
 from ..core.artifact import Artifact
+from ..core.records import Record, from_json
 from ..errors import ArtifactError, CanaryError, LosslessError
 
 if TYPE_CHECKING:
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..gates import Gate, GateResult
+    from ..gates.gate import LocationValue
+    from ..media.hashing import Fingerprint
     from .registry import KindRegistry
 
 
@@ -47,7 +52,7 @@ class Unfailable(Exception):
     """No change of one unit goes beyond the gate's bound: the gate cannot fail."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """A perturbed copy: the file to judge, what to judge it against, and where it differs.
 
@@ -62,16 +67,18 @@ class Plan:
     unit: str
     expected: Path | None = None
     #: The fingerprint of ``expected``, when it was taken already (to check the copy).
-    expected_fingerprint: dict[str, Any] | None = None
+    expected_fingerprint: Fingerprint | None = None
     #: The fingerprint of ``obtained``, when the kind took it already (with the expected one).
-    obtained_fingerprint: dict[str, Any] | None = None
+    obtained_fingerprint: Fingerprint | None = None
     #: The gate reads only digests: ``expected`` is judged as a digest-only golden is (no
     #: file, so no diagnostics decode of both copies after the FAIL: the record needs none).
     digests_suffice: bool = False
-    location: dict[str, Any] = field(default_factory=dict)
+    location: dict[str, LocationValue] = field(default_factory=dict)
     prefix: str | None = None
 
-    def located(self, result_location: dict[str, Any], first_mismatch: str | None) -> bool | None:
+    def located(
+        self, result_location: Mapping[str, LocationValue], first_mismatch: str | None
+    ) -> bool | None:
         """Whether a FAIL named the changed unit (None: nothing to check it against)."""
         if not self.location and self.prefix is None:
             return None
@@ -187,8 +194,8 @@ STATUSES = ("proved", "cannot-fail", "unavailable", "skipped")
 SKIP_FLAG = "--lossless-no-canary"
 
 
-@dataclass
-class CanaryRecord:
+@dataclass(frozen=True)
+class CanaryRecord(Record):
     """One canary: the comparator (kind, gate), the artifact copied, what was changed, what the
     comparator said of the copy, whether it named the changed unit, and how long it took."""
 
@@ -204,8 +211,11 @@ class CanaryRecord:
     reason: str | None = None
     test_id: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @classmethod
+    def from_json(cls, data: object) -> CanaryRecord:
+        """A record from a receipt (a worker's, an earlier session's), read leniently: what
+        does not fit reads as absent (``verify`` checks the block: :func:`check_records`)."""
+        return from_json(cls, data, problems=[])
 
     @property
     def failed(self) -> bool:
@@ -287,8 +297,10 @@ class Canary:
         def make() -> None:
             judged = CanaryRecord(artifact.kind, gate.spec, artifact.name, "unavailable")
             try:
-                self._judge(judged, gate, artifact, folder)
-                future.set_result(judged)
+                plan = self._plan(judged.kind, gate, artifact, folder)
+                future.set_result(
+                    self._judge(replace(judged, unit=plan.unit), plan, gate, artifact)
+                )
             except BaseException as exc:  # handed to the canary that uses it
                 future.set_exception(exc)
 
@@ -331,11 +343,12 @@ class Canary:
         if error is not None:
             raise error
 
-    def take(self) -> list[CanaryRecord]:
-        """The records made since the last call (for the receipt of the test that made them)."""
+    def take(self, test_id: str | None = None) -> list[CanaryRecord]:
+        """The records made since the last call (for the receipt of the test that made them,
+        ``test_id``, which each record then names)."""
         self._drop_rehearsals()  # one that no comparison used, in the test that started it
         taken, self.fresh = self.fresh, []
-        return taken
+        return taken if test_id is None else [replace(r, test_id=test_id) for r in taken]
 
     def observe(self, gate: Gate, expected: Artifact, obtained: Artifact) -> CanaryRecord | None:
         """After a comparison: the canary of its (kind, gate) if none ran yet (None when one
@@ -377,52 +390,73 @@ class Canary:
             try:
                 if rehearsal is not None:
                     judged = rehearsal.future.result()  # or its exception, as if judged now
-                    for name in ("unit", "verdict", "first_mismatch", "located", "status"):
-                        setattr(record, name, getattr(judged, name))
+                    record = replace(
+                        record,
+                        unit=judged.unit,
+                        verdict=judged.verdict,
+                        first_mismatch=judged.first_mismatch,
+                        located=judged.located,
+                        status=judged.status,
+                    )
                 else:
-                    self._judge(record, gate, artifact, Path(tmp))
+                    plan = self._plan(kind, gate, artifact, Path(tmp))
+                    record = replace(record, unit=plan.unit)  # kept if judging fails
+                    record = self._judge(record, plan, gate, artifact)
             except Unfailable as exc:
-                record.status, record.reason = "cannot-fail", str(exc)
+                record = replace(record, status="cannot-fail", reason=str(exc))
             except Unavailable as exc:
-                record.reason = str(exc)
-            except (LosslessError, OSError, ValueError) as exc:
-                record.reason = f"the copy could not be made or judged: {exc}"
-        record.seconds = round(time.perf_counter() - started, 4)
-        return record
+                record = replace(record, reason=str(exc))
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the host's problem, named
+                    suffix = artifact.path.suffix if artifact.path else ""
+                    where = exc.filename2 or exc.filename or Path(tmp) / f"changed{suffix}"
+                    raise LosslessError(f"canary: {faults.write_failed(exc, where)}") from None
+                record = replace(record, reason=f"the copy could not be made or judged: {exc}")
+            except (LosslessError, ValueError) as exc:
+                record = replace(record, reason=f"the copy could not be made or judged: {exc}")
+        return replace(record, seconds=round(time.perf_counter() - started, 4))
 
-    def _judge(self, record: CanaryRecord, gate: Gate, artifact: Artifact, folder: Path) -> None:
-        assert artifact.path is not None
-        plan = self._plan(record.kind, gate, artifact, folder)
-        record.unit = plan.unit
+    def _judge(
+        self, record: CanaryRecord, plan: Plan, gate: Gate, artifact: Artifact
+    ) -> CanaryRecord:
+        """What the comparator said of the copy ``plan`` made, in ``record``."""
         builtin = self.registry.builtin(record.kind) is not None
         expected = artifact
         if plan.expected is not None:
-            fingerprint = plan.expected_fingerprint
-            if fingerprint is None:
-                fingerprint = self.registry.fingerprint(record.kind, plan.expected)
+            made = plan.expected_fingerprint
+            fingerprint = (
+                made.to_json()
+                if made is not None
+                else self.registry.fingerprint(record.kind, plan.expected)
+            )
             kept = None if plan.digests_suffice else plan.expected
             expected = Artifact(artifact.name, record.kind, fingerprint, kept)
         try:
             if plan.obtained_fingerprint is not None:
                 obtained = Artifact(
-                    artifact.name, plan.kind, plan.obtained_fingerprint, plan.obtained
+                    artifact.name, plan.kind, plan.obtained_fingerprint.to_json(), plan.obtained
                 )
             else:
                 obtained = self.registry.artifact(artifact.name, plan.obtained, plan.kind)
         except ArtifactError as exc:
             if builtin:  # our own copies are sound: a refusal is the canary's problem
                 raise Unavailable(f"the changed copy cannot be fingerprinted: {exc}") from None
-            record.status, record.verdict = "proved", "FAIL"
-            record.first_mismatch = f"its fingerprint refused the changed copy: {exc}"
-            return
+            return replace(
+                record,
+                status="proved",
+                verdict="FAIL",
+                first_mismatch=f"its fingerprint refused the changed copy: {exc}",
+            )
         result: GateResult = self.registry.compare_only(gate, expected, obtained)
-        record.verdict = result.verdict.value
-        record.first_mismatch = result.first_mismatch or (
-            "; ".join(result.metadata_diffs) if result.metadata_diffs else None
+        located = plan.located(result.location, result.first_mismatch)
+        return replace(
+            record,
+            verdict=result.verdict.value,
+            first_mismatch=result.first_mismatch
+            or ("; ".join(result.metadata_diffs) if result.metadata_diffs else None),
+            located=located,
+            status="proved" if not result.passed and located is not False else "cannot-fail",
         )
-        record.located = plan.located(result.location, result.first_mismatch)
-        proved = not result.passed and record.located is not False
-        record.status = "proved" if proved else "cannot-fail"
 
     def _plan(self, kind: str, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         """A perturbed copy, made by the kind: a built-in kind's own :meth:`plan`, a plugin
@@ -432,6 +466,7 @@ class Canary:
         assert artifact.path is not None
         path = artifact.path
         out = folder / f"changed{path.suffix}"
+        faults.write("write-canary-temp", out)
         own = self.registry.builtin(kind)
         if own is None:
             hook = getattr(self.registry.hook, "pytest_lossless_perturb", None)  # a foreign relay
@@ -442,9 +477,8 @@ class Canary:
                         f"pytest_lossless_perturb for kind {kind!r} wrote no {out.name}"
                     )
                 return Plan(obtained=out, kind=kind, unit=str(described))
-            plan = flip_byte(path, out, kind)
-            plan.location, plan.prefix = {}, None  # a plugin's comparer says FAIL in its words
-            return plan
+            # A plugin's comparer says FAIL in its own words: where is not checked.
+            return replace(flip_byte(path, out, kind), location={}, prefix=None)
         if gate.name == "bytes" or kind == "bytes":
             # Built-in kinds' bytes gate reads only the file's digests and bytes: the copy is
             # fingerprinted as bytes (a flipped byte may leave a container undecodable).
@@ -478,20 +512,20 @@ def _source(expected: Artifact, obtained: Artifact) -> Artifact | None:
 
 
 def summary_lines(records: list[dict[str, Any]]) -> list[str]:
-    """The session summary's canary lines: one per (kind, gate), however many workers ran it."""
-    seen: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        seen.setdefault((str(record.get("kind")), str(record.get("gate"))), []).append(record)
+    """The session summary's canary lines: one per (kind, gate), however many workers ran it
+    (``records``: as the receipts hold them)."""
+    seen: dict[tuple[str, str], list[CanaryRecord]] = {}
+    for record in map(CanaryRecord.from_json, records):
+        seen.setdefault((record.kind, record.gate), []).append(record)
     if not seen:
         return []
-    if all(r.get("status") == "skipped" for rs in seen.values() for r in rs):
+    if all(r.status == "skipped" for rs in seen.values() for r in rs):
         gates = ", ".join(f"{k}/{g}" for k, g in sorted(seen))
         return [f"canary skipped ({SKIP_FLAG}): {gates} not proven able to fail"]
     lines = []
     for _key, found in sorted(seen.items()):
-        worst = next((r for r in found if r.get("status") == "cannot-fail"), found[0])
-        known = {f: worst.get(f) for f in CanaryRecord.__dataclass_fields__}
-        text = CanaryRecord(**known).line()  # type: ignore[arg-type]
+        worst = next((r for r in found if r.status == "cannot-fail"), found[0])
+        text = worst.line()
         lines.append(text + (f" [once on each of {len(found)} workers]" if len(found) > 1 else ""))
     return ["canary: " + lines[0], *("        " + line for line in lines[1:])]
 

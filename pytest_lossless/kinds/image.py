@@ -10,6 +10,7 @@ The canary and the report's pictures are the video kind's (:func:`~.video.plan_f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -63,8 +64,7 @@ class ImageKind(BuiltinKind):
         from ..media.container import fingerprint_container
 
         found = fingerprint_container(path, video=True, limits=self.limits())
-        found["image_format"] = image_format(read_head(path, 8))
-        return found
+        return replace(found, image_format=image_format(read_head(path, 8))).to_json()
 
     def check_declared(self, path: Path, limits: MediaLimits) -> None:
         from ..media.container import check_declared_container

@@ -8,12 +8,13 @@ elements.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
 
+from ..core.records import Record, meta, spec
 from ..gates.gate import first_difference, new_result, note_meta, settle
-from ..media.hashing import FINGERPRINT_VERSION
+from ..media.hashing import Fingerprint
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class TensorKind(BuiltinKind):
 
 
 @dataclass(frozen=True, slots=True)
-class ArrayDigests:
+class ArrayDigests(Record):
     """One array (a ``.npy``, or one member of an ``.npz``): its dtype with byte order (as numpy
     describes it, JSON-normalised), shape, and digests of its C-order data, whole and per
     ``chunk_elements`` (so a digest-only golden can localise a change)."""
@@ -82,70 +83,26 @@ class ArrayDigests:
     shape: tuple[int, ...]
     element_count: int
     data_sha256: str
-    chunk_elements: int
+    chunk_elements: int = field(metadata=meta(absent=1))
     chunk_sha256: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "element_count": self.element_count,
-            "data_sha256": self.data_sha256,
-            "chunk_elements": self.chunk_elements,
-            "chunk_sha256": list(self.chunk_sha256),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ArrayDigests:
-        return cls(
-            dtype=data.get("dtype"),
-            shape=tuple(int(n) for n in data.get("shape", [])),
-            element_count=int(data.get("element_count", 0)),
-            data_sha256=str(data.get("data_sha256", "")),
-            chunk_elements=int(data.get("chunk_elements") or 1),
-            chunk_sha256=tuple(str(c) for c in data.get("chunk_sha256", [])),
-        )
 
 
 @dataclass(frozen=True, slots=True)
-class TensorFingerprint:
-    """A ``.npy`` (``format="npy"``: its one array is member ``""``) or an ``.npz``
-    (``format="npz"``: its members by name), with the file's size and SHA-256."""
+class TensorFingerprint(Fingerprint):
+    """A ``.npy`` (``format="npy"``: its one ``array``, whose fields a manifest keeps at the top
+    level) or an ``.npz`` (``format="npz"``: its arrays by name, under ``members``), with the
+    file's size and SHA-256."""
 
-    format: str
     size: int
     sha256: str
-    members: dict[str, ArrayDigests]
-    fingerprint_version: int = FINGERPRINT_VERSION
+    format: str = "npy"
+    array: ArrayDigests | None = spec(None, flatten=True)
+    npz: dict[str, ArrayDigests] | None = spec(None, key="members", omit="none")
 
-    def to_json(self) -> dict[str, Any]:
-        """As a manifest keeps it: a ``.npy``'s array fields at the top level."""
-        base: dict[str, Any] = {
-            "fingerprint_version": self.fingerprint_version,
-            "size": self.size,
-            "sha256": self.sha256,
-            "format": self.format,
-        }
-        if self.format == "npy":
-            return {**base, **self.members[""].to_json()}
-        return {**base, "members": {n: m.to_json() for n, m in self.members.items()}}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TensorFingerprint:
-        fmt = str(data.get("format", "npy"))
-        if fmt == "npz":
-            members = {
-                str(n): ArrayDigests.from_json(m) for n, m in data.get("members", {}).items()
-            }
-        else:
-            members = {"": ArrayDigests.from_json(data)}
-        return cls(
-            format=fmt,
-            size=int(data.get("size", 0)),
-            sha256=str(data.get("sha256", "")),
-            members=members,
-            fingerprint_version=int(data.get("fingerprint_version", FINGERPRINT_VERSION)),
-        )
+    @property
+    def members(self) -> dict[str, ArrayDigests]:
+        """The arrays by name (a ``.npy``'s one array is member ``""``)."""
+        return {"": self.array} if self.array is not None else dict(self.npz or {})
 
 
 def _tensor_fp_from_stream(
@@ -239,7 +196,7 @@ def _npy_c_order_fp(path: Path) -> TensorFingerprint | None:
                 data.release()
                 view.release()
     array = ArrayDigests(descr(dtype), tuple(shape), count, whole, chunk_elements, tuple(chunks))
-    return TensorFingerprint("npy", size, file_sha, {"": array})
+    return TensorFingerprint(size, file_sha, "npy", array)
 
 
 def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> TensorFingerprint:
@@ -266,7 +223,7 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> Tens
     size, sha = file_digest(path)
     if head.startswith(NPY_MAGIC):
         with open(path, "rb") as fh:
-            return TensorFingerprint("npy", size, sha, {"": _tensor_fp_from_stream(path, fh, "")})
+            return TensorFingerprint(size, sha, "npy", _tensor_fp_from_stream(path, fh, ""))
     members: dict[str, ArrayDigests] = {}
     try:
         with zipfile.ZipFile(path) as zf:
@@ -283,7 +240,7 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> Tens
                     )
     except zipfile.BadZipFile as exc:
         raise ArtifactError(path, f"damaged .npz archive: {exc}") from None
-    return TensorFingerprint("npz", size, sha, members)
+    return TensorFingerprint(size, sha, "npz", npz=members)
 
 
 # ------------------------------------------------------------------ elementwise: the exact gate

@@ -11,14 +11,23 @@ which the image kind shares); a failed comparison gets the first differing frame
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from fractions import Fraction
 from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
+from ..core.records import Record, from_json
 from ..errors import LosslessError
-from ..gates.gate import first_difference, new_result, note_meta, settle
+from ..gates.gate import Figure, first_difference, new_result, note_meta, settle
+from ..media.container import (
+    AudioPacket,
+    AudioStream,
+    ContainerFingerprint,
+    OtherStream,
+    VideoStream,
+)
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind, Kind
 
@@ -60,7 +69,7 @@ class VideoKind(BuiltinKind):
     def fingerprint(self, path: Path) -> dict[str, Any]:
         from ..media.container import fingerprint_container
 
-        return fingerprint_container(path, video=True, limits=self.limits())
+        return fingerprint_container(path, video=True, limits=self.limits()).to_json()
 
     def check_declared(self, path: Path, limits: MediaLimits) -> None:
         from ..media.container import check_declared_container
@@ -72,13 +81,13 @@ class VideoKind(BuiltinKind):
 
         # The fast way checks the declared sizes under these limits while the decode starts.
         found = fingerprint_container(path, video=True, limits=limits)
-        if not any(s.get("type") == "video" for s in found.get("streams", [])):
+        if not found.video():
             # What detection would have said (its probe finds no video stream): audio.
             from ..errors import ArtifactError
             from ..media.detect import not_the_kind
 
             raise ArtifactError(path, not_the_kind(path, self.name, "audio"))
-        return found
+        return found.to_json()
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:
         return compare_container(gate, expected, obtained, self.name, limits=self.limits())
@@ -111,11 +120,6 @@ META_LABELS = {
 }
 
 
-def streams(fp: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    """The streams of type ``kind`` (``video``, ``audio``) of a container fingerprint."""
-    return [s for s in fp.get("streams", []) if s.get("type") == kind]
-
-
 def pts_time(pts: int, tb: str | None) -> str:
     """``pts 7 = 0.291667 s``, or ``pts 7`` when the time base is unknown."""
     if tb is None:
@@ -123,15 +127,28 @@ def pts_time(pts: int, tb: str | None) -> str:
     return f"pts {pts} = {float(pts * Fraction(tb)):.6f} s"
 
 
-def frame_location(stream: dict[str, Any], frame: int, pts: Any) -> dict[str, Any]:
-    """Where a frame mismatch is, with the frame size so diagnostics need not probe for it."""
-    return {
-        "stream": stream.get("index"),
-        "frame": frame,
-        "pts": pts,
-        "pix_fmt": stream.get("pix_fmt"),
-        "frame_bytes": stream.get("frame_bytes"),
-    }
+@dataclass(frozen=True, slots=True)
+class FrameLocation(Record):
+    """Where a frame mismatch is (``GateResult.location``), with the frame's pixel format and
+    size so that diagnostics and pictures need not probe for them."""
+
+    stream: int | None
+    frame: int
+    pts: int | None = None
+    pix_fmt: str | None = None
+    frame_bytes: int | None = None
+
+    @classmethod
+    def of(cls, stream: VideoStream, frame: int, pts: int | None) -> FrameLocation:
+        return cls(stream.index, frame, pts, stream.pix_fmt, stream.frame_bytes)
+
+    @classmethod
+    def named_by(cls, result: GateResult) -> FrameLocation | None:
+        """The frame a result's location names (read leniently: a receipt's, a plugin's may
+        hold anything); None when it names none."""
+        if not isinstance(result.location.get("frame"), int):
+            return None
+        return from_json(cls, result.location, problems=[])
 
 
 _VIDEO_META = (
@@ -171,13 +188,14 @@ def compare_container(
     from ..gates.arrays import sides
 
     pair = sides(limits, expected)
-    efp, ofp = expected.fingerprint, obtained.fingerprint
-    unit = "frame" if streams(efp, "video") or streams(ofp, "video") else "sample"
+    efp = ContainerFingerprint.from_json(expected.fingerprint)
+    ofp = ContainerFingerprint.from_json(obtained.fingerprint)
+    unit = "frame" if efp.video() or ofp.video() else "sample"
     result = new_result(expected, gate, kind, unit)
-    if efp.get("container") != ofp.get("container"):
+    if efp.container != ofp.container:
         result.notes.append(
-            f"container differs (expected {efp.get('container')}, obtained "
-            f"{ofp.get('container')}); the decoded gate compares streams, not the container"
+            f"container differs (expected {efp.container}, obtained "
+            f"{ofp.container}); the decoded gate compares streams, not the container"
         )
     _compare_video_streams(result, efp, ofp)
     _compare_audio_streams(result, efp, ofp, expected, obtained, pair)
@@ -193,8 +211,10 @@ def compare_container(
     return settle(result)
 
 
-def _compare_video_streams(result: GateResult, efp: dict[str, Any], ofp: dict[str, Any]) -> None:
-    evs, ovs = streams(efp, "video"), streams(ofp, "video")
+def _compare_video_streams(
+    result: GateResult, efp: ContainerFingerprint, ofp: ContainerFingerprint
+) -> None:
+    evs, ovs = efp.video(), ofp.video()
     note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
     total = 0
     count = 0
@@ -202,12 +222,16 @@ def _compare_video_streams(result: GateResult, efp: dict[str, Any], ofp: dict[st
         prefix = f"video stream {n}: " if max(len(evs), len(ovs)) > 1 else ""
         for key in _VIDEO_META:
             note_meta(
-                result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key), prefix
+                result.metadata_diffs,
+                META_LABELS.get(key, key),
+                getattr(es, key),
+                getattr(os_, key),
+                prefix,
             )
-        eframes, oframes = es.get("frames", []), os_.get("frames", [])
+        eframes, oframes = es.frames, os_.frames
         stream_total = max(len(eframes), len(oframes))
         total += stream_total
-        tb = es.get("pts_time_base")
+        tb = es.pts_time_base
         for i, (ef, of) in enumerate(zip_longest(eframes, oframes)):
             if ef == of:
                 continue
@@ -218,19 +242,19 @@ def _compare_video_streams(result: GateResult, efp: dict[str, Any], ofp: dict[st
                 side = "expected" if of is None else "obtained"
                 frame = ef if of is None else of
                 result.first_mismatch = (
-                    f"{prefix}{i} ({pts_time(frame['pts'], tb)}): present in {side} only"
+                    f"{prefix}{i} ({pts_time(frame.pts, tb)}): present in {side} only"
                 )
-            elif ef["sha256"] != of["sha256"]:
-                pts = pts_time(ef["pts"], tb)
-                if ef["pts"] != of["pts"]:
-                    pts += f"; obtained pts {of['pts']}"
+            elif ef.sha256 != of.sha256:
+                pts = pts_time(ef.pts, tb)
+                if ef.pts != of.pts:
+                    pts += f"; obtained pts {of.pts}"
                 result.first_mismatch = f"{prefix}{i} ({pts}): pixels differ"
             else:
                 result.first_mismatch = (
                     f"{prefix}{i}: pixels identical, timing differs: expected "
-                    f"{pts_time(ef['pts'], tb)}, obtained {pts_time(of['pts'], tb)}"
+                    f"{pts_time(ef.pts, tb)}, obtained {pts_time(of.pts, tb)}"
                 )
-            result.location = frame_location(es, i, (ef or of)["pts"])
+            result.location = FrameLocation.of(es, i, (ef or of).pts).to_json()
     if evs or ovs:
         result.total = total
         result.mismatch_count = count
@@ -238,14 +262,14 @@ def _compare_video_streams(result: GateResult, efp: dict[str, Any], ofp: dict[st
 
 def _compare_audio_streams(
     result: GateResult,
-    efp: dict[str, Any],
-    ofp: dict[str, Any],
+    efp: ContainerFingerprint,
+    ofp: ContainerFingerprint,
     expected: Artifact,
     obtained: Artifact,
     limits: Sides,
 ) -> None:
     """Audio streams of a container: metadata, then the first differing sample."""
-    eas, oas = streams(efp, "audio"), streams(ofp, "audio")
+    eas, oas = efp.audio(), ofp.audio()
     note_meta(result.metadata_diffs, "audio stream count", len(eas), len(oas))
     video = result.unit == "frame"
     findings: list[tuple[str, int | None, int]] = []
@@ -254,14 +278,18 @@ def _compare_audio_streams(
         prefix = f"audio stream {n}: " if (max(len(eas), len(oas)) > 1 or video) else ""
         for key in _AUDIO_META:
             note_meta(
-                result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key), prefix
+                result.metadata_diffs,
+                META_LABELS.get(key, key),
+                getattr(es, key),
+                getattr(os_, key),
+                prefix,
             )
-        sample_total += max(int(es.get("sample_count", 0)), int(os_.get("sample_count", 0)))
-        epk, opk = es.get("packets", []), os_.get("packets", [])
+        sample_total += max(es.sample_count, os_.sample_count)
+        epk, opk = es.packets, os_.packets
         if epk == opk:
             continue
-        k = first_difference([p["sha256"] for p in epk], [p["sha256"] for p in opk])
-        text, count, diag = _audio_mismatch(es, os_, epk, opk, k, expected, obtained, limits)
+        k = first_difference([p.sha256 for p in epk], [p.sha256 for p in opk])
+        text, count, diag = _audio_mismatch(es, os_, k, expected, obtained, limits)
         differing = sum(1 for a, b in zip_longest(epk, opk) if a != b)
         findings.append(
             (f"{prefix}{text or 'decoded audio frame timing differs'}", count, differing)
@@ -291,18 +319,20 @@ def _compare_audio_streams(
 _OTHER_TYPES = ("subtitle", "data", "attachment")
 
 
-def _unrecorded(fp: dict[str, Any]) -> list[str]:
+def _unrecorded(fp: ContainerFingerprint) -> list[str]:
     """The other streams a fingerprint made before they were recorded names, unhashed."""
-    if "other_streams" in fp:
+    if fp.other_streams is not None:
         return []
     return [
-        str(text)
-        for text in fp.get("ignored_streams", [])
-        if len(str(text).split()) > 1 and str(text).split()[1] in _OTHER_TYPES
+        text
+        for text in fp.ignored_streams
+        if len(text.split()) > 1 and text.split()[1] in _OTHER_TYPES
     ]
 
 
-def _compare_other_streams(result: GateResult, efp: dict[str, Any], ofp: dict[str, Any]) -> None:
+def _compare_other_streams(
+    result: GateResult, efp: ContainerFingerprint, ofp: ContainerFingerprint
+) -> None:
     """Subtitle, data and attachment streams, by their packets (copied, never decoded): a
     stream that differs, or is present on one side only, fails naming it. A fingerprint made
     before they were recorded compares nothing here, and a note names what was not compared."""
@@ -318,19 +348,16 @@ def _compare_other_streams(result: GateResult, efp: dict[str, Any], ofp: dict[st
         return
     findings: list[tuple[str, int, int]] = []
     for kind in _OTHER_TYPES:
-        eos = [s for s in efp.get("other_streams", []) if s.get("codec_type") == kind]
-        oos = [s for s in ofp.get("other_streams", []) if s.get("codec_type") == kind]
+        eos = [s for s in efp.other_streams or () if s.codec_type == kind]
+        oos = [s for s in ofp.other_streams or () if s.codec_type == kind]
         for es, os_ in zip_longest(eos, oos):
             shown = es or os_
-            label = f"{kind} stream #{shown.get('index')} ({shown.get('codec_name')})"
+            label = f"{kind} stream #{shown.index} ({shown.codec_name})"
             if es is None or os_ is None:
                 side = "expected" if os_ is None else "obtained"
                 result.metadata_diffs.append(f"{label}: present in {side} only")
                 continue
-            note_meta(
-                result.metadata_diffs, "codec", es.get("codec_name"), os_.get("codec_name"),
-                f"{label}: ",
-            )  # fmt: skip
+            note_meta(result.metadata_diffs, "codec", es.codec_name, os_.codec_name, f"{label}: ")
             found = _packet_difference(es, os_)
             if found is not None:
                 findings.append((f"{label}: {found[0]}", found[1], found[2]))
@@ -345,13 +372,13 @@ def _compare_other_streams(result: GateResult, efp: dict[str, Any], ofp: dict[st
             result.notes.append(f"{count} of {total} packets also differ in {text}")
 
 
-def _packet_difference(es: dict[str, Any], os_: dict[str, Any]) -> tuple[str, int, int] | None:
+def _packet_difference(es: OtherStream, os_: OtherStream) -> tuple[str, int, int] | None:
     """The first difference between two streams' packets (or their extradata), how many
     packets differ, and of how many; None when they are the same."""
-    epk, opk = es.get("packets", []), os_.get("packets", [])
+    epk, opk = es.packets, os_.packets
     total = max(len(epk), len(opk))
-    if epk == opk and es.get("sha256") == os_.get("sha256"):
-        if es.get("extradata_sha256") != os_.get("extradata_sha256"):
+    if epk == opk and es.sha256 == os_.sha256:
+        if es.extradata_sha256 != os_.extradata_sha256:
             return "extradata (styles, attached file) differs", 0, total
         return None
     count = sum(1 for a, b in zip_longest(epk, opk) if a != b)
@@ -359,42 +386,40 @@ def _packet_difference(es: dict[str, Any], os_: dict[str, Any]) -> tuple[str, in
     if k is None:  # the packets agree, their summary does not: only an edit makes this
         return "the SHA-256 of its packets differs, the packets listed do not", count, total
     ep, op = (epk[k] if k < len(epk) else None), (opk[k] if k < len(opk) else None)
-    tb = es.get("time_base")
+    tb = es.time_base
     if ep is None or op is None:
         side = "expected" if op is None else "obtained"
         packet = ep if ep is not None else op
         assert packet is not None  # k is within the longer list
-        return f"packet {k} ({pts_time(packet['pts'], tb)}): present in {side} only", count, total
-    where = f"packet {k} ({pts_time(ep['pts'], tb)})"
-    if ep["sha256"] != op["sha256"]:
+        return f"packet {k} ({pts_time(packet.pts, tb)}): present in {side} only", count, total
+    where = f"packet {k} ({pts_time(ep.pts, tb)})"
+    if ep.sha256 != op.sha256:
         return f"{where}: payload differs", count, total
     return (
         f"{where}: payload identical, timing differs: obtained "
-        f"{pts_time(op['pts'], os_.get('time_base'))}, duration {op.get('duration')} "
-        f"(expected {ep.get('duration')})",
+        f"{pts_time(op.pts, os_.time_base)}, duration {op.duration} "
+        f"(expected {ep.duration})",
         count,
         total,
     )
 
 
 def _audio_mismatch(
-    es: dict[str, Any],
-    os_: dict[str, Any],
-    epk: list[dict[str, Any]],
-    opk: list[dict[str, Any]],
+    es: AudioStream,
+    os_: AudioStream,
     k: int | None,
     expected: Artifact,
     obtained: Artifact,
     limits: Sides,
-) -> tuple[str, int | None, dict[str, Any]]:
+) -> tuple[str, int | None, dict[str, Figure]]:
     """First differing sample of a container audio stream: exact with data, else its packet."""
     from .audio import pcm_mismatch
 
-    rate = int(es.get("sample_rate") or 0)
+    rate = es.sample_rate
     if expected.path is not None and obtained.path is not None:
         try:
-            a, _ = media.load_container_audio(expected.path, es.get("index"), limits=limits[0])
-            b, _ = media.load_container_audio(obtained.path, os_.get("index"), limits=limits[1])
+            a, _ = media.load_container_audio(expected.path, es.index, limits=limits[0])
+            b, _ = media.load_container_audio(obtained.path, os_.index, limits=limits[1])
         except LosslessError:
             pass
         else:
@@ -403,9 +428,9 @@ def _audio_mismatch(
                 return text, count, diag
     if k is None:
         return "packet timing differs", None, {}
-    packet = (epk if k < len(epk) else opk)[k]
-    start = int(packet["pts"])
-    end = start + int(packet.get("samples", 0))
+    packet: AudioPacket = (es.packets if k < len(es.packets) else os_.packets)[k]
+    start = packet.pts
+    end = start + packet.samples
     when = f" = {start / rate:.6f} s" if rate else ""
     return (
         f"within samples [{start}, {end}){when} (decoded audio frame {k}; only digests are "
@@ -422,17 +447,14 @@ def frame_diagnostics(result: GateResult, epath: Path, opath: Path, limits: Side
 
     from ..gates.arrays import error_stats
 
-    loc = result.location
-    if "frame" not in loc:
+    loc = FrameLocation.named_by(result)
+    if loc is None:
         return
+    n = loc.frame
 
     def load(p: Path, side: MediaLimits) -> dict[int, npt.NDArray[Any]]:
         return media.load_video_frames(
-            p,
-            stream_index=loc.get("stream"),
-            indices=[loc["frame"]],
-            frame_bytes=loc.get("frame_bytes"),
-            limits=side,
+            p, stream_index=loc.stream, indices=[n], frame_bytes=loc.frame_bytes, limits=side
         )
 
     try:
@@ -441,14 +463,14 @@ def frame_diagnostics(result: GateResult, epath: Path, opath: Path, limits: Side
             frames = list(pool.map(load, (epath, opath), limits))
     except LosslessError:
         return
-    if loc["frame"] not in frames[0] or loc["frame"] not in frames[1]:
+    if n not in frames[0] or n not in frames[1]:
         return
-    a, b = frames[0][loc["frame"]], frames[1][loc["frame"]]
-    dtype = media.sample_dtype(loc.get("pix_fmt"))
+    a, b = frames[0][n], frames[1][n]
+    dtype = media.sample_dtype(loc.pix_fmt)
     if a.size * a.itemsize % dtype.itemsize or a.shape != b.shape:
         return
     a, b = a.view(dtype), b.view(dtype)
-    stats = error_stats(a, b, media.sample_peak(loc.get("pix_fmt")))
+    stats = error_stats(a, b, media.sample_peak(loc.pix_fmt))
     result.diagnostics.update({f"frame_{k}": v for k, v in stats.items()})
     result.diagnostics["frame_differing_samples"] = int(np.count_nonzero(a != b))
 
@@ -467,7 +489,8 @@ def compare_tolerance(
     samples and each audio stream's samples within ``atol + rtol * |expected|``."""
     from ..gates.lossy import begin_tolerance
 
-    unit = "frame" if streams(expected.fingerprint, "video") else "sample"
+    efp = ContainerFingerprint.from_json(expected.fingerprint)
+    unit = "frame" if efp.video() else "sample"
     result, paths, pair = begin_tolerance(gate, expected, obtained, kind, unit, limits)
     tolerance_container(result, gate, expected, obtained, paths, pair)
     return settle(result)
@@ -490,28 +513,34 @@ def tolerance_container(
     from ..gates.lossy import Spread, abs_diff, within
 
     epath, opath = paths
-    efp, ofp = expected.fingerprint, obtained.fingerprint
-    evs, ovs = streams(efp, "video"), streams(ofp, "video")
+    efp = ContainerFingerprint.from_json(expected.fingerprint)
+    ofp = ContainerFingerprint.from_json(obtained.fingerprint)
+    evs, ovs = efp.video(), ofp.video()
     note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
     count = total = 0
     spread = Spread()
     for es, os_ in zip(evs, ovs, strict=False):
         for key in ("frame_count", "width", "height", "pix_fmt"):
-            note_meta(result.metadata_diffs, META_LABELS.get(key, key), es.get(key), os_.get(key))
+            note_meta(
+                result.metadata_diffs,
+                META_LABELS.get(key, key),
+                getattr(es, key),
+                getattr(os_, key),
+            )
         if result.metadata_diffs:
             continue
-        dtype = media.sample_dtype(es.get("pix_fmt"))
+        dtype = media.sample_dtype(es.pix_fmt)
         eit = media.iter_video_frames(
             epath,
-            stream_index=es["index"],
-            frame_bytes=es.get("frame_bytes"),
+            stream_index=es.index,
+            frame_bytes=es.frame_bytes,
             dtype=dtype,
             limits=limits[0],
         )
         oit = media.iter_video_frames(
             opath,
-            stream_index=os_["index"],
-            frame_bytes=os_.get("frame_bytes"),
+            stream_index=os_.index,
+            frame_bytes=os_.frame_bytes,
             dtype=dtype,
             limits=limits[1],
         )
@@ -524,32 +553,30 @@ def tolerance_container(
             spread.add(
                 diff,
                 outside,
-                partial(_frame_where, es["index"], i),
+                partial(_frame_where, es.index, i),
                 histogram=True,
             )
             if outside:
                 count += 1
                 if result.first_mismatch is None:
-                    pts = es["frames"][i]["pts"] if i < len(es.get("frames", [])) else None
-                    where = (
-                        f" ({pts_time(pts, es.get('pts_time_base'))})" if pts is not None else ""
-                    )
+                    pts = es.frames[i].pts if i < len(es.frames) else None
+                    where = f" ({pts_time(pts, es.pts_time_base)})" if pts is not None else ""
                     result.first_mismatch = (
                         f"{i}{where}: {outside} samples outside "
                         f"atol={number_text(gate.atol)}, rtol={number_text(gate.rtol)} "
                         f"(max abs error {err:g})"
                     )
-                    result.location = frame_location(es, i, pts)
-    eas, oas = streams(efp, "audio"), streams(ofp, "audio")
+                    result.location = FrameLocation.of(es, i, pts).to_json()
+    eas, oas = efp.audio(), ofp.audio()
     note_meta(result.metadata_diffs, "audio stream count", len(eas), len(oas))
-    for es, os_ in zip(eas, oas, strict=False):
-        b, _rate = media.load_container_audio(epath, es.get("index"), limits=limits[0])
-        a, _ = media.load_container_audio(opath, os_.get("index"), limits=limits[1])
+    for ea, oa in zip(eas, oas, strict=False):
+        b, _rate = media.load_container_audio(epath, ea.index, limits=limits[0])
+        a, _ = media.load_container_audio(opath, oa.index, limits=limits[1])
         if a.shape != b.shape or a.dtype != b.dtype:
             note_meta(result.metadata_diffs, "audio sample count", len(b), len(a))
             continue
         ok = within(a, b, gate.atol, gate.rtol)
-        stream = f"audio stream {es.get('index')} "
+        stream = f"audio stream {ea.index} "
         spread.add(
             abs_diff(a, b),
             int(np.count_nonzero(~ok)),
@@ -571,7 +598,7 @@ def tolerance_container(
     result.diagnostics["count_beyond"] = spread.beyond
 
 
-def _frame_where(stream: Any, frame: int, flat: int) -> str:
+def _frame_where(stream: int, frame: int, flat: int) -> str:
     return f"stream {stream} frame {frame} sample {flat}"
 
 
@@ -607,14 +634,13 @@ def plan_frames(
     from .canary import Plan, Unavailable
 
     assert artifact.path is not None
-    stream = video_stream(artifact.fingerprint)
-    frames = stream["frames"]
+    stream = video_stream(ContainerFingerprint.from_json(artifact.fingerprint))
     start, window = window_frames(artifact.path, stream, limits)
     stop = start + len(window)
     changed = start + len(window) // 2
     at = changed - start
     new_frame, what = change_frame(window[at], stream, gate)
-    wanted = [f["sha256"] for f in frames[start:stop]]
+    wanted = [f.sha256 for f in stream.frames[start:stop]]
     changed_window = [*window[:at], new_frame, *window[at + 1 :]]
     problems = []
     for codec in VIDEO_COPY_CODECS:
@@ -628,7 +654,7 @@ def plan_frames(
         except LosslessError as exc:
             problems.append(f"{codec[0]}: {exc}")
             continue
-        got = [f["sha256"] for f in video_stream(copy)["frames"]]
+        got = [f.sha256 for f in video_stream(copy).frames]
         if got != wanted:
             problems.append(f"{codec[0]} does not decode to the same frames")
             continue
@@ -642,7 +668,7 @@ def plan_frames(
             unit=f"frame {changed}: {what} (a {codec[0]} copy of frames {start}-{stop - 1})",
             location={"frame": at},
         )
-    raise Unavailable(f"no lossless copy of {stream.get('pix_fmt')} frames: " + "; ".join(problems))
+    raise Unavailable(f"no lossless copy of {stream.pix_fmt} frames: " + "; ".join(problems))
 
 
 #: Frames decoded at most past the key frame a seek lands on, to reach the middle of the clip;
@@ -652,11 +678,11 @@ SEEK_REACH = 48
 
 def _write_and_fingerprint(
     kind: Kind,
-    stream: dict[str, Any],
+    stream: VideoStream,
     jobs: tuple[tuple[list[bytes], Path], ...],
     codec: tuple[str, str],
     limits: MediaLimits,
-) -> list[dict[str, Any]]:
+) -> list[ContainerFingerprint]:
     """Each ``(frames, file)`` written with ``codec``, then fingerprinted, all files at the same
     time: short ffmpeg runs that are mostly start-up, in two steps instead of one after another."""
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
@@ -664,7 +690,7 @@ def _write_and_fingerprint(
         return list(pool.map(lambda job: _copy_fingerprint(kind, job[1], limits), jobs))
 
 
-def _copy_fingerprint(kind: Kind, path: Path, limits: MediaLimits) -> dict[str, Any]:
+def _copy_fingerprint(kind: Kind, path: Path, limits: MediaLimits) -> ContainerFingerprint:
     """The fingerprint of a copy the canary has just written from frames it holds: the video
     kind's own, without the probe of declared sizes (they are known); another kind's (the
     image kind's) as it makes it."""
@@ -672,12 +698,10 @@ def _copy_fingerprint(kind: Kind, path: Path, limits: MediaLimits) -> dict[str, 
         from ..media.container import fingerprint_container
 
         return fingerprint_container(path, video=True, limits=limits, declared=False)
-    return kind.fingerprint(path)
+    return ContainerFingerprint.from_json(kind.fingerprint(path))
 
 
-def window_frames(
-    path: Path, stream: dict[str, Any], limits: MediaLimits
-) -> tuple[int, list[bytes]]:
+def window_frames(path: Path, stream: VideoStream, limits: MediaLimits) -> tuple[int, list[bytes]]:
     """Consecutive decoded frames (three at most) from mid-clip, and the index of the first.
 
     ffmpeg seeks to the key frame at or before the middle (:func:`_seek_window`), so the clip
@@ -687,10 +711,9 @@ def window_frames(
     from ..media.frames import load_video_frames
     from .canary import Unavailable
 
-    frames = stream["frames"]
-    digests = [f["sha256"] for f in frames]
+    digests = [f.sha256 for f in stream.frames]
     start, stop, _changed = video_window(len(digests))
-    index, frame_bytes = stream.get("index"), stream.get("frame_bytes")
+    index, frame_bytes = stream.index, stream.frame_bytes
     if start > 0:
         found = _seek_window(path, stream, digests, start, stop - start, limits)
         if found is not None:
@@ -706,7 +729,7 @@ def window_frames(
 
 def _seek_window(
     path: Path,
-    stream: dict[str, Any],
+    stream: VideoStream,
     digests: list[str],
     start: int,
     size: int,
@@ -720,18 +743,17 @@ def _seek_window(
     from ..media.frames import iter_video_frames
     from ..media.hashing import sha256_hex
 
-    frames = stream["frames"]
-    tb = Fraction(str(stream.get("pts_time_base") or "0"))
-    first_pts, pts = frames[0].get("pts"), frames[start].get("pts")
-    if tb <= 0 or not isinstance(first_pts, int) or not isinstance(pts, int):
+    tb = Fraction(stream.pts_time_base or "0")
+    first_pts, pts = stream.frames[0].pts, stream.frames[start].pts
+    if tb <= 0:
         return None
     recent: deque[bytes] = deque(maxlen=size)
     seen: list[str] = []
     landed: int | None = None
     decoded = iter_video_frames(
         path,
-        stream_index=stream.get("index"),
-        frame_bytes=stream.get("frame_bytes"),
+        stream_index=stream.index,
+        frame_bytes=stream.frame_bytes,
         limits=limits,
         seek=float((pts - first_pts) * tb),
         count=size + SEEK_REACH,
@@ -781,7 +803,7 @@ def video_window(count: int) -> tuple[int, int, int]:
 
 def write_frames(
     frames: list[bytes],
-    stream: dict[str, Any],
+    stream: VideoStream,
     out: Path,
     codec: tuple[str, str],
     limits: MediaLimits,
@@ -791,9 +813,9 @@ def write_frames(
 
     encoder, muxer = codec
     args = [
-        *("-v", "error", "-f", "rawvideo", "-pix_fmt", str(stream["pix_fmt"])),
-        *("-s", f"{stream['width']}x{stream['height']}"),
-        *("-r", str(stream.get("frame_rate") or "25")),
+        *("-v", "error", "-f", "rawvideo", "-pix_fmt", str(stream.pix_fmt)),
+        *("-s", f"{stream.width}x{stream.height}"),
+        *("-r", stream.frame_rate or "25"),
         *("-i", "-", "-map", "0:v", "-c:v", encoder, "-f", muxer, "-y", str(out)),
     ]
     proc = run_ffmpeg(
@@ -805,21 +827,17 @@ def write_frames(
         )
 
 
-def video_stream(fingerprint: dict[str, Any]) -> dict[str, Any]:
+def video_stream(fingerprint: ContainerFingerprint) -> VideoStream:
     """The first video stream of a container fingerprint that has frames (not a cover)."""
     from .canary import Unavailable
 
-    for stream in fingerprint.get("streams", []):
-        if (
-            stream.get("type") == "video"
-            and not stream.get("attached_pic")
-            and stream.get("frames")
-        ):
-            return dict(stream)
+    for stream in fingerprint.video():
+        if not stream.attached_pic and stream.frames:
+            return stream
     raise Unavailable("the video has no decoded frame to change")
 
 
-def change_frame(frame: bytes, stream: dict[str, Any], gate: Gate) -> tuple[bytes, str]:
+def change_frame(frame: bytes, stream: VideoStream, gate: Gate) -> tuple[bytes, str]:
     """One frame with one byte's low bit flipped (``decoded``), or one sample moved just beyond
     the tolerance; and what was changed."""
     import numpy as np
@@ -833,7 +851,7 @@ def change_frame(frame: bytes, stream: dict[str, Any], gate: Gate) -> tuple[byte
         old = data[pos]
         data[pos] ^= 1
         return bytes(data), f"byte {pos} of {len(data)}, 0x{old:02x} -> 0x{data[pos]:02x}"
-    dtype = sample_dtype(stream.get("pix_fmt"))
+    dtype = sample_dtype(stream.pix_fmt)
     samples = np.frombuffer(bytes(data), dtype=dtype).copy()
     for pos in middle_out(samples.size):
         x = samples[pos]
@@ -841,7 +859,7 @@ def change_frame(frame: bytes, stream: dict[str, Any], gate: Gate) -> tuple[byte
         if y is not None:
             samples[pos] = y
             return samples.tobytes(), f"sample {pos}, {show(x)} -> {show(y)}, beyond {gate.spec}"
-    raise Unfailable(f"no sample of a {stream.get('pix_fmt')} frame can move beyond {gate.spec}")
+    raise Unfailable(f"no sample of a {stream.pix_fmt} frame can move beyond {gate.spec}")
 
 
 # ------------------------------------------------------------------ pictures
@@ -853,8 +871,8 @@ def frame_pictures(
     """The first differing frame, expected and obtained as PNG, and an amplified difference."""
     from ..core.digests import safe_name
 
-    loc = result.location
-    if result.passed or expected.path is None or obtained.path is None or "frame" not in loc:
+    loc = FrameLocation.named_by(result)
+    if result.passed or expected.path is None or obtained.path is None or loc is None:
         return []
     folder.mkdir(parents=True, exist_ok=True)
     base = folder / safe_name(expected.name, default="artifact")
@@ -866,18 +884,18 @@ def _write_frame_pictures(
     base: Path,
     epath: Path,
     opath: Path,
-    loc: dict[str, Any],
+    loc: FrameLocation,
     limits: Sides,
 ) -> list[str]:
     import numpy as np
 
     from ..media.frames import load_video_frames, write_png
 
-    n = int(loc["frame"])
+    n = loc.frame
     try:
         pictures = [
             load_video_frames(
-                p, stream_index=loc.get("stream"), pix_fmt="rgb24", indices=[n], limits=side
+                p, stream_index=loc.stream, pix_fmt="rgb24", indices=[n], limits=side
             ).get(n)
             for p, side in zip((epath, opath), limits, strict=True)
         ]

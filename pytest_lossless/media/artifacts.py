@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..errors import ArtifactError
 
 #: Bytes read at the start of a file for content detection.
@@ -48,12 +49,20 @@ def materialize(value: Any, name: str, folder: Path) -> Path:
         if array.dtype.hasobject:
             raise ArtifactError(name, "object arrays cannot be compared bit for bit (no pickle)")
         target = folder / (name if name.endswith(".npy") else f"{name}.npy")
-        with open(target, "wb") as handle:
-            np.save(handle, array, allow_pickle=False)
+        try:
+            faults.write("write-obtained", target)
+            with open(target, "wb") as handle:
+                np.save(handle, array, allow_pickle=False)
+        except OSError as exc:  # a full disk: named, not a traceback
+            raise ArtifactError(target, faults.write_failed(exc, target)) from None
         return target
     if isinstance(value, (bytes, bytearray, memoryview)):
         target = folder / name
-        target.write_bytes(bytes(value))
+        try:
+            faults.write("write-obtained", target)
+            target.write_bytes(bytes(value))
+        except OSError as exc:
+            raise ArtifactError(target, faults.write_failed(exc, target)) from None
         return target
     raise ArtifactError(
         name,

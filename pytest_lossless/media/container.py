@@ -10,10 +10,12 @@ import math
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
+from ..core.records import Record, spec
 from ..errors import ArtifactError
 from .ffmpeg import (
     OTHER_STREAM_TYPES,
@@ -29,7 +31,7 @@ from .ffmpeg import (
     run_ffmpeg,
     stderr_tail,
 )
-from .hashing import FINGERPRINT_VERSION, digest_frames, file_digest, raw_stripes
+from .hashing import Fingerprint, digest_frames, file_digest, raw_stripes
 from .limits import MediaLimits, refuse
 from .probe import (
     SAMPLE_FORMATS,
@@ -49,40 +51,174 @@ def _frac_str(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
-def _video_stream_fp(stream: StreamInfo, fh: FramehashStream) -> dict[str, Any]:
+# ------------------------------------------------------------------ the fingerprint, typed
+
+
+@dataclass(frozen=True, slots=True)
+class FrameDigest(Record):
+    """One decoded video frame: its presentation time (in ``pts_time_base`` units) and the
+    SHA-256 of its bytes in the stream's own pixel format."""
+
+    pts: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class AudioPacket(Record):
+    """One decoded audio frame: its first sample's time, how many samples, and their SHA-256."""
+
+    pts: int
+    samples: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Packet(Record):
+    """One copied (not decoded) packet of a subtitle, data or attachment stream."""
+
+    pts: int
+    duration: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class VideoStream(Record):
+    """A video stream: how ffmpeg describes it and one :class:`FrameDigest` per decoded frame.
+    ``frame_rate`` is exact (1 / the raw frames' time base), unlike ffmpeg's ``fps`` text."""
+
+    index: int
+    type: Literal["video"] = field(default="video", kw_only=True)
+    codec: str | None
+    pix_fmt: str | None
+    width: int | None
+    height: int | None
+    sar: str | None
+    frame_rate: str | None
+    time_base: str | None
+    pts_time_base: str | None
+    frame_count: int
+    duration: float
+    frame_bytes: int | None
+    attached_pic: bool
+    frames: tuple[FrameDigest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AudioStream(Record):
+    """An audio stream, decoded in its own sample format: its description and one
+    :class:`AudioPacket` per decoded audio frame."""
+
+    index: int
+    type: Literal["audio"] = field(default="audio", kw_only=True)
+    codec: str | None
+    sample_fmt: str | None
+    sample_rate: int
+    channels: int
+    channel_layout: str | None
+    sample_count: int
+    duration: float
+    time_base: str | None
+    packets: tuple[AudioPacket, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OtherStream(Record):
+    """A subtitle, data or attachment stream, by its copied packets: each packet's time and
+    payload SHA-256, ``sha256`` (of those digests in order) and ``extradata_sha256`` (what the
+    stream carries beside its packets, when anything)."""
+
+    index: int
+    codec_type: str
+    codec_name: str | None
+    time_base: str | None
+    extradata_sha256: str | None
+    packet_count: int
+    sha256: str
+    packets: tuple[Packet, ...]
+
+    @property
+    def label(self) -> str:
+        """``#2 subtitle mov_text``, as ``ignored_streams`` names a stream."""
+        return f"#{self.index} {self.codec_type} {self.codec_name}"
+
+
+#: A decoded stream of a container fingerprint (told apart by its ``type``).
+Stream = VideoStream | AudioStream
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerFingerprint(Fingerprint):
+    """A container (video, image, or audio in a container): the file's size and SHA-256, what
+    ffmpeg calls the container, its declared duration, the streams left out (named), every
+    decoded stream, and the other streams by their packets. ``other_streams`` is None in a
+    fingerprint made before those were recorded (they are then named in ``ignored_streams``),
+    and left out of the JSON of a file that has none; ``image_format`` is the image kind's."""
+
+    format: Literal["container"] = field(default="container", kw_only=True)
+    size: int
+    sha256: str
+    container: str | None
+    container_duration: float | None
+    ignored_streams: tuple[str, ...]
+    streams: tuple[Stream, ...]
+    other_streams: tuple[OtherStream, ...] | None = spec(None, omit="empty")
+    image_format: str | None = spec(None, omit="none")
+
+    def video(self) -> list[VideoStream]:
+        """The video streams, in file order."""
+        return [s for s in self.streams if isinstance(s, VideoStream)]
+
+    def audio(self) -> list[AudioStream]:
+        """The audio streams, in file order."""
+        return [s for s in self.streams if isinstance(s, AudioStream)]
+
+    def legacy(self) -> ContainerFingerprint:
+        """As it was made before streams other than video and audio were recorded: no
+        ``other_streams``, those streams named in ``ignored_streams`` (in file order). A
+        golden's manifest written then is checked against its stored file in this form."""
+        if self.other_streams is None:
+            return self
+        ignored = [*self.ignored_streams, *(s.label for s in self.other_streams)]
+        return replace(
+            self,
+            other_streams=None,
+            ignored_streams=tuple(sorted(ignored, key=lambda text: int(text[1:].split()[0]))),
+        )
+
+
+def _video_stream_fp(stream: StreamInfo, fh: FramehashStream) -> VideoStream:
     """A video stream's fingerprint from its framehash lines and ffmpeg's description of it."""
     tb = Fraction(fh.header.get("tb", "1/1"))
     dims = fh.header.get("dimensions", "")
     width, height = (
         (int(v) for v in dims.split("x")) if "x" in dims else (stream.width, stream.height)
     )
-    frames = [{"pts": pts, "sha256": digest} for pts, _dur, _size, digest in fh.lines]
+    frames = tuple(FrameDigest(pts, digest) for pts, _dur, _size, digest in fh.lines)
     if fh.lines:
         first, last = fh.lines[0], fh.lines[-1]
         duration = float((last[0] + last[1] - first[0]) * tb)
     else:
         duration = 0.0
-    return {
-        "index": stream.index,
-        "type": "video",
-        "codec": stream.codec,
-        "pix_fmt": stream.pix_fmt,
-        "width": width,
-        "height": height,
-        "sar": fh.header.get("sar"),
+    return VideoStream(
+        index=stream.index,
+        codec=stream.codec,
+        pix_fmt=stream.pix_fmt,
+        width=width,
+        height=height,
+        sar=fh.header.get("sar"),
         # ffmpeg's encoder time base for raw frames is 1/frame rate: exact, unlike the "fps" text.
-        "frame_rate": _frac_str(1 / tb) if tb else None,
-        "time_base": stream.time_base,
-        "pts_time_base": _frac_str(tb),
-        "frame_count": len(frames),
-        "duration": round(duration, 6),
-        "frame_bytes": fh.lines[0][2] if fh.lines else 0,
-        "attached_pic": stream.attached_pic,
-        "frames": frames,
-    }
+        frame_rate=_frac_str(1 / tb) if tb else None,
+        time_base=stream.time_base,
+        pts_time_base=_frac_str(tb),
+        frame_count=len(frames),
+        duration=round(duration, 6),
+        frame_bytes=fh.lines[0][2] if fh.lines else 0,
+        attached_pic=stream.attached_pic,
+        frames=frames,
+    )
 
 
-def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> dict[str, Any]:
+def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> AudioStream:
     """An audio stream's fingerprint from its framehash lines (``width``: bytes per sample)."""
     tb = Fraction(fh.header.get("tb", "1/1"))
     sample_rate = int(fh.header.get("sample_rate", stream.sample_rate or 0))
@@ -91,25 +227,24 @@ def _audio_stream_fp(stream: StreamInfo, fh: FramehashStream, width: int) -> dic
     samples = 0
     channels = 0
     for pts, duration, size, digest in fh.lines:
-        packets.append({"pts": pts, "samples": duration, "sha256": digest})
+        packets.append(AudioPacket(pts, duration, digest))
         total_bytes += size
         samples += duration
         if not channels and duration:
             channels = size // (duration * width)
     sample_count = total_bytes // (width * channels) if channels else samples
-    return {
-        "index": stream.index,
-        "type": "audio",
-        "codec": stream.codec,
-        "sample_fmt": stream.sample_fmt,
-        "sample_rate": sample_rate,
-        "channels": channels,
-        "channel_layout": fh.header.get("channel_layout_name", stream.channel_layout),
-        "sample_count": sample_count,
-        "duration": round(sample_count / sample_rate, 6) if sample_rate else 0.0,
-        "time_base": _frac_str(tb),
-        "packets": packets,
-    }
+    return AudioStream(
+        index=stream.index,
+        codec=stream.codec,
+        sample_fmt=stream.sample_fmt,
+        sample_rate=sample_rate,
+        channels=channels,
+        channel_layout=fh.header.get("channel_layout_name", stream.channel_layout),
+        sample_count=sample_count,
+        duration=round(sample_count / sample_rate, 6) if sample_rate else 0.0,
+        time_base=_frac_str(tb),
+        packets=tuple(packets),
+    )
 
 
 def other_streams(info: ProbeInfo) -> list[StreamInfo]:
@@ -118,7 +253,7 @@ def other_streams(info: ProbeInfo) -> list[StreamInfo]:
     return [s for kind in OTHER_STREAM_TYPES for s in info.of_type(kind)]
 
 
-def _other_stream_fp(path: Path, stream: StreamInfo, fh: FramehashStream) -> dict[str, Any]:
+def _other_stream_fp(path: Path, stream: StreamInfo, fh: FramehashStream) -> OtherStream:
     """A subtitle, data or attachment stream's fingerprint from the framehash lines of its
     copied packets: each packet's time and payload SHA-256, and ``sha256``, the SHA-256 of
     those payload digests in order (equal exactly when the payloads are, in the same order).
@@ -132,32 +267,16 @@ def _other_stream_fp(path: Path, stream: StreamInfo, fh: FramehashStream) -> dic
             f"stream #{stream.index}; it cannot be fingerprinted reliably. Report this file",
         )
     digests = [digest for _pts, _dur, _size, digest in fh.lines]
-    return {
-        "index": stream.index,
-        "codec_type": stream.type,
-        "codec_name": stream.codec,
-        "time_base": fh.header.get("tb"),
-        "extradata_sha256": fh.header.get("extradata"),
-        "packet_count": len(digests),
-        "sha256": hashlib.sha256("\n".join(digests).encode("ascii")).hexdigest(),
-        "packets": [
-            {"pts": pts, "duration": dur, "sha256": digest} for pts, dur, _size, digest in fh.lines
-        ],
-    }
-
-
-def legacy_fingerprint(fp: dict[str, Any]) -> dict[str, Any]:
-    """``fp`` as it was made before streams other than video and audio were recorded: without
-    ``other_streams``, and those streams named in ``ignored_streams`` (in file order). A
-    golden's manifest written then is checked against its stored file in this form."""
-    others = fp.get("other_streams")
-    if not isinstance(others, list):
-        return dict(fp)
-    named = [f"#{s['index']} {s['codec_type']} {s['codec_name']}" for s in others]
-    ignored = [*fp.get("ignored_streams", []), *named]
-    old = {k: v for k, v in fp.items() if k != "other_streams"}
-    old["ignored_streams"] = sorted(ignored, key=lambda text: int(text[1:].split()[0]))
-    return old
+    return OtherStream(
+        index=stream.index,
+        codec_type=stream.type,
+        codec_name=stream.codec,
+        time_base=fh.header.get("tb"),
+        extradata_sha256=fh.header.get("extradata"),
+        packet_count=len(digests),
+        sha256=hashlib.sha256("\n".join(digests).encode("ascii")).hexdigest(),
+        packets=tuple(Packet(pts, dur, digest) for pts, dur, _size, digest in fh.lines),
+    )
 
 
 def _fps(stream: StreamInfo) -> float | None:
@@ -284,7 +403,7 @@ class FramehashBudget:
 
 def fingerprint_container(
     path: Path, *, video: bool = True, limits: MediaLimits | None = None, declared: bool = True
-) -> dict[str, Any]:
+) -> ContainerFingerprint:
     """Fingerprint every video and audio stream of a container through ffmpeg's framehash.
 
     ``-xerror`` and the exit status are checked: a damaged or truncated file raises
@@ -326,7 +445,7 @@ def fingerprint_container(
 
 def _fast_fingerprint(
     path: Path, limits: MediaLimits, *, stripes: int | None = None, declared: bool = True
-) -> dict[str, Any] | None:
+) -> ContainerFingerprint | None:
     """The fingerprint with the first video stream's raw frames hashed here, on several threads
     (:func:`~.ffmpeg.fast_video_args`), and the audio streams hashed by a second ffmpeg run at
     the same time; or None where this way cannot vouch for the result: a run failed (the
@@ -461,7 +580,7 @@ def _assemble(
     limits: MediaLimits,
     *,
     video: bool,
-) -> dict[str, Any]:
+) -> ContainerFingerprint:
     """The fingerprint from ffmpeg's description of the streams and their framehash lines
     (keyed by output position: video streams in file order, then audio streams, then the
     :func:`other_streams`). ``other_streams`` is there only when the file has any: the
@@ -487,7 +606,7 @@ def _assemble(
         rehashed = parse_framehash(again.stdout.decode("ascii", "replace"))
         for pos, stream in enumerate(native):
             hashed[chosen.index(stream)] = rehashed.get(pos, FramehashStream(pos, {}, []))
-    streams: list[dict[str, Any]] = []
+    streams: list[Stream] = []
     for pos, stream in enumerate(chosen):
         fh = hashed.get(pos, FramehashStream(pos, {}, []))
         if stream.type == "video":
@@ -496,29 +615,25 @@ def _assemble(
             width = SAMPLE_FORMATS[formats[stream.index]][1]
             streams.append(_audio_stream_fp(stream, fh, width))
     recorded = other_streams(info)
-    extra = {
-        "other_streams": [
-            _other_stream_fp(path, stream, hashed.get(pos, FramehashStream(pos, {}, [])))
-            for pos, stream in enumerate(recorded, start=len(chosen))
-        ]
-    }
+    others = tuple(
+        _other_stream_fp(path, stream, hashed.get(pos, FramehashStream(pos, {}, [])))
+        for pos, stream in enumerate(recorded, start=len(chosen))
+    )
     size, sha = file_digest(path)
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "format": "container",
-        "size": size,
-        "sha256": sha,
-        "container": info.container,
-        "container_duration": info.duration,
-        "ignored_streams": [
+    return ContainerFingerprint(
+        size=size,
+        sha256=sha,
+        container=info.container,
+        container_duration=info.duration,
+        ignored_streams=tuple(
             f"#{s.index} {s.type} {s.codec}"
             for s in info.streams
             if s not in recorded
             and (s.type not in ("video", "audio") or (s.type == "video" and not video))
-        ],
-        "streams": streams,
-        **(extra if recorded else {}),
-    }
+        ),
+        streams=tuple(streams),
+        other_streams=others or None,
+    )
 
 
 def _sample_format(path: Path, stream: StreamInfo) -> str:

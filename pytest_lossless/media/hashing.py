@@ -9,16 +9,36 @@ import os
 import queue
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.digests import sha256_file
+from ..core.records import Record, from_json
 from ..errors import ArtifactError
 
 #: Version of the fingerprint layout, stored in every fingerprint.
 FINGERPRINT_VERSION = 1
 #: Chunk size of the per-chunk digests of bytes and tensors (localisation in digest-only goldens).
 CHUNK_BYTES = 1 << 20
+
+_F = TypeVar("_F", bound="Fingerprint")
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint(Record):
+    """A built-in kind's fingerprint, as a manifest keeps it: ``fingerprint_version`` first,
+    then the kind's fields in their order (:mod:`..core.records`).
+
+    Read leniently, as the code before the typed records read it: a gate reads any kind's
+    fingerprint (a plugin's may lack fields) and a manifest's (checked for integrity before),
+    so a missing or mistyped value reads as absent and the comparison names the difference."""
+
+    fingerprint_version: int = field(default=FINGERPRINT_VERSION, kw_only=True)
+
+    @classmethod
+    def from_json(cls: type[_F], data: object) -> _F:
+        return from_json(cls, data, problems=[])
 
 
 #: Frames smaller than this are hashed by the reading thread itself (a hand-over costs more).

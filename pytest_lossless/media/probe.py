@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from ..errors import LosslessError
 
@@ -192,54 +191,62 @@ def _rate_to_tb(value: str, k: str) -> str:
 def _parse_stream(line: str, match: re.Match[str]) -> StreamInfo:
     kind = match["type"].lower()
     rest = match["rest"]
-    attached = "(attached pic)" in rest
     fields = _split_top_level(rest)
     codec = fields[0].split()[0] if fields and fields[0].split() else "unknown"
-    info: dict[str, Any] = {
-        "index": int(match["idx"]),
-        "type": kind,
-        "codec": codec,
-        "attached_pic": attached,
-        "line": line.strip(),
-    }
+    width = height = sample_rate = None
+    pix_fmt = fps = time_base = channel_layout = sample_fmt = None
     if kind == "video":
         for pos, field in enumerate(fields[1:], start=1):
             size = _SIZE_RE.match(field)
-            if size and info.get("width") is None:
-                info["width"], info["height"] = int(size["w"]), int(size["h"])
+            if size and width is None:
+                width, height = int(size["w"]), int(size["h"])
                 # The pixel format is the field just before the size, when the codec has one.
                 if pos >= 2:
                     token = fields[pos - 1].split("(")[0].strip()
                     if _FMT_TOKEN_RE.match(token):
-                        info["pix_fmt"] = token
+                        pix_fmt = token
             for part in field.split(","):
                 rate = _RATE_RE.match(part.strip().split(" (")[0].strip())
                 if rate and rate["unit"] == "fps":
-                    info["fps"] = rate["v"] + rate["k"]
+                    fps = rate["v"] + rate["k"]
                 elif rate and rate["unit"] == "tbn":
-                    info["time_base"] = _rate_to_tb(rate["v"], rate["k"])
-        if info.get("pix_fmt") is None and len(fields) > 1:
+                    time_base = _rate_to_tb(rate["v"], rate["k"])
+        if pix_fmt is None and len(fields) > 1:
             token = fields[1].split("(")[0].strip()
             if _FMT_TOKEN_RE.match(token) and not _SIZE_RE.match(token):
-                info["pix_fmt"] = token
+                pix_fmt = token
     elif kind == "audio":
         for pos, field in enumerate(fields[1:], start=1):
             hz = re.match(r"^(\d+) Hz$", field)
             if hz:
-                info["sample_rate"] = int(hz[1])
+                sample_rate = int(hz[1])
                 if pos + 1 < len(fields):
-                    info["channel_layout"] = fields[pos + 1]
+                    channel_layout = fields[pos + 1]
                 if pos + 2 < len(fields):
                     token = fields[pos + 2].split(" ")[0].split("(")[0]
                     if token.rstrip("p") in SAMPLE_FORMATS:
-                        info["sample_fmt"] = token
-        if info.get("sample_fmt") is None:
+                        sample_fmt = token
+        if sample_fmt is None:
             for field in fields[1:]:
                 token = field.split(" ")[0].split("(")[0]
                 if token.rstrip("p") in SAMPLE_FORMATS:
-                    info["sample_fmt"] = token
+                    sample_fmt = token
                     break
-    return StreamInfo(**info)
+    return StreamInfo(
+        index=int(match["idx"]),
+        type=kind,
+        codec=codec,
+        pix_fmt=pix_fmt,
+        width=width,
+        height=height,
+        fps=fps,
+        time_base=time_base,
+        sample_rate=sample_rate,
+        channel_layout=channel_layout,
+        sample_fmt=sample_fmt,
+        attached_pic="(attached pic)" in rest,
+        line=line.strip(),
+    )
 
 
 def parse_probe(text: str) -> ProbeInfo | None:

@@ -68,9 +68,8 @@ class CanaryPlugin:
         """Before each phase's report: the records its comparisons made, into the receipt."""
         registry = item.config.stash.get(KINDS_KEY, None)
         canary = registry.canary if registry is not None else None
-        for record in canary.take() if canary is not None else []:
-            record.test_id = item.nodeid
-            data = record.to_dict()
+        for record in canary.take(item.nodeid) if canary is not None else []:
+            data = record.to_json()
             receipt_for(item).add_canary(data)
             self.state.pending.setdefault(item.nodeid, []).append(data)
         return (yield)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..core import faults
 from ..errors import LosslessError
 from .config import session, settings
 
@@ -115,8 +116,6 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
             sources=source_states(config),
         )
     )
-    from ..core import faults
-
     faults.point("receipt-write")
     return receipt.write(session_folder(config))
 
@@ -148,8 +147,11 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         path = write_receipt(item, receipt)
     except (OSError, LosslessError) as exc:
         # Evidence that cannot be written is a failure of the test, not a silent gap.
+        why = faults.write_failed(exc) if isinstance(exc, OSError) else exc
+        line = f"pytest-lossless: the receipt of {item.nodeid} was not written: {why}"
+        # Added to a teardown's own failure (a golden that could not be written), never over it.
+        report.longrepr = f"{report.longrepr}\n\n{line}" if report.failed else line
         report.outcome = "failed"
-        report.longrepr = f"pytest-lossless: the receipt of {item.nodeid} was not written: {exc}"
         return
     item.stash[WRITTEN_KEY] = path
     report.user_properties.append(("lossless_receipt", str(path)))

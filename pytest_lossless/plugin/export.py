@@ -1,9 +1,9 @@
 """``--lossless-export DIR``: the obtained artifacts of every failing or new check, for CI.
 
-:mod:`.golden` tells this module of every ``golden.check`` and ``golden.check_all``
-(:func:`watch`), and :mod:`.lossless` of every ``lossless.compare`` verdict
-(:func:`comparison`). Right after the test's call, while its fixtures still stand, each check
-that mismatched its golden or had none is settled: a producer runs again (the control-run
+:mod:`.golden` records every ``golden.check`` and ``golden.check_all`` the test made (its
+:class:`~.golden.Checks`), and :mod:`.lossless` tells this module of every ``lossless.compare``
+verdict (:func:`comparison`). Right after the test's call, while its fixtures still stand, each
+check that mismatched its golden or had none is settled: a producer runs again (the control-run
 count, ``--lossless-control-runs``) so that the export shows whether its runs agree, and the
 obtained file is copied into DIR. The entries ride on the teardown report (to the controller,
 under xdist), and the controller writes ``export.json`` at the session's end, with a copy of
@@ -14,29 +14,32 @@ each test's receipt; the HTML report is copied in after the terminal summary dre
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
 import pytest
 
+from ..core import faults
 from ..core.digests import canonical_sha256, sha256_file
 from ..errors import GoldenMissing, LosslessError
 from .config import session as session_of
 from .config import settings
 from .evidence import receipt_for, source_revision
+from .golden import CHECKS_KEY, Call, Failed
 
 if TYPE_CHECKING:
     from ..evidence.export_index import ExportFolder
+    from ..gates import Gate
     from ..goldens.checks import Golden
+    from ..goldens.manifest import Environment
+    from .golden import Record
 
 _PLUGIN_NAME = "lossless-export"
 #: ``config.stash[EXPORT_KEY]``: the session's export, when ``--lossless-export`` is given.
 EXPORT_KEY = pytest.StashKey["ExportPlugin"]()
-#: ``item.stash[WATCHED_KEY]``: the test's golden checks, in the order it made them.
-WATCHED_KEY = pytest.StashKey[list["Watched"]]()
 #: ``item.stash[ENTRIES_KEY]``: the test's exported artifacts (``export.json`` entries).
-ENTRIES_KEY = pytest.StashKey[list[dict[str, Any]]]()
+ENTRIES_KEY = pytest.StashKey[list["ExportEntry"]]()
 #: Statuses of a golden check that are exported.
 EXPORTED = ("changed", "new")
 
@@ -53,22 +56,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if plugin is not None:
         config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
         del config.stash[EXPORT_KEY]
-
-
-@dataclass
-class Watched:
-    """One ``golden.check`` (``name``) or ``golden.check_all`` (``name`` None) of a test."""
-
-    golden: Golden
-    name: str | None
-    artifact: Any
-    gate: Any
-
-
-def watch(item: pytest.Item, golden: Golden, name: str | None, artifact: Any, gate: Any) -> None:
-    """Called by :mod:`.golden` for each check: remembered only when exporting."""
-    if EXPORT_KEY in item.config.stash:
-        item.stash.setdefault(WATCHED_KEY, []).append(Watched(golden, name, artifact, gate))
 
 
 def comparison(item: pytest.Item, verdict: Any) -> None:
@@ -104,12 +91,176 @@ class _kept:
         return False
 
 
-def _run_record(name: str, artifact: Mapping[str, Any]) -> dict[str, Any]:
-    fingerprint = artifact.get("fingerprint") or {}
-    digest = fingerprint.get("sha256")
-    if not (isinstance(digest, str) and len(digest) == 64) and artifact.get("path"):
-        digest = sha256_file(str(artifact["path"]))
-    return {"name": name, "sha256": digest, "fingerprint_sha256": canonical_sha256(fingerprint)}
+# ------------------------------------------------------------------ the records
+
+
+@dataclass(frozen=True, slots=True)
+class RunDigest:
+    """One run of an exported artifact, by its digests; the receipt's export block records the
+    same runs, which ``accept`` checks."""
+
+    name: str
+    sha256: str | None
+    fingerprint_sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "fingerprint_sha256": self.fingerprint_sha256,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunDigest:
+        return cls(data["name"], data["sha256"], data["fingerprint_sha256"])
+
+    @classmethod
+    def of(cls, name: str, artifact: Mapping[str, Any]) -> RunDigest:
+        """The digests of a run's artifact (``path``, ``fingerprint``)."""
+        fingerprint = artifact.get("fingerprint") or {}
+        digest = fingerprint.get("sha256")
+        if not (isinstance(digest, str) and len(digest) == 64) and artifact.get("path"):
+            digest = sha256_file(str(artifact["path"]))
+        return cls(name, digest, canonical_sha256(fingerprint))
+
+
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """The exported file: where it lies in the export folder, its SHA-256 and size."""
+
+    file: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenTarget:
+    """Where a ``golden.check``'s export goes when accepted: the test's golden folder, the gate
+    the test asked for, the provenance it would be written with, its scope."""
+
+    module: str | None
+    test_name: str | None
+    folder: str
+    requested_gate: str | None
+    provenance: dict[str, Any]
+    scope: str
+    environment: Environment | None
+    #: What varied between the runs of its producer ("" when they agreed).
+    varied: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExportEntry:
+    """One exported artifact: an entry of ``export.json`` (``accept`` reads it back, checking
+    every field: :class:`..goldens.accept.Exported`). ``golden``: a ``golden.check``'s;
+    ``label``/``run``: a ``lossless.compare``'s. ``size`` None: no file was copied."""
+
+    test: str
+    artifact: str
+    source: str
+    status: str
+    message: str
+    file: str | None
+    sha256: str | None
+    size: int | None
+    gate: str | None
+    kind: str | None
+    fingerprint: dict[str, Any]
+    runs: tuple[RunDigest, ...]
+    agreed: bool | None
+    producer: bool
+    location: Location
+    golden: GoldenTarget | None = None
+    label: str | None = None
+    run: str | None = None
+    #: The copy of the test's receipt in the export (the controller's, at the session's end).
+    receipt: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "test": self.test,
+            "artifact": self.artifact,
+            "source": self.source,
+            "status": self.status,
+            "message": self.message,
+            "file": self.file,
+            "sha256": self.sha256,
+            "gate": self.gate,
+            "kind": self.kind,
+            "fingerprint": self.fingerprint,
+            "runs": [r.to_json() for r in self.runs],
+            "agreed": self.agreed,
+            "producer": self.producer,
+            "location": {"file": self.location.file, "line": self.location.line},
+            "receipt": self.receipt,
+        }
+        if self.size is not None:
+            data["size"] = self.size
+        if self.golden is not None:
+            g = self.golden
+            if g.module is not None and g.test_name is not None:
+                data.update(module=g.module, test_name=g.test_name)
+            data.update(
+                folder=g.folder,
+                requested_gate=g.requested_gate,
+                provenance=g.provenance,
+                scope=g.scope,
+                environment=None if g.environment is None else g.environment.to_json(),
+                varied=g.varied,
+            )
+        if self.label is not None:
+            data["label"] = self.label
+        if self.run is not None:
+            data["run"] = self.run
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExportEntry:
+        """An entry as :meth:`to_json` wrote it (a worker's, carried on its report)."""
+        from ..goldens.manifest import Environment
+
+        golden = None
+        if data["source"] == "golden":
+            golden = GoldenTarget(
+                module=data.get("module"),
+                test_name=data.get("test_name"),
+                folder=data["folder"],
+                requested_gate=data["requested_gate"],
+                provenance=data["provenance"],
+                scope=data["scope"],
+                environment=Environment.from_json(data["environment"]),
+                varied=data["varied"],
+            )
+        location = data["location"]
+        return cls(
+            test=data["test"],
+            artifact=data["artifact"],
+            source=data["source"],
+            status=data["status"],
+            message=data["message"],
+            file=data["file"],
+            sha256=data["sha256"],
+            size=data.get("size"),
+            gate=data["gate"],
+            kind=data["kind"],
+            fingerprint=data["fingerprint"],
+            runs=tuple(RunDigest.from_json(r) for r in data["runs"]),
+            agreed=data["agreed"],
+            producer=data["producer"],
+            location=Location(location["file"], location["line"]),
+            golden=golden,
+            label=data.get("label"),
+            run=data.get("run"),
+            receipt=data.get("receipt"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """The test's file and line (1-based; None when pytest does not know it)."""
+
+    file: str
+    line: int | None
 
 
 @final
@@ -124,7 +275,7 @@ class ExportPlugin:
         assert resolved.export is not None
         self.folder: ExportFolder = ExportFolder(resolved.export)
         #: The exported entries of every test, and each test's receipt, by test id.
-        self.entries: dict[str, list[dict[str, Any]]] = {}
+        self.entries: dict[str, list[ExportEntry]] = {}
         self.receipts: dict[str, str] = {}
         self.problems: list[str] = []
         self.written: Path | None = None
@@ -136,10 +287,10 @@ class ExportPlugin:
         try:
             return (yield)
         finally:
-            watched = item.stash.get(WATCHED_KEY, [])
-            if watched:
+            checks = item.stash.get(CHECKS_KEY, None)
+            if checks is not None and checks.calls:
                 with _kept(item):
-                    self._settle(item, watched)
+                    self._settle(item, checks.calls, checks.records)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -147,23 +298,21 @@ class ExportPlugin:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if call.when == "teardown" and item.stash.get(ENTRIES_KEY, None):
-            report.lossless_export = item.stash[ENTRIES_KEY]  # type: ignore[attr-defined]
+            # JSON: a report carries it to the controller under xdist.
+            report.lossless_export = [e.to_json() for e in item.stash[ENTRIES_KEY]]  # type: ignore[attr-defined]
         return report
 
-    def _add(self, item: pytest.Item, entry: dict[str, Any]) -> None:
-        path, line = item.location[0], item.location[1]
-        entry.setdefault("location", {"file": path, "line": None if line is None else line + 1})
+    def _add(self, item: pytest.Item, entry: ExportEntry) -> None:
         item.stash.setdefault(ENTRIES_KEY, []).append(entry)
 
-    def _copy(self, item: pytest.Item, run: str, name: str, path: Path) -> dict[str, Any]:
-        relative, digest, size = self.folder.add_artifact(item.nodeid, run, name, path)
-        return {"file": relative, "sha256": digest, "size": size}
+    def _copy(self, item: pytest.Item, run: str, name: str, path: Path) -> Copied:
+        return Copied(*self.folder.add_artifact(item.nodeid, run, name, path))
 
-    def _settle(self, item: pytest.Item, watched: list[Watched]) -> None:
+    def _settle(self, item: pytest.Item, watched: list[Call], records: list[Record]) -> None:
         """Each check that mismatched or had no golden: exported (a producer's run again)."""
         from ..media.artifacts import is_producer
 
-        gates = receipt_for(item).gates
+        failed = [r for r in records if isinstance(r, Failed)]
         done: set[tuple[int, str]] = set()
         for index, check in enumerate(watched):
             golden = check.golden
@@ -176,7 +325,7 @@ class ExportPlugin:
                         break
                     if later.golden is golden:
                         names.append(later.name)
-                status = {n: _status(golden, n, gates) for n in names}
+                status = {n: _status(golden, n, failed) for n in names}
                 if not any(s in EXPORTED for s in status.values()):
                     continue
                 self._rerun(item, golden, check.artifact, check.gate, status)
@@ -184,7 +333,7 @@ class ExportPlugin:
                 continue
             if (id(golden), check.name) in done:
                 continue
-            state = _status(golden, check.name, gates)
+            state = _status(golden, check.name, failed)
             if state not in EXPORTED:
                 continue
             done.add((id(golden), check.name))
@@ -194,35 +343,63 @@ class ExportPlugin:
             else:
                 self._single(item, golden, check, state)
 
-    def _base(
-        self, item: pytest.Item, golden: Golden, name: str, status: str, gate: Any
-    ) -> dict[str, Any]:
+    def _golden_entry(
+        self,
+        item: pytest.Item,
+        golden: Golden,
+        name: str,
+        status: str,
+        gate: Any,
+        *,
+        copied: Copied | None,
+        kind: str | None,
+        fingerprint: dict[str, Any],
+        runs: list[RunDigest],
+        used_gate: str | None,
+        agreed: bool | None,
+        producer: bool,
+        varied: str,
+    ) -> ExportEntry:
+        """The entry of a ``golden.check``'s artifact."""
         from ..gates import parse_gate
 
         requested = parse_gate(gate)
         environment = getattr(golden.folder, "environment", None)
-        return {
-            "test": item.nodeid,
-            "artifact": name,
-            "source": "golden",
-            "status": status,
-            **_folder_names(item),
-            "folder": str(golden.folder.path),
-            "requested_gate": None if requested is None else requested.spec,
-            "provenance": dict(golden.provenance),
-            "scope": "all" if environment is None else "device",
-            "environment": None if environment is None else environment.to_dict(),
-            "message": _message(golden, name),
-        }
+        module, test_name = _folder_names(item)
+        return ExportEntry(
+            test=item.nodeid,
+            artifact=name,
+            source="golden",
+            status=status,
+            message=_message(golden, name),
+            file=None if copied is None else copied.file,
+            sha256=None if copied is None else copied.sha256,
+            size=None if copied is None else copied.size,
+            gate=used_gate,
+            kind=kind,
+            fingerprint=fingerprint,
+            runs=tuple(runs),
+            agreed=agreed,
+            producer=producer,
+            location=_location(item),
+            golden=GoldenTarget(
+                module=module,
+                test_name=test_name,
+                folder=str(golden.folder.path),
+                requested_gate=None if requested is None else requested.spec,
+                provenance=dict(golden.provenance),
+                scope="all" if environment is None else "device",
+                environment=environment,
+                varied=varied,
+            ),
+        )
 
-    def _single(self, item: pytest.Item, golden: Golden, check: Watched, status: str) -> None:
+    def _single(self, item: pytest.Item, golden: Golden, check: Call, status: str) -> None:
         """A file or data handed over (not a producer): exported as the one run it was."""
         from ..media.artifacts import materialize
 
         name = str(check.name)
-        obtained = (
-            golden.folder.evidence.get(name, {}).get("obtained") if status == "changed" else None
-        )
+        obtained = _obtained(golden, name) if status == "changed" else None
         if obtained is None:
             path = materialize(check.artifact, name, golden.workdir / "export-obtained")
             artifact = golden.folder.kinds.artifact(name, path)
@@ -231,13 +408,17 @@ class ExportPlugin:
                 "kind": artifact.kind,
                 "fingerprint": artifact.fingerprint,
             }
-        entry = self._base(item, golden, name, status, check.gate)
-        entry.update(
-            self._copy(item, "obtained", name, Path(obtained["path"])),
-            gate=_used_gate(golden, name, check.gate, obtained["kind"]),
+        entry = self._golden_entry(
+            item,
+            golden,
+            name,
+            status,
+            check.gate,
+            copied=self._copy(item, "obtained", name, Path(obtained["path"])),
+            used_gate=_used_gate(golden, name, check.gate, obtained["kind"]),
             kind=obtained["kind"],
             fingerprint=obtained["fingerprint"],
-            runs=[_run_record("checked", obtained)],
+            runs=[RunDigest.of("checked", obtained)],
             agreed=None,
             producer=False,
             varied="",
@@ -280,9 +461,9 @@ class ExportPlugin:
             return
         first = verdict.runs[0]["artifacts"]
         checked = {
-            n: golden.folder.evidence[n]["obtained"]
+            n: found
             for n in first
-            if status.get(n) == "changed" and n in golden.folder.evidence
+            if status.get(n) == "changed" and (found := _obtained(golden, n)) is not None
         }
         varied = varied_lines(verdict)
         for name in sorted(first):
@@ -298,20 +479,25 @@ class ExportPlugin:
             state = status.get(name) or _status_of_file(golden, name, first[name], chosen)
             if state not in EXPORTED:
                 continue
-            entry = self._base(item, golden, name, state, gate)
             records = [
-                _run_record(f"run {i + 1}", run["artifacts"][name])
+                RunDigest.of(f"run {i + 1}", run["artifacts"][name])
                 for i, run in enumerate(verdict.runs)
                 if name in run["artifacts"]
             ]
             if name in checked:
-                records.append(_run_record("checked", checked[name]))
+                records.append(RunDigest.of("checked", checked[name]))
             # The receipt vouches for the runs (its integrity hash covers the block): accept
             # takes their agreement from it, never from export.json alone.
-            receipt_for(item).add_export({"artifact": name, "runs": records, "agreed": agreed})
-            entry.update(
-                self._copy(item, "run1", name, Path(first[name]["path"])),
-                gate=verdict.gates.get(name),
+            runs_json = [r.to_json() for r in records]
+            receipt_for(item).add_export({"artifact": name, "runs": runs_json, "agreed": agreed})
+            entry = self._golden_entry(
+                item,
+                golden,
+                name,
+                state,
+                gate,
+                copied=self._copy(item, "run1", name, Path(first[name]["path"])),
+                used_gate=verdict.gates.get(name),
                 kind=first[name]["kind"],
                 fingerprint=first[name]["fingerprint"],
                 runs=records,
@@ -324,15 +510,24 @@ class ExportPlugin:
     def _not_rerun(
         self, item: pytest.Item, golden: Golden, name: str, status: str, gate: Any, why: str
     ) -> None:
-        entry = self._base(item, golden, name, status, gate)
-        obtained = golden.folder.evidence.get(name, {}).get("obtained")
-        if obtained is not None:
-            entry.update(self._copy(item, "obtained", name, Path(obtained["path"])))
-            entry.update(kind=obtained["kind"], fingerprint=obtained["fingerprint"])
-            entry["runs"] = [_run_record("checked", obtained)]
-        else:
-            entry.update(file=None, kind=None, fingerprint={}, runs=[], sha256=None)
-        entry.update(agreed=False, producer=True, varied=why, gate=None)
+        obtained = _obtained(golden, name)
+        entry = self._golden_entry(
+            item,
+            golden,
+            name,
+            status,
+            gate,
+            copied=None
+            if obtained is None
+            else self._copy(item, "obtained", name, Path(obtained["path"])),
+            kind=None if obtained is None else obtained["kind"],
+            fingerprint={} if obtained is None else obtained["fingerprint"],
+            runs=[] if obtained is None else [RunDigest.of("checked", obtained)],
+            used_gate=None,
+            agreed=False,
+            producer=True,
+            varied=why,
+        )
         self._add(item, entry)
 
     def export_comparison(self, item: pytest.Item, verdict: Any) -> None:
@@ -359,26 +554,30 @@ class ExportPlugin:
             artifact = runs[run]["artifacts"].get(name)
             if artifact is None:
                 continue
-            entry = {
-                "test": item.nodeid,
-                "artifact": name,
-                "source": "lossless",
-                "status": "failed" if str(verdict.verdict) == "FAIL" else "inconclusive",
-                "label": verdict.label,
-                "run": run,
-                "gate": verdict.gates.get(name),
-                "kind": artifact["kind"],
-                "fingerprint": artifact["fingerprint"],
-                "runs": [
-                    _run_record(r["name"], r["artifacts"][name])
+            copied = self._copy(item, run, name, Path(artifact["path"]))
+            entry = ExportEntry(
+                test=item.nodeid,
+                artifact=name,
+                source="lossless",
+                status="failed" if str(verdict.verdict) == "FAIL" else "inconclusive",
+                message=verdict.summary(),
+                file=copied.file,
+                sha256=copied.sha256,
+                size=copied.size,
+                gate=verdict.gates.get(name),
+                kind=artifact["kind"],
+                fingerprint=artifact["fingerprint"],
+                runs=tuple(
+                    RunDigest.of(r["name"], r["artifacts"][name])
                     for r in verdict.runs
                     if name in r["artifacts"]
-                ],
-                "agreed": verdict.control_repeatable,
-                "producer": True,
-                "message": verdict.summary(),
-            }
-            entry.update(self._copy(item, run, name, Path(artifact["path"])))
+                ),
+                agreed=verdict.control_repeatable,
+                producer=True,
+                location=_location(item),
+                label=verdict.label,
+                run=run,
+            )
             self._add(item, entry)
 
     # -------------------------------------------------------------- on the controller
@@ -389,7 +588,8 @@ class ExportPlugin:
                 self.receipts[report.nodeid] = str(value)
         entries = getattr(report, "lossless_export", None)
         if entries:
-            self.entries.setdefault(report.nodeid, []).extend(entries)
+            found = [ExportEntry.from_json(e) for e in entries]
+            self.entries.setdefault(report.nodeid, []).extend(found)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -398,18 +598,19 @@ class ExportPlugin:
         try:
             self.written = self._write()
         except (OSError, LosslessError) as exc:
-            self.problems.append(f"export.json was not written: {exc}")
+            why = faults.write_failed(exc) if isinstance(exc, OSError) else exc
+            self.problems.append(f"export.json was not written: {why}")
         if self.problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _write(self) -> Path:
         resolved = settings(self.config)
         session_id, host = session_of(self.config)
-        entries: list[dict[str, Any]] = []
+        entries = []
         for test, found in sorted(self.entries.items()):
             receipt = self.receipts.get(test)
             copied = self.folder.add_receipt(session_id, Path(receipt)) if receipt else None
-            entries += [{**e, "receipt": copied} for e in found]
+            entries += [replace(e, receipt=copied).to_json() for e in found]
         goldens = resolved.goldens
         shown = (
             goldens.relative_to(resolved.rootdir)
@@ -464,16 +665,20 @@ class ExportPlugin:
 # ------------------------------------------------------------------ helpers
 
 
-def _folder_names(item: pytest.Item) -> dict[str, str]:
+def _folder_names(item: pytest.Item) -> tuple[str | None, str | None]:
     """The module and test folders of the test's goldens, as ``accept`` derives them from the
-    test id (:func:`..goldens.accept.golden_names`); empty when the id does not name them."""
+    test id (:func:`..goldens.accept.golden_names`); None when the id does not name them."""
     from ..goldens.accept import golden_names
 
     try:
-        module, test_name = golden_names(item.nodeid)
+        return golden_names(item.nodeid)
     except ValueError:
-        return {}
-    return {"module": module, "test_name": test_name}
+        return None, None
+
+
+def _location(item: pytest.Item) -> Location:
+    path, line = item.location[0], item.location[1]
+    return Location(path, None if line is None else line + 1)
 
 
 def _named(name: str, producer: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
@@ -481,16 +686,22 @@ def _named(name: str, producer: Callable[[], Any]) -> Callable[[], dict[str, Any
     return lambda: {name: producer()}
 
 
-def _status(golden: Golden, name: str, gates: list[dict[str, Any]]) -> str:
+def _status(golden: Golden, name: str, failed: list[Failed]) -> str:
     """What became of the check ``name``: ``changed``, ``new``, ``pass``, ``error`` or
     ``unchecked`` (the test stopped before it)."""
     for result in reversed(golden.results):
         if result.artifact == name:
             return "pass" if result.passed else "changed"
-    for gate in reversed(gates):
-        if gate.get("artifact") == name and gate.get("error"):
-            return "new" if gate.get("golden_missing") is True else "error"
+    for record in reversed(failed):
+        if record.artifact == name:
+            return "new" if record.golden_missing else "error"
     return "unchecked"
+
+
+def _obtained(golden: Golden, name: str) -> dict[str, Any] | None:
+    """The obtained file of the comparison of ``name`` (None: it was not compared)."""
+    evidence = golden.folder.evidence.get(name)
+    return None if evidence is None else evidence.to_json()["obtained"]
 
 
 def _status_of_file(golden: Golden, name: str, run: Mapping[str, Any], gate: Any) -> str:
@@ -504,7 +715,7 @@ def _status_of_file(golden: Golden, name: str, run: Mapping[str, Any], gate: Any
     return "pass" if result.passed else "changed"
 
 
-def _frozen_gates(golden: Golden) -> dict[str, Any]:
+def _frozen_gates(golden: Golden) -> dict[str, Gate]:
     from ..gates import parse_gate
 
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,23 +27,192 @@ from .. import report
 from ..core.text import printable
 from ..core.verdict import Status, Update, status_of
 from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
-from . import export
 from .config import kinds, settings
 from .devices import allocator, holds_devices
 from .evidence import ALLOCATION_KEY, FACTS_KEY, receipt_for, session_folder, source_revision
-from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, failing_on_errors
+from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, fail_on, failing_on_errors
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ..compare.coverage import Expect
+    from ..compare.coverage import CoverageMiss, Expect
+    from ..compare.repeatability import LosslessVerdict
     from ..gates import Gate, GateResult
     from ..goldens.checks import Golden, UnrepeatableProducer
-    from ..goldens.folder import ManifestEntry, UpdateEvent
+    from ..goldens.folder import CheckEvidence, ManifestEntry, UpdateEvent
     from ..goldens.scope import Environment
 
 #: The runtime of each backend, read once per session (``nvidia-smi`` is not asked per test).
 RUNTIMES_KEY = pytest.StashKey[dict[str, "str | None"]]()
+#: ``item.stash[CHECKS_KEY]``: what the test's golden checks recorded (:class:`Checks`).
+CHECKS_KEY = pytest.StashKey["Checks"]()
+
+
+# ------------------------------------------------------------------ what a check records
+#
+# A check compares and records; the test's table rows and receipt entries are made from the
+# records before each of its reports (:func:`file_records`), not inside the check.
+
+
+@dataclass(frozen=True)
+class Call:
+    """One ``golden.check`` (``name``) or ``golden.check_all`` (``name`` None) as the test made
+    it: what :mod:`.export` settles after the call."""
+
+    golden: Golden
+    name: str | None
+    artifact: Any
+    gate: Any
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A comparison with the golden: its result and the evidence of both files."""
+
+    result: GateResult
+    evidence: CheckEvidence | None
+
+    def file(self, item: pytest.Item) -> None:
+        add_row(item, report.gate_row(item.nodeid, self.result))
+        evidence = self.evidence.to_json() if self.evidence is not None else {}
+        receipt_for(item).add_gate({**self.result.to_dict(), "evidence": evidence})
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A check that raised: one of our errors (``label``: its class), or the producer's own
+    (``ProducerFailed``). ``golden_missing``: a fact for the export, not a class name to match."""
+
+    artifact: str
+    gate: str
+    label: str
+    message: str
+    golden_missing: bool = False
+
+    def file(self, item: pytest.Item) -> None:
+        detail = f"{self.label}: {self.message.splitlines()[0]}"
+        add_row(item, report.Row(item.nodeid, self.artifact, self.gate, Status.ERROR, detail))
+        entry = {
+            "artifact": self.artifact,
+            "error": self.label,
+            "message": self.message,
+            "passed": False,
+        }
+        if self.golden_missing:
+            entry["golden_missing"] = True
+        receipt_for(item).add_gate(entry)
+
+
+@dataclass(frozen=True)
+class Missed:
+    """What one run misses of its request (``expect=``): a coverage miss, its own FAIL."""
+
+    miss: CoverageMiss
+
+    def file(self, item: pytest.Item) -> None:
+        miss = self.miss
+        detail = "; ".join(miss.result.metadata_diffs or ["misses the request"])
+        check = f"{miss.result.artifact} ({miss.run})"
+        add_row(item, report.Row(item.nodeid, check, miss.result.gate, Status.FAIL, detail))
+        receipt_for(item).add_gate(miss.to_json())
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An artifact staged under --update-goldens, written when the test passes."""
+
+    entry: ManifestEntry
+
+    def file(self, item: pytest.Item) -> None:
+        entry = self.entry
+        detail = f"{entry.kind}, {entry.stored}; written when the test passes"
+        add_row(item, report.Row(item.nodeid, entry.name, entry.gate, Update.STAGED, detail))
+
+
+@dataclass(frozen=True)
+class Unrepeatable:
+    """A producer whose repeated runs differed: a lossless entry whose control is not
+    repeatable, INCONCLUSIVE."""
+
+    verdict: LosslessVerdict
+
+    def file(self, item: pytest.Item) -> None:
+        verdict = self.verdict
+        receipt_for(item).add_lossless(verdict.to_json())
+        gates = ", ".join(sorted(set(verdict.gates.values())))
+        status, _ = status_of(verdict.verdict)
+        add_row(item, report.Row(item.nodeid, verdict.label, gates, status, verdict.summary()))
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """A golden of the manifest that the test did not check."""
+
+    artifact: str
+
+    def file(self, item: pytest.Item) -> None:
+        detail = "in the manifest, but the test did not check it"
+        add_row(item, report.Row(item.nodeid, self.artifact, "-", Status.UNCHECKED, detail))
+        receipt_for(item).add_gate(
+            {
+                "artifact": self.artifact,
+                "error": "Unchecked",
+                "passed": False,
+                "message": "in the golden's manifest, but not checked",
+            }
+        )
+
+
+Record = Compared | Failed | Missed | Staged | Unrepeatable | Unchecked
+
+
+@dataclass
+class Checks:
+    """A test's golden checks: the calls as made (for the export) and the records, in order;
+    ``filed``: how many records are in the table and the receipt already."""
+
+    calls: list[Call] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
+    filed: int = 0
+
+
+def checks_of(item: pytest.Item) -> Checks:
+    checks = item.stash.get(CHECKS_KEY, None)
+    if checks is None:
+        checks = item.stash[CHECKS_KEY] = Checks()
+    return checks
+
+
+def file_records(item: pytest.Item, *, done: bool = False) -> None:
+    """The records made since the last report: into the test's rows and receipt, in order.
+    ``done``: the calls are no longer needed (the export settled them after the call), so the
+    artifacts they hold are let go."""
+    checks = item.stash.get(CHECKS_KEY, None)
+    if checks is None:
+        return
+    new, checks.filed = checks.records[checks.filed :], len(checks.records)
+    for record in new:
+        record.file(item)
+    if done:
+        checks.calls.clear()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Before each phase's report is made and decided: what the test's checks recorded."""
+    file_records(item, done=call.when != "setup")
+    return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A test interrupted after a check (Ctrl-C) made no report: its records go into its
+    receipt, which the session's end writes as interrupted."""
+    for item in getattr(session, "items", ()):  # an xdist controller collects none
+        if CHECKS_KEY in item.stash:
+            file_records(item, done=True)
 
 
 def golden_key(item: pytest.Item) -> tuple[str, str]:
@@ -111,6 +281,8 @@ class GoldenFixture:
         return [self._golden] + ([self._scoped] if self._scoped is not None else [])
 
     def _of(self, scope: object) -> Golden:
+        if scope is None:  # the default: one golden for every environment
+            return self._golden
         from ..goldens.scope import parse_scope
 
         if parse_scope(scope) == "all":
@@ -161,13 +333,10 @@ class GoldenFixture:
         from ..goldens.manifest import artifact_name
 
         unrepeatable = None
-        with (
-            self._noting_failures(name, gate),
-            failing_on_errors(on_error=lambda exc: self._record_error(name, gate, exc)),
-        ):
+        with self._recording_failures(name, gate):
             artifact_name(name)  # before its name is recorded anywhere (an export, a receipt)
             golden = self._of(scope)
-            export.watch(self._item, golden, name, artifact, gate)
+            self._checks.calls.append(Call(golden, name, artifact, gate))
             staged, missed = len(golden.staged), len(golden.misses)
             try:
                 result = golden.check(name, artifact, gate, allow_empty=allow_empty, expect=expect)
@@ -182,9 +351,7 @@ class GoldenFixture:
             self._add_staged(golden.staged[staged:])
             self._fail_misses(misses)
             return None
-        add_row(self._item, report.gate_row(self._item.nodeid, result))
-        evidence = golden.folder.evidence.get(name, {})
-        receipt_for(self._item).add_gate({**result.to_dict(), "evidence": evidence})
+        self._checks.records.append(Compared(result, golden.folder.evidence.get(name)))
         self._fail_misses(misses, result)
         if not result.passed:
             lines = [result.message()]
@@ -226,12 +393,9 @@ class GoldenFixture:
         from ..errors import ConfigError
         from ..gates import parse_gate
 
-        with (
-            self._noting_failures("(run)", gate),
-            failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)),
-        ):
+        with self._recording_failures("(run)", gate):
             golden = self._of(scope)
-            export.watch(self._item, golden, None, artifacts, gate)
+            self._checks.calls.append(Call(golden, None, artifacts, gate))
             before, missed = len(golden.staged), len(golden.misses)
             staged = golden.stage_run(artifacts, gate, allow_empty=allow_empty, expect=expect)
         if staged is not None:
@@ -242,10 +406,7 @@ class GoldenFixture:
         from ..media.artifacts import is_producer, named_artifacts, produce
 
         unrepeatable: UnrepeatableProducer | None = None
-        with (
-            self._noting_failures("(run)", gate),
-            failing_on_errors(on_error=lambda exc: self._record_error("(run)", gate, exc)),
-        ):
+        with self._recording_failures("(run)", gate):
             if golden.repeat_producers and is_producer(artifacts):
                 try:
                     artifacts = golden.repeated_run(artifacts, parse_gate(gate), "golden.check_all")
@@ -324,24 +485,14 @@ class GoldenFixture:
                 results.append(result)
         return results
 
-    def _fail_misses(self, misses: list[dict[str, Any]], result: GateResult | None = None) -> None:
+    def _fail_misses(self, misses: list[CoverageMiss], result: GateResult | None = None) -> None:
         """Each miss of the request: its own FAIL row and receipt entry; then the test fails."""
         __tracebackhide__ = True
         from ..compare.coverage import describe
 
         if not misses:
             return
-        for miss in misses:
-            detail = "; ".join(miss.get("metadata_diffs") or ["misses the request"])
-            row = report.Row(
-                self._item.nodeid,
-                f"{miss['artifact']} ({miss['run']})",
-                miss["gate"],
-                Status.FAIL,
-                detail,
-            )
-            add_row(self._item, row)
-            receipt_for(self._item).add_gate(miss)
+        self._checks.records += [Missed(miss) for miss in misses]
         update = self._golden.update
         lines = [
             f"{'nothing was written: ' if update else ''}an output does not hold what the run "
@@ -353,48 +504,35 @@ class GoldenFixture:
         pytest.fail(printable("\n".join(lines), newlines=True), pytrace=False)
 
     def _add_staged(self, staged: list[ManifestEntry]) -> None:
-        for entry in staged:
-            add_row(
-                self._item,
-                report.Row(
-                    self._item.nodeid,
-                    entry.name,
-                    entry.gate,
-                    Update.STAGED,
-                    f"{entry.kind}, {entry.stored}; written when the test passes",
-                ),
-            )
+        self._checks.records += [Staged(entry) for entry in staged]
 
     def _inconclusive(self, error: UnrepeatableProducer) -> NoReturn:
         """A producer whose repeated runs differed: its verdict in the receipt (a lossless entry
         whose control is not repeatable) and the table, then the test is INCONCLUSIVE."""
         __tracebackhide__ = True
-        verdict = error.verdict
-        receipt_for(self._item).add_lossless(verdict.to_dict())
-        gates = ", ".join(sorted(set(verdict.gates.values())))
-        status, _ = status_of(verdict.verdict)
-        add_row(
-            self._item,
-            report.Row(self._item.nodeid, verdict.label, gates, status, verdict.summary()),
-        )
+        self._checks.records.append(Unrepeatable(error.verdict))
         raise Inconclusive(printable(str(error), newlines=True)) from None
 
+    @property
+    def _checks(self) -> Checks:
+        return checks_of(self._item)
+
     @contextlib.contextmanager
-    def _noting_failures(self, name: str, gate: object) -> Iterator[None]:
-        """A producer (or anything the check runs) that raises: an ERROR row and a receipt
-        entry saying that the producer failed, so the session never reads "no gate compared
-        anything" when the tests did call a check; the exception goes on as it was."""
+    def _recording_failures(self, name: str, gate: object) -> Iterator[None]:
+        """Anything the check raises is recorded (an ERROR row and a receipt entry), so the
+        session never reads "no gate compared anything" when the test did call a check. One of
+        our errors then fails the test with its message only (:func:`.outcomes.fail_on`); a
+        producer's own exception (``ProducerFailed``) goes on as it was."""
         __tracebackhide__ = True
         try:
             yield
+        except LosslessError as exc:
+            self._record_error(name, gate, exc)
+            fail_on(exc)
         except Exception as exc:
-            if not isinstance(exc, LosslessError):
-                self._record_failure(
-                    name,
-                    gate,
-                    "ProducerFailed",
-                    f"the producer failed: {type(exc).__name__}: {exc}",
-                )
+            self._record_failure(
+                name, gate, "ProducerFailed", f"the producer failed: {type(exc).__name__}: {exc}"
+            )
             raise
 
     def _record_error(self, name: str, gate: object, exc: LosslessError) -> None:
@@ -410,21 +548,8 @@ class GoldenFixture:
         from ..goldens.manifest import shown_name
 
         name = shown_name(name)  # a name that is not UTF-8 would end the session at its receipt
-        message = shown_name(message)
-        add_row(
-            self._item,
-            report.Row(
-                self._item.nodeid,
-                name,
-                str(gate or "default"),
-                Status.ERROR,
-                f"{label}: {message.splitlines()[0]}",
-            ),
-        )
-        entry = {"artifact": name, "error": label, "message": message, "passed": False}
-        if missing:  # a fact for the export, not a class name to match
-            entry["golden_missing"] = True
-        receipt_for(self._item).add_gate(entry)
+        failed = Failed(name, str(gate or "default"), label, shown_name(message), missing)
+        self._checks.records.append(failed)
 
 
 @pytest.fixture
@@ -574,25 +699,7 @@ def _fail_unchecked(item: pytest.Item, unchecked: list[str], manifest: Path) -> 
     __tracebackhide__ = True
     names = ", ".join(repr(n) for n in unchecked)
     noun, verb = ("golden", "was") if len(unchecked) == 1 else ("goldens", "were")
-    for name in unchecked:
-        add_row(
-            item,
-            report.Row(
-                item.nodeid,
-                name,
-                "-",
-                Status.UNCHECKED,
-                "in the manifest, but the test did not check it",
-            ),
-        )
-        receipt_for(item).add_gate(
-            {
-                "artifact": name,
-                "error": "Unchecked",
-                "passed": False,
-                "message": "in the golden's manifest, but not checked",
-            }
-        )
+    checks_of(item).records.extend(Unchecked(name) for name in unchecked)
     pytest.fail(
         f"{noun} {names} in {manifest} {verb} not checked by {item.nodeid}; check it, or run "
         "with --update-goldens to remove it",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, final
 import pytest
 
 from .. import report
+from ..core import faults
 from ..errors import LosslessError
 from .config import settings
 from .evidence import session_folder, source_state
@@ -127,9 +128,18 @@ class HtmlReport:
         try:
             path = self.write()
         except (OSError, LosslessError, ValueError) as exc:
-            terminalreporter.write_line(
-                f"pytest-lossless: the HTML report could not be written: {exc}", red=True
+            where = report_folder(self.config) / "index.html"  # what a write_text leaves out
+            why = (
+                faults.write_failed(exc, exc.filename2 or exc.filename or where)
+                if isinstance(exc, OSError)
+                else exc
             )
+            terminalreporter.write_line(
+                f"pytest-lossless: the HTML report could not be written: {why}", red=True
+            )
+            session = getattr(terminalreporter, "_session", None)  # a missing report fails it
+            if session is not None and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
         rootdir = settings(self.config).rootdir
         shown = path.relative_to(rootdir) if path.is_relative_to(rootdir) else path

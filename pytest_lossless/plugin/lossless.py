@@ -299,7 +299,7 @@ class LosslessFixture:
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
-        receipt_for(self._item).add_lossless({**verdict.to_dict(), "gate_plan": plan, **asserted})
+        receipt_for(self._item).add_lossless({**verdict.to_json(), "gate_plan": plan, **asserted})
         export.comparison(self._item, verdict)
         row = report.Row(  # its status is derived in record_verdict
             self._item.nodeid, name, gate_text, Status.FAIL, verdict.summary()
@@ -392,7 +392,7 @@ class LosslessFixture:
             with failing_on_errors(prefix):
                 frozen_grid = {c.name: c.verdict.value for c in grid}
                 record = check_plan(self._item, "matrix", name, {**asked, "grid": frozen_grid})
-        receipt_for(self._item).add_matrix({**grid.to_dict(), "gate_plan": record})
+        receipt_for(self._item).add_matrix({**grid.to_json(), "gate_plan": record})
         self._settle_grid(grid, goal, act=act, frozen=frozen is not None)
         return grid
 

@@ -46,12 +46,15 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
     receipt.redactor = redactor
     if allocation is not None:
         receipt.set_allocation(allocation)
+    from .session import start_reaper
+
+    start_reaper(request.config, item.nodeid)  # ends the runs if pytest dies without finishing
     launcher = Launcher(
         allocation=allocation,
         out_dir=tmp_path / "model_run",
         run_timeout=resolved.run_timeout,
         knobs=resolved.determinism_knobs,
-        on_record=receipt.add_run,
+        on_record=lambda run: receipt.add_run(run.to_json()),
         redactor=redactor,
         describe_source=partial(
             _describe_source,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import pytest
 
@@ -72,11 +72,16 @@ class failing_on_errors:
             return False
         if self._on_error is not None:
             self._on_error(error)
-        try:
-            pytest.fail(f"{self._prefix}{type(error).__name__}: {error}", pytrace=False)
-        except pytest.fail.Exception as failure:
-            raise failure from None  # one message: the error is not shown twice
-        return False  # pragma: no cover - pytest.fail always raises
+        fail_on(error, self._prefix)
+
+
+def fail_on(error: LosslessError, prefix: str = "") -> NoReturn:
+    """Fail the test with our error's message only: no traceback, no chain."""
+    __tracebackhide__ = True
+    try:
+        pytest.fail(f"{prefix}{type(error).__name__}: {error}", pytrace=False)
+    except pytest.fail.Exception as failure:
+        raise failure from None  # one message: the error is not shown twice
 
 
 def add_row(item: pytest.Item, row: report.Row) -> None:
@@ -293,9 +298,9 @@ def _fail_unclean_runs(item: pytest.Item, rep: pytest.TestReport) -> None:
     from ..run import lifecycle_verdict
 
     unclean = [
-        f"{run.get('name')}: {verdict['summary']}"
+        f"{run.get('name')}: {verdict.summary}"
         for run in receipt.runs
-        if not (verdict := lifecycle_verdict(run))["clean"]
+        if not (verdict := lifecycle_verdict(run)).clean
     ]
     if unclean:
         rep.outcome = "failed"

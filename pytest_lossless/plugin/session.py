@@ -10,6 +10,9 @@ the merged ``SUMMARY.md`` of the receipts root.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import report
+from ..core import faults
 from ..core.verdict import Verdict
 from ..errors import LosslessError
 from .canary_watch import summary_lines as canary_lines
@@ -28,8 +32,37 @@ from .shard import record as shard_record
 
 if TYPE_CHECKING:
     from ..evidence.index import HostIdentity, IndexTest
+    from ..run.reaper import Reaper  # noqa: F401 - named in a StashKey below
 
 _PLUGIN_NAME = "lossless-summary"
+#: ``config.stash[REAPER_KEY]``: the session's reaper, started by the first ``model_run``.
+REAPER_KEY = pytest.StashKey["Reaper"]()
+#: ``config.stash[OUTER_TOKEN_KEY]``: the token an enclosing in-process session had set.
+OUTER_TOKEN_KEY = pytest.StashKey["str | None"]()
+
+
+def start_reaper(config: pytest.Config, test: str) -> None:
+    """Start the session's reaper (:mod:`..run.reaper`) once, before the first run: if pytest
+    dies without finishing (SIGKILL, pytest-timeout's ``os._exit``), it ends every process
+    the session started within seconds and marks the session folder interrupted."""
+    if REAPER_KEY in config.stash or not sys.platform.startswith("linux"):
+        return
+    from ..core import faults
+
+    if faults.switch("no-reaper"):
+        return
+    from ..run.reaper import TOKEN_ENV, Reaper
+
+    token = f"{session_of(config)[0]}-{uuid.uuid4().hex[:12]}"
+    try:
+        reaper = Reaper(token)
+    except OSError:
+        return  # no process to spare: the orphan record is still there
+    config.stash[REAPER_KEY] = reaper
+    config.stash[OUTER_TOKEN_KEY] = os.environ.get(TOKEN_ENV)  # an enclosing session's (pytester)
+    os.environ[TOKEN_ENV] = token  # every run inherits it: that is how the reaper finds them
+    reaper.send("folder", str(session_folder(config)))
+    reaper.send("test", test)  # the test starting it; later tests are sent as they start
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -39,6 +72,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    reaper = config.stash.get(REAPER_KEY, None)
+    if reaper is not None:
+        from ..run.reaper import TOKEN_ENV
+
+        reaper.done()
+        outer = config.stash.get(OUTER_TOKEN_KEY, None)
+        if outer is None:
+            os.environ.pop(TOKEN_ENV, None)
+        else:
+            os.environ[TOKEN_ENV] = outer
+        del config.stash[REAPER_KEY]
     plugin = config.pluginmanager.get_plugin(_PLUGIN_NAME)
     if plugin is not None:
         config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
@@ -167,7 +211,7 @@ class SummaryPlugin:
             self._prune(session_id, host)
             write_summary(resolved.receipts, root=resolved.rootdir)
         except (OSError, LosslessError) as exc:
-            self.not_written = f"{exc}"
+            self.not_written = faults.write_failed(exc) if isinstance(exc, OSError) else f"{exc}"
             if self.written is None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -239,6 +283,11 @@ class SummaryPlugin:
             if changed:
                 why.append(f"receipt {name} changed on disk after the session wrote it")
         return "; ".join(why) or None
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        reaper = self.config.stash.get(REAPER_KEY, None)
+        if reaper is not None:  # what the reaper names if pytest dies in this test
+            reaper.send("test", nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not (

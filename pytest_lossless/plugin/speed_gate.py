@@ -7,6 +7,7 @@ gains are never added up across calls.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from .outcomes import expected_verdicts, failing_on_errors, record_verdict
 if TYPE_CHECKING:
     from ..compare.proof import Proof
     from ..speed.before_arm import BeforeArm
-    from ..speed.runner import SpeedVerdict
+    from ..speed.runner import Sample, SpeedVerdict
 
 
 class SpeedGateFixture:
@@ -75,11 +76,12 @@ class SpeedGateFixture:
         receipt = receipt_for(self._item)
         seen = len(receipt.runs)
 
-        def note_runs(sample: dict[str, Any]) -> None:
+        def note_runs(sample: Sample) -> Sample:
             # The runs each arm started, so that verify can tell a dropped sample by its runs.
             nonlocal seen
-            sample["runs"] = [str(run.get("name")) for run in receipt.runs[seen:]]
+            runs = tuple(str(run.get("name")) for run in receipt.runs[seen:])
             seen = len(receipt.runs)
+            return replace(sample, runs=runs)
 
         from ..compare.proof import check_rule, describe
         from ..goldens.plans import speed_plan
@@ -127,7 +129,7 @@ class SpeedGateFixture:
         asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
         receipt.add_speed(
             {
-                **verdict.to_dict(),
+                **verdict.to_json(),
                 "gate_plan": plan,
                 **asserted,
                 **({"stages": stages} if stages else {}),

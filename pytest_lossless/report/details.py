@@ -196,9 +196,11 @@ class Details:
                 blocks.append(Text("The control is repeatable, but the candidate differs from it:"))
             proof = mapping(entry.get("proof"))
             if proof and str(entry.get("verdict")) == "INCONCLUSIVE":
-                from ..compare.proof import reason
+                from ..compare.proof import Finding, reason
 
-                findings = [f for f in proof.get("runs") or [] if isinstance(f, Mapping)]
+                findings = [
+                    Finding.from_json(f) for f in proof.get("runs") or [] if isinstance(f, Mapping)
+                ]
                 blocks.append(Text(f"INCONCLUSIVE: {reason(findings)} (rule {proof.get('rule')})"))
         blocks += _where_table(differing)
         blocks += _divergence(mapping(entry.get("divergence")))

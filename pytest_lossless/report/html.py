@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core import faults
 from ..core.clock import utc_iso
 from ..core.paths import inside_root
 from ..core.text import printable
@@ -260,6 +261,7 @@ def write_report(
             )
         (build / STYLE).write_text(_STYLE, encoding="utf-8")
         text = page(rows, chosen, context=notes, events=events)
+        faults.write("write-report", folder / INDEX)
         (build / INDEX).write_text(text, encoding="utf-8")
         os.chmod(build, 0o755)  # mkdtemp made it private; the report is for reviewers
         _replace(build, folder)

@@ -16,7 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import media
-from .blocks import Assets, Block, Figure, Side, Svg, Table, Text, mapping
+from ..core.records import from_json
+from ..gates.gate import GateResult
+from ..media.container import ContainerFingerprint, FrameDigest
+from .blocks import Assets, Block, Figure, Side, Svg, Table, Text
 from .charts import histogram_svg, waveforms_svg
 from .pictures import frame_triptych
 
@@ -37,38 +40,39 @@ def draw(
     limits: media.MediaLimits,
     stem: str,
 ) -> list[Block]:
-    """What differs between ``left`` and ``right`` for one gate result (a ``GateResult`` dict)."""
+    """What differs between ``left`` and ``right`` for one gate result (a ``GateResult`` dict
+    of a receipt, read leniently: a receipt is read, not trusted)."""
+    gate = from_json(GateResult, result, problems=[])
     blocks: list[Block] = []
-    diffs = [str(d) for d in result.get("metadata_diffs") or []]
-    if diffs:
-        blocks.append(Table(("metadata that differs",), [(d,) for d in diffs]))
+    if gate.metadata_diffs:
+        blocks.append(Table(("metadata that differs",), [(d,) for d in gate.metadata_diffs]))
     for side in (left, right):
         if side.path is None and side.missing:
             blocks.append(Text(f"{side.label}: {side.missing}"))
     sides = (limits, limits.for_golden(dict(left.fingerprint)))
-    kind, unit = str(result.get("kind")), str(result.get("unit"))
+    kind, unit = gate.kind, gate.unit
     if kind == "video" or unit == "frame":
         blocks += _frames(left, right, sides, assets, stem)
     elif kind == "audio" or (unit == "sample" and kind != "tensor"):
         blocks += _audio(left, right, sides, assets, stem)
     elif kind == "tensor":
-        blocks += _tensor(mapping(result.get("location")), left, right, sides, assets, stem)
+        blocks += _tensor(gate.location.get("member"), left, right, sides, assets, stem)
     else:
-        blocks += kind_pictures(result, assets)
+        blocks += kind_pictures(gate, assets)
     return blocks
 
 
-def kind_pictures(result: Mapping[str, Any], assets: Assets) -> list[Block]:
+def kind_pictures(result: GateResult, assets: Assets) -> list[Block]:
     """The PNG pictures a plugin's kind wrote for its mismatch (``pytest_lossless_pictures``),
     copied into the report and shown; the built-in kinds are drawn from their files above."""
     figures: list[Block] = []
-    for path in result.get("diagnostic_files") or []:
-        if not isinstance(path, str) or not path.lower().endswith(".png"):
+    for path in result.diagnostic_files:
+        if not path.lower().endswith(".png"):
             continue
         size = _png_size(path)
         name, src, _note = assets.copy(path)
         if src is not None and size is not None:
-            figures.append(Figure(src, f"{result.get('artifact')}: {name}", *size))
+            figures.append(Figure(src, f"{result.artifact}: {name}", *size))
     return figures
 
 
@@ -90,13 +94,10 @@ Limits = tuple[media.MediaLimits, media.MediaLimits]
 # ------------------------------------------------------------------ video
 
 
-def streams(fingerprint: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
-    found = fingerprint.get("streams")
-    return (
-        [s for s in found or [] if isinstance(s, Mapping) and s.get("type") == kind]
-        if isinstance(found, list)
-        else []
-    )
+def container(side: Side) -> ContainerFingerprint:
+    """A side's container fingerprint (no stream when it is none: a receipt is read, not
+    trusted)."""
+    return ContainerFingerprint.from_json(dict(side.fingerprint))
 
 
 def _at(frames: Sequence[Any], i: int) -> Any:
@@ -114,12 +115,12 @@ def pts_text(pts: object, tb: object) -> str:
 
 
 def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) -> list[Block]:
-    lv, rv = streams(left.fingerprint, "video"), streams(right.fingerprint, "video")
+    lv, rv = container(left).video(), container(right).video()
     if not lv and not rv:
         return []
     ls, rs = (lv or rv)[0], (rv or lv)[0]
-    lf = list(ls.get("frames") or []) if lv else []
-    rf = list(rs.get("frames") or []) if rv else []
+    lf = list(ls.frames) if lv else []
+    rf = list(rs.frames) if rv else []
     total = max(len(lf), len(rf))
     differ = [i for i in range(total) if _at(lf, i) != _at(rf, i)]
     if not differ:
@@ -128,7 +129,7 @@ def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) 
     if left.path is None and right.path is None:
         return [Text(f"{_count(len(differ), 'frame')} differ, the first is {differ[0]}: not drawn")]
     decoded = [
-        _decode(side, stream.get("index"), [i for i in shown if i < len(frames)], side_limits)
+        _decode(side, stream.index, [i for i in shown if i < len(frames)], side_limits)
         for side, stream, frames, side_limits in (
             (left, ls, lf, limits[0]),
             (right, rs, rf, limits[1]),
@@ -137,13 +138,13 @@ def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) 
     blocks: list[Block] = [
         Text(f"{_count(len(differ), 'frame')} of {total} differ; drawn: {_listed(shown)}")
     ]
-    tb = ls.get("pts_time_base")
+    tb = ls.pts_time_base
     for i in shown:
-        frame = mapping(_at(lf, i) or _at(rf, i))
+        frame: FrameDigest = _at(lf, i) or _at(rf, i)
         a, b = decoded[0].get(i), decoded[1].get(i)
         if a is None and b is None:
             continue
-        where = f"frame {i}, {pts_text(frame.get('pts'), tb)}"
+        where = f"frame {i}, {pts_text(frame.pts, tb)}"
         gone = ["not at hand" if s.path is None else "no such frame" for s in (left, right)]
         picture, peak = frame_triptych(
             a, b, caption=where, labels=(left.label, right.label), missing=(gone[0], gone[1])
@@ -163,13 +164,13 @@ def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) 
 
 
 def _decode(
-    side: Side, stream: object, indices: list[int], limits: media.MediaLimits
+    side: Side, stream: int, indices: list[int], limits: media.MediaLimits
 ) -> dict[int, npt.NDArray[np.uint8]]:
     if side.path is None or not indices:
         return {}
     return media.load_video_frames(
         side.path,
-        stream_index=stream if isinstance(stream, int) else None,
+        stream_index=stream,
         pix_fmt="rgb24",
         indices=indices,
         limits=limits,
@@ -182,12 +183,9 @@ def _decode(
 def _pcm(side: Side, limits: media.MediaLimits) -> tuple[npt.NDArray[Any], int]:
     if side.path is None:
         raise ValueError(f"{side.label}: no file")
-    audio = streams(side.fingerprint, "audio")
+    audio = container(side).audio()
     if audio:
-        index = audio[0].get("index")
-        return media.load_container_audio(
-            side.path, index if isinstance(index, int) else None, limits=limits
-        )
+        return media.load_container_audio(side.path, audio[0].index, limits=limits)
     return media.load_audio(side.path, limits=limits)
 
 
@@ -237,7 +235,7 @@ def _audio(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) -
 
 
 def _tensor(
-    location: Mapping[str, Any],
+    member: object,
     left: Side,
     right: Side,
     limits: Limits,
@@ -249,7 +247,6 @@ def _tensor(
     from ..gates.arrays import bits_differ, index_text, load_arrays, unravel, value_text
 
     ea, oa = load_arrays(left.path, limits[0]), load_arrays(right.path, limits[1])
-    member = location.get("member")
     names = [member] if isinstance(member, str) and member in ea else []
     names += sorted(set(ea) & set(oa))
     for name in names:

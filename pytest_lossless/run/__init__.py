@@ -10,8 +10,9 @@ Linux only: descendants are found and measured through ``/proc``.
 
 Modules, in the order of the flow: :mod:`.arguments` checks what the test passed,
 :mod:`.group` watches one process group, :mod:`.launcher` runs commands and :mod:`.server`
-servers (with :mod:`.request_body` for uploads), :mod:`.lifecycle` judges a record and
-:mod:`.failure` writes the message of a failed run.
+servers (with :mod:`.request_body` for uploads), :mod:`.record` holds the typed run record
+(one ``to_json``/``from_json``), :mod:`.lifecycle` judges it and :mod:`.failure` writes the
+message of a failed run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from .launcher import Launcher as Launcher
 from .launcher import RunResult as RunResult
 from .launcher import free_port as free_port
 from .launcher import hash_inputs as hash_inputs
+from .lifecycle import Lifecycle as Lifecycle
 from .lifecycle import lifecycle_verdict as lifecycle_verdict
+from .record import ProcessRecord as ProcessRecord
+from .record import RunRecord as RunRecord
 from .server import STREAM_TO_FILE_ABOVE as STREAM_TO_FILE_ABOVE
 from .server import Response as Response
 from .server import Server as Server
@@ -36,7 +40,10 @@ from .server import Server as Server
 __all__ = [
     "DEFAULT_GRACE",
     "Launcher",
+    "Lifecycle",
+    "ProcessRecord",
     "Response",
+    "RunRecord",
     "RunResult",
     "Server",
     "free_port",

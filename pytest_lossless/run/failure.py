@@ -7,11 +7,11 @@ are hidden by the launcher's ``clean`` (see :mod:`pytest_lossless.core.redact`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from .lifecycle import lifecycle_verdict
+from .record import ProcessRecord, RunRecord
 
 #: How much of stdout/stderr a failure message shows.
 TAIL_BYTES = 4000
@@ -32,31 +32,29 @@ def tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES
     return "\n".join(lines)
 
 
-def format_status(proc: Mapping[str, Any]) -> str:
+def format_status(proc: ProcessRecord) -> str:
     """How a recorded process ended, as the end of a sentence about it."""
-    if proc.get("signal"):
-        return f"was killed by signal {proc['signal']}"
-    return f"exited with code {proc.get('exit_code')}"
+    if proc.signal:
+        return f"was killed by signal {proc.signal}"
+    return f"exited with code {proc.exit_code}"
 
 
-def failure_message(
-    record: Mapping[str, Any], what: str, clean: Callable[[str], str] | None = None
-) -> str:
+def failure_message(record: RunRecord, what: str, clean: Callable[[str], str] | None = None) -> str:
     """``model_run: <name> <what>``, then argv, a log tail, the other log's path, the lifecycle.
 
     ``clean`` hides secrets in the message (the launcher's: a log tail may echo a token).
     """
-    stderr_path = Path(record["stderr_path"])
-    text = tail(stderr_path)
+    paths = {"stdout": Path(str(record.stdout_path)), "stderr": Path(str(record.stderr_path))}
+    text = tail(paths["stderr"])
     shown, other = ("stderr", "stdout") if text.strip() else ("stdout", "stderr")
-    shown_path = Path(record[f"{shown}_path"])
+    shown_path = paths[shown]
     if shown == "stdout":  # an empty stderr: the stdout tail is the best clue
         text = tail(shown_path)
     quoted = "\n".join(f"    | {line}" for line in text.splitlines()) or "    (empty)"
     message = (
-        f"model_run: {record['name']} {what}\n  argv: {record['argv']}\n"
+        f"model_run: {record.name} {what}\n  argv: {list(record.argv)}\n"
         f"  {shown} tail ({shown_path}):\n{quoted}\n"
-        f"  {other}: {record[f'{other}_path']}\n  lifecycle: "
-        f"{lifecycle_verdict(record)['summary']}"
+        f"  {other}: {paths[other]}\n  lifecycle: "
+        f"{lifecycle_verdict(record).summary}"
     )
     return message if clean is None else clean(message)

@@ -26,6 +26,7 @@ from ..core.clock import Clock, utc_iso
 from ..core.procfs import ProcStat, process_stat, read_cmdline, read_memory_kib, scan_proc
 from ..devices.backends import DeviceMemoryMeter
 from .kernel import describe_status
+from .record import Leftover, Member, ProcessRecord, SignalReceived, SignalSent
 
 #: Seconds between two samples of ``/proc`` while a process group runs.
 SAMPLE_INTERVAL = 0.05
@@ -57,7 +58,7 @@ class ObservedProcess:
     observed: str = "alive"
     peak_rss_kib: int | None = None
     memory_source: str | None = None
-    signals_received: list[dict[str, Any]] = field(default_factory=list)
+    signals_received: list[SignalReceived] = field(default_factory=list)
     session: int = 0
 
     def note_memory(self, kib: int | None, source: str) -> None:
@@ -65,28 +66,41 @@ class ObservedProcess:
             self.peak_rss_kib = kib
             self.memory_source = source
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_record(self) -> ProcessRecord:
         wall = None if self.ended is None else round(self.ended - self.first_seen, 6)
-        return {
-            "pid": self.pid,
-            "role": self.role,
-            "ppid": self.ppid,
-            "ppid_last": self.ppid_last or self.ppid,
-            "pgid": self.pgrp,
-            "comm": self.comm,
-            "argv": self.argv,
-            "observed": self.observed,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "core_dumped": self.core_dumped,
-            "forced": any(bool(s.get("forced")) for s in self.signals_received),
-            "signals_received": list(self.signals_received),
-            "started_seconds": round(self.first_seen, 6),
-            "ended_seconds": None if self.ended is None else round(self.ended, 6),
-            "wall_seconds": wall,
-            "peak_rss_kib": self.peak_rss_kib,
-            "peak_rss_source": self.memory_source,
-        }
+        return ProcessRecord(
+            pid=self.pid,
+            role=self.role,
+            ppid=self.ppid,
+            ppid_last=self.ppid_last or self.ppid,
+            pgid=self.pgrp,
+            comm=self.comm,
+            argv=tuple(self.argv),
+            observed=self.observed,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            core_dumped=self.core_dumped,
+            forced=any(s.forced for s in self.signals_received),
+            signals_received=tuple(self.signals_received),
+            started_seconds=round(self.first_seen, 6),
+            ended_seconds=None if self.ended is None else round(self.ended, 6),
+            wall_seconds=wall,
+            peak_rss_kib=self.peak_rss_kib,
+            peak_rss_source=self.memory_source,
+        )
+
+    def member(self) -> Member:
+        """This live process as the allocation's runs record lists it."""
+        return Member(
+            self.pid,
+            self.starttime,
+            self.pgrp,
+            self.session,
+            self.ppid_last or self.ppid,
+            self.comm,
+            tuple(self.argv),
+            self.role,
+        )
 
 
 class Adoptions:
@@ -190,7 +204,7 @@ class ProcessGroup:
         interval: float,
         pass_fds: Sequence[int] = (),
         adoptions: Adoptions | None = None,
-        on_members: Callable[[list[dict[str, Any]]], None] | None = None,
+        on_members: Callable[[list[Member]], None] | None = None,
         device_memory: DeviceMemoryMeter | None = None,
     ) -> None:
         self.clock = clock
@@ -207,10 +221,10 @@ class ProcessGroup:
         self._lock = threading.Lock()
         self._main_done = threading.Event()
         self._stop_sampling = threading.Event()
-        self.signals: list[dict[str, Any]] = []
+        self.signals: list[SignalSent] = []
         self.procs: dict[int, ObservedProcess] = {}
         self._gone: list[ObservedProcess] = []
-        self.leftovers: list[dict[str, Any]] = []
+        self.leftovers: list[Leftover] = []
         self._me = os.getpid()
         token = env.get(RUN_TOKEN)
         self.token = f"{RUN_TOKEN}={token}".encode() if token else None
@@ -397,20 +411,7 @@ class ProcessGroup:
                 identity = frozenset((p.pid, p.starttime) for p in live)
                 if identity == self._reported:
                     return
-                members = [
-                    {
-                        "pid": p.pid,
-                        "start": p.starttime,
-                        "pgid": p.pgrp,
-                        "sid": p.session,
-                        "ppid": p.ppid_last or p.ppid,
-                        "comm": p.comm,
-                        "argv": list(p.argv),
-                        "role": p.role,
-                    }
-                    for p in live
-                    if p.starttime
-                ]
+                members = [p.member() for p in live if p.starttime]
             self._reported = identity
             try:
                 self._on_members(members)
@@ -469,23 +470,24 @@ class ProcessGroup:
                     os.kill(self.pid, sig)
             except (ProcessLookupError, PermissionError):
                 delivered = False
-        entry = {
-            "signal": sig.name,
-            "target": "group" if group else "process",
-            "pid": self.pid,
-            "at_seconds": round(at, 6),
-            "forced": forced,
-            "reason": reason,
-            "delivered": delivered,
-            "receivers": [p.pid for p in receivers] if delivered else [],
-        }
+        entry = SignalSent(
+            signal=sig.name,
+            target="group" if group else "process",
+            pid=self.pid,
+            at_seconds=round(at, 6),
+            forced=forced,
+            reason=reason,
+            delivered=delivered,
+            receivers=tuple(p.pid for p in receivers) if delivered else (),
+        )
+        self._note_signal(entry, receivers)
+
+    def _note_signal(self, entry: SignalSent, receivers: Sequence[ObservedProcess]) -> None:
         with self._lock:
             self.signals.append(entry)
-            if delivered:
+            if entry.delivered:
                 for proc in receivers:
-                    proc.signals_received.append(
-                        {k: entry[k] for k in ("signal", "forced", "reason", "at_seconds")}
-                    )
+                    proc.signals_received.append(entry.received())
 
     def _kill_one(self, proc: ObservedProcess, reason: str) -> None:
         at = self.now()
@@ -494,22 +496,17 @@ class ProcessGroup:
             delivered = True
         except (ProcessLookupError, PermissionError):
             delivered = False
-        entry = {
-            "signal": "SIGKILL",
-            "target": "process",
-            "pid": proc.pid,
-            "at_seconds": round(at, 6),
-            "forced": True,
-            "reason": reason,
-            "delivered": delivered,
-            "receivers": [proc.pid] if delivered else [],
-        }
-        with self._lock:
-            self.signals.append(entry)
-            if delivered:
-                proc.signals_received.append(
-                    {k: entry[k] for k in ("signal", "forced", "reason", "at_seconds")}
-                )
+        entry = SignalSent(
+            signal="SIGKILL",
+            target="process",
+            pid=proc.pid,
+            at_seconds=round(at, 6),
+            forced=True,
+            reason=reason,
+            delivered=delivered,
+            receivers=(proc.pid,) if delivered else (),
+        )
+        self._note_signal(entry, [proc])
 
     def settle(self, seconds: float) -> bool:
         """Sample quickly until no member is alive or ``seconds`` passed; True when none is."""
@@ -534,12 +531,12 @@ class ProcessGroup:
                 self._kill_one(proc, "escaped the process group; killed on its own")
                 with self._lock:
                     self.leftovers.append(
-                        {
-                            "pid": proc.pid,
-                            "comm": proc.comm,
-                            "state": "alive outside the process group",
-                            "action": "SIGKILL to the process",
-                        }
+                        Leftover(
+                            proc.pid,
+                            proc.comm,
+                            "alive outside the process group",
+                            "SIGKILL to the process",
+                        )
                     )
         self.settle(2.0)
         stats = scan_proc()
@@ -551,9 +548,7 @@ class ProcessGroup:
                 else ("alive after SIGKILL")
             )
             with self._lock:
-                self.leftovers.append(
-                    {"pid": proc.pid, "comm": proc.comm, "state": state, "action": "none possible"}
-                )
+                self.leftovers.append(Leftover(proc.pid, proc.comm, state, "none possible"))
         self._stop_sampling.set()
         self._sampler.join(timeout=5.0)
         self._waiter.join(timeout=1.0)
@@ -562,7 +557,7 @@ class ProcessGroup:
         self._adoptions.leave(self)
         self._report()  # what is left (leftovers) stays listed; an empty run is cleared
 
-    def processes(self) -> list[dict[str, Any]]:
+    def processes(self) -> list[ProcessRecord]:
         with self._lock:
             everyone = [
                 self.main,
@@ -570,4 +565,4 @@ class ProcessGroup:
                 *(p for p in self.procs.values() if p is not self.main),
             ]
         everyone.sort(key=lambda p: (p.role != "main", p.first_seen, p.pid))
-        return [p.to_dict() for p in everyone]
+        return [p.to_record() for p in everyone]

@@ -16,6 +16,7 @@ import signal
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,23 +31,27 @@ from .arguments import check_argv, check_seconds, fill_placeholders
 from .failure import failure_message, format_status
 from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
 from .kernel import child_subreaper
-from .lifecycle import lifecycle_verdict
+from .lifecycle import Lifecycle, lifecycle_verdict
 from .progress import Progress, waiting
-from .server import REQUEST_RECORDS, Server
+from .record import FileDigest, Member, OutputRecord, RunEnv, RunRecord, ServerPart
+from .server import REQUEST_RECORDS, Server, request_totals
 
 
 class RunResult(Mapping[str, Path]):
-    """One finished command: its declared outputs by name, exit status and raw record."""
+    """One finished command: its declared outputs by name, exit status and raw record
+    (``run``, typed; ``record``, its JSON as the receipt holds it)."""
 
     def __init__(
         self,
-        record: dict[str, Any],
+        run: RunRecord,
         outputs: dict[str, Path],
         returncode: int,
         stdout_path: Path,
         stderr_path: Path,
     ) -> None:
-        self.record = record
+        self.run = run
+        #: The record as the receipt holds it (JSON, lifecycle included): made once, here.
+        self.record = run.to_json()
         self.outputs = outputs
         self.returncode = returncode
         self.stdout_path = stdout_path
@@ -55,21 +60,20 @@ class RunResult(Mapping[str, Path]):
     @property
     def measured_seconds(self) -> float:
         """Wall time of the main process, from spawn to reaping."""
-        return float(self.record["wall_seconds"])
+        return float(self.run.wall_seconds or 0.0)
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.record["out_dir"])
+        return Path(str(self.run.out_dir))
 
     @property
-    def lifecycle(self) -> dict[str, Any]:
-        return lifecycle_verdict(self.record)
+    def lifecycle(self) -> Lifecycle:
+        return lifecycle_verdict(self.run)
 
     @property
     def trace_dir(self) -> Path | None:
         """The run's trace folder (``model_run(..., trace=True)``), or None when untraced."""
-        found = self.record.get("trace_dir")
-        return Path(found) if found else None
+        return Path(self.run.trace_dir) if self.run.trace_dir else None
 
     def __getitem__(self, name: str) -> Path:
         try:
@@ -77,7 +81,7 @@ class RunResult(Mapping[str, Path]):
         except KeyError:
             raise KeyError(
                 f"{name!r} is not a declared output of this run; declared: "
-                f"{sorted(self.record.get('outputs', {}))}"
+                f"{sorted(self.run.outputs or {})}"
             ) from None
 
     def __iter__(self) -> Iterator[str]:
@@ -117,7 +121,7 @@ class AllocationLike(Protocol):
 
     def add_finalizer(self, fn: Callable[[], None]) -> None: ...
 
-    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None: ...
+    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None: ...  # JSON
 
 
 def free_port() -> int:
@@ -127,19 +131,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def hash_inputs(inputs: Mapping[str, str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
+def digest_inputs(inputs: Mapping[str, str | os.PathLike[str]]) -> dict[str, FileDigest]:
     """SHA-256 and size of each declared input file; a missing one is an error."""
-    hashed: dict[str, dict[str, Any]] = {}
+    hashed: dict[str, FileDigest] = {}
     for name, raw in inputs.items():
         path = Path(raw).resolve()
         if not path.is_file():
             raise ArtifactError(path, f"declared input {name!r} does not exist or is not a file")
-        hashed[name] = {
-            "path": str(path),
-            "bytes": path.stat().st_size,
-            "sha256": sha256_file(path),
-        }
+        hashed[name] = FileDigest(str(path), path.stat().st_size, sha256_file(path))
     return hashed
+
+
+def hash_inputs(inputs: Mapping[str, str | os.PathLike[str]]) -> dict[str, dict[str, Any]]:
+    """:func:`digest_inputs` as JSON (the RunSpec's ``inputs``)."""
+    return {name: digest.to_json() for name, digest in digest_inputs(inputs).items()}
 
 
 class Launcher:
@@ -158,7 +163,7 @@ class Launcher:
         run_timeout: float,
         knobs: Sequence[str],
         clock: Clock = SYSTEM_CLOCK,
-        on_record: Callable[[dict[str, Any]], None] | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
         grace: float = DEFAULT_GRACE,
         sample_interval: float = SAMPLE_INTERVAL,
         adopt_orphans: bool = True,
@@ -192,7 +197,7 @@ class Launcher:
         self.redactor = redactor if redactor is not None else Redactor()
         #: Every secret value seen in this launcher's argv and environments, scrubbed from text.
         self._secrets: set[str] = set()
-        self.records: list[dict[str, Any]] = []
+        self.records: list[RunRecord] = []
         #: Where a long run's stage and elapsed time are shown (None: nowhere).
         self.progress = progress
         self._servers: list[Server] = []
@@ -244,7 +249,7 @@ class Launcher:
     # -- shared by commands and servers
     def _describe_sources(
         self, sources: Sequence[str | os.PathLike[str]] | None
-    ) -> dict[str, Any] | None:
+    ) -> dict[str, dict[str, Any]] | None:
         """What each named source tree is as the run is about to start (before it can change).
 
         Read before the run is numbered or prepared: a tree refused here (not a folder; dirty or
@@ -254,7 +259,7 @@ class Launcher:
             return None
         if isinstance(sources, (str, os.PathLike)):
             sources = [sources]
-        described: dict[str, Any] = {}
+        described: dict[str, dict[str, Any]] = {}
         for source in sources:
             path = Path(os.fspath(source)).resolve()
             if not path.is_dir():
@@ -273,7 +278,7 @@ class Launcher:
         port: int | None,
         inputs: Mapping[str, str | os.PathLike[str]] | None,
         trace: bool = False,
-    ) -> tuple[dict[str, Any], list[str], dict[str, str], Path | None, Path]:
+    ) -> tuple[RunRecord, list[str], dict[str, str], Path | None, Path]:
         if self._closed:
             raise RunError("model_run: this launcher is closed (the test is tearing down)")
         what = "model_run.server argv" if kind == "server" else "model_run argv"
@@ -306,46 +311,48 @@ class Launcher:
             child_env[TRACE_DIR] = str(run_dir / "trace")
         run_cwd = Path(fill_placeholders(os.fspath(cwd), values)) if cwd is not None else None
         # What the record shows: secrets hidden, names kept; the child still gets child_env.
-        shown_env = {
-            "allocation": self._shown_env(alloc_env),
-            "overrides": self._shown_env(
+        shown_env = RunEnv(
+            allocation=self._shown_env(alloc_env),
+            overrides=self._shown_env(
                 {k: (None if v is None else child_env.get(k)) for k, v in overrides.items()}
             ),
-            "knobs": self._shown_env({k: child_env[k] for k in self.knobs if k in child_env}),
-        }
+            knobs=self._shown_env({k: child_env[k] for k in self.knobs if k in child_env}),
+            knobs_unset=tuple(k for k in self.knobs if k not in child_env),
+        )
         shown_args = [scrub(a, self._secrets) for a in self._shown_argv(args)]
-        record: dict[str, Any] = {
-            "kind": kind,
-            "name": name,
-            "argv": shown_args,
-            "cwd": str(run_cwd) if run_cwd is not None else os.getcwd(),
-            "out_dir": str(out),
-            "port": port,
-            "env": {**shown_env, "knobs_unset": [k for k in self.knobs if k not in child_env]},
-            "inputs": hash_inputs(inputs or {}),
-            "orphans_adopted": False,
-            "stdout_path": str(run_dir / "stdout.log"),
-            "stderr_path": str(run_dir / "stderr.log"),
-        }
-        if child_env.get(TRACE_DIR):  # its own (trace=True), or one a traced compare set
-            record["trace_dir"] = child_env[TRACE_DIR]
+        inputs_hashed = digest_inputs(inputs or {})
         if self.adopt_orphans and self._subreaper_was is None:
             previous = child_subreaper(None)
             if previous is not None and child_subreaper(True):
                 self._subreaper_was = previous
-        record["orphans_adopted"] = bool(child_subreaper(None))
+        record = RunRecord(
+            kind=kind,
+            name=name,
+            argv=tuple(shown_args),
+            cwd=str(run_cwd) if run_cwd is not None else os.getcwd(),
+            out_dir=str(out),
+            port=port,
+            env=shown_env,
+            inputs=inputs_hashed,
+            orphans_adopted=bool(child_subreaper(None)),
+            stdout_path=str(run_dir / "stdout.log"),
+            stderr_path=str(run_dir / "stderr.log"),
+            # Its own (trace=True), or one a traced compare set in the environment.
+            trace_dir=child_env.get(TRACE_DIR) or None,
+        )
         return record, args, child_env, run_cwd, run_dir
 
     def _spawn(
         self,
-        record: dict[str, Any],
+        record: RunRecord,
         args: list[str],
         env: dict[str, str],
         cwd: Path | None,
         run_dir: Path,
-    ) -> ProcessGroup:
+    ) -> tuple[RunRecord, ProcessGroup]:
+        """Start the run: the record with its start, and its process group."""
         allocation = self.allocation
-        name = str(record["name"])
+        name = str(record.name)
         try:
             group = ProcessGroup(
                 args,
@@ -369,63 +376,67 @@ class Launcher:
                 ),
             )
         except OSError as exc:
-            record.update(
-                {
-                    "started_at": utc_iso(self.clock.wall()),
-                    "processes": [],
-                    "signals": [],
-                    "leftovers": [],
-                    "error": f"could not start {record['argv'][0]!r}: {exc.strerror or exc}",
-                }
+            failed = replace(
+                record,
+                started_at=utc_iso(self.clock.wall()),
+                error=f"could not start {record.argv[0]!r}: {exc.strerror or exc}",
             )
-            self._emit(record)
+            self._emit(failed)
             raise RunError(
                 self.clean_text(
-                    f"model_run: could not start {record['argv']!r}: {exc.strerror or exc}. "
+                    f"model_run: could not start {list(record.argv)!r}: {exc.strerror or exc}. "
                     "Check that the program exists and is executable (argv[0] is "
                     f"looked up on PATH; cwd={cwd})"
                 ),
-                argv=record["argv"],
+                argv=record.argv,
             ) from None
         self._groups.append(group)
-        record["started_at"] = group.started_at
-        record["pid"] = group.pid
         faults.point("run-start")
-        return group
+        return replace(record, started_at=group.started_at, pid=group.pid), group
 
-    def _note_members(
-        self, allocation: AllocationLike, run: str, members: list[dict[str, Any]]
-    ) -> None:
+    def _note_members(self, allocation: AllocationLike, run: str, members: list[Member]) -> None:
         """A run's live processes, into the allocation's runs record, secrets hidden (the
         record is readable by every account on the host)."""
         secrets = frozenset(self._secrets)  # a copy: the sampler thread calls this
+        shown = []
         for member in members:
-            shown, _ = self.redactor.argv(list(member["argv"]))
-            member["argv"] = [scrub(a, secrets) for a in shown][:8]
-        allocation.note_processes(run, members)
+            argv, _ = self.redactor.argv(list(member.argv))
+            shown.append(replace(member, argv=tuple(scrub(a, secrets) for a in argv)[:8]))
+        allocation.note_processes(run, [m.to_json() for m in shown])
 
-    def _emit(self, record: dict[str, Any]) -> None:
-        for key in ("ready_url", "error"):
-            if isinstance(record.get(key), str):
-                record[key] = self.clean_text(record[key])
-        # Last: every secret value found so far, wherever the record repeats it (kept in place,
-        # the same dict, which the test's RunResult or Server holds).
-        for key, value in list(record.items()):
-            record[key] = scrub_all(value, self._secrets)
-        record["lifecycle"] = lifecycle_verdict(record)
+    def _emit(self, record: RunRecord) -> RunRecord:
+        """The finished record with every secret hidden, handed on; returned."""
+        if record.server is not None:
+            server = replace(record.server, ready_url=self.clean_text(record.server.ready_url))
+            record = replace(record, server=server)
+        if record.error is not None:
+            record = replace(record, error=self.clean_text(record.error))
+        # Last: every secret value found so far, wherever the record repeats it.
+        if self._secrets:
+            scrubbed = scrub_all(record.to_json(lifecycle=False), self._secrets)
+            record = RunRecord.from_json(scrubbed)
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
+        return record
 
-    def _close_record(self, record: dict[str, Any], group: ProcessGroup) -> None:
-        processes = group.processes()
-        for process in processes:  # descendants' argv come from /proc, as they ran
-            process["argv"] = self._shown_argv(list(process.get("argv") or []))
-        record["processes"] = processes
-        record["signals"] = list(group.signals)
-        record["leftovers"] = list(group.leftovers)
-        record["ended_at"] = utc_iso(group.clock.wall())
-        record["device_memory"] = group.device_memory
+    def _close_record(self, record: RunRecord, group: ProcessGroup) -> RunRecord:
+        """The record of a run whose group is finished: every process, signal and leftover."""
+        processes = [  # descendants' argv come from /proc, as they ran
+            replace(p, argv=tuple(self._shown_argv(list(p.argv)))) for p in group.processes()
+        ]
+        main = processes[0]
+        return replace(
+            record,
+            processes=tuple(processes),
+            signals=tuple(group.signals),
+            leftovers=tuple(group.leftovers),
+            ended_at=utc_iso(group.clock.wall()),
+            device_memory=group.device_memory,
+            wall_seconds=main.wall_seconds,
+            exit_code=main.exit_code,
+            signal=main.signal,
+        )
 
     # -- commands
     def __call__(
@@ -460,15 +471,11 @@ class Launcher:
         record, args, child_env, cwd_path, run_dir = self._prepare(
             "command", argv, env, cwd, None, inputs, trace=bool(trace)
         )
-        record["timeout_seconds"] = limit
-        record["grace_seconds"] = wait
-        if described is not None:
-            record["sources"] = described
-        out = Path(record["out_dir"])
-        group = self._spawn(record, args, child_env, cwd_path, run_dir)
-        stage = f"run {str(record['name']).split('-')[-1]}"
+        record = replace(record, timeout_seconds=limit, grace_seconds=wait, sources=described)
+        out = Path(str(record.out_dir))
+        record, group = self._spawn(record, args, child_env, cwd_path, run_dir)
+        stage = f"run {str(record.name).split('-')[-1]}"
         finished = waiting(self.progress, stage, group.wait_main, limit, self.clock)
-        record["timed_out"] = not finished
         if not finished:
             group.send(signal.SIGTERM, forced=True, reason=f"timeout after {limit:g} s", group=True)
             group.settle(wait)
@@ -478,72 +485,36 @@ class Launcher:
             group.settle(min(wait, 0.5))
             group.finish(reason="left running after the main process exited")
         self._groups.remove(group)
-        self._close_record(record, group)
-        main = record["processes"][0]
-        record["wall_seconds"] = main["wall_seconds"]
-        record["exit_code"], record["signal"] = main["exit_code"], main["signal"]
-        declared, problems = self._collect_outputs(outputs or {}, out, record)
-        self._emit(record)
+        record = self._close_record(replace(record, timed_out=not finished), group)
+        declared, entries, problems = _collect_outputs(outputs or {}, out)
+        record = self._emit(replace(record, outputs=entries))
         returncode = group.popen.returncode if group.popen.returncode is not None else -1
         result = RunResult(
             record, declared, returncode, run_dir / "stdout.log", run_dir / "stderr.log"
         )
         if check:
-            if record["timed_out"]:
-                killed = any(x["signal"] == "SIGKILL" for x in record["signals"])
-                then = f", then SIGKILL after {wait:g} s" if killed else ""
-                raise RunError(
-                    failure_message(
-                        record,
-                        f"timed out after {limit:g} s; sent SIGTERM to its process group{then}",
-                        self.clean_text,
-                    ),
-                    record=record,
-                )
-            if main["signal"] or main["exit_code"] != 0:
-                raise RunError(
-                    failure_message(record, format_status(main), self.clean_text), record=record
-                )
-            if problems:
-                raise RunError(
-                    failure_message(record, "; ".join(problems), self.clean_text), record=record
-                )
-            lifecycle = lifecycle_verdict(record)
-            if not lifecycle["clean"]:
-                raise RunError(
-                    failure_message(
-                        record,
-                        f"exited 0, but its lifecycle was not clean: {lifecycle['summary']}",
-                        self.clean_text,
-                    ),
-                    record=record,
-                )
+            self._check(result, limit, wait, problems)
         return result
 
-    def _collect_outputs(
-        self, outputs: Mapping[str, str | os.PathLike[str]], out: Path, record: dict[str, Any]
-    ) -> tuple[dict[str, Path], list[str]]:
-        declared: dict[str, Path] = {}
-        problems: list[str] = []
-        entries: dict[str, dict[str, Any]] = {}
-        for name, template in outputs.items():
-            path = Path(fill_placeholders(os.fspath(template), {"out": str(out)}))
-            if not path.is_absolute():
-                path = out / path
-            entry: dict[str, Any] = {"path": str(path)}
-            if not path.is_file():
-                entry["problem"] = "missing"
-                problems.append(f"declared output {name!r} was not written: {path}")
-            elif path.stat().st_size == 0:
-                entry["problem"] = "empty"
-                problems.append(f"declared output {name!r} is empty: {path}")
-            else:
-                entry["bytes"] = path.stat().st_size
-                entry["sha256"] = sha256_file(path)
-                declared[name] = path
-            entries[name] = entry
-        record["outputs"] = entries
-        return declared, problems
+    def _check(self, result: RunResult, limit: float, wait: float, problems: list[str]) -> None:
+        """Raise :class:`RunError` for a run that timed out, failed, lacks an output, or did
+        not end cleanly (``check=True``)."""
+        __tracebackhide__ = True
+        record = result.run
+        main = record.processes[0]
+        what: str | None = None
+        if record.timed_out:
+            killed = any(x.signal == "SIGKILL" for x in record.signals)
+            then = f", then SIGKILL after {wait:g} s" if killed else ""
+            what = f"timed out after {limit:g} s; sent SIGTERM to its process group{then}"
+        elif main.signal or main.exit_code != 0:
+            what = format_status(main)
+        elif problems:
+            what = "; ".join(problems)
+        elif not (lifecycle := lifecycle_verdict(record)).clean:
+            what = f"exited 0, but its lifecycle was not clean: {lifecycle.summary}"
+        if what is not None:
+            raise RunError(failure_message(record, what, self.clean_text), record=result.record)
 
     # -- servers
     def server(
@@ -577,7 +548,7 @@ class Launcher:
         record, args, child_env, cwd_path, run_dir = self._prepare(
             "server", argv, env, cwd, port, inputs, trace=bool(trace)
         )
-        url = fill_placeholders(ready, {"port": str(port), "out": record["out_dir"]})
+        url = fill_placeholders(ready, {"port": str(port), "out": str(record.out_dir)})
         if url.startswith("/"):
             url = f"http://127.0.0.1:{port}{url}"
         if not url.startswith(("http://", "https://")):
@@ -591,37 +562,27 @@ class Launcher:
             if startup_timeout is None
             else check_seconds(startup_timeout, "startup_timeout")
         )
-        record.update(
-            {
-                "ready_url": url,
-                "startup_timeout_seconds": limit,
-                "workers_expected": workers_expected,
-                "startup_seconds": None,
-                "warmup_seconds": [],
-                "measured_seconds": [],
-                "requests": [],
-            }
+        part = ServerPart(
+            ready_url=url,
+            startup_timeout_seconds=limit,
+            workers_expected=workers_expected,
+            request_totals=request_totals(self.request_records),
         )
-        if described is not None:
-            record["sources"] = described
-        group = self._spawn(record, args, child_env, cwd_path, run_dir)
+        record = replace(record, server=part, sources=described)
+        record, group = self._spawn(record, args, child_env, cwd_path, run_dir)
         server = Server(self, group, record, port, run_dir, self._server_stopped, check=check)
         self._servers.append(server)
         server._wait_ready(url, limit, workers_expected, ready_interval)
         faults.point("server-ready")
         return server
 
-    def _server_stopped(self, server: Server, group: ProcessGroup) -> None:
+    def _server_stopped(self, server: Server, group: ProcessGroup) -> RunRecord:
         """Forget a stopped server and its group, then close its record and emit it."""
         if group in self._groups:
             self._groups.remove(group)
         if server in self._servers:
             self._servers.remove(server)
-        self._close_record(server.record, group)
-        main = server.record["processes"][0]
-        server.record["exit_code"], server.record["signal"] = main["exit_code"], main["signal"]
-        server.record["wall_seconds"] = main["wall_seconds"]
-        self._emit(server.record)
+        return self._emit(self._close_record(server.run, group))
 
     def close(self) -> None:
         """End every process group still alive (servers get a graceful stop first)."""
@@ -657,3 +618,27 @@ class Launcher:
             self.close_errors.append(f"{type(first).__name__}: {first}")
         elif first is not None:
             raise first
+
+
+def _collect_outputs(
+    outputs: Mapping[str, str | os.PathLike[str]], out: Path
+) -> tuple[dict[str, Path], dict[str, OutputRecord], list[str]]:
+    """Each declared output's path, its record (size and SHA-256, or its problem), and the
+    problems (missing, empty) as sentences."""
+    declared: dict[str, Path] = {}
+    problems: list[str] = []
+    entries: dict[str, OutputRecord] = {}
+    for name, template in outputs.items():
+        path = Path(fill_placeholders(os.fspath(template), {"out": str(out)}))
+        if not path.is_absolute():
+            path = out / path
+        if not path.is_file():
+            entries[name] = OutputRecord(str(path), problem="missing")
+            problems.append(f"declared output {name!r} was not written: {path}")
+        elif path.stat().st_size == 0:
+            entries[name] = OutputRecord(str(path), problem="empty")
+            problems.append(f"declared output {name!r} is empty: {path}")
+        else:
+            entries[name] = OutputRecord(str(path), path.stat().st_size, sha256_file(path))
+            declared[name] = path
+    return declared, entries, problems

@@ -12,7 +12,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -23,6 +23,7 @@ from .failure import failure_message
 from .group import ProcessGroup
 from .lifecycle import lifecycle_verdict
 from .progress import Progress
+from .record import Readiness, RequestRecord, RequestTotals, RunRecord, ServerPart, StopRecord
 from .request_body import CHUNK, encode_body
 
 #: Response bodies larger than this are streamed to a file in the run's folder.
@@ -35,23 +36,10 @@ READY_INTERVAL = 0.05
 READY_PROBE_TIMEOUT = 1.0
 
 
-def request_totals(limit: int) -> dict[str, Any]:
+def request_totals(limit: int) -> RequestTotals:
     """The empty ``request_totals`` of a server record: all requests, and apart the ``kept``
     records and the ``omitted`` ones beyond ``limit`` (so that verify can add them up)."""
-
-    def part() -> dict[str, int]:
-        return {"requests": 0, "failed": 0, "bytes_sent": 0, "bytes_received": 0}
-
-    return {
-        **part(),
-        "warmup": 0,
-        "errors": 0,
-        "timeouts": 0,
-        "statuses": {},
-        "limit": limit,
-        "kept": part(),
-        "omitted": part(),
-    }
+    return RequestTotals(limit=limit)
 
 
 class ServerHost(Protocol):
@@ -100,39 +88,79 @@ class Response:
 
 
 class Server:
-    """A started server: timed requests, then ``stop()`` with a full lifecycle record."""
+    """A started server: timed requests, then ``stop()`` with a full lifecycle record.
+
+    ``run`` is its record (typed) as it stands; ``record`` the same as JSON, as the receipt
+    holds it once the server is stopped (with its ``lifecycle``).
+    """
 
     def __init__(
         self,
         host: ServerHost,
         group: ProcessGroup,
-        record: dict[str, Any],
+        run: RunRecord,
         port: int,
         run_dir: Path,
-        on_stopped: Callable[[Server, ProcessGroup], None],
+        on_stopped: Callable[[Server, ProcessGroup], RunRecord],
         *,
         check: bool = True,
     ) -> None:
         self._host = host
-        record.setdefault("requests", [])
-        record.setdefault("request_totals", request_totals(host.request_records))
+        self._run = run
         #: Requests may come from several threads at once (a load test): one index each, and
-        #: their records kept in index order.
+        #: their records kept in index order, counted in the totals, their times in order.
         self._requests_lock = threading.Lock()
         self._issued = 0
+        self._requests: list[RequestRecord] = []
+        self._totals = self._part.request_totals
+        self._times: dict[bool, list[float]] = {True: [], False: []}
+        #: The record as emitted when stopped, and its JSON.
+        self._final: tuple[RunRecord, dict[str, Any]] | None = None
         #: Whether an unclean stop raises (as ``model_run(check=True)`` does for a command).
         self.check = check
         self._on_stopped = on_stopped
         self._group = group
-        self.record = record
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self._run_dir = run_dir
         self._stopped = False
         #: The progress line (``server 01 starting``, then ``ready, N requests``), if any.
         progress = self._progress = host.progress
-        self._stage = f"server {str(record.get('name', '')).split('-')[-1]}"
+        self._stage = f"server {str(run.name or '').split('-')[-1]}"
         self._progress_token = progress.begin(f"{self._stage} starting") if progress else 0
+
+    @property
+    def _part(self) -> ServerPart:
+        assert self._run.server is not None  # set in __init__
+        return self._run.server
+
+    def _set(self, **changes: Any) -> None:
+        """Replace fields of the server part of the record."""
+        self._run = replace(self._run, server=replace(self._part, **changes))
+
+    @property
+    def run(self) -> RunRecord:
+        """The record as it stands: its requests so far; once stopped, as emitted."""
+        if self._final is not None:
+            return self._final[0]
+        with self._requests_lock:
+            return replace(
+                self._run,
+                server=replace(
+                    self._part,
+                    requests=tuple(self._requests),
+                    request_totals=self._totals,
+                    warmup_seconds=tuple(self._times[True]),
+                    measured_seconds=tuple(self._times[False]),
+                ),
+            )
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """:attr:`run` as JSON (with its ``lifecycle`` once stopped: the receipt's record)."""
+        if self._final is not None:
+            return self._final[1]
+        return self.run.to_json(lifecycle=False)
 
     def _tick(self, stage: str | None = None, **counts: int) -> None:
         if self._progress is not None:
@@ -165,20 +193,20 @@ class Server:
         def note(ready: float | None) -> None:
             since = last_failed if last_failed is not None else first
             window = None if ready is None or since is None else max(0.0, ready - since)
-            self.record["ready_polls"] = polls
-            self.record["readiness"] = {
-                "interval_seconds": interval,
-                "probe_timeout_seconds": READY_PROBE_TIMEOUT,
-                "probes": polls,
-                "failed_probes": polls - (ready is not None),
-                "first_probe_seconds": None if first is None else round(first, 6),
-                "last_failed_probe_seconds": None if last_failed is None else round(last_failed, 6),
-                "ready_seconds": None if ready is None else round(ready, 6),
-                "probing_seconds": round(probing, 6),
-                "detection_window_seconds": None if window is None else round(window, 6),
-                "probe_share": (round(window / ready, 6) if window is not None and ready else None),
-                "last_error": last_error if ready is None or last_failed is not None else None,
-            }
+            readiness = Readiness(
+                interval_seconds=interval,
+                probe_timeout_seconds=READY_PROBE_TIMEOUT,
+                probes=polls,
+                failed_probes=polls - (ready is not None),
+                first_probe_seconds=None if first is None else round(first, 6),
+                last_failed_probe_seconds=None if last_failed is None else round(last_failed, 6),
+                ready_seconds=None if ready is None else round(ready, 6),
+                probing_seconds=round(probing, 6),
+                detection_window_seconds=None if window is None else round(window, 6),
+                probe_share=(round(window / ready, 6) if window is not None and ready else None),
+                last_error=last_error if ready is None or last_failed is not None else None,
+            )
+            self._set(ready_polls=polls, readiness=readiness)
 
         while True:
             if group.main_done:
@@ -212,7 +240,7 @@ class Server:
                     f"{polls} probes, {interval:g} s apart)"
                 )
             clock.sleep(max(0.0, min(interval, limit - ended)))
-        self.record["startup_seconds"] = round(ended, 6)
+        self._set(startup_seconds=round(ended, 6))
         note(ended)
         self._tick(f"{self._stage} ready", requests=0)
         if workers_expected:
@@ -224,18 +252,16 @@ class Server:
                 group.sample()
                 clock.sleep(0.02)
         group.sample()
-        self.record["workers_at_ready"] = [p.pid for p in group.alive() if p.role == "descendant"]
+        self._set(workers_at_ready=tuple(p.pid for p in group.alive() if p.role == "descendant"))
 
     def _main_status(self) -> str:
         main = self._group.main
         return f"signal {main.signal}" if main.signal else f"exit code {main.exit_code}"
 
     def _fail_startup(self, what: str) -> None:
-        self.record["error"] = f"startup failed: the server {what}"
+        self._run = replace(self._run, error=f"startup failed: the server {what}")
         self._finish(grace=self._host.grace, reason="startup failed")
-        raise RunError(
-            failure_message(self.record, what, self._host.clean_text), record=self.record
-        )
+        raise RunError(failure_message(self.run, what, self._host.clean_text), record=self.record)
 
     def request(
         self,
@@ -262,23 +288,21 @@ class Server:
         """
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         if self._stopped:
-            raise RunError(f"model_run: {self.record['name']} is stopped; no more requests")
+            raise RunError(f"model_run: {self._run.name} is stopped; no more requests")
         limit = self._host.run_timeout if timeout is None else check_seconds(timeout, "timeout")
         body, body_len, head = encode_body(json=json, files=files, data=data)
         head.update(headers or {})
         with self._requests_lock:
             self._issued += 1
             index = self._issued
-        entry: dict[str, Any] = {
-            "index": index,
-            "method": method,
-            "path": self._host.clean_text(path),  # a token in a query string stays out
-            "warmup": warmup,
-            "bytes_sent": body_len,
-            "started_seconds": round(self._group.now(), 6),
-            "status": None,
-            "bytes_received": 0,
-        }
+        entry = RequestRecord(
+            index=index,
+            method=method,
+            path=self._host.clean_text(path),  # a token in a query string stays out
+            warmup=warmup,
+            bytes_sent=body_len,
+            started_seconds=round(self._group.now(), 6),
+        )
         clock = self._host.clock
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=limit)
         body_path: Path | None = None
@@ -289,7 +313,7 @@ class Server:
             start = clock.monotonic()
             conn.request(method, path, body=body, headers=head)
             answer = conn.getresponse()
-            entry["status"] = answer.status
+            entry = replace(entry, status=answer.status)
             chunks: list[bytes] = []
             sink: IO[bytes] | None = None
             try:
@@ -312,9 +336,9 @@ class Server:
                 if sink is not None:
                     sink.close()
         except (OSError, http.client.HTTPException) as exc:
-            entry["error"] = f"{type(exc).__name__}: {exc}"
-            entry["timed_out"] = isinstance(exc, TimeoutError)
-            self._note_request(entry, clock.monotonic() - start, size)
+            error = f"{type(exc).__name__}: {exc}"
+            failed = replace(entry, error=error, timed_out=isinstance(exc, TimeoutError))
+            self._note_request(failed, clock.monotonic() - start, size)
             # A server that closed the connection as it died is reaped first, so that the
             # message says what happened to it, not "still running".
             self._group.wait_main(min(1.0, self._host.grace))
@@ -333,19 +357,19 @@ class Server:
                 self._finish(grace=self._host.grace, reason="died after ready")
             raise RunError(
                 failure_message(
-                    self.record,
-                    f"request {method} {entry['path']} failed: {entry['error']} ({state})",
+                    self.run,
+                    f"request {method} {entry.path} failed: {error} ({state})",
                     self._host.clean_text,
                 ),
                 record=self.record,
             ) from None
         except BaseException as exc:  # a bad argument, Ctrl-C: recorded before it goes on
-            entry["error"] = f"{type(exc).__name__}: {exc}"
-            self._note_request(entry, clock.monotonic() - start, size)
+            failed = replace(entry, error=f"{type(exc).__name__}: {exc}")
+            self._note_request(failed, clock.monotonic() - start, size)
             raise
         finally:
             conn.close()
-        entry["body_path"] = str(body_path) if body_path is not None else None
+        entry = replace(entry, body_path=str(body_path) if body_path is not None else None)
         self._note_request(entry, seconds, size)
         return Response(
             answer.status,
@@ -356,36 +380,27 @@ class Server:
             warmup,
         )
 
-    def _note_request(self, entry: dict[str, Any], seconds: float, received: int) -> None:
+    def _note_request(self, entry: RequestRecord, seconds: float, received: int) -> None:
         """Count one request in ``request_totals``; keep its record while under the bound."""
-        status = entry.get("status")
-        entry["seconds"] = round(seconds, 6)
-        entry["bytes_received"] = received
-        entry["failed"] = "error" in entry or not (isinstance(status, int) and 200 <= status < 300)
-        totals = self.record["request_totals"]
-        kept = entry["index"] <= self._host.request_records  # the first N, by index
-        label = str(status) if status is not None else "none"
+        status = entry.status
+        entry = replace(
+            entry,
+            seconds=round(seconds, 6),
+            bytes_received=received,
+            failed=entry.error is not None or not (status is not None and 200 <= status < 300),
+        )
         with self._requests_lock:
-            for part in (totals, totals["kept"] if kept else totals["omitted"]):
-                part["requests"] += 1
-                part["failed"] += entry["failed"]
-                part["bytes_sent"] += int(entry["bytes_sent"])
-                part["bytes_received"] += received
-            totals["warmup"] += bool(entry["warmup"])
-            totals["errors"] += "error" in entry
-            totals["timeouts"] += bool(entry.get("timed_out"))
-            totals["statuses"][label] = totals["statuses"].get(label, 0) + 1
-            if kept:
-                bisect.insort(self.record["requests"], entry, key=lambda r: int(r["index"]))
-            if "error" not in entry:
-                self.record["warmup_seconds" if entry["warmup"] else "measured_seconds"].append(
-                    entry["seconds"]
-                )
-            done, failed = int(totals["requests"]), int(totals["failed"])
+            self._totals = self._totals.plus(entry)
+            if entry.index <= self._totals.limit:  # the first N, by index
+                bisect.insort(self._requests, entry, key=lambda r: r.index)
+            if entry.error is None:
+                self._times[entry.warmup].append(entry.seconds)
+            done, failed = self._totals.all.requests, self._totals.all.failed
         self._tick(requests=done, failed=failed)
 
     def stop(self, grace: float | None = None, *, reason: str = "stop") -> dict[str, Any]:
-        """SIGTERM the server, wait ``grace`` s, SIGKILL the group if needed; return the record.
+        """SIGTERM the server, wait ``grace`` s, SIGKILL the group if needed; return the record
+        (JSON, as the receipt holds it; :attr:`run` is the same, typed).
 
         The record lists the exit of the server and every descendant it had, each signal
         (forced or not) and any leftover; idempotent.
@@ -393,22 +408,20 @@ class Server:
         __tracebackhide__ = True  # pytest shows the RunError, not our frames
         if self._stopped:
             return self.record
-        record = self._finish(
-            grace=self._host.grace if grace is None else float(grace), reason=reason
-        )
-        lifecycle = lifecycle_verdict(record)
-        if self.check and not lifecycle["clean"]:
+        run = self._finish(grace=self._host.grace if grace is None else float(grace), reason=reason)
+        lifecycle = lifecycle_verdict(run)
+        if self.check and not lifecycle.clean:
             raise RunError(
                 failure_message(
-                    record,
-                    f"did not end cleanly ({reason}): {lifecycle['summary']}",
+                    run,
+                    f"did not end cleanly ({reason}): {lifecycle.summary}",
                     self._host.clean_text,
                 ),
-                record=record,
+                record=self.record,
             )
-        return record
+        return self.record
 
-    def _finish(self, *, grace: float, reason: str) -> dict[str, Any]:
+    def _finish(self, *, grace: float, reason: str) -> RunRecord:
         self._stopped = True
         if self._progress is not None:
             self._progress.end(self._progress_token)
@@ -416,12 +429,8 @@ class Server:
         group.sample()
         main_alive = not group.main_done
         started = group.now()
-        self.record["stop"] = {
-            "reason": reason,
-            "grace_seconds": grace,
-            "requested_seconds": round(started, 6),
-            "main_alive": main_alive,
-        }
+        stop = StopRecord(reason, grace, round(started, 6), main_alive)
+        self._run = replace(self._run, stop=stop)
         if main_alive:
             group.send(signal.SIGTERM, forced=False, reason=reason, group=False)
             if not group.wait_main(grace):
@@ -436,5 +445,6 @@ class Server:
         # Workers get what is left of the grace to wind down after the server exited.
         group.settle(max(0.0, grace - (group.now() - started)))
         group.finish(reason="left running after the server exited")
-        self._on_stopped(self, group)  # the launcher closes the record and emits it
-        return self.record
+        run = self._on_stopped(self, group)  # the launcher closes the record and emits it
+        self._final = (run, run.to_json())
+        return run

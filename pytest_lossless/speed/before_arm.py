@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.procfs import process_stat
+from ..core.records import Record
 from ..errors import AllocationError, ConfigError
 
 #: ``before_arm=``: one callable given (arm name, sample index), or a sequence of them.
@@ -64,9 +65,17 @@ class HookFailed(Exception):
     """A ``before_arm`` hook raised: the arm does not run, and this is its error."""
 
 
-def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> dict[str, Any]:
-    """Call each hook before the arm ``arm`` (sample ``index``): ``{"before_arm": [record per
-    hook]}`` for the sample, or ``{}`` without hooks; :class:`HookFailed` naming the hook."""
+@dataclass(frozen=True, slots=True)
+class HookResult(Record):
+    """What one ``before_arm`` hook returned before one arm (a JSON value, ``"done"`` for None)."""
+
+    name: str
+    result: Any = None
+
+
+def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> tuple[HookResult, ...] | None:
+    """Call each hook before the arm ``arm`` (sample ``index``): what each returned, or None
+    without hooks; :class:`HookFailed` naming the hook."""
     records = []
     for hook in hooks:
         try:
@@ -74,8 +83,8 @@ def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> dict[str, An
         except Exception as exc:
             name = hook_name(hook)
             raise HookFailed(f"before_arm {name} raised {type(exc).__name__}: {exc}") from exc
-        records.append({"name": hook_name(hook), "result": _plain(result)})
-    return {"before_arm": records} if records else {}
+        records.append(HookResult(hook_name(hook), _plain(result)))
+    return tuple(records) if records else None
 
 
 def _plain(result: object) -> Any:

@@ -16,18 +16,19 @@ import math
 import numbers
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..compare import proof as dispatch
 from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.records import Record, meta, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError
+from ..run import RunRecord
 from . import before_arm as before
 from . import stats
 
 _ERROR_TEXT_LIMIT = 2000
-_EXTRA_FIELDS = ("startup_seconds", "warmup_seconds")
 
 
 def _number(value: object) -> float | None:
@@ -44,15 +45,28 @@ def _numbers(value: object) -> list[float] | None:
     return [v for v in found if v is not None] if all(v is not None for v in found) else None
 
 
+def _run_of(result: object) -> RunRecord | None:
+    """The model run an arm returned: a run result's or a server's ``run``, or a record."""
+    run = getattr(result, "run", None)
+    if isinstance(run, RunRecord):
+        return run
+    if isinstance(result, RunRecord):
+        return result
+    if isinstance(result, Mapping) and result.get("kind") in ("command", "server"):
+        return RunRecord.from_json(result)  # a server's stop(): the record as JSON
+    return None
+
+
 def _lookup(result: object, name: str) -> object:
-    """``result.name``, else ``result[name]`` for a mapping, else ``result.record[name]``."""
+    """``result.name``, else ``result[name]`` for a mapping, else the field of its model
+    run's record (a server's timings)."""
     if hasattr(result, name):
         return getattr(result, name)
     if isinstance(result, Mapping) and name in result:
         return result[name]
-    record = getattr(result, "record", None)
-    if isinstance(record, Mapping) and name in record:
-        return record[name]
+    run = _run_of(result)
+    if run is not None and run.server is not None and hasattr(run.server, name):
+        return getattr(run.server, name)
     return None
 
 
@@ -86,36 +100,29 @@ def measured_seconds(result: object) -> float:
     return seconds
 
 
-def sample_extras(result: object) -> dict[str, Any]:
-    """Startup and warmup times the arm's result carries, kept apart from the measured time."""
-    found: dict[str, Any] = {}
+def _timing(value: object) -> float | tuple[float, ...] | None:
+    number = _number(value)
+    if number is not None:
+        return number
+    listed = _numbers(value)
+    return tuple(listed) if listed is not None else None
+
+
+def sample_extras(sample: Sample, result: object) -> Sample:
+    """``sample`` with the startup and warmup times the arm's result carries, kept apart from
+    the measured time, and the run it timed."""
     if _number(result) is not None:
-        return found
-    for name in _EXTRA_FIELDS:
-        value = _lookup(result, name)
-        number = _number(value)
-        if number is not None:
-            found[name] = number
-        elif (listed := _numbers(value)) is not None:
-            found[name] = listed
+        return sample
     requests = _numbers(_lookup(result, "measured_seconds"))
-    if requests is not None:
-        found["measured_requests"] = requests
-    run = _run_name(result)
-    if run is not None:
-        found["run"] = run  # the run record this sample timed: verify checks one against other
-    return found
-
-
-def _run_name(result: object) -> str | None:
-    """The receipt name of the model run an arm returned (``command-03``), if it was one."""
-    record = getattr(result, "record", None)
-    if not isinstance(record, Mapping):
-        record = result if isinstance(result, Mapping) else None
-    if record is None or record.get("kind") not in ("command", "server"):
-        return None
-    name = record.get("name")
-    return name if isinstance(name, str) else None
+    run = _run_of(result)
+    return replace(
+        sample,
+        startup_seconds=_timing(_lookup(result, "startup_seconds")),
+        warmup_seconds=_timing(_lookup(result, "warmup_seconds")),
+        measured_requests=tuple(requests) if requests is not None else None,
+        # The run record this sample timed: verify checks one against the other.
+        run=run.name if run is not None and run.kind in ("command", "server") else None,
+    )
 
 
 def short(text: str, limit: int = _ERROR_TEXT_LIMIT) -> str:
@@ -128,11 +135,53 @@ SCHEMA = "pytest-lossless/speed-verdict/1"
 Arm = Callable[[], object]
 
 
+# ------------------------------------------------------------------ the records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample(Record):
+    """One timed arm: where it stands in the schedule, what ran before it, its measured
+    seconds (None: it raised, ``error``), the timings its result carried apart, the run it
+    timed (``run``; ``runs``: every run it started, noted by the plugin) and its proof.
+
+    Reading, a missing or mistyped place in the schedule is a :class:`RecordError` (the
+    verdict cannot be re-derived); a hand-written sample may leave out its index, position and
+    start."""
+
+    index: int = field(metadata=meta(absent=0))
+    block: int
+    position: int = field(metadata=meta(absent=0))
+    arm: str
+    before_arm: tuple[before.HookResult, ...] | None = spec(None, omit="none")
+    started_at: float = field(metadata=meta(absent=0.0))
+    seconds: float | None = None
+    startup_seconds: float | tuple[float, ...] | None = spec(None, omit="none")
+    warmup_seconds: float | tuple[float, ...] | None = spec(None, omit="none")
+    measured_requests: tuple[float, ...] | None = spec(None, omit="none")
+    run: str | None = spec(None, omit="none")
+    proof: dict[str, Any] | None = spec(None, omit="none")
+    error: str | None = spec(None, omit="none")
+    arm_seconds: float | None = spec(None, omit="none")
+    runs: tuple[str, ...] | None = spec(None, omit="none")
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap(Record):
+    """The percentile-bootstrap cross-check of the median block difference (never the verdict)."""
+
+    blocks: int
+    resamples: int
+    seed: int
+    ci: tuple[float, float]
+    verdict: Verdict
+    agrees: bool
+
+
 # ------------------------------------------------------------------ the verdict
 
 
-@dataclass
-class SpeedVerdict:
+@dataclass(frozen=True, kw_only=True)
+class SpeedVerdict(Record):
     """One workload's speed verdict with every raw sample it was derived from."""
 
     verdict: Verdict
@@ -144,16 +193,16 @@ class SpeedVerdict:
     design: str
     pairs: int
     blocks: int
-    samples: list[dict[str, Any]]
     seed: int
-    openers: list[str]
-    plan: dict[str, Any]
-    looks: list[dict[str, Any]] = field(default_factory=list)
+    openers: tuple[str, ...] = field(metadata=meta(absent=()))
+    plan: stats.Plan
+    looks: tuple[stats.LookResult, ...] = ()
     reason: str = ""
-    bootstrap: dict[str, Any] | None = None
-    errors: list[str] = field(default_factory=list)
+    bootstrap: Bootstrap | None = None
+    errors: tuple[str, ...] = ()
     #: The dispatch-proof rule each candidate arm was examined with (None: none was given).
     proof: str | None = None
+    samples: tuple[Sample, ...] = field(metadata=meta(absent=()))
 
     @property
     def target_ratio(self) -> float:
@@ -183,54 +232,37 @@ class SpeedVerdict:
         )
         if self.reason:
             text += f". {self.reason[:1].upper()}{self.reason[1:]}"
-        if self.bootstrap is not None and not self.bootstrap.get("agrees", True):
-            low, high = self.bootstrap["ci"]
+        if self.bootstrap is not None and not self.bootstrap.agrees:
+            low, high = self.bootstrap.ci
             text += (
                 f". Bootstrap cross-check [{low:.2f}, {high:.2f}] alone would say "
-                f"{self.bootstrap['verdict']}; the verdict follows the distribution-free sign test"
+                f"{self.bootstrap.verdict}; the verdict follows the distribution-free sign test"
             )
         return text + "."
 
     def __str__(self) -> str:
         return self.message()
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the raw samples, the settings that define the rule, and the verdict."""
-        return {
-            "schema": SCHEMA,
-            "verdict": self.verdict,
-            "ratio": self.ratio,
-            "ci": list(self.ci) if self.ci is not None else None,
-            "confidence": self.confidence,
-            "target": self.target,
-            "target_ratio": self.target_ratio,
-            "workload": self.workload,
-            "design": self.design,
-            "pairs": self.pairs,
-            "blocks": self.blocks,
-            "seed": self.seed,
-            "openers": list(self.openers),
-            "plan": dict(self.plan),
-            "looks": [dict(lk) for lk in self.looks],
-            "reason": self.reason,
-            "bootstrap": dict(self.bootstrap) if self.bootstrap is not None else None,
-            "errors": list(self.errors),
-            "proof": self.proof,
-            "percentiles": self.percentiles(),
-            "samples": [dict(s) for s in self.samples],
-            "message": self.message(),
-        }
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: the raw samples, the settings that define the rule, and the verdict.
+        Custom: the keys derived from the fields (``schema``, ``target_ratio``,
+        ``percentiles``, ``message``), which ``verify`` checks, sit among them."""
+        fields = to_json(self)
+        samples = fields.pop("samples")
+        data: dict[str, Any] = {"schema": SCHEMA}
+        for key, value in fields.items():
+            data[key] = value
+            if key == "target":
+                data["target_ratio"] = self.target_ratio
+        data.update(percentiles=self.percentiles(), samples=samples, message=self.message())
+        return data
 
     def percentiles(self) -> dict[str, dict[str, float | str]]:
         """p50/p90/p95/p99 of each arm's measured seconds; a percentile without the samples
         to support it at 99% confidence (64/130/662) says so instead of a number."""
         table: dict[str, dict[str, float | str]] = {}
         for arm in (stats.CONTROL, stats.CANDIDATE):
-            seconds = [
-                float(s["seconds"])
-                for s in self.samples
-                if s.get("arm") == arm and isinstance(s.get("seconds"), (int, float))
-            ]
+            seconds = [s.seconds for s in self.samples if s.arm == arm and s.seconds is not None]
             row: dict[str, float | str] = {}
             for p in (50, 90, 95, 99):
                 value = stats.percentile(seconds, p) if seconds else None
@@ -243,31 +275,6 @@ class SpeedVerdict:
                 )
             table[arm] = row
         return table
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SpeedVerdict:
-        ci = d.get("ci")
-        bootstrap = d.get("bootstrap")
-        return cls(
-            verdict=d["verdict"],
-            ratio=d.get("ratio"),
-            ci=(float(ci[0]), float(ci[1])) if ci is not None else None,
-            confidence=float(d["confidence"]),
-            target=float(d["target"]),
-            workload=d.get("workload"),
-            design=d["design"],
-            pairs=int(d["pairs"]),
-            blocks=int(d["blocks"]),
-            samples=[dict(s) for s in d.get("samples", [])],
-            seed=int(d["seed"]),
-            openers=list(d.get("openers", [])),
-            plan=dict(d.get("plan", {})),
-            looks=[dict(lk) for lk in d.get("looks", [])],
-            reason=d.get("reason", ""),
-            bootstrap=dict(bootstrap) if bootstrap is not None else None,
-            errors=list(d.get("errors", [])),
-            proof=d.get("proof"),
-        )
 
 
 # ------------------------------------------------------------------ derivation (shared)
@@ -289,16 +296,16 @@ def _plan(
 
 
 def _block_diffs(
-    samples: Sequence[Mapping[str, Any]], design: str, summary: str = stats.DEFAULT_BLOCK_SUMMARY
+    samples: Sequence[Sample], design: str, summary: str = stats.DEFAULT_BLOCK_SUMMARY
 ) -> list[float]:
     """Differences of the complete blocks, in block order (a block missing an arm is dropped)."""
     per_arm = 2 if design == "ABBA" else 1
     blocks: dict[int, dict[str, list[float]]] = {}
     for sample in samples:
-        if sample.get("error") is not None or sample.get("seconds") is None:
+        if sample.error is not None or sample.seconds is None:
             continue
-        arms = blocks.setdefault(int(sample["block"]), {stats.CONTROL: [], stats.CANDIDATE: []})
-        arms[str(sample["arm"])].append(float(sample["seconds"]))
+        arms = blocks.setdefault(sample.block, {stats.CONTROL: [], stats.CANDIDATE: []})
+        arms[sample.arm].append(sample.seconds)
     diffs: list[float] = []
     for index in sorted(blocks):
         arms = blocks[index]
@@ -309,7 +316,7 @@ def _block_diffs(
 
 
 def derive(
-    samples: Sequence[Mapping[str, Any]],
+    samples: Sequence[Sample],
     *,
     target: float,
     pairs: int,
@@ -332,10 +339,9 @@ def derive(
     diffs = _block_diffs(samples, design, plan.summary)
     decision = stats.decide(diffs, theta, plan)
     errors = [
-        f"{s['arm']} arm (block {s['block'] + 1}, position {s['position'] + 1}) raised: "
-        f"{s['error']}"
+        f"{s.arm} arm (block {s.block + 1}, position {s.position + 1}) raised: {s.error}"
         for s in samples
-        if s.get("error") is not None
+        if s.error is not None
     ]
     verdict: Verdict = decision.verdict
     reason = decision.reason
@@ -344,27 +350,29 @@ def derive(
         reason = f"{errors[0]}; a speed verdict needs every arm to complete"
     if proof is not None:
         findings = [
-            s.get("proof") or {"run": s.get("run"), "found": False, "evidence": "not examined"}
+            dispatch.Finding.from_json(
+                s.proof or {"run": s.run, "found": False, "evidence": "not examined"}
+            )
             for s in samples
-            if s.get("arm") == stats.CANDIDATE and s.get("error") is None
+            if s.arm == stats.CANDIDATE and s.error is None
         ]
         proven = dispatch.apply(verdict, findings)
         if proven != verdict:
             verdict, reason = proven, dispatch.reason(findings)
-    bootstrap: dict[str, Any] | None = None
+    bootstrap: Bootstrap | None = None
     used = diffs[: decision.blocks]
     if len(used) >= stats.BOOTSTRAP_MIN_BLOCKS:
         low, high = stats.bootstrap_median_interval(used, confidence=confidence, seed=seed)
         boot_verdict = stats.classify(low, high, theta)
-        bootstrap = {
-            "blocks": len(used),
-            "resamples": stats.BOOTSTRAP_RESAMPLES,
-            "seed": seed,
-            "ci": [math.exp(low), math.exp(high)],
-            "verdict": boot_verdict,
-            "agrees": boot_verdict == decision.verdict,
-        }
-    openers: list[str] = list(stats.block_schedule(pairs, design=design, seed=seed).openers)
+        bootstrap = Bootstrap(
+            blocks=len(used),
+            resamples=stats.BOOTSTRAP_RESAMPLES,
+            seed=seed,
+            ci=(math.exp(low), math.exp(high)),
+            verdict=boot_verdict,
+            agrees=boot_verdict == decision.verdict,
+        )
+    openers = tuple(stats.block_schedule(pairs, design=design, seed=seed).openers)
     return SpeedVerdict(
         verdict=verdict,
         ratio=decision.ratio,
@@ -375,14 +383,14 @@ def derive(
         design=design,
         pairs=pairs,
         blocks=decision.blocks,
-        samples=[dict(s) for s in samples],
+        samples=tuple(samples),
         seed=seed,
         openers=openers,
-        plan=plan.to_dict(),
-        looks=[dict(lk) for lk in decision.looks],
+        plan=plan,
+        looks=decision.looks,
         reason=reason,
         bootstrap=bootstrap,
-        errors=errors,
+        errors=tuple(errors),
         proof=proof,
     )
 
@@ -404,9 +412,13 @@ def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _samples(d: Mapping[str, Any]) -> list[Sample]:
+    return [Sample.from_json(s) for s in d.get("samples", [])]
+
+
 def rederive(d: Mapping[str, Any]) -> str:
-    """Recompute the verdict of a recorded speed gate (``to_dict`` form) from its raw samples."""
-    return derive(d.get("samples", []), **_rule(d)).verdict
+    """Recompute the verdict of a recorded speed gate (``to_json`` form) from its raw samples."""
+    return derive(_samples(d), **_rule(d)).verdict
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -428,7 +440,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     """What a recorded speed gate says that its raw samples do not support (empty: consistent)."""
     found: list[str] = []
     try:
-        again = derive(d.get("samples", []), **_rule(d))
+        again = derive(_samples(d), **_rule(d))
     except (KeyError, TypeError, ValueError, ConfigError) as exc:
         return [f"speed verdict cannot be re-derived: {exc}"]
     label = f"speed gate {d.get('workload')!r}" if d.get("workload") else "speed gate"
@@ -446,7 +458,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
             f"{label}: recorded ratio {recorded_ratio} but the raw samples give {again.ratio}"
         )
     # Every derived field, not only the verdict: an edited interval or look is a contradiction.
-    derived = again.to_dict()
+    derived = again.to_json()
     if "block_summary" not in (d.get("plan") or {}):
         derived["plan"].pop("block_summary", None)  # a receipt from before the field
     for key in (
@@ -498,7 +510,7 @@ def run_speed_gate(
     confidence: float = stats.DEFAULT_CONFIDENCE,
     min_blocks: int | None = None,
     looks: Sequence[int] | None = None,
-    on_sample: Callable[[dict[str, Any]], None] | None = None,
+    on_sample: Callable[[Sample], Sample] | None = None,
     proof: dispatch.Proof | None = None,
     before_arm: before.BeforeArm | Sequence[before.BeforeArm] | None = None,
 ) -> SpeedVerdict:
@@ -509,7 +521,7 @@ def run_speed_gate(
     blocks to run (default :data:`DEFAULT_PAIRS`); the gate stops early at the first decisive
     planned look. Arms run one at a time; an arm that raises is recorded with its error, no
     further arm runs, and the verdict is INCONCLUSIVE. ``on_sample`` sees every sample as soon
-    as it is recorded.
+    as it is recorded, and returns the sample to keep (the plugin notes the runs it started).
     ``proof`` (a pattern searched in each candidate run's output, or a callable given its
     result) must hold for every candidate arm, or a PASS is INCONCLUSIVE. ``before_arm`` runs
     before each arm and is recorded in its sample (:mod:`.arms`).
@@ -546,7 +558,7 @@ def run_speed_gate(
         seed = random.SystemRandom().randrange(2**31)
     schedule = stats.block_schedule(max_blocks, design=design, seed=seed)
     arms: dict[str, Arm] = {stats.CONTROL: control, stats.CANDIDATE: candidate}
-    samples: list[dict[str, Any]] = []
+    samples: list[Sample] = []
     diffs: list[float] = []
     for block, order in enumerate(schedule.blocks):
         times: dict[str, list[float]] = {stats.CONTROL: [], stats.CANDIDATE: []}
@@ -561,13 +573,13 @@ def run_speed_gate(
                 rule if arm == stats.CANDIDATE else None,
                 hooks,
             )
-            samples.append(sample)
             if on_sample is not None:
-                on_sample(sample)
-            if sample.get("error") is not None:
+                sample = on_sample(sample)
+            samples.append(sample)
+            if sample.error is not None or sample.seconds is None:
                 break
-            times[arm].append(float(sample["seconds"]))
-        if samples and samples[-1].get("error") is not None:
+            times[arm].append(sample.seconds)
+        if samples and samples[-1].error is not None:
             break
         diffs.append(
             stats.block_difference(times[stats.CONTROL], times[stats.CANDIDATE], plan.summary)
@@ -599,24 +611,34 @@ def _run_arm(
     clock: Clock,
     proof: dispatch.Proof | None = None,
     hooks: Sequence[before.BeforeArm] = (),
-) -> dict[str, Any]:
+) -> Sample:
     """Run one arm and record it; an ``Exception`` (of the arm or of a ``before_arm`` hook,
     which then keeps the arm from running) becomes the sample's ``error``."""
-    sample: dict[str, Any] = {"index": index, "block": block, "position": position, "arm": name}
     try:
-        sample.update(before.run_before(hooks, name, index))  # outside the arm's time
+        ran_before = before.run_before(hooks, name, index)  # outside the arm's time
     except before.HookFailed as exc:
-        return {**sample, "started_at": clock.wall(), "seconds": None, "error": short(str(exc))}
-    sample["started_at"] = clock.wall()
+        return Sample(
+            index=index,
+            block=block,
+            position=position,
+            arm=name,
+            started_at=clock.wall(),
+            error=short(str(exc)),
+        )
+    sample = Sample(
+        index=index,
+        block=block,
+        position=position,
+        arm=name,
+        started_at=clock.wall(),
+        before_arm=ran_before,
+    )
     start = clock.monotonic()
     try:
         result = arm()
-        sample["seconds"] = measured_seconds(result)
-        sample.update(sample_extras(result))
+        sample = sample_extras(replace(sample, seconds=measured_seconds(result)), result)
         if proof is not None:
-            sample["proof"] = dispatch.examine(proof, result)
+            sample = replace(sample, proof=dispatch.examine(proof, result).to_json())
     except Exception as exc:  # any failure of the user's arm is recorded, never raised
-        sample["seconds"] = None
-        sample["error"] = short(f"{type(exc).__name__}: {exc}")
-    sample["arm_seconds"] = clock.monotonic() - start
-    return sample
+        sample = replace(sample, seconds=None, error=short(f"{type(exc).__name__}: {exc}"))
+    return replace(sample, arm_seconds=clock.monotonic() - start)

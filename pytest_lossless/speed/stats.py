@@ -41,9 +41,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
+from ..core.records import Record, spec
 from ..core.verdict import Verdict
 
 ArmName = Literal["control", "candidate"]
@@ -205,7 +206,7 @@ class Look:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Record):
     """The planned looks and the exact sequential error per claim direction (<= 1 - confidence)."""
 
     max_blocks: int
@@ -213,24 +214,15 @@ class Plan:
     confidence: float
     looks: tuple[Look, ...]
     error: float
-    #: How a block's arms become its difference (:data:`BLOCK_SUMMARIES`).
-    summary: str = DEFAULT_BLOCK_SUMMARY
+    #: How a block's arms become its difference (:data:`BLOCK_SUMMARIES`); a plan recorded
+    #: before the field was derived with the mean.
+    summary: str = spec(DEFAULT_BLOCK_SUMMARY, key="block_summary", absent=LEGACY_BLOCK_SUMMARY)
 
     def look_at(self, blocks: int) -> Look | None:
         for look in self.looks:
             if look.blocks == blocks:
                 return look
         return None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "max_blocks": self.max_blocks,
-            "min_blocks": self.min_blocks,
-            "confidence": self.confidence,
-            "looks": [{"blocks": lk.blocks, "k": lk.k, "tail": lk.tail} for lk in self.looks],
-            "error": self.error,
-            "block_summary": self.summary,
-        }
 
 
 def sequential_error(looks: Sequence[tuple[int, int]]) -> float:
@@ -333,6 +325,21 @@ def plan_looks(
 # ------------------------------------------------------------------ decision
 
 
+def _no_bounds(look: LookResult) -> bool:
+    return look.low is None or look.high is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LookResult(Record):
+    """What one planned look saw: its bounds of rank ``k`` (none when ``k`` is 0) and verdict."""
+
+    blocks: int
+    k: int
+    low: float | None = spec(None, omit=_no_bounds)
+    high: float | None = spec(None, omit=_no_bounds)
+    verdict: Verdict
+
+
 @dataclass(frozen=True)
 class Decision:
     """The statistical verdict from the block differences (errored arms are the runner's)."""
@@ -343,7 +350,7 @@ class Decision:
     ci: tuple[float, float] | None  # ratio scale
     look: Look | None  # the look whose bounds are reported
     reason: str
-    looks: tuple[dict[str, object], ...] = field(default=())
+    looks: tuple[LookResult, ...] = ()
 
 
 def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
@@ -353,13 +360,13 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
     otherwise go on to the next look, and INCONCLUSIVE after the last one reached.
     """
     n = len(diffs)
-    trail: list[dict[str, object]] = []
+    trail: list[LookResult] = []
     last: tuple[Look, float, float] | None = None
     for look in plan.looks:
         if look.blocks > n:
             break
         if look.k < 1:
-            trail.append({"blocks": look.blocks, "k": 0, "verdict": Verdict.INCONCLUSIVE})
+            trail.append(LookResult(blocks=look.blocks, k=0, verdict=Verdict.INCONCLUSIVE))
             continue
         low, high = sign_bounds(diffs[: look.blocks], look.k)
         verdict: Verdict = Verdict.INCONCLUSIVE
@@ -367,9 +374,7 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
             verdict = Verdict.PASS
         elif low > theta:
             verdict = Verdict.FAIL
-        trail.append(
-            {"blocks": look.blocks, "k": look.k, "low": low, "high": high, "verdict": verdict}
-        )
+        trail.append(LookResult(blocks=look.blocks, k=look.k, low=low, high=high, verdict=verdict))
         last = (look, low, high)
         if verdict != Verdict.INCONCLUSIVE:
             return Decision(

@@ -354,7 +354,7 @@ def test_a_plugin_backend_overrides_a_builtin_and_markers_match_it(
             assert devices.backend == "npu"
             assert devices.env == {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}
             assert [i["bus_id"] for i in devices.identity] == ["0000:c0:00.0", "0000:c1:00.0"]
-            assert devices.idle_before["observed"] is True
+            assert devices.idle_before.observed is True
 
         @pytest.mark.gpu
         def test_on_gpu():
@@ -382,7 +382,7 @@ def test_cuda_real_gpu_marker(pytester: pytest.Pytester, tmp_path: Path) -> None
             assert devices.backend == "cuda"
             assert devices.env["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
             assert devices.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-            assert devices.idle_before["observed"] is True
+            assert devices.idle_before.observed is True
             print("ALLOCATION", json.dumps(devices.to_dict()))
     """
     )

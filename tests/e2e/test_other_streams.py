@@ -18,6 +18,7 @@ from pytest_lossless.core.artifact import Artifact
 from pytest_lossless.gates.gate import parse_gate
 from pytest_lossless.kinds.video import compare_container
 from pytest_lossless.media import container
+from pytest_lossless.media.container import ContainerFingerprint
 from tests.e2e.mediagen import FFMPEG
 
 pytestmark = [
@@ -108,7 +109,7 @@ def test_old_golden_without_other_streams_still_compares_with_a_note(tmp_path: P
     """A fingerprint made before other streams were recorded (they are only named in
     ``ignored_streams``): the video and audio are compared, the note says what was not."""
     golden = make_clip(tmp_path / "golden.mp4")
-    old = container.legacy_fingerprint(kinds.fingerprint("video", golden))
+    old = ContainerFingerprint.from_json(kinds.fingerprint("video", golden)).legacy().to_json()
     assert "other_streams" not in old
     assert old["ignored_streams"] == ["#2 subtitle mov_text"]
     changed = make_clip(tmp_path / "changed.mp4", SRT.replace("Second", "Sekond"))
@@ -162,13 +163,13 @@ def test_golden_written_before_other_streams_were_recorded_still_checks(
     where = root / "goldens/test_clip/test_clip/manifest.json"
     document = json.loads(where.read_text())
     data = document["artifacts"]["clip.mp4"]
-    old = container.legacy_fingerprint(data["fingerprint"])
+    old = ContainerFingerprint.from_json(data["fingerprint"]).legacy().to_json()
     entry = replace(
-        ManifestEntry.from_dict("clip.mp4", data, where),
+        ManifestEntry.from_json("clip.mp4", data, where),
         fingerprint=old,
         fingerprint_sha256=canonical_sha256(old),
     )
-    document["artifacts"]["clip.mp4"] = {**entry.to_dict(), "entry_sha256": entry_sha256(entry)}
+    document["artifacts"]["clip.mp4"] = {**entry.to_json(), "entry_sha256": entry_sha256(entry)}
     where.write_text(json.dumps(document, indent=2))
     make_clip(root / "clip.mp4", SRT.replace("world", "wurld"))
     result = pytester.runpytest("--lossless", "-rA")
@@ -179,7 +180,7 @@ def test_golden_written_before_other_streams_were_recorded_still_checks(
     document["artifacts"]["clip.mp4"]["fingerprint"]["ignored_streams"] = []
     broken = replace(entry, fingerprint={**old, "ignored_streams": []})
     broken = replace(broken, fingerprint_sha256=canonical_sha256(broken.fingerprint))
-    document["artifacts"]["clip.mp4"] = {**broken.to_dict(), "entry_sha256": entry_sha256(broken)}
+    document["artifacts"]["clip.mp4"] = {**broken.to_json(), "entry_sha256": entry_sha256(broken)}
     where.write_text(json.dumps(document, indent=2))
     refused = pytester.runpytest("--lossless")
     assert refused.ret != 0

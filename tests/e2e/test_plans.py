@@ -232,7 +232,7 @@ def test_arms(speed_gate, devices):
         lambda: 1.0, lambda: 0.5, target=0.3, workload="w", seed=2,
         before_arm=[note, cold, devices_idle(devices)],
     )
-    assert CALLS == [(s["arm"], s["index"]) for s in verdict.samples]
+    assert CALLS == [(s.arm, s.index) for s in verdict.samples]
 """
 
 

@@ -307,7 +307,7 @@ def test_the_readiness_cadence_and_its_share_of_the_startup_are_recorded(
 @pytest.mark.slow
 def test_a_server_never_ready_records_its_probes(tmp_path: Path) -> None:
     records: list[dict[str, Any]] = []
-    run = _launcher(tmp_path, on_record=records.append)
+    run = _launcher(tmp_path, on_record=lambda record: records.append(record.to_json()))
     try:
         with pytest.raises(RunError, match=r"probes, 0\.1 s apart\)"):
             run.server([*COMMAND, "hang"], ready="/health", startup_timeout=0.5, ready_interval=0.1)

@@ -61,7 +61,7 @@ def test_model_run_arms(speed_gate, model_run):
     def run(seconds):
         return lambda: model_run([sys.executable, "-c", f"import time; time.sleep({seconds})"])
     verdict = speed_gate(run(0.15), run(0.01), target=0.30, workload="model_run")
-    assert all(s["seconds"] > 0 for s in verdict.samples)
+    assert all(s.seconds > 0 for s in verdict.samples)
 
 
 def test_subprocess_arms(speed_gate):

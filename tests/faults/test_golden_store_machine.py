@@ -172,7 +172,7 @@ class Reader:
         try:
             folder = _folder(root, workdir)
             result = folder.compare("v.bin", obtained, None)
-            self.outcome = (result.passed, folder.evidence["v.bin"]["golden"]["sha256"])
+            self.outcome = (result.passed, folder.evidence["v.bin"].golden.sha256)
         except GoldenError as exc:
             self.outcome = exc
         finally:

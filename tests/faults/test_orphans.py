@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from pytest_lossless.core import faults
+
 SERVERS = Path(__file__).resolve().parent.parent / "data" / "servers"
 SERVER = [sys.executable, str(SERVERS / "worker_server.py"), "{port}"]
 
@@ -89,7 +91,11 @@ class Session:
             cwd=cwd,
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+                # The orphan record on its own: the reaper gone with pytest (a cgroup kill).
+                faults.FAULT_ENV: "no-reaper",
+            },
         )
 
     @property
@@ -363,7 +369,7 @@ def test_a_daemon_that_clears_its_environment_and_closes_its_fds_is_recorded_and
         assert daemon in by_pid, f"the daemon {daemon} is not in the record"
         assert by_pid[daemon]["role"] == "descendant"
         assert by_pid[daemon]["forced"]
-        assert not lifecycle_verdict(record)["clean"]
+        assert not lifecycle_verdict(record).clean
         assert f"pid {daemon}" in str(info.value)
         assert not alive(daemon), "the daemon outlived its run"
     finally:
@@ -647,8 +653,8 @@ def test_a_second_device_is_taken_while_the_first_runs_an_orphan(
     plant(tmp_path, [sleeper.pid], key="cpu-slot-0")
     with allocator(tmp_path, pool=("0", "1")).acquire(1, "t::new") as allocation:
         assert allocation.ids == ("1",)
-        assert [o["pid"] for o in allocation.orphans] == [sleeper.pid]
-        assert allocation.orphans[0]["outcome"] == "still running (on devices not granted)"
+        assert [o.orphan.pid for o in allocation.orphans] == [sleeper.pid]
+        assert allocation.orphans[0].outcome == "still running (on devices not granted)"
     assert sleeper.poll() is None  # wait, not kill: nothing was ended
 
 
@@ -667,15 +673,16 @@ def test_kill_ends_the_orphan_s_group_and_records_it(
     plant(tmp_path, [leader.pid])
     chosen = allocator(tmp_path, orphans="kill", orphan_grace=0.3, clock=SYSTEM_CLOCK)
     with chosen.acquire(1, "t::new") as allocation:
-        entries = {o["pid"]: o for o in allocation.orphans}
+        entries = {o.orphan.pid: o for o in allocation.orphans}
     assert leader.wait(5) == -signal.SIGKILL  # it ignored SIGTERM: killed after the grace
     assert leader.pid in entries
     child = next(pid for pid in entries if pid != leader.pid)
-    assert entries[child]["found_by"] == f"not listed: in its session {leader.pid}"
+    assert entries[child].orphan.found_by == f"not listed: in its session {leader.pid}"
     for entry in entries.values():
-        assert entry["action"] == "ended"
-        assert [s["signal"] for s in entry["signals"]][:2] == ["SIGTERM", "SIGKILL"]
-        assert entry["outcome"].startswith("ended after SIGKILL, 0.3 s after SIGTERM")
+        assert entry.action == "ended"
+        assert [s.signal for s in entry.signals][:2] == ["SIGTERM", "SIGKILL"]
+        assert entry.outcome is not None
+        assert entry.outcome.startswith("ended after SIGKILL, 0.3 s after SIGTERM")
     assert not alive(child)
 
 
@@ -703,10 +710,10 @@ def test_a_reused_pid_a_dead_pid_and_another_host_are_not_believed(
     record["processes"].append({"pid": gone_pid(), "start": 1})
     path.write_text(json.dumps(record))
     with allocator(tmp_path).acquire(1, "t::a") as allocation:
-        assert allocation.orphans == []
+        assert allocation.orphans == ()
     plant(tmp_path, [sleeper.pid], host="another-host")
     with allocator(tmp_path).acquire(1, "t::b") as allocation:
-        assert allocation.orphans == []
+        assert allocation.orphans == ()
 
 
 @needs_root
@@ -720,7 +727,7 @@ def test_a_co_tenant_cannot_block_a_device_by_naming_someone_else_s_process(
     mine = sleepers()  # root's process, named in the co-tenant's record
     plant(tmp_path, [mine.pid], uid=OTHER_UID)
     with allocator(tmp_path).acquire(1, "t::a") as allocation:
-        assert allocation.orphans == []
+        assert allocation.orphans == ()
     # Its own process it can name: that blocks (as holding the lock would), never forever.
     theirs = sleepers("sleep", "60", user=OTHER_UID)
     plant(tmp_path, [theirs.pid], uid=OTHER_UID, command="\x1b[2Jrm -rf ~")
@@ -787,7 +794,7 @@ def test_a_run_inherits_the_locks_and_is_listed_until_it_ends(tmp_path: Path) ->
     assert {str(locks / "cpu-slot-0.lock"), str(locks / "cpu-slot-1.lock")} <= held
     allocation.release()  # ends the server first (the launcher's finalizer)
     assert not alive(server.pid)
-    assert allocation.left_running == []
+    assert allocation.left_running == ()
     assert list(locks.glob("*.runs.*.json")) == []  # nothing left: the records go
 
 
@@ -803,14 +810,14 @@ def test_what_a_release_leaves_running_stays_listed_and_blocks_the_next_allocati
         "command-01", [{"pid": stuck.pid, "start": start_of(stuck.pid), "argv": ["stuck"]}]
     )
     allocation.release()
-    assert [p["pid"] for p in allocation.left_running] == [stuck.pid]
+    assert [p.pid for p in allocation.left_running] == [stuck.pid]
     with pytest.raises(AllocationTimeout, match="left running when its allocation was released"):
         allocator(tmp_path).acquire(1, "t::second")
     chosen = allocator(tmp_path, orphans="kill", orphan_grace=1.0, clock=SYSTEM_CLOCK)
     with chosen.acquire(1, "t::third") as third:
         (entry,) = third.orphans
-    assert entry["holder"] == "released"
-    assert entry["action"] == "ended"
+    assert entry.orphan.holder == "released"
+    assert entry.action == "ended"
     assert stuck.wait(5) == -signal.SIGTERM
 
 

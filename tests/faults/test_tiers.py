@@ -58,3 +58,10 @@ def test_the_session_fixed_the_seed_and_registered_the_machine_profiles():
     assert settings.get_profile(tiers.MACHINES_CI).deadline is None
     assert tiers.machine_profile({tiers.FULL_ENV: "1"}) == tiers.MACHINES_FULL
     assert tiers.machine_profile({}) == tiers.MACHINES_CI
+
+
+@pytest.mark.parametrize("seed", [0, 20261202])
+def test_the_full_disk_design_fills_at_every_write_point_with_both_actions(seed):
+    pairs = tiers.covering(list(faults.WRITES), faults.WRITE_ACTIONS, seed)
+    assert [point for point, _ in pairs] == list(faults.WRITES)
+    assert {action for _, action in pairs} == set(faults.WRITE_ACTIONS)

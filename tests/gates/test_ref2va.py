@@ -47,7 +47,7 @@ def test_server_matches_goldens(model_run, golden, seconds):
     server = start_server(model_run)
     golden.check_all(lambda: request_clip(server, seconds), expect=requested(seconds))
     lifecycle = lifecycle_verdict(server.stop())
-    assert lifecycle["clean"], lifecycle["summary"]
+    assert lifecycle.clean, lifecycle.summary
 
 
 @pytest.mark.parametrize("seconds", WORKLOADS)

@@ -227,7 +227,7 @@ def test_gpu_server_matches_goldens(model_run, golden, seconds):
     server = start_server(model_run)
     check_goldens(golden, lambda: request_clip(server, seconds), seconds)
     lifecycle = lifecycle_verdict(server.stop())
-    assert lifecycle["clean"], lifecycle["summary"]
+    assert lifecycle.clean, lifecycle.summary
 
 
 # ---- the fast build, served: lossless, faster --------------------------------------------
@@ -293,7 +293,7 @@ def test_gpu_fast_is_lossless_and_faster(model_run, lossless, speed_gate, second
     )
     for server in (control, fast):
         lifecycle = lifecycle_verdict(server.stop())
-        assert lifecycle["clean"], lifecycle["summary"]
+        assert lifecycle.clean, lifecycle.summary
 
 
 # ---- expected verdicts: TF32 is caught, atomics leave the control unrepeatable ----------------
@@ -318,7 +318,7 @@ def test_gpu_tf32_is_caught(model_run, lossless):
     )
     assert verdict.lossy
     for server in (control, tf32):
-        assert lifecycle_verdict(server.stop())["clean"]
+        assert lifecycle_verdict(server.stop()).clean
 
 
 def test_gpu_atomics_control_is_inconclusive(model_run, lossless):
@@ -332,4 +332,4 @@ def test_gpu_atomics_control_is_inconclusive(model_run, lossless):
         expect="INCONCLUSIVE",
     )
     for server in (atomics, fast):
-        assert lifecycle_verdict(server.stop())["clean"]
+        assert lifecycle_verdict(server.stop()).clean

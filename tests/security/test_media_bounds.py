@@ -299,7 +299,7 @@ def test_decode_without_a_declared_duration_is_counted_and_stopped(
     _ffmpeg(
         "-f", "lavfi", "-i", "testsrc=s=64x64:d=4:r=25", "-c:v", "mjpeg", "-f", "mjpeg", f"{path}"
     )
-    assert media.fingerprint_container(path)["streams"][0]["frame_count"] == 100
+    assert media.fingerprint_container(path).streams[0].frame_count == 100
     monkeypatch.setenv("PYTEST_LOSSLESS_DECODE_LIMIT", "100000")
     with pytest.raises(ArtifactError, match=r"produced more than the 97\.7 KiB"):
         media.fingerprint_container(path)

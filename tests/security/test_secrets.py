@@ -261,7 +261,7 @@ def launcher(tmp_path: Path, records: list[dict[str, Any]]) -> Iterator[Launcher
         out_dir=tmp_path / "runs",
         run_timeout=20,
         knobs=("PYTHONHASHSEED",),
-        on_record=records.append,
+        on_record=lambda run: records.append(run.to_json()),  # as the receipt holds it
         grace=0.5,
     )
     yield run
@@ -330,7 +330,7 @@ def test_server_startup_failure_redacts(launcher: Launcher) -> None:
     with pytest.raises(RunError, match="died during startup") as info:
         launcher.server(argv, ready="/health", startup_timeout=20)
     _no_secret(str(info.value))
-    _no_secret(json.dumps(launcher.records))
+    _no_secret(json.dumps([run.to_json() for run in launcher.records]))
 
 
 SERVER = [sys.executable, str(Path(__file__).parents[1] / "data" / "servers" / "worker_server.py")]
@@ -379,8 +379,9 @@ def _runspec(diff: str) -> dict[str, Any]:
 
 
 def _stored_diff(path: Path) -> Path:
-    """The diff a receipt names: ``diffs/<sha256>.diff`` in its session folder (#20)."""
-    return path.parent / load_json(path)["runspec"]["source"]["diff_file"]
+    """The stored diff a receipt names (``diffs/<sha256>.diff`` in its session, once per
+    session)."""
+    return path.parent / json.loads(path.read_text())["runspec"]["source"]["diff_file"]
 
 
 def test_dirty_diff_is_stored_redacted_and_verify_agrees(tmp_path: Path) -> None:
@@ -422,8 +423,9 @@ def test_a_clean_diff_is_stored_as_is(tmp_path: Path) -> None:
 
 
 def _forge(path: Path, diff: str) -> list[str]:
-    """Store ``diff`` beside the receipt, record its hash as the stored one, re-seal the receipt
-    (anyone can recompute raw_sha256), and return what verify says about the runspec."""
+    """Store ``diff`` where the receipt names its diff, record its hash as the stored one,
+    re-seal the receipt (anyone can recompute raw_sha256), and return what verify says about
+    the runspec."""
     from pytest_lossless.evidence.receipts import raw_sha256
 
     _stored_diff(path).write_text(diff)
@@ -498,7 +500,7 @@ def test_end_to_end_no_secret_reaches_what_ci_uploads(pytester: pytest.Pytester)
     terminal = "\n".join(result.outlines + result.errlines)
     receipts = root / "receipts"
     files = sorted(receipts.rglob("test_*.json")) + sorted(receipts.rglob("*.diff"))
-    assert len(files) == 3, files  # two receipts, and the one diff of their session (#20)
+    assert len(files) == 3, files  # two receipts and their one shared diff (diffs/, #20)
     summary = receipts / "SUMMARY.md"
     assert summary.is_file()
     junit_xml = (root / "junit.xml").read_text()

@@ -14,6 +14,7 @@ from pytest_lossless.bisect import (
     MARKS,
     BisectError,
     GateTest,
+    Step,
     gate_test,
     judge_session,
     judge_tests,
@@ -215,3 +216,50 @@ def test_pytest_args_are_everything_after_the_first_double_dash():
     assert _split_pytest_args(argv) == (argv[:5], ["-k", "audio", "--", "x"])
     assert _split_pytest_args(["bisect", "v1", "v2"]) == (["bisect", "v1", "v2"], [])
     assert _split_pytest_args(["verify", "--", "d"]) == (["verify", "--", "d"], [])
+
+
+def test_a_step_of_bisect_json_reads_and_writes_back_exactly() -> None:
+    """A ``bisect.json`` step as the code before #19 wrote it (a skipped INCONCLUSIVE one)."""
+    old = {
+        "step": 3,
+        "commit": "0123456789abcdef0123456789abcdef01234567",
+        "subject": "c3: racy reduction",
+        "verdict": "INCONCLUSIVE",
+        "mark": "skip",
+        "git_bisect_run_exit": 125,
+        "reason": "tests/test_audio.py::test_audio: lossless.compare: the control is not "
+        "repeatable (audio.wav varied)",
+        "message": "",
+        "gates_run": 1,
+        "seconds": 4.187,
+        "receipts": "/tmp/bisect/steps/03-0123456789ab/receipts",
+        "pytest_log": "/tmp/bisect/steps/03-0123456789ab/pytest.log",
+    }
+    step = Step.from_json(old)
+    assert step.verdict.mark == "skip"
+    assert step.folder == Path("/tmp/bisect/steps/03-0123456789ab")
+    assert json.dumps(step.to_json()) == json.dumps(old)
+
+
+def test_judged_entries_reads_each_part_of_a_receipt_as_recorded() -> None:
+    """The reading bisect shares with the attestation (core.verdict.judged_entries)."""
+    from pytest_lossless.core.verdict import Verdict, judged_entries
+
+    receipt = {
+        "gates": [
+            {"passed": True, "lossless": True},
+            {"passed": True, "lossless": False},
+            {"passed": False, "error": "GoldenMissing"},
+            "not an entry",
+        ],
+        "lossless": [{"verdict": "PASS", "lossy": True}, {"verdict": "FORGED"}],
+        "speed": [{"verdict": "INCONCLUSIVE"}],
+    }
+    assert [(b, v) for b, _, v in judged_entries(receipt)] == [
+        ("gates", Verdict.PASS),
+        ("gates", Verdict.LOSSY_PASS),
+        ("gates", Verdict.FAIL),
+        ("lossless", Verdict.LOSSY_PASS),
+        ("lossless", None),
+        ("speed", Verdict.INCONCLUSIVE),
+    ]

@@ -433,7 +433,7 @@ def _receipt_with(tmp_path: Path, record: dict[str, Any], call: str = "passed") 
 
 def test_the_canary_block_is_a_raw_block_covered_by_integrity(tmp_path: Path) -> None:
     record = CanaryRecord("tensor", "elementwise", "t.npy", "proved", "element [1]", "FAIL", True)
-    path = _receipt_with(tmp_path, record.to_dict())
+    path = _receipt_with(tmp_path, record.to_json())
     data = json.loads(path.read_text())
     assert data["canary"][0]["status"] == "proved"
     assert data["integrity"]["covers"] == [*RAW_BLOCKS, "canary"]
@@ -456,7 +456,7 @@ def test_a_receipt_without_canaries_hashes_as_before() -> None:
 
 
 def test_check_records_names_a_malformed_or_contradicting_record() -> None:
-    good = CanaryRecord("audio", "decoded", "a.wav", "proved", "sample 3", "FAIL", True).to_dict()
+    good = CanaryRecord("audio", "decoded", "a.wav", "proved", "sample 3", "FAIL", True).to_json()
     assert check_records([good], {"outcome": {"call": "passed"}}) == []
     assert check_records("x", {}) == ["canary is not a list"]
     assert check_records([{"kind": "audio"}], {})[0].startswith("canary[0] lacks gate")
@@ -474,14 +474,14 @@ def test_the_summary_has_one_line_per_kind_and_gate() -> None:
         "video", "decoded", "clip.mp4", "proved", "frame 6: byte 9", "FAIL", True, seconds=0.2
     )
     broken = CanaryRecord("csv", "decoded", "t.csv", "cannot-fail", "byte 4", "PASS", None)
-    lines = summary_lines([proved.to_dict(), proved.to_dict(), broken.to_dict()])
+    lines = summary_lines([proved.to_json(), proved.to_json(), broken.to_json()])
     assert lines[0] == "canary: csv/decoded: CANNOT FAIL, an ERROR ('t.csv': byte 4: said PASS)"
     assert lines[1].strip() == (
         "video/decoded: FAIL as required ('clip.mp4': frame 6: byte 9; 0.20 s) "
         "[once on each of 2 workers]"
     )
     skipped = CanaryRecord("video", "decoded", "c", "skipped", reason="--lossless-no-canary")
-    assert summary_lines([skipped.to_dict()]) == [
+    assert summary_lines([skipped.to_json()]) == [
         "canary skipped (--lossless-no-canary): video/decoded not proven able to fail"
     ]
     assert summary_lines([]) == []

@@ -88,6 +88,6 @@ def test_the_rehearsed_and_the_plain_canary_say_the_same(
     assert _check(plain, clips[0], clips[0])
     assert rehearsed.canary is not None
     a, b = rehearsed.canary.take(), plain.canary.take()
-    strip = [{k: v for k, v in r.to_dict().items() if k != "seconds"} for r in (*a, *b)]
+    strip = [{k: v for k, v in r.to_json().items() if k != "seconds"} for r in (*a, *b)]
     assert strip[0] == strip[1]
     assert np.all([r.status == "proved" for r in (*a, *b)])

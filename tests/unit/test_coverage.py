@@ -88,12 +88,14 @@ def test_one_media_for_a_run_checks_its_clip_and_track_not_its_tensors() -> None
     run = {"clip.mp4": _clip(120, 240000), "audio.wav": _wav(240000), "latent.npy": latent}
     assert coverage.run_misses(asked, run, "control#1") == []
     short = {**run, "audio.wav": _wav(238800)}
-    assert [m["artifact"] for m in coverage.run_misses(asked, short, "control#1")] == ["audio.wav"]
+    assert [m.result.artifact for m in coverage.run_misses(asked, short, "control#1")] == [
+        "audio.wav"
+    ]
     alone = coverage.run_misses(asked, {"latent.npy": latent}, "control#1")
-    assert [m["artifact"] for m in alone] == ["latent.npy"]
+    assert [m.result.artifact for m in alone] == ["latent.npy"]
     # Named explicitly, a tensor is checked as asked (and misses).
     named = coverage.run_misses({"latent.npy": asked}, run, "control#1")
-    assert [m["artifact"] for m in named] == ["latent.npy"]
+    assert [m.result.artifact for m in named] == ["latent.npy"]
 
 
 def test_a_clip_at_another_frame_rate_is_a_miss() -> None:

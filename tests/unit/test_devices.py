@@ -41,6 +41,7 @@ from pytest_lossless.devices import (
     parse_nvidia_smi_apps,
     parse_nvidia_smi_gpus,
 )
+from pytest_lossless.devices.locks import HolderRecord
 from pytest_lossless.errors import AllocationError, AllocationTimeout, ConfigError
 
 SMI = Path(__file__).resolve().parent.parent / "data" / "smi"
@@ -382,7 +383,7 @@ def test_cpu_slots_from_env_pool_and_cores() -> None:
     assert [d.lock_key for d in slots] == ["cpu-slot-3", "cpu-slot-7"]
     assert backend.visibility_env(slots) == {"PYTEST_LOSSLESS_CPU_SLOTS": "3,7"}
     assert backend.foreign_processes(slots) == []
-    identity = slots[0].identity("hostA")
+    identity = slots[0].identity("hostA").to_json()
     assert identity == {
         "id": "3",
         "backend": "cpu",
@@ -540,7 +541,7 @@ def test_stale_holder_record_does_not_block(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    stale = {"pid": int(dead.stdout), "host": "hostA", "test": "t::killed", "since": "x"}
+    stale = HolderRecord(int(dead.stdout), None, "hostA", "t::killed", "x", 0.0, ())
     locks.write_record("cpu-slot-0", stale)
     allocation = cpu_allocator(tmp_path, pool=("0",), host="hostA").acquire(1, "t::next")
     assert allocation.waited_seconds == 0
@@ -586,9 +587,9 @@ def test_idle_proof_before_and_after(tmp_path: Path) -> None:
     )
     allocation = allocator.acquire(2, "t::proof")
     assert allocation.env == {"FAKE_VISIBLE_DEVICES": "0,1"}
-    assert allocation.idle_before["observed"] is True
-    assert allocation.idle_before["memory_used_mib"] == {"0": 100.0, "1": 100.0}
-    assert allocation.idle_before["foreign_processes"] == []
+    assert allocation.idle_before.observed is True
+    assert allocation.idle_before.memory_used_mib == {"0": 100.0, "1": 100.0}
+    assert allocation.idle_before.foreign_processes == ()
 
     def leak() -> None:
         backend.memory["1"] = 2048.0  # the after-proof must see what the finalizers left
@@ -596,7 +597,7 @@ def test_idle_proof_before_and_after(tmp_path: Path) -> None:
     allocation.add_finalizer(leak)
     allocation.release()
     assert allocation.idle_after is not None
-    assert allocation.idle_after["memory_used_mib"] == {"0": 100.0, "1": 2048.0}
+    assert allocation.idle_after.memory_used_mib == {"0": 100.0, "1": 2048.0}
 
 
 def test_busy_device_fails_with_the_process_named(tmp_path: Path) -> None:
@@ -806,7 +807,7 @@ def test_cuda_real_discovery_lock_and_child_visibility(tmp_path: Path) -> None:
     assert all(d.uuid and d.uuid.startswith("GPU-") for d in devices)
     allocator = Allocator([backend], backend="cuda", lock_dir=tmp_path, timeout=5)
     allocation = allocator.acquire(1, "t::cuda_real")
-    assert allocation.idle_before["observed"] is True
+    assert allocation.idle_before.observed is True
     assert allocation.env["CUDA_VISIBLE_DEVICES"] == devices[0].uuid
     probe = LockDir(tmp_path).lock(devices[0].lock_key)
     assert not probe.try_acquire()

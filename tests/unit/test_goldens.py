@@ -215,10 +215,10 @@ def test_a_truncated_producer_is_refused_as_a_golden_naming_every_run(tmp_path, 
 
     assert golden.check("audio.wav", producer, expect=_five()) is None
     assert golden.staged == []
-    assert [m["run"] for m in golden.misses] == ["run 1", "run 2"]
-    assert golden.misses[0]["gate"] == "coverage"
-    assert golden.misses[0]["passed"] is False
-    assert golden.misses[0]["metadata_diffs"] == [
+    assert [m.run for m in golden.misses] == ["run 1", "run 2"]
+    assert golden.misses[0].result.gate == "coverage"
+    assert golden.misses[0].result.passed is False
+    assert golden.misses[0].result.metadata_diffs == [
         "request coverage: audio samples: requested 240000 (5 s at 48000 Hz), obtained 238800 "
         "(4.9750 s)"
     ]
@@ -231,7 +231,7 @@ def test_a_truncated_file_under_update_is_never_committed(tmp_path, kinds):
     golden = Golden(folder, update=True, workdir=tmp_path / "work")
     golden.check("audio.wav", _wav_file(tmp_path / "a.wav", 4.975), expect=_five())
     golden.check("whole.wav", _wav_file(tmp_path / "b.wav", 5), expect=_five())
-    assert [m["artifact"] for m in golden.misses] == ["audio.wav"]
+    assert [m.result.artifact for m in golden.misses] == ["audio.wav"]
     assert golden.commit() == []
     assert not folder.path.exists()
 
@@ -247,7 +247,7 @@ def test_a_truncated_output_fails_coverage_even_against_an_equally_truncated_gol
     result = golden.check("audio.wav", short, expect={"audio.wav": _five()})
     assert result is not None
     assert result.passed
-    assert [(m["run"], m["gate"]) for m in golden.misses] == [("obtained", "coverage")]
+    assert [(m.run, m.result.gate) for m in golden.misses] == [("obtained", "coverage")]
 
 
 def test_an_expectation_for_an_artifact_the_run_did_not_produce_is_an_error(tmp_path, kinds):
@@ -353,8 +353,9 @@ def test_the_environment_class_of_an_h200_allocation():
     assert env.folder == "cuda__NVIDIA_H200__CUDA_13"
     mixed = environment_of("cuda", [*H200, {"name": "NVIDIA L4"}], None)
     assert mixed.label == "cuda / NVIDIA H200 + NVIDIA L4 / runtime unknown"
-    assert Environment.from_dict(env.to_dict()) == env
-    assert Environment.from_dict({"backend": "cuda", "model": "x\x1b[2J"}) is None
+    assert Environment.from_json(env.to_json()) == env
+    assert Environment.from_json({"backend": "cuda", "model": "x\x1b[2J"}) is None
+    assert Environment.from_json({"backend": "cuda", "model": "x\x1b[2J", "runtime": None}) is None
 
 
 def test_runtime_of_asks_the_backend_its_tool_or_the_machine():
@@ -702,3 +703,48 @@ def test_accept_writes_into_the_folder_of_the_module_path():
     module, name = golden_names("tests/sub/test_s.py::test_m[5s]")
     assert (module, name) == ("tests/sub/test_s", "test_m[5s]")
     assert folder_of(Path("/g"), module, name) == Path("/g/tests/sub/test_s/test_m[5s]")
+
+
+def test_a_manifest_written_before_the_typed_entries_round_trips_byte_for_byte() -> None:
+    """manifest.json keeps its exact format: a manifest written by the code before the entries
+    were typed (``ManifestEntry`` with a plain environment dict) reads into typed entries,
+    each passes its integrity hash, and writing them again gives the very same bytes."""
+    import json
+
+    from pytest_lossless.goldens.manifest import (
+        Environment,
+        entry_sha256,
+        manifest_document,
+        parse_manifest,
+    )
+
+    path = Path(__file__).parent.parent / "data" / "goldens" / "manifest-v1.json"
+    raw = path.read_bytes()
+    entries = parse_manifest(path, raw)
+    assert entries["big.mp4"].environment == Environment("cuda", "NVIDIA H200", "CUDA 13")
+    assert entries["a.bin"].environment is None
+    for entry in entries.values():
+        assert entry.entry_sha256 == entry_sha256(entry)
+    again = json.dumps(
+        manifest_document(entries, "tests/test_x.py::test_y"), indent=2, sort_keys=True
+    )
+    assert (again + "\n").encode() == raw
+
+
+def test_an_export_written_before_the_typed_entries_round_trips() -> None:
+    """export.json keeps its exact format: each entry of an export written by the code before
+    the entries were typed (a changed producer, a changed file, a new golden, a failing
+    lossless.compare) reads into an ``ExportEntry`` and writes back as the very same object."""
+    from pytest_lossless.plugin.export import ExportEntry
+
+    path = Path(__file__).parent.parent / "data" / "goldens" / "export-v1.json"
+    entries = json.loads(path.read_text())["entries"]
+    assert {(e["source"], e["status"]) for e in entries} == {
+        ("golden", "changed"),
+        ("golden", "new"),
+        ("lossless", "failed"),
+    }
+    for entry in entries:
+        typed = ExportEntry.from_json(entry)
+        assert typed.to_json() == entry
+        assert ExportEntry.from_json(typed.to_json()) == typed

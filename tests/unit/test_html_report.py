@@ -201,7 +201,7 @@ def _lossless_receipt(kinds: KindRegistry, workdir: Path) -> dict:
     verdict = compare_control_candidate(
         flaky, flaky, runs=2, kinds=kinds, workdir=workdir, label="racy"
     )
-    return json.loads(json.dumps({"lossless": [verdict.to_dict()]}, default=str))
+    return json.loads(json.dumps({"lossless": [verdict.to_json()]}, default=str))
 
 
 def _speed_receipt() -> dict:

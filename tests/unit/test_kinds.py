@@ -331,3 +331,60 @@ def test_the_kinds_fingerprints_are_their_typed_records_as_json(tmp_path: Path) 
         found = kinds.fingerprint("tensor", tmp_path / name)
         assert list(found) == list(_OLD_NPY if name == "t.npy" else _OLD_NPZ)
         assert TensorFingerprint.from_json(found) == fingerprint_tensor(tmp_path / name)
+
+
+#: Media files and the fingerprints the code before the typed container and audio records made
+#: of them (``made_before_typed_records.json``, in the order it wrote their keys): a clip with
+#: video, AAC audio and a subtitle stream, audio in a container, an animated GIF, a WAV, a FLAC
+#: and the PNG of ``fixtures/ref2va``.
+_FINGERPRINTS = Path(__file__).parent / "fingerprints"
+_ROOT = Path(__file__).parents[2]
+
+
+def _typed_record(fingerprint: dict[str, Any]) -> Any:
+    from pytest_lossless.kinds.audio import AudioFingerprint
+    from pytest_lossless.media.container import ContainerFingerprint
+
+    if fingerprint.get("format") == "container":
+        return ContainerFingerprint.from_json(fingerprint)
+    return AudioFingerprint.from_json(fingerprint)
+
+
+def test_container_and_audio_fingerprints_read_and_write_old_ones_unchanged() -> None:
+    """Written by the code before them, and kept in committed goldens' manifests: the typed
+    records read each fingerprint and write it back key for key, in the same order."""
+    made = json.loads((_FINGERPRINTS / "made_before_typed_records.json").read_text())
+    goldens = [
+        entry["fingerprint"]
+        for manifest in sorted((_ROOT / "goldens").rglob("manifest.json"))
+        for entry in json.loads(manifest.read_text())["artifacts"].values()
+        if entry["kind"] in ("video", "audio", "image")
+    ]
+    assert len(made) == 6, "the fingerprints this test reads are missing"
+    assert goldens, "no committed golden of a media kind"
+    for old in [case["fingerprint"] for case in made]:
+        typed = _typed_record(old)
+        assert typed.to_json() == old
+        assert json.dumps(typed.to_json()) == json.dumps(old)  # the same keys, the same order
+        assert _typed_record(typed.to_json()) == typed
+    for old in goldens:  # a manifest sorts its keys
+        typed = _typed_record(old)
+        assert typed.to_json() == old
+        assert json.dumps(typed.to_json(), sort_keys=True) == json.dumps(old, sort_keys=True)
+    clip = _typed_record(made[0]["fingerprint"])
+    assert [s.type for s in clip.streams] == ["video", "audio"]
+    assert clip.other_streams[0].label == "#2 subtitle mov_text"
+    assert clip.video()[0].frames[0].pts == 0
+    assert _typed_record(made[2]["fingerprint"]).image_format == "gif"
+
+
+def test_the_media_kinds_write_the_fingerprints_the_code_before_them_wrote() -> None:
+    """Today's code fingerprints the same files into the very JSON the earlier code wrote."""
+    made = json.loads((_FINGERPRINTS / "made_before_typed_records.json").read_text())
+    registry = KindRegistry()
+    for case in made:
+        path = _FINGERPRINTS / case["file"]
+        if not path.exists():
+            path = _ROOT / "fixtures" / "ref2va" / case["file"]
+        found = registry.fingerprint(case["kind"], path)
+        assert json.dumps(found) == json.dumps(case["fingerprint"]), case["file"]

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_lossless.errors import ArtifactError, ConfigError, RunError
-from pytest_lossless.run import Launcher, lifecycle_verdict
+from pytest_lossless.run import Launcher, RunRecord, lifecycle_verdict
 from pytest_lossless.settings import DETERMINISM_KNOBS
 
 pytestmark = pytest.mark.slow
@@ -45,12 +45,12 @@ class FakeAllocation:
 
 
 @pytest.fixture
-def records() -> list[dict[str, Any]]:
+def records() -> list[RunRecord]:
     return []
 
 
 @pytest.fixture
-def launcher(tmp_path: Path, records: list[dict[str, Any]]) -> Iterator[Launcher]:
+def launcher(tmp_path: Path, records: list[RunRecord]) -> Iterator[Launcher]:
     run = Launcher(
         allocation=None,
         out_dir=tmp_path / "runs",
@@ -81,7 +81,7 @@ def test_a_shell_string_is_refused(launcher: Launcher) -> None:
         launcher([])
 
 
-def test_outputs_placeholders_and_record(launcher: Launcher, records: list[dict[str, Any]]) -> None:
+def test_outputs_placeholders_and_record(launcher: Launcher, records: list[RunRecord]) -> None:
     result = launcher(
         [*COMMAND, "write", "{out}/video.txt", "frames"],
         outputs={"video": "video.txt", "same": "{out}/video.txt"},
@@ -91,8 +91,9 @@ def test_outputs_placeholders_and_record(launcher: Launcher, records: list[dict[
     assert dict(result) == {"video": result["video"], "same": result["video"]}
     assert result.returncode == 0
     assert result.measured_seconds > 0
-    record = records[-1]
-    assert record is result.record
+    assert records[-1] is result.run  # the record handed on is the one the result holds
+    record = result.record
+    assert record == records[-1].to_json()
     assert record["outputs"]["video"]["bytes"] == 6
     assert record["lifecycle"]["clean"] is True
     main = record["processes"][0]
@@ -124,8 +125,8 @@ def test_nonzero_exit_names_code_and_stderr_tail(launcher: Launcher) -> None:
     assert "fatal: simulated failure with code 3" in message
     result = launcher([*COMMAND, "exit", "3"], check=False)
     assert result.returncode == 3
-    assert result.lifecycle["clean"] is False
-    assert "exited with code 3" in result.lifecycle["summary"]
+    assert result.lifecycle.clean is False
+    assert "exited with code 3" in result.lifecycle.summary
 
 
 def test_environment_allocation_overrides_and_knobs(
@@ -157,13 +158,13 @@ def test_environment_allocation_overrides_and_knobs(
 
 
 def test_timeout_sigterm_then_sigkill_recorded_as_forced(
-    launcher: Launcher, records: list[dict[str, Any]]
+    launcher: Launcher, records: list[RunRecord]
 ) -> None:
     start = time.monotonic()
     with pytest.raises(RunError, match=r"timed out after 0\.3 s"):
         launcher([*COMMAND, "hang-ignore-term"], timeout=0.3)
     assert time.monotonic() - start < 5
-    record = records[-1]
+    record = records[-1].to_json()
     assert record["timed_out"] is True
     assert [(s["signal"], s["forced"]) for s in record["signals"]] == [
         ("SIGTERM", True),
@@ -181,7 +182,7 @@ def test_timeout_honoured_sigterm_is_still_forced(launcher: Launcher) -> None:
     assert main["signal"] == "SIGTERM"
     assert main["forced"] is True
     assert [s["signal"] for s in result.record["signals"]] == ["SIGTERM"]
-    assert "forced" in result.lifecycle["summary"]
+    assert "forced" in result.lifecycle.summary
 
 
 def test_a_child_left_running_is_killed_and_makes_it_unclean(launcher: Launcher) -> None:
@@ -191,16 +192,14 @@ def test_a_child_left_running_is_killed_and_makes_it_unclean(launcher: Launcher)
     assert len(child) == 1
     assert child[0]["forced"] is True
     assert not _alive(child[0]["pid"]) or child[0]["observed"] != "alive"
-    assert result.lifecycle["clean"] is False
-    assert "left running after the main process exited" in result.lifecycle["summary"]
+    assert result.lifecycle.clean is False
+    assert "left running after the main process exited" in result.lifecycle.summary
 
 
-def test_unstartable_program_is_a_run_error(
-    launcher: Launcher, records: list[dict[str, Any]]
-) -> None:
+def test_unstartable_program_is_a_run_error(launcher: Launcher, records: list[RunRecord]) -> None:
     with pytest.raises(RunError, match="could not start"):
         launcher(["/nonexistent/model-binary"])
-    assert records[-1]["lifecycle"]["clean"] is False
+    assert records[-1].to_json()["lifecycle"]["clean"] is False
 
 
 def test_inputs_are_hashed_before_the_run(launcher: Launcher, tmp_path: Path) -> None:
@@ -217,7 +216,7 @@ def test_inputs_are_hashed_before_the_run(launcher: Launcher, tmp_path: Path) ->
 
 
 def test_server_requests_are_timed_apart_and_stop_records_each_worker(
-    launcher: Launcher, tmp_path: Path, records: list[dict[str, Any]]
+    launcher: Launcher, tmp_path: Path, records: list[RunRecord]
 ) -> None:
     server = launcher.server([*SERVER, "--workers", "2"], ready="/health", workers_expected=2)
     assert server.record["startup_seconds"] > 0
@@ -239,7 +238,8 @@ def test_server_requests_are_timed_apart_and_stop_records_each_worker(
     workers = list(server.record["workers_at_ready"])
     record = server.stop(grace=2)
     assert server.stop() is record  # idempotent
-    assert records[-1] is record
+    assert records[-1] is server.run
+    assert records[-1].to_json() == record
     assert len(record["warmup_seconds"]) == 1
     assert len(record["measured_seconds"]) == 3
     assert [r["warmup"] for r in record["requests"]] == [True, False, False, False]
@@ -309,10 +309,11 @@ def test_server_ignoring_sigterm_is_killed_and_not_clean(launcher: Launcher) -> 
         assert worker["forced"] is True
         if worker["observed"] == "adopted":  # we were their subreaper: real exit status
             assert worker["signal"] == "SIGKILL"
-    verdict = record["lifecycle"]
-    assert verdict["clean"] is False
-    assert not verdict["summary"].startswith("clean")
-    assert "SIGKILL" in verdict["summary"]
+    verdict = lifecycle_verdict(record)
+    assert record["lifecycle"] == verdict.to_json()
+    assert verdict.clean is False
+    assert not verdict.summary.startswith("clean")
+    assert "SIGKILL" in verdict.summary
 
 
 def test_server_ended_by_our_stop_sigterm_is_clean(launcher: Launcher) -> None:
@@ -329,7 +330,7 @@ def test_server_ended_by_our_stop_sigterm_is_clean(launcher: Launcher) -> None:
 
 
 def test_server_dying_at_startup_fails_fast_with_stderr(
-    launcher: Launcher, records: list[dict[str, Any]]
+    launcher: Launcher, records: list[RunRecord]
 ) -> None:
     start = time.monotonic()
     with pytest.raises(RunError) as info:
@@ -337,21 +338,21 @@ def test_server_dying_at_startup_fails_fast_with_stderr(
     assert time.monotonic() - start < 5
     assert "died during startup (exit code 2)" in str(info.value)
     assert "weights file is corrupt" in str(info.value)
-    assert records[-1]["lifecycle"]["clean"] is False
+    assert records[-1].to_json()["lifecycle"]["clean"] is False
 
 
 def test_server_never_ready_is_stopped_at_startup_timeout(
-    launcher: Launcher, records: list[dict[str, Any]]
+    launcher: Launcher, records: list[RunRecord]
 ) -> None:
     ready = r"was not ready at http://127\.0\.0\.1:\d+/health within 0\.4 s"
     with pytest.raises(RunError, match=ready):
         launcher.server([*COMMAND, "hang"], ready="/health", startup_timeout=0.4)
-    assert records[-1]["processes"][0]["signal"] == "SIGTERM"
-    assert records[-1]["stop"]["reason"] == "startup failed"
+    assert records[-1].to_json()["processes"][0]["signal"] == "SIGTERM"
+    assert records[-1].to_json()["stop"]["reason"] == "startup failed"
 
 
 def test_close_stops_running_servers(tmp_path: Path) -> None:
-    records: list[dict[str, Any]] = []
+    records: list[RunRecord] = []
     run = Launcher(
         allocation=None,
         out_dir=tmp_path,
@@ -367,8 +368,8 @@ def test_close_stops_running_servers(tmp_path: Path) -> None:
     run.close()
     run.close()
     assert not _alive(pid)
-    assert records[-1]["stop"]["reason"] == "teardown"
-    assert records[-1]["lifecycle"]["clean"] is True
+    assert records[-1].to_json()["stop"]["reason"] == "teardown"
+    assert records[-1].to_json()["lifecycle"]["clean"] is True
 
 
 # ------------------------------------------------------------------ the verdict
@@ -394,16 +395,16 @@ def _proc(pid: int, **fields: Any) -> dict[str, Any]:
 
 def test_verdict_rules_by_example() -> None:
     main = _proc(10, role="main")
-    assert lifecycle_verdict({"kind": "command", "processes": [main]})["clean"] is True
-    assert lifecycle_verdict({"kind": "command", "processes": []})["clean"] is False
-    assert lifecycle_verdict({"processes": [main], "leftovers": [{"pid": 3}]})["clean"] is False
+    assert lifecycle_verdict({"kind": "command", "processes": [main]}).clean is True
+    assert lifecycle_verdict({"kind": "command", "processes": []}).clean is False
+    assert lifecycle_verdict({"processes": [main], "leftovers": [{"pid": 3}]}).clean is False
     # A worker reaped by its clean parent is accounted for; one reaped by init is not.
     worker = _proc(11, observed="disappeared", exit_code=None, ppid=10, ppid_last=10)
-    assert lifecycle_verdict({"processes": [main, worker]})["clean"] is True
+    assert lifecycle_verdict({"processes": [main, worker]}).clean is True
     orphan = {**worker, "ppid_last": 1}
     verdict = lifecycle_verdict({"processes": [main, orphan]})
-    assert verdict["clean"] is False
-    assert "no parent" in verdict["summary"]
+    assert verdict.clean is False
+    assert "no parent" in verdict.summary
     # SIGTERM is a graceful stop only within the grace after our non-forced stop SIGTERM.
     stop = {"signal": "SIGTERM", "forced": False, "delivered": True, "at_seconds": 5.0}
     server = _proc(10, role="main", exit_code=None, signal="SIGTERM", ended_seconds=5.5)
@@ -413,11 +414,11 @@ def test_verdict_rules_by_example() -> None:
         "signals": [stop],
         "stop": {"grace_seconds": 1.0, "main_alive": True},
     }
-    assert lifecycle_verdict(record)["clean"] is True
+    assert lifecycle_verdict(record).clean is True
     late = {**record, "processes": [{**server, "ended_seconds": 7.0}]}
-    assert lifecycle_verdict(late)["clean"] is False
+    assert lifecycle_verdict(late).clean is False
     never_stopped = {**record, "stop": None}
-    assert "never stopped" in lifecycle_verdict(never_stopped)["summary"]
+    assert "never stopped" in lifecycle_verdict(never_stopped).summary
 
 
 def test_a_verdict_passed_in_is_ignored() -> None:
@@ -427,7 +428,7 @@ def test_a_verdict_passed_in_is_ignored() -> None:
         "lifecycle": {"clean": True, "summary": "clean"},
         "clean": True,
     }
-    assert lifecycle_verdict(record)["clean"] is False
+    assert lifecycle_verdict(record).clean is False
 
 
 _signals = st.fixed_dictionaries(
@@ -489,7 +490,7 @@ def _forced(proc: Mapping[str, Any]) -> bool:
 @given(_records)
 def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str, Any]) -> None:
     verdict = lifecycle_verdict(record)
-    summary = verdict["summary"]
+    summary = verdict.summary
     procs = record["processes"]
     forced = [p for p in procs if _forced(p)]
     bad_exit = [
@@ -501,14 +502,14 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
         and p["exit_code"] not in (None, 0)
     ]
     # The summary opens with the verdict, and "clean" opens it only when clean.
-    assert summary.startswith("clean (") is verdict["clean"]
-    assert summary.startswith("not clean (") is (not verdict["clean"])
-    assert verdict["clean"] is (not verdict["reasons"])
+    assert summary.startswith("clean (") is verdict.clean
+    assert summary.startswith("not clean (") is (not verdict.clean)
+    assert verdict.clean is (not verdict.reasons)
     # Its tally is the raw record's.
-    counts = verdict["counts"]
-    assert counts["processes"] == len(procs)
-    assert counts["forced"] == len(forced)
-    assert counts["leftovers"] == len(record["leftovers"])
+    counts = verdict.counts
+    assert counts.processes == len(procs)
+    assert counts.forced == len(forced)
+    assert counts.leftovers == len(record["leftovers"])
     assert f"{len(forced)} forced" in summary
     assert f"{len(record['leftovers'])} leftover" in summary
     # Anything forced, non-zero, killed by an unexpected signal, alive, left over, timed out,
@@ -525,7 +526,7 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
         or any(p["observed"] == "alive" for p in procs)
         or any(p["signal"] in ("SIGKILL", "SIGSEGV") and p["role"] == "main" for p in procs)
     ):
-        assert verdict["clean"] is False
+        assert verdict.clean is False
     for proc in forced:
         assert f"pid {proc['pid']} (p) was forced" in summary
     for proc in bad_exit:
@@ -533,7 +534,7 @@ def test_property_verdict_and_summary_agree_with_the_raw_record(record: dict[str
         # a main process's exit code must be named whatever else is wrong.
         if proc["role"] == "main":
             assert f"exited with code {proc['exit_code']}" in summary
-    if verdict["clean"]:
+    if verdict.clean:
         for p in procs:
             assert (
                 p["exit_code"] == 0
@@ -574,7 +575,7 @@ def test_a_double_forked_daemon_is_found_and_the_run_is_not_clean(launcher: Laun
     with pytest.raises(RunError, match="lifecycle was not clean") as info:
         launcher([sys.executable, "-c", DAEMON], timeout=20)
     record = info.value.record
-    assert not lifecycle_verdict(record)["clean"]
+    assert not lifecycle_verdict(record).clean
     assert any(p["role"] == "descendant" and p["forced"] for p in record["processes"])
 
 
@@ -592,8 +593,8 @@ def test_a_forced_signal_to_an_unrecorded_process_is_never_clean() -> None:
         ],
     }
     verdict = lifecycle_verdict(record)
-    assert not verdict["clean"]
-    assert "11, 12" in " ".join(verdict["reasons"])
+    assert not verdict.clean
+    assert "11, 12" in " ".join(verdict.reasons)
 
 
 def test_port_placeholder_in_env_gets_a_port(launcher: Launcher) -> None:

@@ -132,7 +132,7 @@ def test_run_matrix_gives_a_verdict_per_cell(tmp_path, kinds):
     assert grid[(2, 4)].summary().startswith("differs from the reference: out.npy (")
     assert "threads=2, batch=4: FAIL" in grid.message()
     # The record is JSON, and re-derives to what was decided.
-    block = json.loads(json.dumps(grid.to_dict(), default=str))
+    block = json.loads(json.dumps(grid.to_json(), default=str))
     assert rederive(block) == grid.verdicts
 
 
@@ -167,7 +167,7 @@ def test_a_named_reference_and_a_gate(tmp_path, kinds):
     assert grid.reference.name == "threads=2, batch=1"
     assert model.calls[0] == {"threads": 2, "batch": 1}  # the reference runs first
     assert set(grid.verdicts.values()) == {Verdict.LOSSY_PASS}
-    assert rederive(json.loads(json.dumps(grid.to_dict(), default=str))) == grid.verdicts
+    assert rederive(json.loads(json.dumps(grid.to_json(), default=str))) == grid.verdicts
 
 
 def test_an_unrepeatable_reference_judges_nothing(tmp_path, kinds):
@@ -188,7 +188,7 @@ def test_rederive_catches_an_edited_verdict_record(tmp_path, kinds):
     grid = run_matrix(
         model.make_run, {"threads": [1, 2], "batch": [1]}, runs=2, kinds=kinds, workdir=tmp_path
     )
-    block = json.loads(json.dumps(grid.to_dict(), default=str))
+    block = json.loads(json.dumps(grid.to_json(), default=str))
     block["cells"][1]["reference_comparison"]["results"][0]["passed"] = True
     assert rederive(block)["threads=2, batch=1"] == Verdict.PASS  # what the edit now claims
     block["cells"][1]["reference_comparison"] = None
@@ -361,7 +361,7 @@ def test_the_grid_as_a_table_for_the_report(tmp_path, kinds):
         kinds=kinds,
         workdir=tmp_path,
     )
-    table = grid_table(json.loads(json.dumps(grid.to_dict(), default=str)))
+    table = grid_table(json.loads(json.dumps(grid.to_json(), default=str)))
     assert table is not None
     assert table.head == ("threads \\ batch", "1", "4")
     assert list(table.rows) == [

@@ -583,11 +583,11 @@ def test_fast_fingerprint_equals_ffmpeg_framehash(
     _run(_FAST_CLIPS[name], path)
     fast = container._fast_fingerprint(path, media.MediaLimits())
     assert fast is not None, "the fast way should apply to this clip"
-    assert fast == _general_way(monkeypatch, path) == kinds.fingerprint("video", path)
+    assert fast.to_json() == _general_way(monkeypatch, path) == kinds.fingerprint("video", path)
     # Frames dealt out over three pipes (as on a machine of twelve cores or more): the same.
     assert container._fast_fingerprint(path, media.MediaLimits(), stripes=3) == fast
-    video = fast["streams"][0]
-    assert [(f["pts"], f["sha256"]) for f in video["frames"]] == cli_framehash(path, "-map", "0:v")
+    video = fast.video()[0]
+    assert [(f.pts, f.sha256) for f in video.frames] == cli_framehash(path, "-map", "0:v")
 
 
 def test_fast_fingerprint_steps_aside_where_it_cannot_vouch(

@@ -100,7 +100,7 @@ def _lossless_block(folder: Path) -> dict[str, Any]:
         kinds=KindRegistry(),
         workdir=Path(tempfile.mkdtemp(prefix="runs-")),
     )
-    return verdict.to_dict()
+    return verdict.to_json()
 
 
 def _write(folder: Path, *, test_id: str = "tests/test_m.py::test_a[x/y]", **kw: Any) -> Path:

@@ -34,13 +34,13 @@ def test_pass_fail_inconclusive(tmp_path, kinds):
         _run([1, 2]), _run([1, 2]), runs=2, kinds=kinds, workdir=tmp_path / "a"
     )
     assert same.verdict == "PASS"
-    assert rederive(same.to_dict()) == "PASS"
+    assert rederive(same.to_json()) == "PASS"
     differ = compare_control_candidate(
         _run([1, 2]), _run([1, 3]), runs=2, kinds=kinds, workdir=tmp_path / "b"
     )
     assert differ.verdict == "FAIL"
     assert "t.npy" in differ.message()
-    assert rederive(differ.to_dict()) == "FAIL"
+    assert rederive(differ.to_json()) == "FAIL"
     counter = itertools.count()
     flaky = compare_control_candidate(
         lambda: {"t.npy": np.array([next(counter)], dtype=np.int32)},
@@ -52,7 +52,7 @@ def test_pass_fail_inconclusive(tmp_path, kinds):
     assert flaky.verdict == "INCONCLUSIVE"
     assert varied(flaky) == ["t.npy"]
     assert "not repeatable" in flaky.message()
-    assert rederive(flaky.to_dict()) == "INCONCLUSIVE"
+    assert rederive(flaky.to_json()) == "INCONCLUSIVE"
     assert len(flaky.runs) == 4
 
 
@@ -102,10 +102,10 @@ def test_one_media_for_the_run_holds_its_track_not_its_latent(tmp_path, kinds):
         run(240000), run(240000), runs=2, kinds=kinds, workdir=tmp_path / "w", expect=asked
     )
     assert whole.verdict == "PASS"
-    assert whole.coverage == []
+    assert whole.coverage == ()
     short = compare_control_candidate(
         run(238800), run(238800), runs=2, kinds=kinds, workdir=tmp_path / "s", expect=asked
     )
     assert short.verdict == "FAIL"
-    assert sorted({m["artifact"] for m in short.coverage}) == ["audio.wav"]
+    assert sorted({m.result.artifact for m in short.coverage}) == ["audio.wav"]
     assert len(short.coverage) == 3  # two control runs and the candidate

@@ -9,6 +9,7 @@ import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,8 +106,8 @@ def test_an_arm_that_raises_makes_the_verdict_inconclusive_and_stops() -> None:
         timed_arm(clock, lognormal(2.0, 0.0, 0)), candidate, target=0.3, seed=5, clock=clock
     )
     assert verdict.verdict == "INCONCLUSIVE"
-    assert verdict.samples[-1]["error"] == "RuntimeError: server exited with signal 9"
-    assert verdict.samples[-1]["seconds"] is None
+    assert verdict.samples[-1].error == "RuntimeError: server exited with signal 9"
+    assert verdict.samples[-1].seconds is None
     assert calls["candidate"] == 3  # nothing ran after the error
     assert "server exited with signal 9" in verdict.message()
     assert verdict.errors
@@ -155,7 +156,7 @@ def test_ab_design_runs_one_pair_per_block() -> None:
     verdict = gate(0.5, design="AB")
     assert verdict.verdict == "PASS"
     assert len(verdict.samples) == 2 * verdict.blocks
-    arms = [s["arm"] for s in verdict.samples]
+    arms = [s.arm for s in verdict.samples]
     assert all(a != b for a, b in itertools.pairwise(arms))
 
 
@@ -165,14 +166,14 @@ def test_ab_design_runs_one_pair_per_block() -> None:
 def test_samples_follow_the_seeded_abba_schedule_in_order() -> None:
     verdict = gate(1.0)
     schedule = stats.block_schedule(verdict.pairs, design="ABBA", seed=verdict.seed)
-    assert verdict.openers == list(schedule.openers)
+    assert verdict.openers == schedule.openers
     for index, sample in enumerate(verdict.samples):
-        assert sample["index"] == index
-        assert sample["block"] == index // 4
-        assert sample["position"] == index % 4
-        assert sample["arm"] == schedule.blocks[sample["block"]][sample["position"]]
-        assert sample["seconds"] > 0
-        assert sample["arm_seconds"] == pytest.approx(sample["seconds"])
+        assert sample.index == index
+        assert sample.block == index // 4
+        assert sample.position == index % 4
+        assert sample.arm == schedule.blocks[sample.block][sample.position]
+        assert sample.seconds > 0
+        assert sample.arm_seconds == pytest.approx(sample.seconds)
 
 
 def test_a_random_seed_is_drawn_and_recorded() -> None:
@@ -185,7 +186,7 @@ def test_a_random_seed_is_drawn_and_recorded() -> None:
     )
     assert isinstance(verdict.seed, int)
     assert f"seed {verdict.seed}" in verdict.message()
-    assert rederive(verdict.to_dict()) == verdict.verdict
+    assert rederive(verdict.to_json()) == verdict.verdict
 
 
 @dataclass
@@ -210,9 +211,9 @@ def test_run_results_keep_startup_and_warmup_apart() -> None:
     verdict = run_speed_gate(arm(2.0), arm(1.0), target=0.3, seed=3, clock=clock)
     assert verdict.verdict == "PASS"
     sample = verdict.samples[0]
-    assert sample["startup_seconds"] == 5.0
-    assert sample["warmup_seconds"] == [1.0]
-    assert sample["arm_seconds"] == pytest.approx(sample["seconds"] + 6.0)
+    assert sample.startup_seconds == 5.0
+    assert sample.warmup_seconds == (1.0,)
+    assert sample.arm_seconds == pytest.approx(sample.seconds + 6.0)
 
 
 def test_mappings_with_measured_seconds_are_accepted() -> None:
@@ -223,9 +224,8 @@ def test_mappings_with_measured_seconds_are_accepted() -> None:
 def test_an_arm_returning_no_time_is_an_errored_arm(returned: object) -> None:
     verdict = run_speed_gate(lambda: returned, lambda: 1.0, target=0.3, seed=1, clock=FakeClock())
     assert verdict.verdict == "INCONCLUSIVE"
-    assert (
-        "return the measured seconds" in verdict.samples[0]["error"]
-        or "finite" in (verdict.samples[0]["error"])
+    assert "return the measured seconds" in verdict.samples[0].error or "finite" in (
+        verdict.samples[0].error
     )
 
 
@@ -241,9 +241,9 @@ def test_message_reads_as_one_paragraph() -> None:
 
 def test_round_trip_through_json() -> None:
     verdict = gate(0.6)
-    data = json.loads(json.dumps(verdict.to_dict()))
-    again = SpeedVerdict.from_dict(data)
-    assert again.to_dict() == verdict.to_dict()
+    data = json.loads(json.dumps(verdict.to_json()))
+    again = SpeedVerdict.from_json(data)
+    assert again.to_json() == verdict.to_json()
     assert rederive(data) == verdict.verdict
     assert contradictions(data) == []
 
@@ -251,18 +251,18 @@ def test_round_trip_through_json() -> None:
 @pytest.mark.parametrize("ratio", [0.5, 0.7, 1.0])
 def test_rederive_agrees_with_the_runner(ratio: float) -> None:
     verdict = gate(ratio, seed=int(ratio * 100))
-    assert rederive(verdict.to_dict()) == verdict.verdict
+    assert rederive(verdict.to_json()) == verdict.verdict
 
 
 def test_a_doctored_verdict_is_a_contradiction() -> None:
-    data = gate(1.0).to_dict()
+    data = gate(1.0).to_json()
     data["verdict"] = "PASS"
     found = contradictions(data)
     assert any("recorded verdict PASS" in line for line in found)
 
 
 def test_doctored_samples_change_the_rederived_verdict() -> None:
-    data = gate(0.5).to_dict()
+    data = gate(0.5).to_json()
     for sample in data["samples"]:
         if sample["arm"] == "candidate":
             sample["seconds"] *= 3
@@ -271,7 +271,7 @@ def test_doctored_samples_change_the_rederived_verdict() -> None:
 
 
 def test_swapped_arms_contradict_the_seeded_schedule() -> None:
-    data = gate(0.5).to_dict()
+    data = gate(0.5).to_json()
     first = data["samples"][0]
     first["arm"] = "candidate" if first["arm"] == "control" else "control"
     assert any("seeded schedule" in line for line in contradictions(data))
@@ -280,9 +280,9 @@ def test_swapped_arms_contradict_the_seeded_schedule() -> None:
 def test_bootstrap_cross_check_is_recorded_once_there_are_enough_blocks() -> None:
     verdict = gate(0.5)
     assert verdict.bootstrap is not None
-    assert verdict.bootstrap["blocks"] == 6
-    assert verdict.bootstrap["agrees"] is True
-    assert verdict.bootstrap["ci"][1] <= 0.70
+    assert verdict.bootstrap.blocks == 6
+    assert verdict.bootstrap.agrees is True
+    assert verdict.bootstrap.ci[1] <= 0.70
 
 
 def test_a_server_record_counts_its_measured_requests() -> None:
@@ -295,11 +295,11 @@ def test_a_server_record_counts_its_measured_requests() -> None:
         clock=FakeClock(),
     )
     assert verdict.verdict == "PASS"
-    candidate = next(s for s in verdict.samples if s["arm"] == "candidate")
-    assert candidate["seconds"] == 0.25
-    assert candidate["measured_requests"] == [0.25]
-    assert candidate["startup_seconds"] == 4.0
-    assert candidate["warmup_seconds"] == [0.5]
+    candidate = next(s for s in verdict.samples if s.arm == "candidate")
+    assert candidate.seconds == 0.25
+    assert candidate.measured_requests == (0.25,)
+    assert candidate.startup_seconds == 4.0
+    assert candidate.warmup_seconds == (0.5,)
 
 
 @pytest.mark.parametrize(
@@ -307,14 +307,14 @@ def test_a_server_record_counts_its_measured_requests() -> None:
     [("ci", [0.1, 0.2]), ("blocks", 3), ("looks", []), ("message", "PASS, trust me")],
 )
 def test_an_edited_derived_field_is_a_contradiction(key: str, value: Any) -> None:
-    recorded = json.loads(json.dumps(gate(0.5).to_dict()))
+    recorded = json.loads(json.dumps(gate(0.5).to_json()))
     assert contradictions(recorded) == []
     recorded[key] = value
     assert any(f"recorded {key}" in c for c in contradictions(recorded))
 
 
 def test_percentiles_are_refused_without_the_samples_to_support_them() -> None:
-    table = gate(0.5).to_dict()["percentiles"]
+    table = gate(0.5).to_json()["percentiles"]
     assert isinstance(table["control"]["p50"], float)
     for p in ("p90", "p95", "p99"):
         assert "insufficient samples" in str(table["candidate"][p])
@@ -332,13 +332,14 @@ def test_before_arm_runs_before_each_arm_and_is_recorded_in_its_sample() -> None
         return {"arm": arm, "index": index}
 
     verdict = gate(0.5, before_arm=note)
-    assert [(a, i) for a, i, _ in calls] == [(s["arm"], s["index"]) for s in verdict.samples]
+    assert [(a, i) for a, i, _ in calls] == [(s.arm, s.index) for s in verdict.samples]
     for sample in verdict.samples:
-        assert sample["before_arm"] == [
-            {"name": note.__qualname__, "result": {"arm": sample["arm"], "index": sample["index"]}}
+        assert sample.before_arm is not None
+        assert [h.to_json() for h in sample.before_arm] == [
+            {"name": note.__qualname__, "result": {"arm": sample.arm, "index": sample.index}}
         ]
-    assert contradictions(json.loads(json.dumps(verdict.to_dict()))) == []
-    assert "before_arm" not in gate(0.5).samples[0]  # nothing recorded without hooks
+    assert contradictions(json.loads(json.dumps(verdict.to_json()))) == []
+    assert gate(0.5).samples[0].before_arm is None  # nothing recorded without hooks
 
 
 def test_before_arm_takes_a_list_and_runs_outside_the_arms_time() -> None:
@@ -360,10 +361,11 @@ def test_before_arm_takes_a_list_and_runs_outside_the_arms_time() -> None:
     )
     assert verdict.verdict == "PASS"
     first = verdict.samples[0]
-    assert [r["name"] for r in first["before_arm"]] == [slow_hook.__qualname__, "drop_page_cache"]
-    assert first["before_arm"][0]["result"] == "done"
-    assert first["before_arm"][1]["result"].startswith("not permitted: ")
-    assert first["arm_seconds"] == pytest.approx(first["seconds"])
+    assert first.before_arm is not None
+    assert [r.name for r in first.before_arm] == [slow_hook.__qualname__, "drop_page_cache"]
+    assert first.before_arm[0].result == "done"
+    assert first.before_arm[1].result.startswith("not permitted: ")
+    assert first.arm_seconds == pytest.approx(first.seconds)
 
 
 def test_a_before_arm_that_raises_keeps_its_arm_from_running_and_is_inconclusive() -> None:
@@ -381,8 +383,8 @@ def test_a_before_arm_that_raises_keeps_its_arm_from_running_and_is_inconclusive
     assert verdict.verdict == "INCONCLUSIVE"
     assert len(ran) == 2
     assert len(verdict.samples) == 3
-    assert verdict.samples[-1]["seconds"] is None
-    assert "before_arm test_a_before_arm_that_raises" in verdict.samples[-1]["error"]
+    assert verdict.samples[-1].seconds is None
+    assert "before_arm test_a_before_arm_that_raises" in verdict.samples[-1].error
     assert "raised RuntimeError: GPU 0 still busy" in verdict.reason
 
 
@@ -460,8 +462,8 @@ def test_devices_idle_names_a_foreign_process_and_makes_the_verdict_inconclusive
         lambda: 1.0, lambda: 1.0, target=0.3, seed=1, clock=FakeClock(), before_arm=check
     )
     assert verdict.verdict == "INCONCLUSIVE"
-    assert "before_arm devices_idle raised AllocationError" in verdict.samples[0]["error"]
-    assert "pid 1 (other-job) on device 0" in verdict.samples[0]["error"]
+    assert "before_arm devices_idle raised AllocationError" in verdict.samples[0].error
+    assert "pid 1 (other-job) on device 0" in verdict.samples[0].error
     assert sum(clock.sleeps) >= 1.0  # it waited for the foreign process first
 
 
@@ -489,3 +491,48 @@ def test_devices_idle_says_when_it_cannot_observe() -> None:
     assert unbound("control", 0)["observed"] is False
     (bound,) = bind_backend([unbound], blind)
     assert bound("control", 0)["note"] == "cpu devices report no processes"
+
+
+def _committed_speed_entries() -> list[dict[str, Any]]:
+    data = Path(__file__).resolve().parent.parent / "data" / "gpu" / "ref2va"
+    found = []
+    for path in sorted(data.glob("*/*.json")):
+        receipt = json.loads(path.read_text())
+        if isinstance(receipt, dict):
+            found += receipt.get("speed") or []
+    return found
+
+
+def test_a_speed_verdict_written_before_the_types_round_trips_exactly() -> None:
+    """#19: the receipt's ``speed`` entries of a committed GPU session (written before samples,
+    looks, the plan and the bootstrap were typed) read back and write out unchanged."""
+    entries = _committed_speed_entries()
+    assert entries, "the committed receipts hold no speed gate"
+    for entry in entries:
+        # What the plugin adds beside the verdict (the frozen plan, expect=, trace stages).
+        own = {k: v for k, v in entry.items() if k not in ("gate_plan", "expect_verdict", "stages")}
+        assert SpeedVerdict.from_json(own).to_json() == own
+        assert contradictions(entry) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("block", "3", "Sample.block: expected int, got str '3'"),
+        ("seconds", "1.5", "Sample.seconds: expected float or null, got str '1.5'"),
+        ("arm", None, "Sample.arm: expected str, got NoneType None"),
+    ],
+)
+def test_a_sample_of_the_wrong_type_cannot_be_rederived_and_names_the_field(
+    key: str, value: object, named: str
+) -> None:
+    data = json.loads(json.dumps(gate(0.5).to_json()))
+    data["samples"][2][key] = value
+    assert any(named in line for line in contradictions(data)), contradictions(data)
+
+
+def test_a_sample_without_its_block_names_the_missing_key() -> None:
+    data = json.loads(json.dumps(gate(0.5).to_json()))
+    del data["samples"][0]["block"]
+    found = contradictions(data)
+    assert any("Sample.block: the key 'block' is missing" in line for line in found), found

@@ -231,7 +231,7 @@ def test_straddling_interval_is_inconclusive_after_the_last_look() -> None:
     decision = stats.decide(diffs, theta, stats.plan_looks(8))
     assert decision.verdict == "INCONCLUSIVE"
     assert decision.blocks == 8
-    assert [lk["blocks"] for lk in decision.looks] == [6, 8]
+    assert [lk.blocks for lk in decision.looks] == [6, 8]
     assert "straddles" in decision.reason
 
 
@@ -319,13 +319,14 @@ def test_receipts_say_which_block_summary_derived_them() -> None:
                 }
             )
     rule = {"target": 0.3, "pairs": 8, "design": "ABBA", "seed": 3}
-    robust = speed.derive(samples, **rule)
-    mean = speed.derive(samples, **rule, block_summary="mean-log")
+    typed = [speed.Sample.from_json(sample) for sample in samples]
+    robust = speed.derive(typed, **rule)
+    mean = speed.derive(typed, **rule, block_summary="mean-log")
     assert robust.verdict == "PASS"
     assert mean.verdict != "PASS"
-    assert robust.to_dict()["plan"]["block_summary"] == "robust-log"
-    legacy = mean.to_dict()
+    assert robust.to_json()["plan"]["block_summary"] == "robust-log"
+    legacy = mean.to_json()
     del legacy["plan"]["block_summary"]
     assert speed.rederive(legacy) == mean.verdict
     assert speed.contradictions(legacy) == []
-    assert speed.contradictions(robust.to_dict()) == []
+    assert speed.contradictions(robust.to_json()) == []

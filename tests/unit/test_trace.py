@@ -191,7 +191,7 @@ def test_first_divergence_last_identical_and_growth(tmp_path, monkeypatch):
         ("y#1", 3, 1), ("h#2", 0, None), ("y#2", 6, 2), ("h#3", 0, None), ("y#3", 9, 3)
     ]  # fmt: skip
     assert found.differing == 3
-    record = found.to_dict()
+    record = found.to_json()
     assert record["first"]["name"] == "y"
     assert json.dumps(record)
 
@@ -334,7 +334,16 @@ def test_compare_fail_names_the_first_divergence(tmp_path, kinds):
     assert "first divergence: block.proj" in verdict.message()
     assert verdict.summary().endswith("; first divergence: block.proj")
     assert all(r["trace_dir"] for r in verdict.runs)
-    assert rederive(verdict.to_dict()) == "FAIL"  # the divergence explains, never decides
+    assert rederive(verdict.to_json()) == "FAIL"  # the divergence explains, never decides
+    # The receipt's record reads back into the same records and writes the same JSON (#19).
+    from pytest_lossless.compare.repeatability import LosslessVerdict
+
+    written = json.loads(json.dumps(verdict.to_json(), default=str))
+    again = LosslessVerdict.from_json(written)
+    assert again.divergence is not None
+    assert again.divergence.first is not None
+    assert again.divergence.first.name == "block.proj"
+    assert json.dumps(again.to_json(), default=str) == json.dumps(written)
 
 
 def test_compare_inconclusive_names_where_the_controls_part(tmp_path, kinds):
