@@ -28,6 +28,8 @@ from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import loads_bounded, safe_name, write_json_atomic
 from ..core.paths import open_regular, read_regular
+from ..core.records import Record
+from ..core.records import from_json as read_record
 from ..core.text import has_control, printable
 from ..errors import ConfigError, ReceiptError
 
@@ -48,9 +50,9 @@ _EXIT_STATES = {0: "finished", 1: "finished", 5: "finished", 2: "interrupted"}
 
 
 @dataclass(frozen=True, slots=True)
-class HostIdentity:
+class HostIdentity(Record):
     """The host a session ran on (:func:`host_identity`), as the index, each receipt's RunSpec
-    and an export record it; serialised here only."""
+    and an export record it (written by :mod:`..core.records`, keys in field order)."""
 
     hostname: str | None
     #: ``PYTEST_LOSSLESS_HOST`` when the name was declared, else None.
@@ -64,25 +66,11 @@ class HostIdentity:
         """What tells two hosts apart: the name and the machine hash."""
         return (self.hostname or "", self.machine or "")
 
-    def to_json(self) -> dict[str, str | None]:
-        return {
-            "hostname": self.hostname,
-            "declared_by": self.declared_by,
-            "machine": self.machine,
-            "machine_source": self.machine_source,
-        }
-
     @classmethod
-    def from_json(cls, data: object) -> HostIdentity | None:
-        """A host as recorded; None when it is not an object."""
-        if not isinstance(data, Mapping):
-            return None
-        return cls(
-            hostname=_text(data.get("hostname")),
-            declared_by=_text(data.get("declared_by")),
-            machine=_text(data.get("machine")),
-            machine_source=_text(data.get("machine_source")),
-        )
+    def read(cls, data: object) -> HostIdentity | None:
+        """A host as recorded, read leniently (a value of the wrong type reads as absent);
+        None when it is not an object."""
+        return read_record(cls, data, problems=[]) if isinstance(data, Mapping) else None
 
 
 def host_identity(env: Mapping[str, str] | None = None) -> HostIdentity:
@@ -282,7 +270,7 @@ class SessionIndex:
         exitstatus, workers = data.get("exitstatus"), data.get("workers")
         return cls(
             session_id=str(data.get("session_id") or ""),
-            host=HostIdentity.from_json(data.get("host")),
+            host=HostIdentity.read(data.get("host")),
             started_at=_text(data.get("started_at")),
             ended_at=_text(data.get("ended_at")),
             finished=data.get("finished") is True,

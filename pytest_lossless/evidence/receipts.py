@@ -423,7 +423,7 @@ class ReceiptRecord:
     @property
     def host(self) -> HostIdentity | None:
         """The RunSpec's ``host``: the host its session ran on (:func:`.index.host_identity`)."""
-        return HostIdentity.from_json((self.runspec or {}).get("host"))
+        return HostIdentity.read((self.runspec or {}).get("host"))
 
     def block(self, name: str) -> list[dict[str, Any]]:
         """The entries of a list block (``runs``, ``gates``, ``lossless``, ``speed``,

@@ -281,7 +281,7 @@ def session(config: pytest.Config) -> tuple[str, HostIdentity]:
         from ..evidence.index import SESSION_ID, HostIdentity, host_identity, new_session_id
 
         given = getattr(config, "workerinput", {}).get(WORKERINPUT_SESSION)
-        known = HostIdentity.from_json(given.get("host")) if isinstance(given, dict) else None
+        known = HostIdentity.read(given.get("host")) if isinstance(given, dict) else None
         if isinstance(given, dict) and known is not None and SESSION_ID.match(str(given.get("id"))):
             found = (str(given["id"]), known)
         else:

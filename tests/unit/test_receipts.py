@@ -650,8 +650,10 @@ def test_the_host_identity_is_typed_and_written_back_key_for_key() -> None:
             assert load(path).host == index.host, path.name  # each receipt names its host
             written = load_json(path)["runspec"]["host"]
             assert list(index.host.to_json()) == list(written)  # as a RunSpec writes it
-    assert HostIdentity.from_json(None) is None
-    assert HostIdentity.from_json({"hostname": "h"}) == HostIdentity("h")
+    assert HostIdentity.read(None) is None
+    assert HostIdentity.read({"hostname": "h"}) == HostIdentity("h")
+    assert HostIdentity.from_json({"hostname": "h"}) == HostIdentity("h")  # strict
+    assert HostIdentity.read({"hostname": 7}) == HostIdentity(None)  # lenient
     assert HostIdentity("h", machine="m" * 32).key == ("h", "m" * 32)
 
 
