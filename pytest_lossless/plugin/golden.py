@@ -735,8 +735,7 @@ def session_versions(config: pytest.Config) -> dict[str, Any]:
     facts = config.stash.get(FACTS_KEY, None)
     if facts is None:
         facts = config.stash[FACTS_KEY] = provenance.session_facts()
-    versions = facts.get("versions")
-    return dict(versions) if isinstance(versions, dict) else {}
+    return dict(facts.versions)
 
 
 def diagnostics_folder(item: pytest.Item, *, device: bool = False) -> Path:
