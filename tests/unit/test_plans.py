@@ -20,7 +20,12 @@ from pytest_lossless.errors import (
 )
 from pytest_lossless.goldens import folder as folder_module
 from pytest_lossless.goldens import swap
-from pytest_lossless.goldens.folder import GoldenFolder, artifact_name, read_manifest
+from pytest_lossless.goldens.folder import (
+    GoldenConflict,
+    GoldenFolder,
+    artifact_name,
+    read_manifest,
+)
 from pytest_lossless.goldens.manifest import MANIFEST, PLAN, check_integrity, unhashed
 from pytest_lossless.goldens.plans import (
     LosslessPlan,
@@ -366,6 +371,29 @@ def test_a_plan_change_alone_swaps_the_folder_and_a_plan_no_longer_asked_goes(tm
     third.plans = _book(goldens, update=True)
     assert [e.action for e in third.commit()] == ["unchanged"]
     assert folder.path.stat().st_ino == before
+
+
+def test_a_conflicting_golden_update_writes_no_plan_either(tmp_path, kinds):
+    """#20: another session changed the folder meanwhile: nothing is written, the plan neither
+    (was: the plan was written after the refused swap, over the other session's)."""
+    goldens = tmp_path / "goldens"
+    _old_version(goldens, tmp_path, kinds)
+    mine = _golden_folder(goldens, kinds)
+    _stage_golden(mine, tmp_path, [2.0])
+    other = _golden_folder(goldens, kinds)
+    _stage_golden(other, tmp_path, [3.0])
+    theirs = _book(goldens, update=True)
+    theirs.check("speed", "5s", _speed(target=0.7))
+    other.plans = theirs
+    other.commit()
+    committed = _snapshot(other.path)
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    mine.plans = book
+    with pytest.raises(GoldenConflict):
+        mine.commit()
+    assert book.commit() == []
+    assert _snapshot(mine.path) == committed
 
 
 # ------------------------------------------------------------------ manifest entry hashes
