@@ -78,7 +78,7 @@ NAMES = {
     "write-golden-manifest": "manifest.json",
     "write-golden-plan": "plan.json",
     "write-receipt": "test_media.json",
-    "write-receipt-diff": "test_media.diff",
+    "write-receipt-diff": "/diffs/",  # the session's shared diffs/<sha256>.diff
     "write-session-index": "INDEX.json",
     "write-session-summary": "SUMMARY.md",
     "write-report": "index.html",
