@@ -60,7 +60,7 @@ from .manifest import (
     safe_component,
     unhashed,
 )
-from .plans import carry_plan
+from .plans import PlanBook, StagedPlan, carry_plan
 from .scope import Environment, scoped_path
 from .store import ContentStore
 from .swap import (
@@ -184,6 +184,10 @@ class GoldenFolder:
         self._reads = 0
         #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
         self.evidence: dict[str, CheckEvidence] = {}
+        #: The test's plans, committed by this folder's swap with the goldens (#20): its
+        #: ``plan.json`` is staged with them, so no version mixes new goldens and an old plan.
+        #: None (``accept``, a device-scoped folder): the live plan is carried over as it is.
+        self.plans: PlanBook | None = None
 
     def inside(self, path: Path, what: str) -> Path:
         """``path`` after proving that no link takes it out of the goldens folder, nor the
@@ -433,6 +437,9 @@ class GoldenFolder:
             self.begin_update()
         if self.store is not None:  # each artifact also kept whole by SHA-256 (lossless_store)
             ContentStore(self.store).put_all(self._staged.values())
+        plans = self._plans()
+        if plans is not None:
+            plans.handed = True  # committed with the goldens below, or not at all
         with self._locked():
             # A session killed since this one began may have left the folder missing.
             recovered = recover(self.path, test=self.test_id)
@@ -441,14 +448,22 @@ class GoldenFolder:
                 detail = "another session changed the folder while this test ran; nothing written"
                 conflicts = [self._event(n, "conflict", detail) for n in sorted(self._staged)]
                 raise GoldenConflict(self.path, self._baseline, found, recovered + conflicts)
-            events = recovered + self._apply(keep)
+            events = recovered + self._apply(keep, None if plans is None else plans.staged())
         self._staged.clear()
         self._manifest = None
         return events
 
-    def _apply(self, keep: bool = False) -> list[UpdateEvent]:
-        """Under the lock: the events of the staged artifacts against the folder as it is,
-        and the folder replaced unless nothing changed."""
+    def _plans(self) -> PlanBook | None:
+        """The test's plans when this folder is the one that holds them, under update."""
+        plans = self.plans
+        if plans is None or not plans.update or plans.folder != self.path:
+            return None
+        return plans
+
+    def _apply(self, keep: bool = False, plan: StagedPlan | None = None) -> list[UpdateEvent]:
+        """Under the lock: the events of the staged artifacts (and of the plan, when the test's
+        plans are committed here) against the folder as it is, and the folder replaced unless
+        nothing changed."""
         try:
             old = read_manifest(self.path, root=self.boundary)
         except ManifestError:
@@ -477,16 +492,19 @@ class GoldenFolder:
                 final[name] = old[name]
                 continue
             events.append(self._event(name, "removed", "no longer checked by the test"))
-        if all(e.action == "unchanged" for e in events) and events and not unhashed(old):
-            return events  # nothing to review; an old manifest is rewritten once, hashed
-        self._write(final)
+        unchanged = all(e.action == "unchanged" for e in events) and events
+        plan_events = [] if plan is None else list(plan.events)
+        if unchanged and not unhashed(old) and (plan is None or not plan.changed):
+            return events + plan_events  # nothing to review; an old manifest is rewritten once
+        self._write(final, plan)
+        events += plan_events
         self._baseline = manifest_state(self.path)  # a later commit of this folder starts here
         return events
 
     def _event(self, name: str, action: str, detail: str = "") -> UpdateEvent:
         return UpdateEvent(self.test_id, str(self.path), name, action, detail)
 
-    def _write(self, entries: Mapping[str, ManifestEntry]) -> None:
+    def _write(self, entries: Mapping[str, ManifestEntry], plan: StagedPlan | None = None) -> None:
         # Checked again right before writing: the folder is replaced under the lock.
         self.inside(self.path, "golden folder")
         held = _subfolders(self.path)
@@ -516,7 +534,10 @@ class GoldenFolder:
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"
             faults.write("write-golden-manifest", staging / MANIFEST)
             write_new(staging / MANIFEST, text.encode("utf-8"))
-            carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
+            if plan is None:
+                carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
+            else:
+                plan.write(staging)  # committed with the goldens, in this one swap (#20)
 
         try:
             replace_folder(self.path, fill)

@@ -8,12 +8,18 @@ folder (beside ``manifest.json``), and every later run compares what the test as
 was frozen: a difference is a :class:`~..errors.GateChanged` naming the label, both values and
 ``--update-goldens``.
 
-The file is written in place under the folder's lock (:class:`.replace.FolderLock`), after
-recovering what a killed golden update left; the golden folder's own swap carries it over
-(:func:`carry_plan`), so a plan and a golden manifest survive each other's writes in either
-order. Like a manifest it may come from a pull request: it is read within a size and nesting
-limit, every name is checked, and each entry carries the SHA-256 of its own content, so that a
-naive hand edit (a target lowered) is a :class:`~..errors.GoldenIntegrityError` naming the file.
+A test that updates its goldens commits its plan with them (#20): the new ``plan.json`` is
+written into the golden swap's staging folder (:meth:`PlanBook.staged`, called by
+:meth:`.folder.GoldenFolder.commit` under the folder's lock, which also computes the plan's
+update events before the swap), so the one atomic swap commits goldens, manifest and plan
+together, and a full disk or a kill leaves the old version or the new one, never new goldens
+with the old plan. A test whose goldens are not swapped (none staged, or only plans) has its
+plan written in place under the same lock (:meth:`PlanBook.commit`), after recovering what a
+killed golden update left; a swap that carries no new plan carries the live one over
+(:func:`carry_plan`). Like a manifest it may come from a pull request: it is read within a
+size and nesting limit, every name is checked, and each entry carries the SHA-256 of its own
+content, so that a naive hand edit (a target lowered) is a
+:class:`~..errors.GoldenIntegrityError` naming the file.
 """
 
 from __future__ import annotations
@@ -384,6 +390,24 @@ class PlanNotFrozen(GateChanged):
         )
 
 
+@dataclass(frozen=True)
+class StagedPlan:
+    """What a golden swap commits of the test's plans (:meth:`PlanBook.staged`): the new
+    ``plan.json`` (None: the new folder has none), the update events against the live plan,
+    and whether it differs from the live file (else a swap of unchanged goldens is skipped)."""
+
+    text: bytes | None
+    events: tuple[UpdateEvent, ...]
+    changed: bool
+
+    def write(self, staging: Path) -> None:
+        """Into the staging folder of the swap: the plan, or nothing when there is none."""
+        if self.text is None:
+            return
+        faults.write("write-golden-plan", staging / PLAN)
+        write_new(staging / PLAN, self.text)
+
+
 @dataclass
 class PlanBook:
     """The frozen plans of one test: each call is checked against them, or (``update``)
@@ -398,6 +422,9 @@ class PlanBook:
     require_frozen: bool = False
     #: What the test asked for this run, by (section, label).
     asked: dict[tuple[str, str], Plan] = field(default_factory=dict)
+    #: Handed to the golden folder's swap (:meth:`staged`): the plans are committed with the
+    #: goldens or not at all, and :meth:`commit` writes nothing more.
+    handed: bool = False
     _frozen: dict[tuple[str, str], Plan] | None = None
 
     @property
@@ -470,8 +497,9 @@ class PlanBook:
     def commit(self) -> list[UpdateEvent]:
         """Under ``--update-goldens``, once the test passed: write exactly the plans it asked
         for (a plan no longer asked for is dropped; no plan left, no file), under the folder's
-        lock. Nothing changed, nothing written."""
-        if not self.update:
+        lock. Nothing changed, nothing written. Plans handed to the golden swap
+        (:meth:`staged`) were committed there, or not at all: nothing is written here."""
+        if not self.update or self.handed:
             return []
         inside_root(self.folder, self.boundary, what="golden folder")
         if not self.asked and not self.exists():
@@ -496,6 +524,28 @@ class PlanBook:
             self._write()
         self._frozen = None
         return events
+
+    def staged(self) -> StagedPlan:
+        """The ``plan.json`` of the golden folder an update swaps into place, and the events
+        against the live plan it replaces, computed before the swap (#20).
+
+        Called by :meth:`.folder.GoldenFolder.commit` under the folder's lock, once the update
+        is sure to swap; from then on the plans are the swap's to commit (:attr:`handed`).
+        """
+        self.handed = True
+        try:
+            old = read_plans(self.folder, root=self.boundary)
+        except (ManifestError, GoldenIntegrityError):
+            old = {}  # replaced whole by what the test asks for now
+        text = plan_text(self.test_id, self.asked) if self.asked else None
+        self._frozen = None
+        live: bytes | None = None
+        if os.path.lexists(self.path):
+            try:
+                live = read_regular(self.path, limit=MAX_PLAN_BYTES)
+            except OSError:
+                live = b""  # not a plan file (a link, a FIFO): replaced by the swap
+        return StagedPlan(text, tuple(self._events(old)), changed=live != text)
 
     def _well_formed(self) -> bool:
         """Whether the file on disk is the one this update would write (byte for byte)."""

@@ -3,9 +3,10 @@
 This module also keeps each test's frozen plans (:mod:`..goldens.plans`): the gate of every
 ``lossless.compare`` and the target of every ``speed_gate`` are checked against the test's
 ``plan.json`` when called (a change is a ``GateChanged`` error) and, under ``--update-goldens``,
-written there once the test passed, after every fixture's teardown (the golden's commit
-included). A frozen plan the test no longer uses fails it, as an unchecked golden does; the
-terminal says how many plans were not frozen, and how to freeze them.
+written once the test passed: in the golden folder's own swap when the test's goldens are
+replaced (goldens, manifest and plan in one commit, #20), else after every fixture's teardown.
+A frozen plan the test no longer uses fails it, as an unchecked golden does; the terminal says
+how many plans were not frozen, and how to freeze them.
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from pytest_lossless.core import faults
 from pytest_lossless.errors import (
     ArtifactError,
     ConfigError,
@@ -16,7 +18,14 @@ from pytest_lossless.errors import (
     GoldenIntegrityError,
     ManifestError,
 )
-from pytest_lossless.goldens.folder import GoldenFolder, artifact_name, read_manifest
+from pytest_lossless.goldens import folder as folder_module
+from pytest_lossless.goldens import swap
+from pytest_lossless.goldens.folder import (
+    GoldenConflict,
+    GoldenFolder,
+    artifact_name,
+    read_manifest,
+)
 from pytest_lossless.goldens.manifest import MANIFEST, PLAN, check_integrity, unhashed
 from pytest_lossless.goldens.plans import (
     LosslessPlan,
@@ -31,6 +40,7 @@ from pytest_lossless.goldens.plans import (
     receipt_contradictions,
     speed_plan,
 )
+from pytest_lossless.goldens.swap import GoldenUpdateError
 from pytest_lossless.kinds.registry import KindRegistry
 
 TEST_ID = "test_mod.py::test_y"
@@ -267,6 +277,123 @@ def test_a_link_planted_as_plan_json_is_not_carried_by_the_golden_swap(tmp_path,
     with pytest.raises(Exception, match="cannot be replaced"):
         again.commit()
     assert (folder.path / PLAN).is_symlink()  # the previous golden is kept as it was
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _old_version(goldens: Path, tmp_path: Path, kinds: KindRegistry) -> dict[str, bytes]:
+    """A committed version: a golden of [1.0] and a plan of target 0.3 (#20)."""
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [1.0])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed())
+    folder.plans = book
+    folder.commit()
+    assert book.commit() == []  # committed with the goldens, in their swap
+    return _snapshot(folder.path)
+
+
+def test_a_full_disk_at_the_plan_leaves_the_old_version_whole(tmp_path, kinds, monkeypatch):
+    """#20: the plan is written into the golden swap's staging folder, so a full disk there
+    leaves goldens, manifest and plan as they were (was: new goldens with the old plan)."""
+    goldens = tmp_path / "goldens"
+    old = _old_version(goldens, tmp_path, kinds)
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [2.0])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    folder.plans = book
+    monkeypatch.setenv(faults.FAULT_ENV, "write-golden-plan:ENOSPC")
+    with pytest.raises(GoldenUpdateError, match=r"disk is full.*plan\.json"):
+        folder.commit()
+    assert book.commit() == []  # handed to the swap that failed: nothing written after it
+    assert _snapshot(folder.path) == old
+    assert [p.name for p in goldens.rglob(".*")] == []  # no work folder left
+
+
+def test_goldens_manifest_and_plan_are_one_swap_with_the_plans_events(tmp_path, kinds):
+    goldens = tmp_path / "goldens"
+    _old_version(goldens, tmp_path, kinds)
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [2.0])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    book.check("speed", "10s", _speed(workload="10s"))
+    folder.plans = book
+    swapped: list[str] = []
+    real = swap.replace_folder
+
+    def counting(path: Path, fill: Any) -> None:
+        swapped.append(str(path))
+        real(path, fill)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(folder_module, "replace_folder", counting)
+        events = folder.commit()
+        assert book.commit() == []
+    assert swapped == [str(folder.path)]  # one commit: goldens, manifest and plan together
+    got = {(e.name, e.action): e.detail for e in events}
+    assert ("a.npy", "changed") in got
+    assert got[(PLAN, "changed")] == "speed_gate '5s': target=0.3 -> target=0.5"
+    assert (PLAN, "created") in got
+    assert read_plans(folder.path)[("speed", "5s")] == _speed(target=0.5)
+    assert set(read_manifest(folder.path)) == {"a.npy"}
+
+
+def test_a_plan_change_alone_swaps_the_folder_and_a_plan_no_longer_asked_goes(tmp_path, kinds):
+    goldens = tmp_path / "goldens"
+    old = _old_version(goldens, tmp_path, kinds)
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [1.0])  # the same golden
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    folder.plans = book
+    events = folder.commit()
+    assert [(e.name, e.action) for e in events] == [("a.npy", "unchanged"), (PLAN, "changed")]
+    assert read_plans(folder.path)[("speed", "5s")] == _speed(target=0.5)
+    assert _snapshot(folder.path)[MANIFEST] == old[MANIFEST]
+    # Nothing asked any more: the new version has no plan.
+    again = _golden_folder(goldens, kinds)
+    _stage_golden(again, tmp_path, [1.0])
+    empty = _book(goldens, update=True)
+    again.plans = empty
+    assert [(e.name, e.action) for e in again.commit()] == [
+        ("a.npy", "unchanged"),
+        (PLAN, "removed"),
+    ]
+    assert not (folder.path / PLAN).exists()
+    # Nothing changed at all: nothing swapped, nothing written.
+    before = folder.path.stat().st_ino
+    third = _golden_folder(goldens, kinds)
+    _stage_golden(third, tmp_path, [1.0])
+    third.plans = _book(goldens, update=True)
+    assert [e.action for e in third.commit()] == ["unchanged"]
+    assert folder.path.stat().st_ino == before
+
+
+def test_a_conflicting_golden_update_writes_no_plan_either(tmp_path, kinds):
+    """#20: another session changed the folder meanwhile: nothing is written, the plan neither
+    (was: the plan was written after the refused swap, over the other session's)."""
+    goldens = tmp_path / "goldens"
+    _old_version(goldens, tmp_path, kinds)
+    mine = _golden_folder(goldens, kinds)
+    _stage_golden(mine, tmp_path, [2.0])
+    other = _golden_folder(goldens, kinds)
+    _stage_golden(other, tmp_path, [3.0])
+    theirs = _book(goldens, update=True)
+    theirs.check("speed", "5s", _speed(target=0.7))
+    other.plans = theirs
+    other.commit()
+    committed = _snapshot(other.path)
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    mine.plans = book
+    with pytest.raises(GoldenConflict):
+        mine.commit()
+    assert book.commit() == []
+    assert _snapshot(mine.path) == committed
 
 
 # ------------------------------------------------------------------ manifest entry hashes
