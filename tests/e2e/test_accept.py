@@ -10,9 +10,11 @@ the exit status says so.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,20 +83,56 @@ def _run(pytester: pytest.Pytester, root: Path, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(str(root), "-p", "no:cacheprovider", *args)
 
 
-@pytest.fixture
-def exported(pytester: pytest.Pytester) -> tuple[Path, Path]:
+def _run_alone(root: Path, basetemp: Path, *args: str) -> pytest.RunResult:
+    """``_run`` where no pytester exists (a module-scoped fixture): pytest in a subprocess with
+    the environment pytester gives it (no inherited PYTEST_ADDOPTS, a HOME of its own)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
+    (basetemp / "home").mkdir(parents=True)
+    env.update(HOME=str(basetemp / "home"), PY_COLORS="0")
+    command = [sys.executable, "-m", "pytest", f"--basetemp={basetemp / 'run'}", str(root)]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, "-p", "no:cacheprovider", *args],
+        cwd=root.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return pytest.RunResult(
+        done.returncode,
+        done.stdout.splitlines(),
+        done.stderr.splitlines(),
+        time.monotonic() - started,
+    )
+
+
+@pytest.fixture(scope="module")
+def exported_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Checkout A: goldens of version 1, the model changed to version 2, run with an export;
-    checkout B: the same change, with A's goldens of version 1."""
-    a = _checkout(pytester.path / "a", 1)
+    checkout B: the same change, with A's goldens of version 1. Made once per module (two
+    pytest sessions): each test gets a copy (``exported``), so what one changes no other sees."""
+    top = tmp_path_factory.mktemp("exported")
+    a = _checkout(top / "a", 1)
     # test_flaky cannot write its golden (its runs disagree): it is new in the export too.
-    _run(pytester, a, "--update-goldens").assert_outcomes(passed=2, failed=1)
-    b = _checkout(pytester.path / "b", 2)
+    _run_alone(a, top / "tmp1", "--update-goldens").assert_outcomes(passed=2, failed=1)
+    b = _checkout(top / "b", 2)
     shutil.copytree(a / "goldens", b / "goldens")
     _set_version(a, 2)
-    result = _run(pytester, a, "--lossless", "--lossless-export", "export")
+    result = _run_alone(a, top / "tmp2", "--lossless", "--lossless-export", "export")
     result.assert_outcomes(failed=3)
     assert "pytest-lossless export: export (" in result.stdout.str()
-    return a / "export", b
+    for scratch in ("tmp1", "tmp2"):
+        shutil.rmtree(top / scratch)
+    return top
+
+
+@pytest.fixture
+def exported(exported_once: Path, pytester: pytest.Pytester) -> tuple[Path, Path]:
+    """A copy of ``exported_once`` in this test's own folder: (A's export, checkout B)."""
+    for name in ("a", "b"):
+        shutil.copytree(exported_once / name, pytester.path / name, symlinks=True)
+    return pytester.path / "a" / "export", pytester.path / "b"
 
 
 def _accept(
