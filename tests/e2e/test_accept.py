@@ -10,17 +10,16 @@ the exit status says so.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pytest_lossless.__main__ import accept_command
 from pytest_lossless.goldens.accept import keyword_matcher
+from tests.e2e.alone import run_pytest
 from tests.e2e.mediagen import gray_frames, write_video
 
 pytestmark = [
@@ -73,6 +72,11 @@ def _checkout(root: Path, version: int) -> Path:
     return root
 
 
+def _run_alone(root: Path, basetemp: Path, *args: str) -> pytest.RunResult:
+    """``_run`` from a module-scoped fixture, where no pytester exists."""
+    return run_pytest(root.parent, basetemp, str(root), "-p", "no:cacheprovider", *args)
+
+
 def _set_version(root: Path, version: int) -> None:
     (root / "model.py").write_text(MODEL.format(version=version))
     for cached in root.rglob("__pycache__"):
@@ -81,30 +85,6 @@ def _set_version(root: Path, version: int) -> None:
 
 def _run(pytester: pytest.Pytester, root: Path, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(str(root), "-p", "no:cacheprovider", *args)
-
-
-def _run_alone(root: Path, basetemp: Path, *args: str) -> pytest.RunResult:
-    """``_run`` where no pytester exists (a module-scoped fixture): pytest in a subprocess with
-    the environment pytester gives it (no inherited PYTEST_ADDOPTS, a HOME of its own)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
-    (basetemp / "home").mkdir(parents=True)
-    env.update(HOME=str(basetemp / "home"), PY_COLORS="0")
-    command = [sys.executable, "-m", "pytest", f"--basetemp={basetemp / 'run'}", str(root)]
-    started = time.monotonic()
-    done = subprocess.run(
-        [*command, "-p", "no:cacheprovider", *args],
-        cwd=root.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return pytest.RunResult(
-        done.returncode,
-        done.stdout.splitlines(),
-        done.stderr.splitlines(),
-        time.monotonic() - started,
-    )
 
 
 @pytest.fixture(scope="module")
