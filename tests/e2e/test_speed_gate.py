@@ -77,7 +77,7 @@ def speed_project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def test_verdicts_become_outcomes(speed_project: pytest.Pytester) -> None:
-    result = speed_project.runpytest_inprocess(
+    result = speed_project.runpytest_subprocess(
         "-v", "-rA", "--lossless-speed-seed=1234", "--junitxml=junit.xml"
     )
     assert result.ret == 1
@@ -120,7 +120,7 @@ def test_verdicts_become_outcomes(speed_project: pytest.Pytester) -> None:
 
 
 def test_too_few_pairs_fail_with_the_option_named(speed_project: pytest.Pytester) -> None:
-    result = speed_project.runpytest_inprocess(
+    result = speed_project.runpytest_subprocess(
         "--lossless-speed-pairs=4", "-k", "faster_candidate"
     )
     result.assert_outcomes(failed=1)
@@ -130,7 +130,7 @@ def test_too_few_pairs_fail_with_the_option_named(speed_project: pytest.Pytester
 def test_receipt_keeps_every_sample_and_verify_rederives_the_verdict(
     speed_project: pytest.Pytester,
 ) -> None:
-    result = speed_project.runpytest_inprocess(
+    result = speed_project.runpytest_subprocess(
         "--lossless-receipts=receipts", "--lossless-speed-seed=77", "-k", "faster_candidate"
     )
     result.assert_outcomes(passed=1)
