@@ -95,9 +95,7 @@ def test_only_what_failed_or_was_new_is_exported(changed):
 @pytest.mark.slow
 def test_a_new_golden_is_exported(pytester):
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_inprocess(
-        "--lossless", "--lossless-export", "export", "-k", "same"
-    )
+    result = pytester.runpytest_inprocess("--lossless", "--lossless-export", "export", "-k", "same")
     result.assert_outcomes(failed=1)
     (entry,) = _export(pytester.path)["entries"]
     assert entry["status"] == "new"
