@@ -155,6 +155,41 @@ def receipt_files(folder: Path) -> list[Path]:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceChange(Record):
+    """A source tree whose work tree changed during the session (``source_changes`` of the
+    index): its revision, diff SHA-256 and untracked count as the receipts recorded them, and
+    as the session's end found them. Git is read once per session and tree, so the receipts
+    then record one state that is not the whole session's."""
+
+    tree: str
+    revision: str | None
+    diff_sha256: str | None
+    untracked_count: int
+    revision_at_end: str | None
+    diff_sha256_at_end: str | None
+    untracked_count_at_end: int
+
+    def text(self) -> str:
+        """One line: which tree, what changed, and what that means for the evidence."""
+        parts = []
+        if self.revision_at_end != self.revision:
+            parts.append(
+                f"revision {(self.revision or '')[:12]} -> {(self.revision_at_end or '')[:12]}"
+            )
+        if self.diff_sha256_at_end != self.diff_sha256:
+            was, now = (self.diff_sha256 or "")[:12], (self.diff_sha256_at_end or "")[:12]
+            parts.append(f"diff {was} -> {now}")
+        if self.untracked_count_at_end != self.untracked_count:
+            parts.append(f"untracked files {self.untracked_count} -> {self.untracked_count_at_end}")
+        what = ", ".join(parts) or "untracked files renamed"
+        return printable(
+            f"the source tree {self.tree} changed during the session ({what}): the receipts "
+            "do not describe one source state (a test, a model run or an editor wrote into "
+            "the tree while the session ran)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class IndexTest:
     """One gate test the session collected (or any test that wrote a receipt): what became
     of it, and its receipt's file name (None: it wrote none)."""
@@ -231,6 +266,8 @@ class SessionIndex:
     unsignable: str | None = None
     shard: dict[str, Any] | None = None
     hmac: dict[str, Any] | None = None
+    #: The trees that changed while the session ran (:class:`SourceChange`); written when any.
+    source_changes: tuple[SourceChange, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -256,6 +293,8 @@ class SessionIndex:
                 data[key] = value
         if self.hmac is not None:
             data["hmac"] = self.hmac
+        if self.source_changes:
+            data["source_changes"] = [c.to_json() for c in self.source_changes]
         return data
 
     @classmethod
@@ -286,7 +325,16 @@ class SessionIndex:
             unsignable=_text(data.get("unsignable")),
             shard=mapping("shard"),
             hmac=mapping("hmac"),
+            source_changes=tuple(
+                read_record(SourceChange, c, problems=[])
+                for c in _entries(data.get("source_changes"))
+                if isinstance(c, Mapping)
+            ),
         )
+
+
+def _entries(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _text(value: object) -> str | None:
@@ -310,6 +358,7 @@ def build_index(
     digests: Mapping[str, str] | None = None,
     unsignable: str | None = None,
     shard: Mapping[str, Any] | None = None,
+    source_changes: Iterable[SourceChange] = (),
 ) -> SessionIndex:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
     hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
@@ -320,7 +369,8 @@ def build_index(
     the SHA-256 the session held in memory when it wrote it (listed instead of what the file
     holds now). ``unsignable``: why the session must not be signed (a process it started
     outlived it, a receipt changed on disk while it ran). ``shard`` (``--lossless-shard``:
-    index, count, source, the selection split) is recorded when given."""
+    index, count, source, the selection split) is recorded when given, and so are
+    ``source_changes``: the trees that changed while the session ran."""
     folder = Path(folder)
     entries = sorted(tests, key=lambda t: t.test_id)
     by_receipt = {t.receipt: t.test_id for t in entries if t.receipt}
@@ -353,6 +403,7 @@ def build_index(
         summary=summary,
         unsignable=unsignable,
         shard=dict(shard) if shard is not None else None,
+        source_changes=tuple(source_changes),
     )
 
 
@@ -403,6 +454,7 @@ __all__ = [
     "IndexFile",
     "IndexTest",
     "SessionIndex",
+    "SourceChange",
     "build_index",
     "host_identity",
     "host_label",

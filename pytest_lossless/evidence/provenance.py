@@ -36,7 +36,7 @@ from ..core.redact import Redactor
 from ..core.text import printable
 from ..errors import ConfigError
 from ..run import hash_inputs
-from .index import HostIdentity
+from .index import HostIdentity, SourceChange
 
 #: Distributions whose versions every receipt records.
 PACKAGES = (
@@ -299,6 +299,29 @@ def _read_state(root: Path, ignore: Sequence[Path]) -> tuple[SourceState, _Signa
     )
     top, git_dir, common = ([*dirs.decode().splitlines(), "", "", ""])[:3]
     _, branch, _ = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    diff, code, err, untracked = _work_tree(root, ignore)
+    text = diff.decode("utf-8", errors="surrogateescape")
+    state = SourceState(
+        revision=revision,
+        git_error=None if code == 0 else err,
+        publication=publication(root, revision, branch.decode().strip()),
+        branch=branch.decode().strip() or None,
+        toplevel=top.strip() or None,
+        dirty=bool(diff) or bool(untracked),
+        diff_sha256=hashlib.sha256(diff).hexdigest(),
+        diff_bytes=len(diff),
+        diff=text,
+        changed_files=sum(1 for line in text.splitlines() if line.startswith("diff --git ")),
+        untracked=untracked,
+    )
+    git_dir = git_dir.strip()
+    common_dir = (root / common.strip()) if common.strip() else Path(git_dir)
+    return state, _signature(Path(git_dir), common_dir) if git_dir else None
+
+
+def _work_tree(root: Path, ignore: Sequence[Path]) -> tuple[bytes, int, str, tuple[str, ...]]:
+    """The work tree against HEAD: ``git diff HEAD --binary`` (empty when it failed), git's exit
+    status and message, and the untracked names (two git processes)."""
     # The plugin's own receipts are evidence about the source, not part of it, tracked or not.
     excluded = [f":(exclude){rel}" for rel in _relative(root, ignore)]
     code, diff, err = _git(
@@ -312,23 +335,7 @@ def _read_state(root: Path, ignore: Sequence[Path]) -> tuple[SourceState, _Signa
         for n in untracked_raw.decode(errors="replace").split("\0")
         if n and not _under(root / n, ignore)
     )
-    text = diff.decode("utf-8", errors="surrogateescape")
-    state = SourceState(
-        revision=revision,
-        git_error=None if code == 0 else err,
-        publication=publication(root, revision, branch.decode().strip()),
-        branch=branch.decode().strip() or None,
-        toplevel=top.strip() or None,
-        dirty=bool(diff) or bool(untracked),
-        diff_sha256=hashlib.sha256(diff).hexdigest(),
-        diff_bytes=len(diff),
-        diff=text,
-        changed_files=sum(1 for line in text.splitlines() if line.startswith("diff --git ")),
-        untracked=tuple(untracked),
-    )
-    git_dir = git_dir.strip()
-    common_dir = (root / common.strip()) if common.strip() else Path(git_dir)
-    return state, _signature(Path(git_dir), common_dir) if git_dir else None
+    return diff, code, err, tuple(untracked)
 
 
 #: What a tree's git files looked like when it was read: (path, mtime ns, size, inode) of HEAD,
@@ -363,23 +370,64 @@ class SourceStates:
     index, and each tree a ``model_run(sources=...)`` names. A tree is read again only when
     its HEAD, branch, packed refs or index changed since (a commit during the session: the
     receipts after it record the new revision); edits to the work tree alone are not seen
-    until then, so the diff a receipt records is the tree's as first read in the session."""
+    then, so the diff a receipt records is the tree's as first read in the session, and the
+    session's end asks :meth:`changes` once whether each tree is still what was recorded."""
 
     def __init__(self) -> None:
-        self._states: dict[tuple[str, tuple[str, ...]], tuple[SourceState, _Signature]] = {}
+        self._states: dict[tuple[str, tuple[str, ...]], _Known] = {}
 
     def state(self, root: Path | str, *, ignore: Sequence[Path] = ()) -> SourceState:
         """The tree's state, from git the first time and after its git files changed."""
         path = Path(root)
         key = (str(path.resolve()), tuple(str(Path(f).resolve()) for f in ignore))
         known = self._states.get(key)
-        if known is not None:
-            state, signature = known
-            if signature is None or _stat_again(signature) == signature:
-                return state
+        if known is not None and (
+            known.signature is None or _stat_again(known.signature) == known.signature
+        ):
+            return known.state
         state, signature = _read_state(path, ignore)
-        self._states[key] = (state, signature)
+        self._states[key] = _Known(path, tuple(ignore), state, signature)
         return state
+
+    def changes(self) -> tuple[SourceChange, ...]:
+        """Each git tree read this session whose work tree is no longer what was recorded (its
+        revision, the SHA-256 of its diff, its untracked names), read now: one ``git diff``
+        and one ``git ls-files`` per tree (a full read when its git files changed)."""
+        found = []
+        for key, known in sorted(self._states.items()):
+            was = known.state
+            if was.revision is None:
+                continue
+            revision: str | None = was.revision
+            if known.signature is not None and _stat_again(known.signature) == known.signature:
+                diff, _, _, untracked = _work_tree(known.root, known.ignore)
+                digest: str | None = hashlib.sha256(diff).hexdigest()
+            else:
+                now, _ = _read_state(known.root, known.ignore)
+                revision, digest, untracked = now.revision, now.diff_sha256, now.untracked
+            if (revision, digest, untracked) != (was.revision, was.diff_sha256, was.untracked):
+                found.append(
+                    SourceChange(
+                        tree=key[0],
+                        revision=was.revision,
+                        diff_sha256=was.diff_sha256,
+                        untracked_count=len(was.untracked),
+                        revision_at_end=revision,
+                        diff_sha256_at_end=digest,
+                        untracked_count_at_end=len(untracked),
+                    )
+                )
+        return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A tree as the session last read it: where, what it ignores, its state and signature."""
+
+    root: Path
+    ignore: tuple[Path, ...]
+    state: SourceState
+    signature: _Signature
 
 
 def _stat_again(signature: tuple[tuple[str, int, int, int], ...]) -> _Signature:
@@ -804,6 +852,7 @@ __all__ = [
     "PUBLISH_FIX",
     "Publication",
     "SessionFacts",
+    "SourceChange",
     "SourceState",
     "SourceStates",
     "environment",

@@ -186,6 +186,8 @@ def check_session(folder: Path, receipts: Loaded) -> Session:
                 f"{label}: cannot be signed: {printable(index.unsignable)}",
             )
         )
+    for change in index.source_changes:
+        found.append(Finding(CONTRADICTION, f"{label}: {change.text()}"))
     if not index.finished:
         found.append(
             Finding(
