@@ -139,7 +139,7 @@ def source_subjects(session: SessionFiles) -> list[Subject]:
     found: dict[tuple[str, str], Subject] = {}
 
     def add(name: str, block: object) -> None:
-        state = SourceState.from_json(block)
+        state = SourceState.read(block)
         if state is None or not state.revision:
             return
         key = (name, state.revision)

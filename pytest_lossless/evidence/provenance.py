@@ -25,13 +25,15 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core.digests import canonical_sha256
+from ..core.records import Record, spec, to_json
+from ..core.records import from_json as read_record
 from ..core.redact import Redactor
 from ..core.text import printable
 from ..errors import ConfigError
@@ -85,12 +87,12 @@ def _git(root: Path, *args: str) -> tuple[int, bytes, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Publication:
+class Publication(Record):
     """Which remote-tracking branches hold a revision, and whether one of a non-local remote
-    does (:func:`publication`); serialised here only, as the source block records it."""
+    does (:func:`publication`); its keys sit in the source block (:class:`SourceState`)."""
 
     remotes: tuple[str, ...] = ()
-    remote_urls: tuple[tuple[str, str], ...] = ()
+    remote_urls: dict[str, str] = field(default_factory=dict)
     local_remotes: tuple[str, ...] = ()
     remote_branches: tuple[str, ...] = ()
     published_branches: tuple[str, ...] = ()
@@ -101,30 +103,14 @@ class Publication:
     publication: str = "unknown"
     publication_detail: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "remotes": list(self.remotes),
-            "remote_urls": dict(self.remote_urls),
-            "local_remotes": list(self.local_remotes),
-            "remote_branches": list(self.remote_branches),
-            "published_branches": list(self.published_branches),
-            "remote_branch": self.remote_branch,
-            "remote_url": self.remote_url,
-            "published": self.published,
-            "publication": self.publication,
-            "publication_detail": self.publication_detail,
-        }
 
-
-@dataclass(frozen=True, slots=True)
-class SourceState:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceState(Record):
     """One source tree as git describes it (:func:`source_state`): revision, dirty flag, the
     diff (text and SHA-256), untracked names, publication. ``to_json`` is the RunSpec's
     ``source`` block, ``compact`` the identity a manifest records (:func:`source_revision`)."""
 
     revision: str | None
-    git_error: str | None
-    publication: Publication
     branch: str | None = None
     toplevel: str | None = None
     dirty: bool | None = None
@@ -134,58 +120,21 @@ class SourceState:
     diff: str = ""
     changed_files: int = 0
     untracked: tuple[str, ...] = ()
+    publication: Publication = spec(default_factory=Publication, flatten=True)
+    git_error: str | None
     #: How many untracked files a compact block (:meth:`compact`) counted; it lists none.
-    untracked_count: int | None = None
+    untracked_count: int | None = spec(None, omit="none")
 
     @classmethod
-    def from_json(cls, block: object) -> SourceState | None:
+    def read(cls, block: object) -> SourceState | None:
         """A source block as recorded (a RunSpec's ``source``, a run's ``sources`` tree, a
-        manifest's or the index's compact identity), for the readers that describe it; None
-        when it is not an object. ``verify`` judges the recorded JSON itself
+        manifest's or the index's compact identity), read leniently for the readers that
+        describe it; None when it is not an object. ``verify`` judges the recorded JSON itself
         (:func:`publication_contradictions`)."""
         if not isinstance(block, Mapping):
             return None
-
-        def text(key: str) -> str | None:
-            value = block.get(key)
-            return None if value is None else str(value)
-
-        def names(key: str) -> tuple[str, ...]:
-            value = block.get(key)
-            return tuple(map(str, value)) if isinstance(value, list) else ()
-
-        def count(key: str) -> int:
-            value = block.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-        urls, published = block.get("remote_urls"), block.get("published")
-        dirty, untracked = block.get("dirty"), block.get("untracked_count")
-        return cls(
-            revision=text("revision") or None,
-            git_error=text("git_error"),
-            publication=Publication(
-                remotes=names("remotes"),
-                remote_urls=tuple((str(k), str(v)) for k, v in urls.items())
-                if isinstance(urls, Mapping)
-                else (),
-                local_remotes=names("local_remotes"),
-                remote_branches=names("remote_branches"),
-                published_branches=names("published_branches"),
-                remote_branch=text("remote_branch"),
-                remote_url=text("remote_url"),
-                published=published if isinstance(published, bool) else None,
-                publication=text("publication") or "unknown",
-                publication_detail=text("publication_detail") or "",
-            ),
-            branch=text("branch"),
-            toplevel=text("toplevel"),
-            dirty=dirty if isinstance(dirty, bool) else None,
-            diff_sha256=text("diff_sha256"),
-            diff_bytes=count("diff_bytes"),
-            changed_files=count("changed_files"),
-            untracked=names("untracked"),
-            untracked_count=untracked if isinstance(untracked, int) else None,
-        )
+        state = read_record(cls, block, problems=[])
+        return replace(state, revision=state.revision or None)
 
     @property
     def untracked_files(self) -> int:
@@ -233,34 +182,22 @@ class SourceState:
         return "unpublished" if publication == "unpublished" else "publication unknown"
 
     def to_json(self) -> dict[str, Any]:
-        published = self.publication.to_json()
-        if self.revision is None:  # not a git revision: the block as it always read
-            return {
-                "revision": None,
-                "dirty": None,
-                "diff_sha256": None,
-                "diff": "",
-                "untracked": [],
-                "published": None,
-                "remote_branches": [],
-                "published_branches": [],
-                "remote_branch": None,
-                "remote_url": None,
-                "publication": published["publication"],
-                "publication_detail": published["publication_detail"],
-                "git_error": self.git_error,
-            }
+        if self.revision is not None:
+            return to_json(self)
+        # Not a git revision: the shorter block receipts have always written for it.
         return {
-            "revision": self.revision,
-            "branch": self.branch,
-            "toplevel": self.toplevel,
-            "dirty": self.dirty,
-            "diff_sha256": self.diff_sha256,
-            "diff_bytes": self.diff_bytes,
-            "diff": self.diff,
-            "changed_files": self.changed_files,
-            "untracked": list(self.untracked),
-            **published,
+            "revision": None,
+            "dirty": None,
+            "diff_sha256": None,
+            "diff": "",
+            "untracked": [],
+            "published": None,
+            "remote_branches": [],
+            "published_branches": [],
+            "remote_branch": None,
+            "remote_url": None,
+            "publication": self.publication.publication,
+            "publication_detail": self.publication.publication_detail,
             "git_error": self.git_error,
         }
 
@@ -292,7 +229,8 @@ def _read_state(root: Path, ignore: Sequence[Path]) -> tuple[SourceState, _Signa
     code, out, err = _git(root, "rev-parse", "HEAD")
     if code != 0:
         unknown = Publication(publication_detail="not a git revision")
-        return SourceState(None, err or f"git exited with {code}", unknown), None
+        git_error = err or f"git exited with {code}"
+        return SourceState(revision=None, git_error=git_error, publication=unknown), None
     revision = out.decode().strip()
     _, dirs, _ = _git(
         root, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir"
@@ -551,7 +489,7 @@ def publication(root: Path, revision: str, branch: str = "") -> Publication:
     remote_url = redact_url(urls[remote]) if remote in urls else None
     known = Publication(
         remotes=tuple(sorted(urls)),
-        remote_urls=tuple((name, redact_url(url)) for name, url in sorted(urls.items())),
+        remote_urls={name: redact_url(url) for name, url in sorted(urls.items())},
         local_remotes=tuple(local),
         remote_branches=tuple(sorted(holding)),
         published_branches=tuple(published_on),

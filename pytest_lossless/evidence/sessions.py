@@ -102,7 +102,7 @@ class Session:
             for where, block in blocks
             if isinstance(block, Mapping)
             and "revision" in block
-            and (state := SourceState.from_json(block)) is not None
+            and (state := SourceState.read(block)) is not None
         ]
 
     def mixed(self) -> str | None:

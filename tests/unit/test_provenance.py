@@ -50,7 +50,7 @@ def git(root: Path, *args: str) -> str:
 
 def _state(block: dict[str, Any]) -> provenance.SourceState:
     """A source block as recorded, read back as its readers read it."""
-    state = provenance.SourceState.from_json(block)
+    state = provenance.SourceState.read(block)
     assert state is not None
     return state
 
