@@ -425,9 +425,9 @@ def test_the_sessions_end_names_a_tree_edited_after_it_was_read(
     # The index records it (a new optional key), and reads it back; an index without it reads.
     index = build_index(tmp_path, session_id="s", source_changes=[change]).to_json()
     assert index["source_changes"] == [change.to_json()]
-    assert SessionIndex.from_json(index).source_changes == (change,)
+    assert SessionIndex.read(index).source_changes == (change,)
     del index["source_changes"]
-    assert SessionIndex.from_json(index).source_changes == ()
+    assert SessionIndex.read(index).source_changes == ()
     assert "source_changes" not in build_index(tmp_path, session_id="s").to_json()
 
 
