@@ -679,13 +679,13 @@ def test_the_host_identity_is_typed_and_written_back_key_for_key() -> None:
 def test_a_subject_is_written_as_in_toto_lists_it() -> None:
     from pytest_lossless.evidence.attest import Subject
 
-    source = Subject("source", "gitCommit", "a" * 40, (("dirty", True), ("diff_sha256", "d")))
+    source = Subject("source", {"gitCommit": "a" * 40}, {"dirty": True, "diff_sha256": "d"})
     assert source.to_json() == {
         "name": "source",
         "digest": {"gitCommit": "a" * 40},
         "annotations": {"dirty": True, "diff_sha256": "d"},
     }
-    assert Subject("t/x", "sha256", "b" * 64).to_json() == {
+    assert Subject("t/x", {"sha256": "b" * 64}).to_json() == {
         "name": "t/x",
         "digest": {"sha256": "b" * 64},
     }  # an obtained artifact: no annotations
