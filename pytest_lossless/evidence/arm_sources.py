@@ -35,7 +35,7 @@ def arm_sources(receipts: Iterable[ReceiptRecord]) -> dict[str, dict[str, list[S
             if not isinstance(sources, Mapping):
                 continue
             for tree, block in sources.items():
-                state = SourceState.from_json(block)
+                state = SourceState.read(block)
                 if state is not None:
                     seen = found.setdefault(arm_of.get(name, OTHER_ARM), {})
                     states = seen.setdefault(str(tree), [])

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..core.digests import loads_bounded, write_atomic
 from ..core.paths import read_regular
+from ..core.records import Record, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError
@@ -98,21 +99,14 @@ class SessionFiles:
 
 
 @dataclass(frozen=True, slots=True)
-class Subject:
-    """One in-toto subject of a session's Statements: a name, one digest (``gitCommit`` of a
-    source revision, ``sha256`` of a stored diff or an obtained artifact) and its annotations
-    (none for an artifact); serialised here only."""
+class Subject(Record):
+    """One in-toto subject of a session's Statements: a name, one digest by its algorithm
+    (``gitCommit`` of a source revision, ``sha256`` of a stored diff or an obtained artifact)
+    and its annotations (none for an artifact), as in-toto lists it."""
 
     name: str
-    algorithm: str
-    digest: str
-    annotations: tuple[tuple[str, str | bool], ...] | None = None
-
-    def to_json(self) -> dict[str, object]:
-        data: dict[str, object] = {"name": self.name, "digest": {self.algorithm: self.digest}}
-        if self.annotations is not None:
-            data["annotations"] = dict(self.annotations)
-        return data
+    digest: dict[str, str]
+    annotations: dict[str, str | bool] | None = spec(None, omit="none")
 
 
 def _digest_set(algorithm: str, value: Any) -> dict[str, str]:
@@ -139,17 +133,17 @@ def source_subjects(session: SessionFiles) -> list[Subject]:
     found: dict[tuple[str, str], Subject] = {}
 
     def add(name: str, block: object) -> None:
-        state = SourceState.from_json(block)
+        state = SourceState.read(block)
         if state is None or not state.revision:
             return
         key = (name, state.revision)
-        entry = found.get(key) or Subject(name, "gitCommit", state.revision, (("dirty", False),))
+        entry = found.get(key) or Subject(name, {"gitCommit": state.revision}, {"dirty": False})
         if state.dirty:
-            notes = dict(entry.annotations or ())
+            notes = dict(entry.annotations or {})
             notes["dirty"] = True
             if state.diff_sha256:
                 notes["diff_sha256"] = state.diff_sha256
-            entry = replace(entry, annotations=tuple(notes.items()))
+            entry = replace(entry, annotations=notes)
         found[key] = entry
 
     add("source", session.index.source)
@@ -178,7 +172,7 @@ def diff_subjects(session: SessionFiles) -> list[Subject]:
             digest = sha256_regular(session.folder / name)
         except OSError:
             continue  # a missing diff is verify's to name (signing refuses the session)
-        found[name] = Subject(name, "sha256", digest, (("role", "source diff"),))
+        found[name] = Subject(name, {"sha256": digest}, {"role": "source diff"})
     return [found[k] for k in sorted(found)]
 
 
@@ -199,7 +193,7 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
             obtained = evidence.get("obtained") if isinstance(evidence, Mapping) else None
             if isinstance(obtained, Mapping) and obtained.get("sha256"):
                 name = f"{test}/{gate.get('artifact')}"
-                found[name] = Subject(name, "sha256", str(obtained["sha256"]))
+                found[name] = Subject(name, {"sha256": str(obtained["sha256"])})
         for entry in receipt.block("lossless"):
             label = entry.get("label") or "lossless"
             for run in entry.get("runs") or []:
@@ -210,7 +204,7 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
                     digest = outputs.get(str(path)) if path else None
                     if digest:
                         name = f"{test}/{label}/{artifact}"
-                        found[name] = Subject(name, "sha256", str(digest))
+                        found[name] = Subject(name, {"sha256": str(digest)})
     return [found[k] for k in sorted(found)]
 
 

@@ -28,7 +28,7 @@ from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import loads_bounded, safe_name, write_json_atomic
 from ..core.paths import open_regular, read_regular
-from ..core.records import Record
+from ..core.records import Record, spec
 from ..core.records import from_json as read_record
 from ..core.text import has_control, printable
 from ..errors import ConfigError, ReceiptError
@@ -155,7 +155,42 @@ def receipt_files(folder: Path) -> list[Path]:
 
 
 @dataclass(frozen=True, slots=True)
-class IndexTest:
+class SourceChange(Record):
+    """A source tree whose work tree changed during the session (``source_changes`` of the
+    index): its revision, diff SHA-256 and untracked count as the receipts recorded them, and
+    as the session's end found them. Git is read once per session and tree, so the receipts
+    then record one state that is not the whole session's."""
+
+    tree: str
+    revision: str | None
+    diff_sha256: str | None
+    untracked_count: int
+    revision_at_end: str | None
+    diff_sha256_at_end: str | None
+    untracked_count_at_end: int
+
+    def text(self) -> str:
+        """One line: which tree, what changed, and what that means for the evidence."""
+        parts = []
+        if self.revision_at_end != self.revision:
+            parts.append(
+                f"revision {(self.revision or '')[:12]} -> {(self.revision_at_end or '')[:12]}"
+            )
+        if self.diff_sha256_at_end != self.diff_sha256:
+            was, now = (self.diff_sha256 or "")[:12], (self.diff_sha256_at_end or "")[:12]
+            parts.append(f"diff {was} -> {now}")
+        if self.untracked_count_at_end != self.untracked_count:
+            parts.append(f"untracked files {self.untracked_count} -> {self.untracked_count_at_end}")
+        what = ", ".join(parts) or "untracked files renamed"
+        return printable(
+            f"the source tree {self.tree} changed during the session ({what}): the receipts "
+            "do not describe one source state (a test, a model run or an editor wrote into "
+            "the tree while the session ran)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IndexTest(Record):
     """One gate test the session collected (or any test that wrote a receipt): what became
     of it, and its receipt's file name (None: it wrote none)."""
 
@@ -165,55 +200,36 @@ class IndexTest:
     receipt: str | None
     reason: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "test_id": self.test_id,
-            "gate": self.gate,
-            "outcome": self.outcome,
-            "receipt": self.receipt,
-            "reason": self.reason,
-        }
 
-    @classmethod
-    def from_json(cls, entry: Mapping[str, Any]) -> IndexTest:
-        return cls(
-            test_id=str(entry.get("test_id")),
-            gate=entry.get("gate") is True,
-            outcome=str(entry.get("outcome")),
-            receipt=_text(entry.get("receipt")),
-            reason=_text(entry.get("reason")),
-        )
+@dataclass(frozen=True, slots=True)
+class SummaryFile(Record):
+    """A file the index vouches for by its SHA-256 alone: the session's ``SUMMARY.md``."""
+
+    file: str
+    sha256: str | None
 
 
 @dataclass(frozen=True, slots=True)
-class IndexFile:
-    """A file the index vouches for by its SHA-256: a receipt (with its test) or the summary."""
+class IndexFile(Record):
+    """A receipt the index vouches for by its SHA-256, with the test that wrote it."""
 
     file: str
     sha256: str | None
     test_id: str | None = None
 
-    def to_json(self, *, with_test: bool = True) -> dict[str, Any]:
-        data: dict[str, Any] = {"file": self.file, "sha256": self.sha256}
-        if with_test:
-            data["test_id"] = self.test_id
-        return data
 
-    @classmethod
-    def from_json(cls, entry: Mapping[str, Any]) -> IndexFile:
-        return cls(
-            str(entry.get("file") or ""), _text(entry.get("sha256")), _text(entry.get("test_id"))
-        )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionIndex(Record):
+    """A session's ``INDEX.json`` (schema :data:`INDEX_VERSION`), written by the records'
+    serialiser (:mod:`..core.records`) and read leniently after :func:`load_index` checked its
+    schema and lists.
 
+    ``source`` and ``shard`` are the JSON of the records that made them (the provenance's
+    source identity, the shard split); ``hmac`` is only read, from an index an older
+    pytest-lossless signed with a key inside the session."""
 
-@dataclass(frozen=True, slots=True)
-class SessionIndex:
-    """A session's ``INDEX.json`` (schema :data:`INDEX_VERSION`), serialised here only.
-
-    ``host``, ``source`` and ``shard`` are the JSON of the records that made them (the host
-    identity, the provenance's source identity, the shard split); ``hmac`` is only read, from
-    an index an older pytest-lossless signed with a key inside the session."""
-
+    schema: str = spec(derive=lambda _: INDEX_SCHEMA)
+    schema_version: int = spec(derive=lambda _: INDEX_VERSION)
     session_id: str
     host: HostIdentity | None
     started_at: str | None
@@ -227,70 +243,18 @@ class SessionIndex:
     source: dict[str, Any] | None
     tests: tuple[IndexTest, ...]
     receipts: tuple[IndexFile, ...]
-    summary: IndexFile | None
-    unsignable: str | None = None
-    shard: dict[str, Any] | None = None
-    hmac: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "schema": INDEX_SCHEMA,
-            "schema_version": INDEX_VERSION,
-            "session_id": self.session_id,
-            "host": None if self.host is None else self.host.to_json(),
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "finished": self.finished,
-            "state": self.state,
-            "exitstatus": self.exitstatus,
-            "mode": self.mode,
-            "workers": self.workers,
-            "rootdir": self.rootdir,
-            "source": self.source,
-            "tests": [t.to_json() for t in self.tests],
-            "receipts": [r.to_json() for r in self.receipts],
-            "summary": None if self.summary is None else self.summary.to_json(with_test=False),
-        }
-        for key, value in (("unsignable", self.unsignable), ("shard", self.shard)):
-            if value:
-                data[key] = value
-        if self.hmac is not None:
-            data["hmac"] = self.hmac
-        return data
+    summary: SummaryFile | None
+    unsignable: str | None = spec(None, omit="empty")
+    shard: dict[str, Any] | None = spec(None, omit="empty")
+    hmac: dict[str, Any] | None = spec(None, omit="none")
+    #: The trees that changed while the session ran (:class:`SourceChange`); written when any.
+    source_changes: tuple[SourceChange, ...] = spec((), omit="empty")
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SessionIndex:
-        """An index as read (:func:`load_index` checked its schema and lists)."""
-
-        def mapping(key: str) -> dict[str, Any] | None:
-            value = data.get(key)
-            return dict(value) if isinstance(value, Mapping) else None
-
-        summary = data.get("summary")
-        exitstatus, workers = data.get("exitstatus"), data.get("workers")
-        return cls(
-            session_id=str(data.get("session_id") or ""),
-            host=HostIdentity.read(data.get("host")),
-            started_at=_text(data.get("started_at")),
-            ended_at=_text(data.get("ended_at")),
-            finished=data.get("finished") is True,
-            state=_text(data.get("state")),
-            exitstatus=exitstatus if isinstance(exitstatus, int) else None,
-            mode=_text(data.get("mode")),
-            workers=workers if isinstance(workers, int) else 0,
-            rootdir=_text(data.get("rootdir")),
-            source=mapping("source"),
-            tests=tuple(IndexTest.from_json(t) for t in data.get("tests") or ()),
-            receipts=tuple(IndexFile.from_json(r) for r in data.get("receipts") or ()),
-            summary=IndexFile.from_json(summary) if isinstance(summary, Mapping) else None,
-            unsignable=_text(data.get("unsignable")),
-            shard=mapping("shard"),
-            hmac=mapping("hmac"),
-        )
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+    def read(cls, data: object) -> SessionIndex:
+        """An index read leniently: a value of the wrong type reads as absent (what
+        :func:`load_index` gives, once it checked the schema and the lists)."""
+        return read_record(cls, data, problems=[])
 
 
 def build_index(
@@ -310,6 +274,7 @@ def build_index(
     digests: Mapping[str, str] | None = None,
     unsignable: str | None = None,
     shard: Mapping[str, Any] | None = None,
+    source_changes: Iterable[SourceChange] = (),
 ) -> SessionIndex:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``
     hashed (``null`` when there is none), and ``tests``, one entry per gate test the session
@@ -320,7 +285,8 @@ def build_index(
     the SHA-256 the session held in memory when it wrote it (listed instead of what the file
     holds now). ``unsignable``: why the session must not be signed (a process it started
     outlived it, a receipt changed on disk while it ran). ``shard`` (``--lossless-shard``:
-    index, count, source, the selection split) is recorded when given."""
+    index, count, source, the selection split) is recorded when given, and so are
+    ``source_changes``: the trees that changed while the session ran."""
     folder = Path(folder)
     entries = sorted(tests, key=lambda t: t.test_id)
     by_receipt = {t.receipt: t.test_id for t in entries if t.receipt}
@@ -331,7 +297,7 @@ def build_index(
     )
     summary_path = folder / SUMMARY_NAME
     summary = (
-        IndexFile(SUMMARY_NAME, sha256_regular(summary_path))
+        SummaryFile(SUMMARY_NAME, sha256_regular(summary_path))
         if os.path.lexists(summary_path)
         else None
     )
@@ -353,6 +319,7 @@ def build_index(
         summary=summary,
         unsignable=unsignable,
         shard=dict(shard) if shard is not None else None,
+        source_changes=tuple(source_changes),
     )
 
 
@@ -392,7 +359,7 @@ def load_index(path: Path | str) -> SessionIndex:
     for name in ("receipts", "tests"):
         if not isinstance(data.get(name), list) or not all(isinstance(e, dict) for e in data[name]):
             raise ReceiptError(f"{path}: {name!r} is not a list of entries", path=path)
-    return SessionIndex.from_json(data)
+    return SessionIndex.read(data)
 
 
 __all__ = [
@@ -403,6 +370,8 @@ __all__ = [
     "IndexFile",
     "IndexTest",
     "SessionIndex",
+    "SourceChange",
+    "SummaryFile",
     "build_index",
     "host_identity",
     "host_label",

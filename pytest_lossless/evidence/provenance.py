@@ -25,18 +25,20 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core.digests import canonical_sha256
+from ..core.records import Record, spec, to_json
+from ..core.records import from_json as read_record
 from ..core.redact import Redactor
 from ..core.text import printable
 from ..errors import ConfigError
 from ..run import hash_inputs
-from .index import HostIdentity
+from .index import HostIdentity, SourceChange
 
 #: Distributions whose versions every receipt records.
 PACKAGES = (
@@ -85,12 +87,12 @@ def _git(root: Path, *args: str) -> tuple[int, bytes, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Publication:
+class Publication(Record):
     """Which remote-tracking branches hold a revision, and whether one of a non-local remote
-    does (:func:`publication`); serialised here only, as the source block records it."""
+    does (:func:`publication`); its keys sit in the source block (:class:`SourceState`)."""
 
     remotes: tuple[str, ...] = ()
-    remote_urls: tuple[tuple[str, str], ...] = ()
+    remote_urls: dict[str, str] = field(default_factory=dict)
     local_remotes: tuple[str, ...] = ()
     remote_branches: tuple[str, ...] = ()
     published_branches: tuple[str, ...] = ()
@@ -101,30 +103,14 @@ class Publication:
     publication: str = "unknown"
     publication_detail: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "remotes": list(self.remotes),
-            "remote_urls": dict(self.remote_urls),
-            "local_remotes": list(self.local_remotes),
-            "remote_branches": list(self.remote_branches),
-            "published_branches": list(self.published_branches),
-            "remote_branch": self.remote_branch,
-            "remote_url": self.remote_url,
-            "published": self.published,
-            "publication": self.publication,
-            "publication_detail": self.publication_detail,
-        }
 
-
-@dataclass(frozen=True, slots=True)
-class SourceState:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceState(Record):
     """One source tree as git describes it (:func:`source_state`): revision, dirty flag, the
     diff (text and SHA-256), untracked names, publication. ``to_json`` is the RunSpec's
     ``source`` block, ``compact`` the identity a manifest records (:func:`source_revision`)."""
 
     revision: str | None
-    git_error: str | None
-    publication: Publication
     branch: str | None = None
     toplevel: str | None = None
     dirty: bool | None = None
@@ -134,58 +120,21 @@ class SourceState:
     diff: str = ""
     changed_files: int = 0
     untracked: tuple[str, ...] = ()
+    publication: Publication = spec(default_factory=Publication, flatten=True)
+    git_error: str | None
     #: How many untracked files a compact block (:meth:`compact`) counted; it lists none.
-    untracked_count: int | None = None
+    untracked_count: int | None = spec(None, omit="none")
 
     @classmethod
-    def from_json(cls, block: object) -> SourceState | None:
+    def read(cls, block: object) -> SourceState | None:
         """A source block as recorded (a RunSpec's ``source``, a run's ``sources`` tree, a
-        manifest's or the index's compact identity), for the readers that describe it; None
-        when it is not an object. ``verify`` judges the recorded JSON itself
+        manifest's or the index's compact identity), read leniently for the readers that
+        describe it; None when it is not an object. ``verify`` judges the recorded JSON itself
         (:func:`publication_contradictions`)."""
         if not isinstance(block, Mapping):
             return None
-
-        def text(key: str) -> str | None:
-            value = block.get(key)
-            return None if value is None else str(value)
-
-        def names(key: str) -> tuple[str, ...]:
-            value = block.get(key)
-            return tuple(map(str, value)) if isinstance(value, list) else ()
-
-        def count(key: str) -> int:
-            value = block.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-        urls, published = block.get("remote_urls"), block.get("published")
-        dirty, untracked = block.get("dirty"), block.get("untracked_count")
-        return cls(
-            revision=text("revision") or None,
-            git_error=text("git_error"),
-            publication=Publication(
-                remotes=names("remotes"),
-                remote_urls=tuple((str(k), str(v)) for k, v in urls.items())
-                if isinstance(urls, Mapping)
-                else (),
-                local_remotes=names("local_remotes"),
-                remote_branches=names("remote_branches"),
-                published_branches=names("published_branches"),
-                remote_branch=text("remote_branch"),
-                remote_url=text("remote_url"),
-                published=published if isinstance(published, bool) else None,
-                publication=text("publication") or "unknown",
-                publication_detail=text("publication_detail") or "",
-            ),
-            branch=text("branch"),
-            toplevel=text("toplevel"),
-            dirty=dirty if isinstance(dirty, bool) else None,
-            diff_sha256=text("diff_sha256"),
-            diff_bytes=count("diff_bytes"),
-            changed_files=count("changed_files"),
-            untracked=names("untracked"),
-            untracked_count=untracked if isinstance(untracked, int) else None,
-        )
+        state = read_record(cls, block, problems=[])
+        return replace(state, revision=state.revision or None)
 
     @property
     def untracked_files(self) -> int:
@@ -233,34 +182,22 @@ class SourceState:
         return "unpublished" if publication == "unpublished" else "publication unknown"
 
     def to_json(self) -> dict[str, Any]:
-        published = self.publication.to_json()
-        if self.revision is None:  # not a git revision: the block as it always read
-            return {
-                "revision": None,
-                "dirty": None,
-                "diff_sha256": None,
-                "diff": "",
-                "untracked": [],
-                "published": None,
-                "remote_branches": [],
-                "published_branches": [],
-                "remote_branch": None,
-                "remote_url": None,
-                "publication": published["publication"],
-                "publication_detail": published["publication_detail"],
-                "git_error": self.git_error,
-            }
+        if self.revision is not None:
+            return to_json(self)
+        # Not a git revision: the shorter block receipts have always written for it.
         return {
-            "revision": self.revision,
-            "branch": self.branch,
-            "toplevel": self.toplevel,
-            "dirty": self.dirty,
-            "diff_sha256": self.diff_sha256,
-            "diff_bytes": self.diff_bytes,
-            "diff": self.diff,
-            "changed_files": self.changed_files,
-            "untracked": list(self.untracked),
-            **published,
+            "revision": None,
+            "dirty": None,
+            "diff_sha256": None,
+            "diff": "",
+            "untracked": [],
+            "published": None,
+            "remote_branches": [],
+            "published_branches": [],
+            "remote_branch": None,
+            "remote_url": None,
+            "publication": self.publication.publication,
+            "publication_detail": self.publication.publication_detail,
             "git_error": self.git_error,
         }
 
@@ -292,13 +229,37 @@ def _read_state(root: Path, ignore: Sequence[Path]) -> tuple[SourceState, _Signa
     code, out, err = _git(root, "rev-parse", "HEAD")
     if code != 0:
         unknown = Publication(publication_detail="not a git revision")
-        return SourceState(None, err or f"git exited with {code}", unknown), None
+        git_error = err or f"git exited with {code}"
+        return SourceState(revision=None, git_error=git_error, publication=unknown), None
     revision = out.decode().strip()
     _, dirs, _ = _git(
         root, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir"
     )
     top, git_dir, common = ([*dirs.decode().splitlines(), "", "", ""])[:3]
     _, branch, _ = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    diff, code, err, untracked = _work_tree(root, ignore)
+    text = diff.decode("utf-8", errors="surrogateescape")
+    state = SourceState(
+        revision=revision,
+        git_error=None if code == 0 else err,
+        publication=publication(root, revision, branch.decode().strip()),
+        branch=branch.decode().strip() or None,
+        toplevel=top.strip() or None,
+        dirty=bool(diff) or bool(untracked),
+        diff_sha256=hashlib.sha256(diff).hexdigest(),
+        diff_bytes=len(diff),
+        diff=text,
+        changed_files=sum(1 for line in text.splitlines() if line.startswith("diff --git ")),
+        untracked=untracked,
+    )
+    git_dir = git_dir.strip()
+    common_dir = (root / common.strip()) if common.strip() else Path(git_dir)
+    return state, _signature(Path(git_dir), common_dir) if git_dir else None
+
+
+def _work_tree(root: Path, ignore: Sequence[Path]) -> tuple[bytes, int, str, tuple[str, ...]]:
+    """The work tree against HEAD: ``git diff HEAD --binary`` (empty when it failed), git's exit
+    status and message, and the untracked names (two git processes)."""
     # The plugin's own receipts are evidence about the source, not part of it, tracked or not.
     excluded = [f":(exclude){rel}" for rel in _relative(root, ignore)]
     code, diff, err = _git(
@@ -312,23 +273,7 @@ def _read_state(root: Path, ignore: Sequence[Path]) -> tuple[SourceState, _Signa
         for n in untracked_raw.decode(errors="replace").split("\0")
         if n and not _under(root / n, ignore)
     )
-    text = diff.decode("utf-8", errors="surrogateescape")
-    state = SourceState(
-        revision=revision,
-        git_error=None if code == 0 else err,
-        publication=publication(root, revision, branch.decode().strip()),
-        branch=branch.decode().strip() or None,
-        toplevel=top.strip() or None,
-        dirty=bool(diff) or bool(untracked),
-        diff_sha256=hashlib.sha256(diff).hexdigest(),
-        diff_bytes=len(diff),
-        diff=text,
-        changed_files=sum(1 for line in text.splitlines() if line.startswith("diff --git ")),
-        untracked=tuple(untracked),
-    )
-    git_dir = git_dir.strip()
-    common_dir = (root / common.strip()) if common.strip() else Path(git_dir)
-    return state, _signature(Path(git_dir), common_dir) if git_dir else None
+    return diff, code, err, tuple(untracked)
 
 
 #: What a tree's git files looked like when it was read: (path, mtime ns, size, inode) of HEAD,
@@ -363,23 +308,64 @@ class SourceStates:
     index, and each tree a ``model_run(sources=...)`` names. A tree is read again only when
     its HEAD, branch, packed refs or index changed since (a commit during the session: the
     receipts after it record the new revision); edits to the work tree alone are not seen
-    until then, so the diff a receipt records is the tree's as first read in the session."""
+    then, so the diff a receipt records is the tree's as first read in the session, and the
+    session's end asks :meth:`changes` once whether each tree is still what was recorded."""
 
     def __init__(self) -> None:
-        self._states: dict[tuple[str, tuple[str, ...]], tuple[SourceState, _Signature]] = {}
+        self._states: dict[tuple[str, tuple[str, ...]], _Known] = {}
 
     def state(self, root: Path | str, *, ignore: Sequence[Path] = ()) -> SourceState:
         """The tree's state, from git the first time and after its git files changed."""
         path = Path(root)
         key = (str(path.resolve()), tuple(str(Path(f).resolve()) for f in ignore))
         known = self._states.get(key)
-        if known is not None:
-            state, signature = known
-            if signature is None or _stat_again(signature) == signature:
-                return state
+        if known is not None and (
+            known.signature is None or _stat_again(known.signature) == known.signature
+        ):
+            return known.state
         state, signature = _read_state(path, ignore)
-        self._states[key] = (state, signature)
+        self._states[key] = _Known(path, tuple(ignore), state, signature)
         return state
+
+    def changes(self) -> tuple[SourceChange, ...]:
+        """Each git tree read this session whose work tree is no longer what was recorded (its
+        revision, the SHA-256 of its diff, its untracked names), read now: one ``git diff``
+        and one ``git ls-files`` per tree (a full read when its git files changed)."""
+        found = []
+        for key, known in sorted(self._states.items()):
+            was = known.state
+            if was.revision is None:
+                continue
+            revision: str | None = was.revision
+            if known.signature is not None and _stat_again(known.signature) == known.signature:
+                diff, _, _, untracked = _work_tree(known.root, known.ignore)
+                digest: str | None = hashlib.sha256(diff).hexdigest()
+            else:
+                now, _ = _read_state(known.root, known.ignore)
+                revision, digest, untracked = now.revision, now.diff_sha256, now.untracked
+            if (revision, digest, untracked) != (was.revision, was.diff_sha256, was.untracked):
+                found.append(
+                    SourceChange(
+                        tree=key[0],
+                        revision=was.revision,
+                        diff_sha256=was.diff_sha256,
+                        untracked_count=len(was.untracked),
+                        revision_at_end=revision,
+                        diff_sha256_at_end=digest,
+                        untracked_count_at_end=len(untracked),
+                    )
+                )
+        return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A tree as the session last read it: where, what it ignores, its state and signature."""
+
+    root: Path
+    ignore: tuple[Path, ...]
+    state: SourceState
+    signature: _Signature
 
 
 def _stat_again(signature: tuple[tuple[str, int, int, int], ...]) -> _Signature:
@@ -503,7 +489,7 @@ def publication(root: Path, revision: str, branch: str = "") -> Publication:
     remote_url = redact_url(urls[remote]) if remote in urls else None
     known = Publication(
         remotes=tuple(sorted(urls)),
-        remote_urls=tuple((name, redact_url(url)) for name, url in sorted(urls.items())),
+        remote_urls={name: redact_url(url) for name, url in sorted(urls.items())},
         local_remotes=tuple(local),
         remote_branches=tuple(sorted(holding)),
         published_branches=tuple(published_on),
@@ -804,6 +790,7 @@ __all__ = [
     "PUBLISH_FIX",
     "Publication",
     "SessionFacts",
+    "SourceChange",
     "SourceState",
     "SourceStates",
     "environment",

@@ -21,6 +21,8 @@ from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
 from ..core.paths import inside_root, read_regular
+from ..core.records import Record
+from ..core.records import from_json as read_record
 from ..core.redact import Redactor
 from ..core.verdict import Verdict, outcome_verdict
 from ..errors import ReceiptError
@@ -99,7 +101,7 @@ def _maps(value: object) -> list[Mapping[str, Any]]:
 
 
 @dataclass(frozen=True, slots=True)
-class GateRow:
+class GateRow(Record):
     """What the evidence layer judges of one golden gate entry (``GateResult.to_dict()``, the
     gates layer's JSON): the artifact, its kind and gate, and whether it passed losslessly."""
 
@@ -116,30 +118,10 @@ class GateRow:
             return Verdict.FAIL
         return Verdict.PASS if self.lossless is True else Verdict.LOSSY_PASS
 
-    def to_json(self) -> dict[str, Any]:
-        """The row as a signed lossless predicate lists it."""
-        return {
-            "artifact": self.artifact,
-            "kind": self.kind,
-            "gate": self.gate,
-            "passed": self.passed,
-            "lossless": self.lossless,
-        }
-
     @classmethod
-    def from_json(cls, entry: Mapping[str, Any]) -> GateRow:
-        def text(key: str) -> str | None:
-            value = entry.get(key)
-            return None if value is None else str(value)
-
-        passed, lossless = entry.get("passed"), entry.get("lossless")
-        return cls(
-            artifact=text("artifact"),
-            kind=text("kind"),
-            gate=text("gate"),
-            passed=passed if isinstance(passed, bool) else None,
-            lossless=lossless if isinstance(lossless, bool) else None,
-        )
+    def read(cls, entry: Mapping[str, Any]) -> GateRow:
+        """The row read leniently: a value of the wrong type reads as None (not said)."""
+        return read_record(cls, entry, problems=[])
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,33 +159,22 @@ class CheckRow:
 
 
 @dataclass(frozen=True, slots=True)
-class RunLifecycle:
+class RunLifecycle(Record):
     """One run's lifecycle as ``verdicts.lifecycle.runs`` records it."""
 
     name: str | None
     clean: bool
     summary: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "clean": self.clean, "summary": self.summary}
-
 
 @dataclass(frozen=True, slots=True)
-class GateCounts:
+class GateCounts(Record):
     """``verdicts.gates``: how many golden gates passed, failed, passed lossy; all lossless."""
 
     passed: int
     failed: int
     lossy_passed: int
     lossless: bool | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "failed": self.failed,
-            "lossy_passed": self.lossy_passed,
-            "lossless": self.lossless,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +261,7 @@ class ReceiptParts:
             schema_version=version,
             outcome=outcome,
             runs=tuple(runs),
-            gates=tuple(GateRow.from_json(g) for g in blocks.get("gates", ())),
+            gates=tuple(GateRow.read(g) for g in blocks.get("gates", ())),
             checks=tuple(
                 CheckRow.from_json(block, entry)
                 for block in ("lossless", "speed")

@@ -102,7 +102,7 @@ class Session:
             for where, block in blocks
             if isinstance(block, Mapping)
             and "revision" in block
-            and (state := SourceState.from_json(block)) is not None
+            and (state := SourceState.read(block)) is not None
         ]
 
     def mixed(self) -> str | None:
@@ -186,6 +186,8 @@ def check_session(folder: Path, receipts: Loaded) -> Session:
                 f"{label}: cannot be signed: {printable(index.unsignable)}",
             )
         )
+    for change in index.source_changes:
+        found.append(Finding(CONTRADICTION, f"{label}: {change.text()}"))
     if not index.finished:
         found.append(
             Finding(

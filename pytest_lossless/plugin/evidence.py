@@ -58,6 +58,8 @@ def receipt_for(item: pytest.Item) -> Receipt:
         # The session's redaction rules from the start: a receipt without model_run has a diff.
         redactor = Redactor.with_patterns(settings(item.config).redact)
         receipt = item.stash[RECEIPT_KEY] = Receipt(item.nodeid, redactor=redactor)
+        # The tree as the test starts (read once per session; the end checks it is unchanged).
+        source_state(item.config)
         for phase, word in item.stash.get(OUTCOMES_KEY, {}).items():  # a setup that passed
             receipt.set_outcome(phase, word)
     return receipt

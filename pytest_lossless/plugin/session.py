@@ -26,12 +26,12 @@ from ..errors import LosslessError
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .evidence import session_folder, source_revision, write_interrupted
+from .evidence import session_folder, source_revision, source_states, write_interrupted
 from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
 
 if TYPE_CHECKING:
-    from ..evidence.index import HostIdentity, IndexTest
+    from ..evidence.index import HostIdentity, IndexTest, SourceChange
     from ..run.reaper import Reaper  # noqa: F401 - named in a StashKey below
 
 _PLUGIN_NAME = "lossless-summary"
@@ -111,6 +111,8 @@ class SummaryPlugin:
         self.not_written: str | None = None
         #: Why the session cannot be signed (see ``_unsignable``), or None.
         self.unsignable: str | None = None
+        #: The source trees that changed while the session ran (workers' too), read at its end.
+        self.source_changes: list[SourceChange] = []
         #: (pid, comm) of each process a receipt records without its end: checked at the end.
         self.unended: list[tuple[Any, ...]] = []
         #: Where each test is defined (file relative to the rootdir, 1-based line): annotations.
@@ -137,6 +139,11 @@ class SummaryPlugin:
         output = getattr(node, "workeroutput", None) or {}
         self.tests.collected(output.get("lossless_gates_collected") or [])
         self.tests.deselected(output.get("lossless_gates_deselected") or [])
+        from ..core.records import from_json as read_record
+        from ..evidence.index import SourceChange
+
+        for change in output.get("lossless_source_changes") or []:
+            self.source_changes.append(read_record(SourceChange, change, problems=[]))
 
     @property
     def collect_only(self) -> bool:
@@ -158,6 +165,8 @@ class SummaryPlugin:
         if workeroutput is not None:  # an xdist worker: the controller writes the index
             workeroutput["lossless_gates_collected"] = sorted(self.tests.gates)
             workeroutput["lossless_gates_deselected"] = sorted(self.tests.unselected)
+            changes = source_states(self.config).changes()  # this worker's receipts' trees
+            workeroutput["lossless_source_changes"] = [c.to_json() for c in changes]
             return
         resolved = settings(self.config)
         compared = resolved.lossless and not resolved.update_goldens
@@ -190,6 +199,8 @@ class SummaryPlugin:
             inside_root(folder, resolved.rootdir, what="receipts folder")
             folder.mkdir(parents=True, exist_ok=True)
             write_summary(folder, root=resolved.rootdir)
+            # Each tree the receipts recorded, read once more: did it change while we ran?
+            self.source_changes += source_states(self.config).changes()
             index = build_index(
                 folder,
                 session_id=session_id,
@@ -205,6 +216,7 @@ class SummaryPlugin:
                 digests=self.tests.digests,
                 unsignable=unsignable,
                 shard=shard_record(self.config),
+                source_changes=self.source_changes,
             )
             write_index(folder, index)
             self.written = folder
@@ -378,6 +390,9 @@ class SummaryPlugin:
         self._github(terminalreporter)
         if self.unsignable:
             write(f"pytest-lossless: this session cannot be signed: {self.unsignable}", red=True)
+        if self.source_changes:
+            texts = "; ".join(c.text() for c in self.source_changes)
+            write(f"pytest-lossless: {texts}; verify names it and sign refuses it", red=True)
         if self.written is not None:
             line = report.evidence_line(
                 self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)

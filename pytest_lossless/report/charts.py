@@ -13,12 +13,14 @@ wide as its longest label needs: a label is never clipped. Diagnostics, never ga
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from ..speed.runner import Sample
 
 #: How far one character of the 11 px labels advances, at most (a wide sans-serif letter).
 CHAR = 6.6
@@ -267,19 +269,17 @@ def waveforms_svg(
     return chart.markup(f"waveforms from sample {start}")
 
 
-def block_ratios(samples: Sequence[Mapping[str, Any]]) -> dict[int, float]:
+def block_ratios(samples: Sequence[Sample]) -> dict[int, float]:
     """Candidate/control ratio of each complete block: exp(mean log candidate - mean log
     control), the quantity the speed gate's interval is about."""
     arms: dict[int, dict[str, list[float]]] = {}
     for s in samples:
-        seconds = s.get("seconds")
-        if s.get("error") is not None or not isinstance(seconds, (int, float)) or seconds <= 0:
+        seconds = s.seconds
+        if s.error is not None or seconds is None or seconds <= 0:
             continue
-        if not isinstance(s.get("block"), int):
-            continue
-        arms.setdefault(int(s["block"]), {"control": [], "candidate": []}).setdefault(
-            str(s.get("arm")), []
-        ).append(float(seconds))
+        arms.setdefault(s.block, {"control": [], "candidate": []}).setdefault(s.arm, []).append(
+            float(seconds)
+        )
     ratios = {}
     for block, times in sorted(arms.items()):
         control, candidate = times.get("control", []), times.get("candidate", [])
@@ -291,7 +291,7 @@ def block_ratios(samples: Sequence[Mapping[str, Any]]) -> dict[int, float]:
 
 
 def speed_svg(
-    samples: Sequence[Mapping[str, Any]],
+    samples: Sequence[Sample],
     *,
     ratio: float | None,
     ci: Sequence[float] | None,
@@ -302,11 +302,11 @@ def speed_svg(
     """Every block's paired samples (control and candidate, in seconds; an arm that raised is
     a cross), then each block's candidate/control ratio with the estimate (blue), its interval
     (shaded), the target (dashed red) and 1.0, no change (dotted grey)."""
-    usable = [s for s in samples if isinstance(s.get("block"), int)]
-    blocks = sorted({int(s["block"]) for s in usable})
+    usable = list(samples)
+    blocks = sorted({s.block for s in usable})
     chart = Chart(width, 2 * panel + 150)
     x_range = (min(blocks, default=0) - 0.5, max(blocks, default=0) + 0.5)
-    times = [float(s["seconds"]) for s in usable if isinstance(s.get("seconds"), (int, float))]
+    times = [float(s.seconds) for s in usable if s.seconds is not None]
     seconds = Plot(chart, 72, 28, width - 72 - 24, panel, x_range, (0.0, max(times, default=1.0)))
     seconds.y_range = (0.0, nice_ticks(0.0, seconds.y_range[1] * 1.05)[-1] or 1.0)
     seconds.axes("block", "seconds per arm (control, candidate)")
@@ -319,14 +319,14 @@ def speed_svg(
         colour=ORANGE,
     )
     for s in usable:
-        control = s.get("arm") == "control"
-        x = seconds.x(float(s["block"])) + (-0.15 if control else 0.15) * seconds.width / max(
+        control = s.arm == "control"
+        x = seconds.x(float(s.block)) + (-0.15 if control else 0.15) * seconds.width / max(
             len(blocks), 1
         )
-        value = s.get("seconds")
-        title = f"block {s['block']}, {s.get('arm')}"
-        if s.get("error") is not None or not isinstance(value, (int, float)):
-            chart.cross(x, seconds.top + 8, RED, f"{title}: raised {s.get('error')}")
+        value = s.seconds
+        title = f"block {s.block}, {s.arm}"
+        if s.error is not None or value is None:
+            chart.cross(x, seconds.top + 8, RED, f"{title}: raised {s.error}")
             continue
         chart.dot(x, seconds.y(float(value)), BLUE if control else ORANGE, f"{title}: {value} s")
     ratios = block_ratios(usable)

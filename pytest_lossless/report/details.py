@@ -10,31 +10,112 @@ the diagnostic files the gates wrote, so that they outlive pytest's temporary fo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .. import media
+from ..compare.divergence import Departure, StageRow, TensorDifference
+from ..compare.matrix import Grid
+from ..compare.repeatability import Comparison, LosslessVerdict, RunRecord
 from ..core.digests import sha256_file
+from ..core.records import Record
+from ..core.records import from_json as read_record
+from ..core.verdict import Verdict
 from ..errors import LosslessError
 from ..evidence.receipts import ReceiptRecord
+from ..gates.gate import GateResult
+from ..goldens.folder import CheckEvidence, GoldenSide, ObtainedSide
+from ..speed.runner import SpeedVerdict
 from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text, mapping
 from .charts import speed_svg
+from .grid import find_cell, read_grid
 from .mismatch import draw
 from .table import Row
 
 #: Failing results drawn per lossless comparison.
 COMPARISONS_DRAWN = 2
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class GateEntry:
+    """A receipt's ``gates`` entry as the report reads it: the gate's result and the evidence
+    of both sides, or the error its check raised (``error``: its label, with ``message``)."""
+
+    result: GateResult | None
+    evidence: CheckEvidence | None = None
+    error: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class StageTimes(Record):
+    """A speed gate's ``stages`` (``speed_gate(trace=True)``): one row per stage, or why not."""
+
+    rows: tuple[StageRow, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeedEntry:
+    """A receipt's ``speed`` entry: the verdict with its samples, and the stage times beside."""
+
+    verdict: SpeedVerdict
+    stages: StageTimes | None = None
+
+
+#: A receipt block read into its record (None: not even the lenient reading could make one).
+ReadBlock = GateEntry | LosslessVerdict | SpeedEntry | Grid
+
+
+def read_gate(data: object, problems: list[str]) -> GateEntry:
+    entry = mapping(data)
+    if "error" in entry:
+        return GateEntry(
+            None, error=str(entry.get("error")), message=str(entry.get("message") or "")
+        )
+    result = read_record(GateResult, entry, problems=problems)
+    found = entry.get("evidence")
+    evidence = None if found is None else read_record(CheckEvidence, found, problems=problems)
+    return GateEntry(result, evidence)
+
+
+def read_lossless(data: object, problems: list[str]) -> LosslessVerdict:
+    return read_record(LosslessVerdict, data, problems=problems)
+
+
+def read_speed(data: object, problems: list[str]) -> SpeedEntry:
+    verdict = read_record(SpeedVerdict, data, problems=problems)
+    stages = mapping(data).get("stages")
+    found = None if stages is None else read_record(StageTimes, stages, problems=problems)
+    return SpeedEntry(verdict, found)
+
+
+def read_block(
+    reader: Callable[[object, list[str]], _T], data: object
+) -> tuple[_T | None, tuple[str, ...]]:
+    """``data`` read by ``reader`` leniently (what does not fit is noted, and read as absent);
+    a block even that cannot make a record of is None, with why: a receipt is read, not
+    trusted, and one malformed block must not lose the report."""
+    problems: list[str] = []
+    try:
+        return reader(data, problems), tuple(problems)
+    except Exception as exc:  # a derived field of a hand-edited block: named, never raised
+        return None, (*problems, f"{type(exc).__name__}: {exc}")
 
 
 class Found(NamedTuple):
-    """A row's receipt block (``kind``: gate, lossless, speed, matrix or matrix-cell) and the
+    """A row's receipt block (``kind``: gate, lossless, speed, matrix or matrix-cell), read into
+    its record (None when unreadable; ``problems``: what the reading could not use), and the
     test's server runs; for a matrix cell's row, the block is its grid and ``cell`` its name."""
 
     kind: str
-    block: Mapping[str, Any]
+    block: ReadBlock | None
     servers: tuple[Mapping[str, Any], ...] = ()
     cell: str | None = None
+    problems: tuple[str, ...] = ()
 
 
 def is_speed(row: Row) -> bool:
@@ -54,31 +135,37 @@ def drawn(row: Row, found: Found | None) -> bool:
 
 
 class _Blocks:
-    """One receipt's blocks, handed out to its rows in the order the test recorded them."""
+    """One receipt's blocks, each read once into its record, handed out to its rows in the
+    order the test recorded them."""
 
     def __init__(self, receipt: ReceiptRecord) -> None:
-        self.gates = list(receipt.block("gates"))
-        self.lossless = list(receipt.block("lossless"))
-        self.speed = list(receipt.block("speed"))
-        self.matrix = list(receipt.block("matrix"))
+        def read(name: str, reader: Callable[[object, list[str]], Any], key: str) -> list[Any]:
+            return [(mapping(e).get(key), *read_block(reader, e)) for e in receipt.block(name)]
+
+        self.gates = read("gates", read_gate, "artifact")
+        self.lossless = read("lossless", read_lossless, "label")
+        self.speed = read("speed", read_speed, "")
+        self.matrix = read("matrix", read_grid, "label")
         self.servers = tuple(r for r in receipt.block("runs") if r.get("kind") == "server")
 
     def take(self, row: Row) -> Found | None:
         if is_speed(row):
-            return Found("speed", self.speed.pop(0), self.servers) if self.speed else None
-        for n, entry in enumerate(self.lossless):
-            if entry.get("label") == row.check:
-                return Found("lossless", self.lossless.pop(n), self.servers)
-        for n, entry in enumerate(self.gates):
-            if entry.get("artifact") == row.check:
-                return Found("gate", self.gates.pop(n), self.servers)
-        for grid in self.matrix:  # a matrix's row (its label), or one of its cells' rows
-            label = str(grid.get("label"))
+            if not self.speed:
+                return None
+            _, block, problems = self.speed.pop(0)
+            return Found("speed", block, self.servers, problems=problems)
+        for kind, entries in (("lossless", self.lossless), ("gate", self.gates)):
+            for n, (key, block, problems) in enumerate(entries):
+                if key == row.check:
+                    entries.pop(n)
+                    return Found(kind, block, self.servers, problems=problems)
+        for key, grid, problems in self.matrix:  # a matrix's row (its label), or a cell's row
+            label = str(key)
             if row.check == label:
-                return Found("matrix", grid, self.servers)
+                return Found("matrix", grid, self.servers, problems=problems)
             if row.check.startswith(label + ": "):
                 cell = row.check[len(label) + 2 :]
-                return Found("matrix-cell", grid, self.servers, cell)
+                return Found("matrix-cell", grid, self.servers, cell, problems)
         return None
 
 
@@ -110,18 +197,8 @@ class Details:
         try:
             if found is None:
                 detail.blocks.append(Text("the test's receipt holds no block for this check"))
-            elif found[0] == "speed":
-                detail.blocks += self._speed(row, found[1])
-            elif found[0] == "lossless":
-                detail.blocks += self._lossless(row, found[1])
-            elif found[0] == "matrix":
-                from .grid import grid_blocks
-
-                detail.blocks += grid_blocks(found[1])
-            elif found[0] == "matrix-cell":
-                detail.blocks += self._matrix_cell(row, found[1], str(found.cell))
             else:
-                detail.blocks += self._gate(row, found[1])
+                detail.blocks += self._section(row, found)
         except Exception as exc:  # one row that cannot be drawn must not lose the others
             detail.blocks.append(
                 Text(f"this section could not be drawn: {type(exc).__name__}: {exc}")
@@ -130,7 +207,30 @@ class Details:
             detail.blocks += [Text(server_line(run)) for run in found.servers]
         return detail
 
-    def _draw(self, result: Mapping[str, Any], left: Side, right: Side, stem: str) -> list[Block]:
+    def _section(self, row: Row, found: Found) -> list[Block]:
+        block = found.block
+        blocks: list[Block] = []
+        if found.problems:
+            shown = "; ".join(found.problems[:5])
+            more = f" (and {len(found.problems) - 5} more)" if len(found.problems) > 5 else ""
+            blocks.append(Text(f"the receipt's block is read in part (edited?): {shown}{more}"))
+        if block is None:
+            blocks.append(Text("the receipt's block for this check could not be read"))
+        if isinstance(block, SpeedEntry):
+            blocks += self._speed(row, block)
+        elif isinstance(block, LosslessVerdict):
+            blocks += self._lossless(row, block)
+        elif isinstance(block, Grid) and found.kind == "matrix":
+            from .grid import grid_blocks
+
+            blocks += grid_blocks(block)
+        elif isinstance(block, Grid):
+            blocks += self._matrix_cell(row, block, str(found.cell))
+        elif isinstance(block, GateEntry):
+            blocks += self._gate(row, block)
+        return blocks
+
+    def _draw(self, result: GateResult, left: Side, right: Side, stem: str) -> list[Block]:
         return draw(result, left, right, assets=self.assets, limits=self.limits, stem=stem)
 
     def _files(self, paths: Iterable[object]) -> list[Block]:
@@ -139,31 +239,31 @@ class Details:
 
     # -------------------------------------------------------------- golden gates
 
-    def _gate(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
-        if "error" in entry:
-            message = str(entry.get("message") or "")
+    def _gate(self, row: Row, entry: GateEntry) -> list[Block]:
+        result = entry.result
+        if result is None:
+            message = entry.message
             if not message.strip() or message.strip() in row.detail:
                 return []  # the table's row says it all: said once, not again below it
-            return [Text(f"raised {entry.get('error')}"), Pre(message)]
-        from ..gates import GateResult
-
-        result = GateResult.from_dict(dict(entry))
-        evidence = mapping(entry.get("evidence"))
-        left = self._golden_side(result.artifact, mapping(evidence.get("golden")))
-        right = _obtained_side(result.diagnostic_files, mapping(evidence.get("obtained")))
-        blocks = self._draw(entry, left, right, f"{row.test}-{row.check}")
+            return [Text(f"raised {entry.error}"), Pre(message)]
+        evidence = entry.evidence
+        left = self._golden_side(result.artifact, None if evidence is None else evidence.golden)
+        right = _obtained_side(
+            result.diagnostic_files, None if evidence is None else evidence.obtained
+        )
+        blocks = self._draw(result, left, right, f"{row.test}-{row.check}")
         blocks.append(Pre(result.message()))
         return blocks + self._files(result.diagnostic_files)
 
-    def _golden_side(self, name: str, golden: Mapping[str, Any]) -> Side:
-        fingerprint = mapping(golden.get("fingerprint"))
-        folder = golden.get("folder")
-        if golden.get("stored") == "digest":
-            return stored_side(self.store, golden.get("sha256"), fingerprint)
-        if not isinstance(folder, str):
+    def _golden_side(self, name: str, golden: GoldenSide | None) -> Side:
+        fingerprint = mapping(golden.fingerprint) if golden is not None else {}
+        if golden is not None and golden.stored == "digest":
+            return stored_side(self.store, golden.sha256, fingerprint)
+        if golden is None or not golden.folder:
             return Side("golden", None, fingerprint, "the receipt names no golden folder")
         from ..goldens.manifest import read_manifest
 
+        folder = golden.folder
         try:
             entry = read_manifest(Path(folder), root=self.root).get(name)
         except (LosslessError, OSError) as exc:
@@ -171,39 +271,35 @@ class Details:
         if entry is None or entry.file is None:
             return Side("golden", None, fingerprint, "the golden is no longer in its manifest")
         path = Path(folder) / entry.file
-        if not same_file(path, golden.get("sha256")):
+        if not same_file(path, golden.sha256):
             return Side("golden", None, fingerprint, f"{path} changed since the comparison")
         return Side("golden", path, fingerprint)
 
     # -------------------------------------------------------------- lossless comparisons
 
-    def _lossless(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
-        runs = {str(r.get("name")): r for r in entry.get("runs") or [] if isinstance(r, Mapping)}
-        controls = [c for c in entry.get("control_comparisons") or [] if isinstance(c, Mapping)]
-        candidate = mapping(entry.get("candidate_comparison"))
+    def _lossless(self, row: Row, verdict: LosslessVerdict) -> list[Block]:
+        runs = {r.name: r for r in verdict.runs}
+        candidate = verdict.candidate_comparison
         blocks: list[Block] = []
-        if entry.get("control_repeatable") is False:
+        if not verdict.control_repeatable:
             blocks.append(
                 Text(
                     "INCONCLUSIVE: the control is not repeatable, so no candidate can be judged "
                     "against it. Which runs differed, and where:"
                 )
             )
-            differing = [c for c in controls if not _identical(c)]
+            differing = [c for c in verdict.control_comparisons if not c.identical]
         else:
-            differing = [candidate] if candidate and not _identical(candidate) else []
+            differing = [candidate] if candidate is not None and not candidate.identical else []
             if differing:
                 blocks.append(Text("The control is repeatable, but the candidate differs from it:"))
-            proof = mapping(entry.get("proof"))
-            if proof and str(entry.get("verdict")) == "INCONCLUSIVE":
-                from ..compare.proof import Finding, reason
+            proof = verdict.proof
+            if proof is not None and verdict.verdict == Verdict.INCONCLUSIVE:
+                from ..compare.proof import reason
 
-                findings = [
-                    Finding.from_json(f) for f in proof.get("runs") or [] if isinstance(f, Mapping)
-                ]
-                blocks.append(Text(f"INCONCLUSIVE: {reason(findings)} (rule {proof.get('rule')})"))
+                blocks.append(Text(f"INCONCLUSIVE: {reason(proof.runs)} (rule {proof.rule})"))
         blocks += _where_table(differing)
-        blocks += _divergence(mapping(entry.get("divergence")))
+        blocks += _divergence(verdict.divergence)
         blocks.append(
             Table(
                 ("run", "role", "seconds", "artifacts (digest)"),
@@ -213,105 +309,94 @@ class Details:
         return blocks + self._drawn(row, runs, differing)
 
     def _drawn(
-        self, row: Row, runs: Mapping[str, Any], differing: list[Mapping[str, Any]]
+        self, row: Row, runs: Mapping[str, RunRecord], differing: list[Comparison]
     ) -> list[Block]:
         """The first :data:`COMPARISONS_DRAWN` failing results of ``differing``, each drawn
         side by side from the two runs it compared, with its diagnostic files."""
         blocks: list[Block] = []
-        drawn = [(c, r) for c in differing for r in _failing(c)][:COMPARISONS_DRAWN]
-        for comparison, result in drawn:
-            name = str(result.get("artifact"))
-            left = _run_side(runs, str(comparison.get("left")), name)
-            right = _run_side(runs, str(comparison.get("right")), name)
+        drawn = [(c, r) for c in differing for r in c.results if not r.passed]
+        for comparison, result in drawn[:COMPARISONS_DRAWN]:
+            name = result.artifact
+            left = _run_side(runs, comparison.left, name)
+            right = _run_side(runs, comparison.right, name)
             blocks.append(Text(f"{name}: {left.label} vs {right.label}"))
             blocks += self._draw(result, left, right, f"{row.test}-{row.check}-{name}")
-            blocks += self._files(result.get("diagnostic_files") or [])
+            blocks += self._files(result.diagnostic_files)
         return blocks
 
     # -------------------------------------------------------------- determinism matrix cells
 
-    def _matrix_cell(self, row: Row, grid: Mapping[str, Any], name: str) -> list[Block]:
+    def _matrix_cell(self, row: Row, grid: Grid, name: str) -> list[Block]:
         """One cell of a matrix: its place in the grid, its runs, and where it differs (from
         its own first run when it is not repeatable, else from the reference's first run)."""
-        from .grid import find_cell, grid_table
+        from .grid import grid_table
 
         cell = find_cell(grid, name)
         if cell is None:
             return [Text("the receipt's matrix holds no such cell")]
-        reference = find_cell(grid, str(grid.get("reference"))) or {}
-        runs = {
-            str(r.get("name")): r
-            for c in (cell, reference)
-            for r in c.get("runs") or []
-            if isinstance(r, Mapping)
-        }
-        repeats = [c for c in cell.get("repeat_comparisons") or [] if isinstance(c, Mapping)]
-        against = mapping(cell.get("reference_comparison"))
-        if cell.get("repeatable") is False:
+        reference = find_cell(grid, grid.reference_name)
+        runs = {r.name: r for c in (cell, reference) if c is not None for r in c.runs}
+        against = cell.reference_comparison
+        if not cell.repeatable:
             lead = "its own runs disagree, so it cannot be judged. Which runs differed, and where:"
-            differing = [c for c in repeats if not _identical(c)]
+            differing = [c for c in cell.repeat_comparisons if not c.identical]
         else:
-            differing = [against] if against and not _identical(against) else []
-            lead = f"it differs from the reference cell {grid.get('reference')}:"
-        blocks: list[Block] = [Text(f"{cell.get('name')}: {cell.get('verdict')}: {lead}")]
+            differing = [against] if against is not None and not against.identical else []
+            lead = f"it differs from the reference cell {grid.reference_name}:"
+        blocks: list[Block] = [Text(f"{cell.name}: {cell.verdict}: {lead}")]
         table = grid_table(grid)
         if table is not None:
             blocks.append(table)
         blocks += _where_table(differing)
-        blocks += _divergence(mapping(cell.get("divergence")))  # lossless.matrix(trace=True)
-        shown = [dict(r, role="cell") for r in cell.get("runs") or [] if isinstance(r, Mapping)]
-        first = (reference.get("runs") or [None])[0]
-        if isinstance(first, Mapping) and cell is not reference:
-            shown.insert(0, dict(first, role="reference"))
-        blocks.append(
-            Table(("run", "role", "seconds", "artifacts (digest)"), [_run_row(r) for r in shown])
-        )
+        blocks += _divergence(cell.divergence)  # lossless.matrix(trace=True)
+        shown = [_run_row(r, "cell") for r in cell.runs]
+        if reference is not None and reference.runs and cell is not reference:
+            shown.insert(0, _run_row(reference.runs[0], "reference"))
+        blocks.append(Table(("run", "role", "seconds", "artifacts (digest)"), shown))
         return blocks + self._drawn(row, runs, differing)
 
     # -------------------------------------------------------------- speed gates
 
-    def _speed(self, row: Row, entry: Mapping[str, Any]) -> list[Block]:
-        samples = [s for s in entry.get("samples") or [] if isinstance(s, Mapping)]
-        ci = entry.get("ci")
-        bounds = [_float(v) for v in ci] if isinstance(ci, list) and len(ci) == 2 else []
+    def _speed(self, row: Row, entry: SpeedEntry) -> list[Block]:
+        verdict = entry.verdict
+        samples = verdict.samples
+        bounds = [_float(v) for v in verdict.ci] if verdict.ci is not None else []
         interval = [b for b in bounds if b is not None] if None not in bounds else []
-        target = _float(entry.get("target_ratio"))
-        if target is None:
-            target = 1 - (_float(entry.get("target")) or 0.0)
+        target = verdict.target_ratio
         chart = speed_svg(
-            samples, ratio=_float(entry.get("ratio")), ci=interval or None, target_ratio=target
+            samples, ratio=_float(verdict.ratio), ci=interval or None, target_ratio=target
         )
-        errors = sum(1 for s in samples if s.get("error") is not None)
-        blocks_run = len({s.get("block") for s in samples})
+        errors = sum(1 for s in samples if s.error is not None)
+        blocks_run = len({s.block for s in samples})
         caption = (
-            f"{len(samples)} measured arms in {blocks_run} blocks ({entry.get('design')}, seed "
-            f"{entry.get('seed')}): seconds per arm, then each block's candidate/control ratio; "
+            f"{len(samples)} measured arms in {blocks_run} blocks ({verdict.design}, seed "
+            f"{verdict.seed}): seconds per arm, then each block's candidate/control ratio; "
             "the blue line is the estimate, the band its interval, the dashed red line the "
             f"target (ratio <= {target:.3f})"
         )
         if errors:
             caption += f"; {errors} arms raised (the crosses)"
         return [
-            Svg(chart, f"{row.check}: {entry.get('verdict')}: {caption}"),
-            Pre(str(entry.get("message") or entry.get("reason") or "")),
-            *_stages(mapping(entry.get("stages"))),
+            Svg(chart, f"{row.check}: {verdict.verdict}: {caption}"),
+            Pre(verdict.message()),
+            *_stages(entry.stages),
         ]
 
 
 # ------------------------------------------------------------------ traces
 
 
-def _divergence(found: Mapping[str, Any]) -> list[Block]:
+def _divergence(found: Departure | None) -> list[Block]:
     """Where two traced runs part (``lossless.compare(trace=True)``): the lines, then the curve
     of how the difference grows over the trace."""
-    if not found:
+    if found is None:
         return []
-    pair = " vs ".join(str(x) for x in found.get("between") or [])
-    if found.get("error"):
-        return [Text(f"Trace ({pair}): {found['error']}")]
-    lines = [str(x) for x in found.get("lines") or [found.get("headline", "")]]
+    pair = " vs ".join(found.between)
+    if found.error:
+        return [Text(f"Trace ({pair}): {found.error}")]
+    lines = list(found.shown) or [found.headline() or ""]
     blocks: list[Block] = [Text(f"Trace ({pair}): where the two runs part"), Pre("\n".join(lines))]
-    growth = [g for g in found.get("growth") or [] if isinstance(g, Mapping)]
+    growth = found.found.growth if found.found is not None else ()
     if len(growth) > 1:
         caption = (
             f"After the first divergence ({pair}), each aligned tensor in trace order: the share "
@@ -322,27 +407,26 @@ def _divergence(found: Mapping[str, Any]) -> list[Block]:
     return blocks
 
 
-def _stages(found: Mapping[str, Any]) -> list[Block]:
+def _stages(found: StageTimes | None) -> list[Block]:
     """Where the time went (``speed_gate(trace=True)``): one row per stage, from one traced run
     of each arm apart from the timed ones."""
-    if not found:
+    if found is None:
         return []
-    if found.get("error"):
-        return [Text(f"Stage times: {found['error']}")]
+    if found.error:
+        return [Text(f"Stage times: {found.error}")]
 
-    def seconds(value: object) -> str:
+    def seconds(value: float | None) -> str:
         number = _float(value)
         return "-" if number is None else f"{number:.4f}"
 
     rows = [
         (
-            str(r.get("stage")),
-            seconds(r.get("control_seconds")),
-            seconds(r.get("candidate_seconds")),
-            "-" if _float(r.get("ratio")) is None else f"{_float(r.get('ratio')):.3f}",
+            r.stage,
+            seconds(r.control_seconds),
+            seconds(r.candidate_seconds),
+            "-" if (ratio := _float(r.ratio)) is None else f"{ratio:.3f}",
         )
-        for r in found.get("rows") or []
-        if isinstance(r, Mapping)
+        for r in found.rows
     ]
     return [
         Text("Stage times, from one traced run of each arm (not the timed runs):"),
@@ -350,7 +434,7 @@ def _stages(found: Mapping[str, Any]) -> list[Block]:
     ]
 
 
-def growth_svg(points: Sequence[Mapping[str, Any]], width: int = 640, height: int = 220) -> str:
+def growth_svg(points: Sequence[TensorDifference], width: int = 640, height: int = 220) -> str:
     """An inline SVG of the growth curve: the share of differing elements per aligned tensor,
     and the largest ULP distance on a log scale (both from the divergence record)."""
     from html import escape
@@ -365,9 +449,9 @@ def growth_svg(points: Sequence[Mapping[str, Any]], width: int = 640, height: in
     shares: list[float | None] = []
     steps: list[float | None] = []
     for p in points:
-        total, differing = _float(p.get("total")), _float(p.get("differing"))
+        total, differing = _float(p.total), _float(p.differing)
         shares.append(differing / total if total and differing is not None else None)
-        ulp = _float(p.get("max_ulp"))
+        ulp = _float(p.max_ulp)
         steps.append(math.log10(1 + ulp) if ulp is not None else None)
     top_steps = max([s for s in steps if s is not None] or [1.0]) or 1.0
 
@@ -386,10 +470,10 @@ def growth_svg(points: Sequence[Mapping[str, Any]], width: int = 640, height: in
 
     dots = []
     for i, (p, share) in enumerate(zip(points, shares, strict=True)):
-        label = f"{p.get('name')}#{p.get('occurrence')} {p.get('stage') or ''}".strip()
+        label = f"{p.name}#{p.occurrence} {p.stage or ''}".strip()
         y = top + plot_h * (1 - (share if share is not None else 0.0))
-        what = "identical" if p.get("identical") else (
-            f"{p.get('differing')} of {p.get('total')} differ, largest {p.get('max_ulp')} ulps"
+        what = "identical" if p.identical else (
+            f"{p.differing} of {p.total} differ, largest {p.max_ulp} ulps"
         )  # fmt: skip
         dots.append(
             f'<circle cx="{x(i):.1f}" cy="{y:.1f}" r="2.5" fill="#1f77b4">'
@@ -403,7 +487,7 @@ def growth_svg(points: Sequence[Mapping[str, Any]], width: int = 640, height: in
         f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end" font-size="10">0%</text>'
         f'<text x="{left + plot_w + 4}" y="{top + 4}" font-size="10">{top_steps:.1f}</text>'
         f'<text x="{left}" y="{height - 8}" font-size="10">'
-        f"{escape(str(points[0].get('name')))}</text>"
+        f"{escape(str(points[0].name))}</text>"
         f'<text x="{left + plot_w}" y="{height - 8}" text-anchor="end" font-size="10">'
         f"{n} tensors</text>"
     )
@@ -477,12 +561,12 @@ def same_file(path: Path, sha256: object) -> bool:
     try:
         if path.is_symlink() or not path.is_file():
             return False
-        return not isinstance(sha256, str) or sha256_file(path) == sha256
+        return not isinstance(sha256, str) or not sha256 or sha256_file(path) == sha256
     except OSError:
         return False
 
 
-def stored_side(store: Path | None, sha256: object, fingerprint: Mapping[str, Any]) -> Side:
+def stored_side(store: Path | None, sha256: str, fingerprint: Mapping[str, Any]) -> Side:
     """The golden side of a digest-only golden: its file from the content store, hashed first."""
     if store is None:
         why = "kept as digests only: the golden pixels were not kept (no lossless_store)"
@@ -490,7 +574,7 @@ def stored_side(store: Path | None, sha256: object, fingerprint: Mapping[str, An
     from ..goldens.store import ContentStore, StoreError
 
     try:
-        path = ContentStore(store).get(str(sha256))
+        path = ContentStore(store).get(sha256)
     except StoreError as exc:
         return Side("golden", None, fingerprint, f"the stored golden is refused: {exc}")
     if path is None:
@@ -499,49 +583,36 @@ def stored_side(store: Path | None, sha256: object, fingerprint: Mapping[str, An
     return Side("golden", path, fingerprint)
 
 
-def _obtained_side(diagnostic_files: Sequence[str], obtained: Mapping[str, Any]) -> Side:
-    fingerprint = mapping(obtained.get("fingerprint"))
+def _obtained_side(diagnostic_files: Sequence[str], obtained: ObtainedSide | None) -> Side:
+    fingerprint = mapping(obtained.fingerprint) if obtained is not None else {}
+    recorded = obtained.path if obtained is not None else ""
     kept = [p for p in diagnostic_files if Path(p).parent.name == "obtained-for-upload"]
-    for candidate in [obtained.get("path"), *kept]:
-        if isinstance(candidate, str) and same_file(Path(candidate), obtained.get("sha256")):
+    for candidate in [recorded, *kept]:
+        digest = obtained.sha256 if obtained is not None else None
+        if candidate and same_file(Path(candidate), digest):
             return Side("obtained", Path(candidate), fingerprint)
-    where = obtained.get("path") or "(no path recorded)"
+    where = recorded or "(no path recorded)"
     why = f"the obtained file is gone (pytest's temporary folder was removed): {where}"
     return Side("obtained", None, fingerprint, why)
 
 
-def _identical(comparison: Mapping[str, Any]) -> bool:
-    results = comparison.get("results") or []
-    return not comparison.get("missing") and all(
-        isinstance(r, Mapping) and r.get("passed") for r in results
-    )
+def _pair(comparison: Comparison) -> str:
+    return f"{comparison.left} vs {comparison.right}"
 
 
-def _failing(comparison: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [
-        r for r in comparison.get("results") or [] if isinstance(r, Mapping) and not r.get("passed")
-    ]
-
-
-def _pair(comparison: Mapping[str, Any]) -> str:
-    return f"{comparison.get('left')} vs {comparison.get('right')}"
-
-
-def _where_table(differing: list[Mapping[str, Any]]) -> list[Block]:
+def _where_table(differing: list[Comparison]) -> list[Block]:
     """Where each differing comparison first differs, and artifacts only one run made."""
-    where = [_where(c, r) for c in differing for r in _failing(c)]
+    where = [_where(c, r) for c in differing for r in c.results if not r.passed]
     where += [
-        (_pair(c), str(name), "present in one run only", "")
-        for c in differing
-        for name in c.get("missing") or []
+        (_pair(c), name, "present in one run only", "") for c in differing for name in c.missing
     ]
     return [Table(("runs", "artifact", "first difference", "how many"), where)] if where else []
 
 
-def _where(comparison: Mapping[str, Any], result: Mapping[str, Any]) -> tuple[str, ...]:
-    first = result.get("first_mismatch") or "; ".join(map(str, result.get("metadata_diffs") or []))
-    count = f"{result.get('mismatch_count')} of {result.get('total')} {result.get('unit')}s"
-    return _pair(comparison), str(result.get("artifact")), str(first or "differs"), count
+def _where(comparison: Comparison, result: GateResult) -> tuple[str, ...]:
+    first = result.first_mismatch or "; ".join(result.metadata_diffs)
+    count = f"{result.mismatch_count} of {result.total} {result.unit}s"
+    return _pair(comparison), result.artifact, first or "differs", count
 
 
 def _digest(fingerprint: Mapping[str, Any]) -> str:
@@ -552,26 +623,28 @@ def _digest(fingerprint: Mapping[str, Any]) -> str:
     return "-"
 
 
-def _run_row(run: Mapping[str, Any]) -> tuple[str, ...]:
-    artifacts = mapping(run.get("artifacts"))
-    seconds = _float(run.get("seconds"))
+def _run_row(run: RunRecord, role: str | None = None) -> tuple[str, ...]:
+    """A run's row: its name, role (a matrix's runs have none: the report names theirs),
+    seconds and each artifact's digest."""
+    seconds = _float(run.seconds)
     digests = ", ".join(
-        f"{name}: {_digest(mapping(mapping(a).get('fingerprint')))}"
-        for name, a in sorted(artifacts.items())
+        f"{a.name}: {_digest(mapping(a.fingerprint))}"
+        for a in sorted(run.artifacts, key=lambda a: a.name)
     )
     return (
-        str(run.get("name")),
-        str(run.get("role")),
+        run.name,
+        str(role or run.role),
         "-" if seconds is None else f"{seconds:.3f}",
         digests,
     )
 
 
-def _run_side(runs: Mapping[str, Mapping[str, Any]], run: str, name: str) -> Side:
-    artifact = mapping(mapping(mapping(runs.get(run)).get("artifacts")).get(name))
-    fingerprint = mapping(artifact.get("fingerprint"))
-    path = artifact.get("path")
-    if isinstance(path, str) and same_file(Path(path), fingerprint.get("sha256")):
+def _run_side(runs: Mapping[str, RunRecord], run: str, name: str) -> Side:
+    record = runs.get(run)
+    artifact = next((a for a in record.artifacts if a.name == name), None) if record else None
+    fingerprint = mapping(artifact.fingerprint) if artifact is not None else {}
+    path = None if artifact is None or artifact.path is None else str(artifact.path)
+    if path is not None and same_file(Path(path), fingerprint.get("sha256")):
         return Side(run, Path(path), fingerprint)
     why = f"its file is gone (pytest's temporary folder was removed): {path}"
     return Side(run, None, fingerprint, why)

@@ -9,9 +9,12 @@ shown as it is, never raised).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
+from ..compare.matrix import CellResult, Grid
+from ..core.records import from_json
+from ..errors import LosslessError
 from .blocks import Block, Table, Text, mapping
 
 
@@ -23,18 +26,32 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def grid_table(grid: Mapping[str, Any]) -> Table | None:
+def read_grid(data: object, problems: list[str]) -> Grid | None:
+    """A receipt's ``matrix`` entry read leniently (what does not fit is noted in
+    ``problems``), its reference cell found among its cells by the name written; None, with
+    why, when not even that makes a grid (no axes to explain it by)."""
+    try:
+        grid = from_json(Grid, data, problems=problems)
+    except (LosslessError, LookupError, TypeError, ValueError) as exc:
+        problems.append(f"Grid: {exc}")
+        return None
+    name = mapping(data).get("reference")
+    found = next((c.cell for c in grid.cells if c.name == name), None)
+    if found is None:
+        problems.append(f"Grid.reference: no cell is named {name!r}")
+        return grid
+    return replace(grid, reference=found)
+
+
+def grid_table(grid: Grid) -> Table | None:
     """The grid as a table: one row per setting of the leading axes, one column per value of
     the last; each cell holds its verdict (the reference cell is marked ``(reference)``)."""
-    axes = mapping(grid.get("axes"))
-    if not axes or not all(isinstance(v, list) and v for v in axes.values()):
+    axes = grid.axes
+    if not axes or not all(values for values in axes.values()):
         return None
     names = list(axes)
-    verdicts: dict[str, str] = {}
-    for cell in grid.get("cells") or []:
-        if isinstance(cell, Mapping):
-            verdicts[str(cell.get("name"))] = str(cell.get("verdict"))
-    reference = str(grid.get("reference"))
+    verdicts = grid.verdicts
+    reference = grid.reference_name
     *leading, last = names
 
     def name(values: Sequence[object]) -> str:
@@ -47,30 +64,28 @@ def grid_table(grid: Mapping[str, Any]) -> Table | None:
         line = [label or "-"]
         for value in axes[last]:
             cell = name([*prefix, value])
-            line.append(verdicts.get(cell, "-") + (" (reference)" if cell == reference else ""))
+            mark = " (reference)" if cell == reference else ""
+            line.append(f"{verdicts.get(cell, '-')}{mark}")
         rows.append(tuple(line))
     return Table(head, rows)
 
 
-def grid_blocks(grid: Mapping[str, Any]) -> list[Block]:
+def grid_blocks(grid: Grid) -> list[Block]:
     """The grid's section: its explanation line, the grid, and every cell's verdict."""
-    blocks: list[Block] = [Text(str(grid.get("explanation") or ""))]
+    blocks: list[Block] = [Text(grid.explanation)]
     table = grid_table(grid)
     if table is not None:
         blocks.append(table)
-    runs = grid.get("runs_per_cell")
-    gates = ", ".join(sorted({str(g) for g in mapping(grid.get("gates")).values()})) or "-"
+    gates = ", ".join(sorted(set(grid.gates.values()))) or "-"
     blocks.append(
         Text(
-            f"each cell ran {runs} times and was compared with the reference cell "
-            f"{grid.get('reference')} (gates: {gates})"
+            f"each cell ran {grid.runs} times and was compared with the reference cell "
+            f"{grid.reference_name} (gates: {gates})"
         )
     )
     return blocks
 
 
-def find_cell(grid: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    for cell in grid.get("cells") or []:
-        if isinstance(cell, Mapping) and cell.get("name") == name:
-            return cell
-    return None
+def find_cell(grid: Grid, name: str) -> CellResult | None:
+    """The cell of ``grid`` named ``name`` (as its row names it), or None."""
+    return next((c for c in grid.cells if c.name == name), None)

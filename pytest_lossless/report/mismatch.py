@@ -8,7 +8,7 @@ as the gates do. Where a file is not at hand the section says why instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -16,7 +16,6 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import media
-from ..core.records import from_json
 from ..gates.gate import GateResult
 from ..media.container import ContainerFingerprint, FrameDigest
 from .blocks import Assets, Block, Figure, Side, Svg, Table, Text
@@ -32,7 +31,7 @@ ELEMENTS_LISTED = 10
 
 
 def draw(
-    result: Mapping[str, Any],
+    gate: GateResult,
     left: Side,
     right: Side,
     *,
@@ -40,9 +39,8 @@ def draw(
     limits: media.MediaLimits,
     stem: str,
 ) -> list[Block]:
-    """What differs between ``left`` and ``right`` for one gate result (a ``GateResult`` dict
-    of a receipt, read leniently: a receipt is read, not trusted)."""
-    gate = from_json(GateResult, result, problems=[])
+    """What differs between ``left`` and ``right`` for one gate result (read from its receipt
+    leniently by :mod:`.details`: a receipt is read, not trusted)."""
     blocks: list[Block] = []
     if gate.metadata_diffs:
         blocks.append(Table(("metadata that differs",), [(d,) for d in gate.metadata_diffs]))

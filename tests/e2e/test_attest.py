@@ -55,8 +55,8 @@ def _git(cwd: Path, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd)
+def _pytest(cwd: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd, **kw)
 
 
 def _lossless(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -436,3 +436,59 @@ def test_a_receipt_changed_while_the_session_ran_makes_it_unsignable(tmp_path: P
     signing = _lossless(project, "sign", "lossless-receipts", "--key", str(tmp_path / "key.pem"))
     assert signing.returncode == 1
     assert "the session says it cannot be signed" in signing.stdout
+
+
+EDITING = """
+import os
+import sys
+
+APPEND = "import sys; open(sys.argv[1], 'a').write('a line the session wrote' + chr(10))"
+
+def test_a_model_run_appends_to_a_tracked_file(model_run):
+    code = APPEND if os.environ.get("EDIT") else "pass"
+    model_run([sys.executable, "-c", code, os.path.abspath("data.txt")])
+
+def test_b_runs_after_it(model_run):
+    model_run([sys.executable, "-c", "pass"])
+"""
+
+
+def test_a_tree_edited_while_the_session_ran_is_named_and_refused(tmp_path: Path) -> None:
+    """#20/#22: git is read once per session and tree, so a receipt records the diff as first
+    read; the session's end reads each tree once more and says when it changed since."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_editing.py").write_text(EDITING)
+    (project / "data.txt").write_text("tracked\n")
+    (project / ".gitignore").write_text("lossless-receipts/\nlossless-attestation/\n")
+    _git(project, "init", "-q", ".")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "base")
+    _keys(tmp_path, "key")
+    key = str(tmp_path / "key.pem")
+
+    untouched = _pytest(project)
+    assert untouched.returncode == 0, untouched.stdout
+    assert "changed during the session" not in untouched.stdout
+    done = _lossless(project, "verify", "lossless-receipts")
+    assert done.returncode == 0, done.stdout
+    shutil.rmtree(project / "lossless-receipts")
+
+    edited = _pytest(project, env={**os.environ, "EDIT": "1"})
+    assert edited.returncode == 0, edited.stdout
+    assert (project / "data.txt").read_text().count("\n") == 2
+    (line,) = [ln for ln in edited.stdout.splitlines() if "changed during the session" in ln]
+    assert str(project) in line, line
+    (session,) = [p for p in (project / "lossless-receipts").iterdir() if p.is_dir()]
+    index = json.loads((session / "INDEX.json").read_text())
+    (change,) = index["source_changes"]
+    assert change["diff_sha256"] != change["diff_sha256_at_end"]
+    receipts = [json.loads(p.read_text()) for p in session.glob("test_editing*.json")]
+    assert len({r["runspec"]["source"]["diff_sha256"] for r in receipts}) == 1
+    assert receipts[0]["runspec"]["source"]["diff_sha256"] == change["diff_sha256"]
+    done = _lossless(project, "verify", "lossless-receipts")
+    assert done.returncode == 1, done.stdout
+    assert "the receipts do not describe one source state" in done.stdout
+    signing = _lossless(project, "sign", "lossless-receipts", "--key", key)
+    assert signing.returncode == 1, signing.stdout
+    assert "the receipts do not describe one source state" in signing.stdout

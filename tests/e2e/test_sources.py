@@ -299,7 +299,8 @@ def test_git_runs_once_per_session_and_source_tree(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """#22: the revision of a source tree does not change within a session, so the rootdir and
-    each ``sources=`` tree are read from git once, however many receipts the session writes."""
+    each ``sources=`` tree are read from git once, however many receipts the session writes;
+    the session's end reads each tree's work tree once more (#20: was it edited meanwhile?)."""
     for name, value in GIT.items():
         monkeypatch.setenv(name, value)
     _repo(pytester.path, {".gitignore": "lossless-receipts/\nbin*/\ngit*.log\ntest_count.py\n"})
@@ -308,6 +309,9 @@ def test_git_runs_once_per_session_and_source_tree(
     many = _git_processes(pytester, monkeypatch, 6)
     assert one > 0
     assert many == one  # not seven processes per receipt: none after the first
+    # Two trees (the rootdir, engine): 8 processes to read each, and at the session's end one
+    # git diff and one git ls-files each to see whether it changed while the session ran.
+    assert one == 2 * 8 + 2 * 2
     receipts = sorted((pytester.path / "lossless-receipts").rglob("*test_run*.json"))
     assert len(receipts) == 7
     for path in receipts:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from pytest_lossless.compare.repeatability import compare_control_candidate
 from pytest_lossless.core.paths import PathOutsideRoot
+from pytest_lossless.core.records import from_json
 from pytest_lossless.core.text import printable
 from pytest_lossless.evidence.receipts import ReceiptRecord
 from pytest_lossless.kinds.registry import KindRegistry
@@ -30,6 +31,7 @@ from pytest_lossless.report.html import page, write_report
 from pytest_lossless.report.mismatch import max_ulps
 from pytest_lossless.report.pictures import difference, frame_triptych
 from pytest_lossless.report.raster import Canvas, encode_png
+from pytest_lossless.speed.runner import Sample
 
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>\x1b[31m\u202e&amp;'
 
@@ -307,6 +309,35 @@ def test_a_section_that_cannot_be_drawn_says_why(tmp_path):
     assert "the obtained file is gone" in text
 
 
+def test_hand_edited_blocks_of_every_kind_still_render(tmp_path):
+    """#19: each block is read once into its record, leniently: what does not fit is named in
+    its section, and a block that cannot be read at all says so; nothing raises."""
+    rows = [
+        Row("t.py::test_e", "clip.mp4", "decoded", "FAIL", "edited gate"),
+        Row("t.py::test_e", "cmp", "exact", "FAIL", "edited comparison"),
+        Row("t.py::test_e", "speed w", "ratio <= 0.9", "FAIL", "edited speed"),
+        Row("t.py::test_e", "grid", "exact", "FAIL", "edited matrix"),
+    ]
+    gate = {"artifact": "clip.mp4", "kind": "video", "gate": "decoded", "lossless": "yes"}
+    gate |= {"passed": False, "evidence": "not an object"}
+    lossless = {"label": "cmp", "verdict": "MAYBE", "runs": "none", "candidate_comparison": 3}
+    speed = {"verdict": "FAIL", "samples": [{"block": "x"}, {"block": 1, "arm": "control"}]}
+    matrix = {"label": "grid", "axes": {"x": "not a list"}, "cells": 7}
+    receipt = _record(
+        {"gates": [gate], "lossless": [lossless], "speed": [speed], "matrix": [matrix]}
+    )
+    index = write_report(tmp_path / "report", rows, {"t.py::test_e": receipt})
+    text = index.read_text(encoding="utf-8")
+    assert "this section could not be drawn" not in text
+    assert text.count("is read in part (edited?)") == 4
+    assert "GateResult.lossless: expected bool" in text
+    assert "LosslessVerdict.verdict" in text
+    assert "SpeedVerdict.samples[0].block: expected int" in text
+    assert "the receipt&#x27;s block for this check could not be read" in text or (
+        "the receipt's block for this check could not be read" in text
+    )
+
+
 # ------------------------------------------------------------------ pictures
 
 
@@ -388,7 +419,7 @@ def test_charts_are_svg_and_frames_stay_png():
     import xml.etree.ElementTree as ET
 
     wave = waveforms_svg(np.arange(600), np.arange(580), start=100, first=250, rate=None)
-    samples = _speed_receipt()["speed"][0]["samples"]
+    samples = [from_json(Sample, s) for s in _speed_receipt()["speed"][0]["samples"]]
     charts = [
         wave,
         histogram_svg(np.linspace(-1, 1, 50), what="d", unit="u"),

@@ -352,7 +352,7 @@ def test_an_ignored_axis_never_matters(grid):
 
 
 def test_the_grid_as_a_table_for_the_report(tmp_path, kinds):
-    from pytest_lossless.report.grid import grid_table
+    from pytest_lossless.report.grid import grid_table, read_grid
 
     grid = run_matrix(
         _Model().make_run,
@@ -361,11 +361,17 @@ def test_the_grid_as_a_table_for_the_report(tmp_path, kinds):
         kinds=kinds,
         workdir=tmp_path,
     )
-    table = grid_table(json.loads(json.dumps(grid.to_json(), default=str)))
+    problems: list[str] = []
+    read = read_grid(json.loads(json.dumps(grid.to_json(), default=str)), problems)
+    assert read is not None
+    assert problems == []
+    table = grid_table(read)
     assert table is not None
     assert table.head == ("threads \\ batch", "1", "4")
     assert list(table.rows) == [
         ("threads=1", "PASS (reference)", "PASS"),
         ("threads=2", "FAIL", "FAIL"),
     ]
-    assert grid_table({"axes": {"x": "not a list"}}) is None  # a receipt is read, not trusted
+    # A receipt is read, not trusted: what does not fit is noted, never raised.
+    assert read_grid({"axes": {"x": "not a list"}}, problems) is None
+    assert problems

@@ -50,7 +50,7 @@ def git(root: Path, *args: str) -> str:
 
 def _state(block: dict[str, Any]) -> provenance.SourceState:
     """A source block as recorded, read back as its readers read it."""
-    state = provenance.SourceState.from_json(block)
+    state = provenance.SourceState.read(block)
     assert state is not None
     return state
 
@@ -387,6 +387,48 @@ def test_a_session_reads_each_tree_from_git_once_until_a_commit(
     count = len(seen)
     assert states.state(outside).revision is None
     assert len(seen) == count
+
+
+def test_the_sessions_end_names_a_tree_edited_after_it_was_read(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """#20: an edit of the work tree alone does not make the session read the tree again, so
+    its end reads each tree's diff and untracked names once more (two git processes)."""
+    from pytest_lossless.evidence.index import SessionIndex, build_index
+
+    seen: list[tuple[str, ...]] = []
+    real = provenance._git
+
+    def spy(root: Path, *args: str) -> tuple[int, bytes, str]:
+        seen.append(args)
+        return real(root, *args)
+
+    monkeypatch.setattr(provenance, "_git", spy)
+    states = provenance.SourceStates()
+    first = states.state(repo)
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    states.state(outside)
+    count = len(seen)
+    assert states.changes() == ()  # untouched: nothing to say
+    assert [a[0] for a in seen[count:]] == ["diff", "ls-files"]  # not the tree outside git
+    (repo / "model.py").write_text("speed = 5\n")
+    assert states.state(repo) is first  # what every later receipt records
+    (change,) = states.changes()
+    assert (change.tree, change.revision) == (str(repo.resolve()), first.revision)
+    assert change.diff_sha256 == first.diff_sha256 != change.diff_sha256_at_end
+    assert "diff " in change.text()
+    assert "do not describe one source state" in change.text()
+    (repo / "notes.txt").write_text("new\n")
+    (again,) = states.changes()
+    assert (again.untracked_count, again.untracked_count_at_end) == (0, 1)
+    # The index records it (a new optional key), and reads it back; an index without it reads.
+    index = build_index(tmp_path, session_id="s", source_changes=[change]).to_json()
+    assert index["source_changes"] == [change.to_json()]
+    assert SessionIndex.read(index).source_changes == (change,)
+    del index["source_changes"]
+    assert SessionIndex.read(index).source_changes == ()
+    assert "source_changes" not in build_index(tmp_path, session_id="s").to_json()
 
 
 def test_the_source_block_keeps_its_keys_in_and_outside_git(repo: Path, tmp_path: Path) -> None:

@@ -609,6 +609,25 @@ def test_real_receipts_read_into_their_records_and_write_back_identically() -> N
         assert text.encode() == path.read_bytes(), path.name
 
 
+def test_real_source_blocks_read_into_their_record_and_write_back_key_for_key() -> None:
+    """#19: the source block (SourceState, Publication flattened into it) is written by the
+    records' one serialiser: each real receipt's block reads back to the same keys in order
+    (the receipt stores its diff beside it, so ``diff`` is the one key it adds)."""
+    from pytest_lossless.evidence.provenance import SourceState
+
+    for path in sorted(GPU_SESSION.glob("*.json")):
+        data = json.loads(path.read_text())
+        block = data["source"] if path.name == "INDEX.json" else data["runspec"]["source"]
+        state = SourceState.read(block)
+        assert state is not None
+        written = state.compact() if path.name == "INDEX.json" else state.to_json()
+        same = [k for k in block if k in written]
+        if path.name != "INDEX.json":  # the index is written with its keys sorted
+            assert [k for k in written if k in block] == same, path.name
+        assert {k: written[k] for k in same} == {k: block[k] for k in same}, path.name
+        assert set(written) - set(block) <= {"diff"}, path.name
+
+
 def test_a_receipt_block_of_the_wrong_shape_is_named() -> None:
     with pytest.raises(ReceiptError, match="gates is not a list of objects"):
         ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", "gates": ["x"]})
@@ -660,13 +679,13 @@ def test_the_host_identity_is_typed_and_written_back_key_for_key() -> None:
 def test_a_subject_is_written_as_in_toto_lists_it() -> None:
     from pytest_lossless.evidence.attest import Subject
 
-    source = Subject("source", "gitCommit", "a" * 40, (("dirty", True), ("diff_sha256", "d")))
+    source = Subject("source", {"gitCommit": "a" * 40}, {"dirty": True, "diff_sha256": "d"})
     assert source.to_json() == {
         "name": "source",
         "digest": {"gitCommit": "a" * 40},
         "annotations": {"dirty": True, "diff_sha256": "d"},
     }
-    assert Subject("t/x", "sha256", "b" * 64).to_json() == {
+    assert Subject("t/x", {"sha256": "b" * 64}).to_json() == {
         "name": "t/x",
         "digest": {"sha256": "b" * 64},
     }  # an obtained artifact: no annotations

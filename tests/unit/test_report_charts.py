@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
+from pytest_lossless.core.records import from_json
 from pytest_lossless.report.charts import (
     RED,
     histogram_svg,
@@ -16,6 +17,7 @@ from pytest_lossless.report.charts import (
     text_extent,
     waveforms_svg,
 )
+from pytest_lossless.speed.runner import Sample
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -112,7 +114,8 @@ def test_the_speed_chart_draws_the_target_and_the_estimate_with_units() -> None:
         for b in range(4)
         for arm, s in (("control", 0.030 + b / 1000), ("candidate", 0.010 + b / 1000))
     ] + [{"block": 4, "arm": "candidate", "seconds": None, "error": "boom"}]
-    svg = _parse(speed_svg(samples, ratio=0.33, ci=(0.31, 0.35), target_ratio=0.7))
+    records = [from_json(Sample, s, problems=[]) for s in samples]  # as the report reads them
+    svg = _parse(speed_svg(records, ratio=0.33, ci=(0.31, 0.35), target_ratio=0.7))
     texts = _texts(svg)
     assert "seconds per arm (control, candidate)" in texts
     assert "candidate/control time ratio per block (1 = no change)" in texts

@@ -22,7 +22,7 @@ def _session(index: int, count: int = 4, *, finished: bool = True, tests=TESTS) 
         "state": "finished" if finished else "interrupted",
         "shard": split_record(Shard(index, count), tests, kept=kept),
     }
-    return ShardedSession(f"s{index}", SessionIndex.from_json(index_))
+    return ShardedSession(f"s{index}", SessionIndex.read(index_))
 
 
 def _texts(sessions):
@@ -38,7 +38,7 @@ def test_every_shard_once_is_clean():
 
 
 def test_unsharded_sessions_are_not_counted():
-    assert _texts([ShardedSession("plain", SessionIndex.from_json({"finished": True}))]) == []
+    assert _texts([ShardedSession("plain", SessionIndex.read({"finished": True}))]) == []
     assert shard_lines([ShardedSession("plain", None)]) == []
 
 
