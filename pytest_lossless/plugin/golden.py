@@ -215,6 +215,48 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             file_records(item, done=True)
 
 
+#: ``item.stash[SHARED_FOLDER_KEY]``: the ids of the tests (this one among them) whose golden
+#: folder is this test's once their names are made file names.
+SHARED_FOLDER_KEY = pytest.StashKey[tuple[str, ...]]()
+#: The fixtures whose tests keep goldens or plans in their golden folder.
+_FOLDER_FIXTURES = frozenset({"golden", "lossless", "speed_gate"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests whose ids differ only in characters a folder name cannot hold (``test_x[a/b]``,
+    ``test_x[a_b]``) would share one golden folder and overwrite each other's goldens: each is
+    marked here, before ``-k`` or ``--lf`` deselect any of them, and fails at its setup."""
+    from ..goldens.layout import shared_folders
+
+    keeping = [i for i in items if _FOLDER_FIXTURES.intersection(getattr(i, "fixturenames", ()))]
+    shared = shared_folders(item.nodeid for item in keeping)
+    for item in keeping:
+        if item.nodeid in shared:
+            item.stash[SHARED_FOLDER_KEY] = shared[item.nodeid]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from ..goldens.layout import folder_of
+
+    group = item.stash.get(SHARED_FOLDER_KEY, None)
+    if not group:
+        return
+    resolved = settings(item.config)
+    folder = folder_of(resolved.goldens, *golden_key(item))
+    with contextlib.suppress(ValueError):
+        folder = folder.relative_to(resolved.rootdir)
+    pytest.fail(
+        printable(
+            f"{' and '.join(group)} share the golden folder {folder} once their ids are made "
+            "file names: each would overwrite the others' goldens. Give them ids that differ "
+            "in letters, digits or '._-[]=,+@' (pytest.param(..., id=...), or ids=)"
+        ),
+        pytrace=False,
+    )
+
+
 def golden_key(item: pytest.Item) -> tuple[str, str]:
     """The module (its path under the rootdir, without ``.py``) and the test name that key the
     test's goldens (:func:`..goldens.layout.split_test_id`)."""
