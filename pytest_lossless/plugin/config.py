@@ -103,6 +103,7 @@ def _option_names(parser: pytest.Parser) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _check_blocked(config)
     _check_rootdir(config)
     resolved = settings(config)  # a bad value is a usage error now, not an error in every test
     for line in _MARKERS:
@@ -110,6 +111,34 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_folders(config, resolved)
     _check_published(config, resolved)
     session(config)  # decided now: a bad PYTEST_LOSSLESS_HOST is a usage error, not a test's
+
+
+#: The adapter's modules that only show what the others decided: ``-p no:`` may leave them out.
+_OPTIONAL_MODULES = frozenset(
+    {"pytest_lossless.plugin.html_report", "pytest_lossless.plugin.terminal_progress"}
+)
+
+
+def _check_blocked(config: pytest.Config) -> None:
+    """``-p no:`` of one module of the adapter while the others run is a usage error: they carry
+    the guarantees together (without ``outcomes``, a ``lossless`` test that compared nothing
+    passed, with or without ``--lossless``; without ``session``, no index named a missing
+    receipt). Only the report and the progress line may be left out."""
+    from . import MODULES
+
+    blocked = [
+        name
+        for name in MODULES
+        if name not in _OPTIONAL_MODULES and config.pluginmanager.is_blocked(name)
+    ]
+    if blocked:
+        raise pytest.UsageError(
+            f"pytest-lossless: -p no:{blocked[0]} leaves the plugin running without one of its "
+            "modules, and its verdicts without the rules that module keeps (a lossless test "
+            "could pass unchecked): turn the whole plugin off with -p no:lossless, or leave "
+            "it on (only -p no:pytest_lossless.plugin.html_report and "
+            "-p no:pytest_lossless.plugin.terminal_progress may be left out)"
+        )
 
 
 def _check_rootdir(config: pytest.Config) -> None:
