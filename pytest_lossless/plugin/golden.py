@@ -870,6 +870,11 @@ class OrphanWatch:
             return
         if self.config.option.collectonly or _workers(self.config):
             return
+        if getattr(self.config.option, "lf", False):
+            # --lf filters while collecting (a module without failures is collected empty, the
+            # others keep only their failed tests) and never says which tests it left out: a
+            # test not looked at cannot be told from one that is gone.
+            return
         collected = set()
         for test in self.tests:
             try:
