@@ -58,6 +58,16 @@ def receipt_for(item: pytest.Item) -> Receipt:
     return receipt
 
 
+def redacted_command(config: pytest.Config) -> list[str]:
+    """pytest's command line as written into a golden's provenance or ``export.json``, with
+    the session's secrets hidden as receipts hide them (``--api-key=...`` of a conftest's
+    option, a password in a URL): manifests are committed, exports uploaded (#20)."""
+    from ..core.redact import Redactor
+
+    redactor = Redactor.with_patterns(settings(config).redact)
+    return redactor.argv(["pytest", *map(str, config.invocation_params.args)])[0]
+
+
 def source_revision(config: pytest.Config) -> dict[str, Any]:
     """The session's source identity (computed once); its own receipts do not make it dirty."""
     from ..evidence.provenance import source_revision as read_revision

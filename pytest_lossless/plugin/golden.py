@@ -29,7 +29,14 @@ from ..core.verdict import Status, Update, status_of
 from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
 from .config import kinds, settings
 from .devices import allocator, holds_devices
-from .evidence import ALLOCATION_KEY, FACTS_KEY, receipt_for, session_folder, source_revision
+from .evidence import (
+    ALLOCATION_KEY,
+    FACTS_KEY,
+    receipt_for,
+    redacted_command,
+    session_folder,
+    source_revision,
+)
 from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, fail_on, failing_on_errors
 
 if TYPE_CHECKING:
@@ -763,7 +770,7 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
         "when": utc_iso(),
         "plugin_version": __version__,
         "source_revision": source_revision(config),
-        "command": ["pytest", *config.invocation_params.args],
+        "command": redacted_command(config),
         "device_identity": identity,
         # So that a later mismatch can say "made with ffmpeg X, now Y".
         "made_with": made_with(session_versions(config)),
