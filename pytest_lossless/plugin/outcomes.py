@@ -15,7 +15,8 @@ from typing import Any, Literal, NoReturn
 import pytest
 
 from .. import report
-from ..core.verdict import Verdict, status_of
+from ..core.text import printable
+from ..core.verdict import Status, Verdict, status_of
 from ..errors import Inconclusive, LosslessError
 from . import evidence as receipts
 from .config import settings
@@ -194,6 +195,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash[RUN_ONCE_KEY] = config.stash.get(RUN_ONCE_KEY, 0) + kept
 
 
+def _fail_expected_failure(item: pytest.Item, rep: pytest.TestReport) -> None:
+    """A gate that failed under an ``xfail`` mark (or ``pytest.xfail``) fails its test: pytest
+    would report it "xfailed", a success, while its row, receipt and JUnit say FAIL. A test
+    proves a gate says no with ``expect="FAIL"``, frozen with its plan (#20). An xfail
+    whose gates all passed (an assertion after them failed), or whose check could not be made
+    (an ERROR: no golden yet), stays an expected failure."""
+    if not (rep.skipped and hasattr(rep, "wasxfail")):
+        return
+    said_no = (Status.FAIL, Status.INCONCLUSIVE)  # compared; a golden not found is an ERROR
+    failing = [r for r in item.stash.get(ROWS_KEY, []) if r.failing and r.status in said_no]
+    if not failing:
+        return
+    row = failing[0]
+    reason = str(rep.wasxfail)
+    del rep.wasxfail
+    rep.outcome = "failed"
+    rep.longrepr = printable(
+        f"{item.nodeid}: {row.check} ({row.gate}) is {row.verdict} under xfail"
+        f"{f' ({reason})' if reason else ''}: a gate that failed is never an expected failure. "
+        'To prove that a gate says no, assert it with expect="FAIL" (lossless.compare, '
+        "speed_gate: frozen with the test's plan); to accept a changed output, update its "
+        "golden with --update-goldens; not with xfail"
+    )
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not item.get_closest_marker("lossless"):
         return
@@ -230,6 +256,7 @@ def pytest_runtest_makereport(
                 "call golden.check, lossless.compare or speed_gate (it never passes unchecked)"
             )
         _fail_unclean_runs(item, rep)
+        _fail_expected_failure(item, rep)
         item.stash[CALL_PASSED_KEY] = rep.passed
         if call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive):
             rep.outcome = "failed"
