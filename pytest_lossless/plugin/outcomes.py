@@ -23,6 +23,8 @@ from .config import settings
 
 #: ``item.stash[ROWS_KEY]``: the test's rows of the verdict table.
 ROWS_KEY = pytest.StashKey[list[report.Row]]()
+#: ``item.stash[UNACTED_KEY]``: the rows whose verdict the test did not ask to act on.
+UNACTED_KEY = pytest.StashKey[list[report.Row]]()
 #: ``item.stash[EVENTS_KEY]``: golden updates (created, changed, refused...) of the test.
 EVENTS_KEY = pytest.StashKey[list[dict[str, str]]]()
 #: ``item.stash[CALL_PASSED_KEY]``: whether the call phase passed (goldens are written then).
@@ -87,6 +89,12 @@ def fail_on(error: LosslessError, prefix: str = "") -> NoReturn:
 
 def add_row(item: pytest.Item, row: report.Row) -> None:
     item.stash.setdefault(ROWS_KEY, []).append(row)
+
+
+def not_acted(item: pytest.Item, row: report.Row) -> None:
+    """``row``'s verdict was only returned to the test (``act=False``) or judged against what
+    the test asserted: a failing status there does not fail the test by itself."""
+    item.stash.setdefault(UNACTED_KEY, []).append(row)
 
 
 def is_media_expectation(expect: object) -> bool:
@@ -154,7 +162,10 @@ def record_verdict(
     ``expect=``."""
     __tracebackhide__ = True
     status, expected = status_of(verdict.verdict, lossy=lossy, expect=expect)
-    add_row(item, dataclasses.replace(row, status=status, expected=expected))
+    row = dataclasses.replace(row, status=status, expected=expected)
+    add_row(item, row)
+    if not act and expect is None:
+        not_acted(item, row)
     settle_verdict(verdict, act=act, expect=expect)
 
 
@@ -193,6 +204,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     if kept:
         config.stash[RUN_ONCE_KEY] = config.stash.get(RUN_ONCE_KEY, 0) + kept
+
+
+def _fail_caught_failure(item: pytest.Item, rep: pytest.TestReport) -> None:
+    """A test that passed although one of its checks failed it (a FAIL, an INCONCLUSIVE, an
+    ERROR) caught that failure: a retry loop's ``except Exception`` (INCONCLUSIVE is one), an
+    ``except BaseException``. It fails, naming the check (#20); a verdict the test only asked
+    for (``act=False``) or asserted itself (``expect=``) is its to judge."""
+    if not rep.passed:
+        return
+    unacted = {id(row) for row in item.stash.get(UNACTED_KEY, [])}
+    caught = [r for r in item.stash.get(ROWS_KEY, []) if r.failing and id(r) not in unacted]
+    if not caught:
+        return
+    row = caught[0]
+    rep.outcome = "failed"
+    rep.longrepr = printable(
+        f"{item.nodeid}: {row.check} ({row.gate}) said {row.verdict}, and the test went on and "
+        "passed: it caught the failure (an except around the check, such as a retry loop's "
+        "except Exception). A check that fails fails its test; to only get the verdict, pass "
+        "act=False"
+    )
 
 
 def _fail_expected_failure(item: pytest.Item, rep: pytest.TestReport) -> None:
@@ -256,6 +288,7 @@ def pytest_runtest_makereport(
                 "call golden.check, lossless.compare or speed_gate (it never passes unchecked)"
             )
         _fail_unclean_runs(item, rep)
+        _fail_caught_failure(item, rep)
         _fail_expected_failure(item, rep)
         item.stash[CALL_PASSED_KEY] = rep.passed
         if call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive):
