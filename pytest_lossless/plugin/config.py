@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -150,11 +151,19 @@ def _check_rootdir(config: pytest.Config) -> None:
     what happened and how to write the option instead."""
     if getattr(config.option, "rootdir", None) or hasattr(config, "workerinput"):
         return  # --rootdir decides it; a worker was started with the controller's
-    args = [str(a) for a in config.invocation_params.args]
+    # PYTEST_ADDOPTS (where CI jobs put options) goes before the command line, as pytest puts
+    # it; a pair is never taken across the two.
+    try:
+        added = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    except ValueError:
+        added = []  # pytest itself refuses it
+    given = [str(a) for a in config.invocation_params.args]
     flags = {spec.flag for spec in OPTIONS if not spec.is_flag}
     root = config.rootpath.resolve()
     here = config.invocation_params.dir.resolve()
-    for flag, value in itertools.pairwise(args):
+    pairs = [(*pair, " (in PYTEST_ADDOPTS)") for pair in itertools.pairwise(added)]
+    pairs += [(*pair, "") for pair in itertools.pairwise(given)]
+    for flag, value, where in pairs:
         if flag not in flags or value.startswith("-"):
             continue
         path = (here / value).resolve()
@@ -164,9 +173,9 @@ def _check_rootdir(config: pytest.Config) -> None:
             continue  # the rootdir it would have had anyway
         raise pytest.UsageError(
             printable(
-                f"pytest-lossless: {flag} {value}: pytest read {value!r} (given after a space) "
-                f"as a path to test before it knew {flag}, so it chose its rootdir ({root}) and "
-                "ini file from it: the project's ini file was not read "
+                f"pytest-lossless: {flag} {value}{where}: pytest read {value!r} (given after a "
+                f"space) as a path to test before it knew {flag}, so it chose its rootdir ({root}) "
+                "and ini file from it: the project's ini file was not read "
                 f"({'none was' if config.inipath is None else f'{config.inipath} was'} used "
                 f"instead) and goldens and receipts would go under {root}. Write "
                 f"{flag}={value} (with '='), or give --rootdir"
