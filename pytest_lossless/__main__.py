@@ -32,9 +32,9 @@ from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
 
 from .core.text import printable  # noqa: E402
-from .errors import ConfigError, LosslessError, ReceiptError  # noqa: E402
+from .errors import ConfigError, LosslessError  # noqa: E402
 from .evidence.index import INDEX_NAME  # noqa: E402
-from .evidence.receipts import load_all  # noqa: E402
+from .evidence.receipts import ReceiptRecord  # noqa: E402
 from .evidence.sessions import EXPORT_JSON, check_campaign  # noqa: E402
 from .evidence.summary_md import (  # noqa: E402
     check_summaries,
@@ -43,20 +43,21 @@ from .evidence.summary_md import (  # noqa: E402
     verdict_counts,
     write_summary,
 )
-from .evidence.verify import verify_receipt  # noqa: E402
+from .evidence.verify import verify_folder, verify_receipt  # noqa: E402
 from .kinds.registry import KindRegistry, plugin_manager  # noqa: E402
 
 
-def _describe(data: dict[str, Any]) -> str:
-    verdicts = data.get("verdicts") or {}
-    runs = len(data.get("runs") or [])
+def _describe(record: ReceiptRecord) -> str:
+    """A receipt's line: its runs, their lifecycle and its overall verdict, as recorded."""
+    verdicts = record.recorded_verdicts or {}
+    runs = len(record.block("runs"))
     clean = (verdicts.get("lifecycle") or {}).get("clean")
     parts = [f"{runs} run{'s' if runs != 1 else ''}"]
     if runs:
         parts.append("lifecycle clean" if clean else "lifecycle NOT clean")
     if verdicts.get("overall"):
         parts.append(f"verdict {verdicts['overall']}")
-    return f"{data.get('test_id')}: " + ", ".join(parts)
+    return f"{record.test_id}: " + ", ".join(parts)
 
 
 def verify_command(
@@ -114,10 +115,11 @@ def verify_command(
         print(f"pytest-lossless verify: {exc}", file=sys.stderr)
         return 2
     # An export's export.json is its table of contents, not a receipt.
-    loaded_by_folder = {
-        directory: {p: r for p, r in load_all(directory).items() if p.name != EXPORT_JSON}
+    checked = {
+        directory: verify_folder(directory, kinds=kinds, skip=lambda p: p.name == EXPORT_JSON)
         for directory in directories
     }
+    loaded_by_folder = {directory: found.receipts for directory, found in checked.items()}
     total = sum(len(loaded) for loaded in loaded_by_folder.values())
     indexes = any(d.is_dir() and any(d.rglob(INDEX_NAME)) for d in directories)
     if not total and not indexes:  # an index without receipts still has a session to check
@@ -131,12 +133,12 @@ def verify_command(
     summaries: list[str] = []
     for directory, loaded in loaded_by_folder.items():
         for path, data in loaded.items():
-            if isinstance(data, ReceiptError):
+            if path not in checked[directory].problems:  # not even JSON of a receipt
                 bad += 1
                 print(f"UNREADABLE {data}", file=stream)
                 continue
-            problems = verify_receipt(path, receipt=data, kinds=kinds)
-            line = _describe(data)
+            problems = checked[directory].problems[path]
+            line = _describe(data) if isinstance(data, ReceiptRecord) else str(path.name)
             if problems:
                 bad += 1
                 print(f"CONTRADICTION {path}: {line}", file=stream)
@@ -166,9 +168,9 @@ def verify_command(
     for line in campaign.seen_lines():
         print(line, file=stream)
     unfrozen = {
-        str(data.get("test_id")): len(found)
+        data.test_id: len(found)
         for data in merged.values()
-        if isinstance(data, dict) and (found := unfrozen_plans(data))
+        if isinstance(data, ReceiptRecord) and (found := unfrozen_plans(data))
     }
     if unfrozen:
         count, names = sum(unfrozen.values()), ", ".join(sorted(unfrozen))
@@ -235,7 +237,7 @@ def accept_command(
     2 when the export cannot be read or nothing in it matches ``-k``. With ``attestation``
     and ``key``, an artifact is accepted only when its receipt is one a signed session lists.
     """
-    from .evidence.receipts import load
+    from .evidence.receipts import load_json
     from .goldens.accept import ExportError, accept, keyword_matcher, read_export
 
     stream = sys.stdout if out is None else out
@@ -274,7 +276,7 @@ def accept_command(
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
         root = Path.cwd()
         folder = local_goldens(root, goldens)
-        exported = document.settings.get("goldens")
+        exported = document.settings.goldens
         if exported is not None and Path(str(exported)) != folder.relative_to(root):
             print(
                 printable(
@@ -289,7 +291,7 @@ def accept_command(
             rootdir=root,
             kinds=kinds,
             receipt_problems=receipt_problems,
-            load_receipt=load,
+            load_receipt=load_json,
             keyword=keyword,
             store=store,
         )

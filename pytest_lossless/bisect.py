@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, TextIO
@@ -574,24 +574,14 @@ def _run(request: BisectRequest, ini_goldens: Callable[[Path], str | None], stre
             start = bad if request.sources is None else "HEAD"
             with _worktree(tests_repo, scratch / "tests", start) as test_tree:
                 tests = test_tree / relative if relative != "." else test_tree
-                if request.sources is None:
+                bisected = (
+                    nullcontext(test_tree)
+                    if request.sources is None
+                    else _worktree(repo, scratch / "sources", bad)
+                )
+                with bisected as tree:
                     bisection = Bisection(
-                        request,
-                        tests=tests,
-                        bisected=test_tree,
-                        goldens=goldens,
-                        out=out,
-                        stream=stream,
-                    )
-                    return _bisect(bisection, good, bad)
-                with _worktree(repo, scratch / "sources", bad) as source_tree:
-                    bisection = Bisection(
-                        request,
-                        tests=tests,
-                        bisected=source_tree,
-                        goldens=goldens,
-                        out=out,
-                        stream=stream,
+                        request, tests=tests, bisected=tree, goldens=goldens, out=out, stream=stream
                     )
                     return _bisect(bisection, good, bad)
     finally:

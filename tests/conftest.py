@@ -10,11 +10,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
+import pkgutil
 
 import pytest
 from hypothesis import settings
 
+import pytest_lossless
 from pytest_lossless.core import faults
 from tests.faults import tiers
 
@@ -26,6 +30,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # Fixed before xdist starts its workers: they inherit it, so a run that crosses midnight
     # still collects one set of cases everywhere.
     os.environ.setdefault(tiers.SEED_ENV, str(tiers.seed()))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if session.config.pluginmanager.hasplugin("dsession"):
+        return  # an xdist controller runs no test
+    for module in pkgutil.walk_packages(pytest_lossless.__path__, "pytest_lossless."):
+        if module.name.startswith("pytest_lossless.plugin") or module.name.endswith("__main__"):
+            continue  # the pytest adapter is loaded by pytest itself; __main__ is a command
+        with contextlib.suppress(ImportError):  # an optional dependency missing (torch)
+            importlib.import_module(module.name)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

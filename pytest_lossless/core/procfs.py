@@ -65,19 +65,25 @@ def scan_proc(skip: set[int] | frozenset[int] = frozenset()) -> dict[int, ProcSt
     return stats
 
 
+def proc_numbers(path: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """The number after each of ``keys`` (``"Uid:"``, ``"btime"``) that begins a line of the
+    ``/proc`` file ``path``; a key that is missing or unreadable is left out."""
+    found: dict[str, int] = {}
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) > 1 and parts[0] in keys:
+                    found[parts[0]] = int(parts[1])
+    except (OSError, ValueError):
+        pass
+    return found
+
+
 def read_memory_kib(pid: int) -> tuple[int | None, int | None]:
     """(VmHWM, VmRSS) in KiB; both None for zombies and vanished processes."""
-    hwm = rss = None
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1])
-                elif line.startswith("VmRSS:"):
-                    rss = int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return hwm, rss
+    found = proc_numbers(f"/proc/{pid}/status", ("VmHWM:", "VmRSS:"))
+    return found.get("VmHWM:"), found.get("VmRSS:")
 
 
 def read_cmdline(pid: int) -> list[str]:

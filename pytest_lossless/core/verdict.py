@@ -14,7 +14,17 @@ from enum import Enum
 from typing import Any
 
 
-class Verdict(str, Enum):
+class _Word(str, Enum):
+    """An enum equal to, printed as and formatted as its word."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Verdict(_Word):
     """A verdict, equal to its word (``Verdict.PASS == "PASS"``) and ordered by severity."""
 
     PASS = "PASS"
@@ -22,12 +32,6 @@ class Verdict(str, Enum):
     LOSSY_PASS = "LOSSY-PASS"
     INCONCLUSIVE = "INCONCLUSIVE"
     FAIL = "FAIL"
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     @property
     def severity(self) -> int:
@@ -68,7 +72,7 @@ _SEVERITY = {Verdict.PASS: 0, Verdict.LOSSY_PASS: 1, Verdict.INCONCLUSIVE: 2, Ve
 VERDICT_WORDS = tuple(v.value for v in sorted(Verdict, key=lambda v: v.severity))
 
 
-class Status(str, Enum):
+class Status(_Word):
     """What one row of the verdict table says about one check: a verdict, or that the check
     could not run (ERROR) or was not made (UNCHECKED). Equal to its word."""
 
@@ -81,24 +85,18 @@ class Status(str, Enum):
     #: A golden in the manifest, or a frozen plan, the test did not check.
     UNCHECKED = "UNCHECKED"
 
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
     @property
     def severity(self) -> int:
         """As :attr:`Verdict.severity`; ERROR and UNCHECKED weigh as FAIL."""
-        return _STATUS_SEVERITY[self]
+        return self.verdict.severity
 
     @property
     def verdict(self) -> Verdict:
         """The verdict this status counts as in "the worst of its parts"."""
-        return _STATUS_VERDICT[self]
+        return Verdict.parse(self.value) or Verdict.FAIL
 
 
-class Update(str, Enum):
+class Update(_Word):
     """What ``--update-goldens`` did to one artifact: a row status of its own, not a verdict."""
 
     #: Compared within the test, written when the test passes.
@@ -110,12 +108,6 @@ class Update(str, Enum):
     #: Another session changed the golden meanwhile: nothing was written.
     CONFLICT = "CONFLICT"
     REFUSED = "REFUSED"
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     @property
     def failing(self) -> bool:
@@ -129,24 +121,6 @@ class Update(str, Enum):
             return cls(action.upper())
         except ValueError:
             return None
-
-
-_STATUS_SEVERITY = {
-    Status.PASS: 0,
-    Status.LOSSY_PASS: 1,
-    Status.INCONCLUSIVE: 2,
-    Status.FAIL: 3,
-    Status.ERROR: 3,
-    Status.UNCHECKED: 3,
-}
-_STATUS_VERDICT = {
-    Status.PASS: Verdict.PASS,
-    Status.LOSSY_PASS: Verdict.LOSSY_PASS,
-    Status.INCONCLUSIVE: Verdict.INCONCLUSIVE,
-    Status.FAIL: Verdict.FAIL,
-    Status.ERROR: Verdict.FAIL,
-    Status.UNCHECKED: Verdict.FAIL,
-}
 
 
 def status_of(

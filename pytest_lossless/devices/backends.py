@@ -52,11 +52,13 @@ class _ToolBackend:
     observes_usage = True
     #: What :meth:`available` says when the tool answers but lists nothing usable.
     nothing_listed = "lists no device"
+    #: The vendor tool, when the caller names none.
+    default_smi = ""
 
     def __init__(
-        self, *, smi: str, runner: Runner | None = None, env: Mapping[str, str] | None = None
+        self, *, smi: str = "", runner: Runner | None = None, env: Mapping[str, str] | None = None
     ) -> None:
-        self.smi = smi
+        self.smi = smi or self.default_smi
         self.runner = runner or run_tool
         self.env = env
         #: Why the backend is unavailable, once :meth:`available` said so.
@@ -96,15 +98,7 @@ class CudaBackend(_ToolBackend):
 
     name = "cuda"
     nothing_listed = "lists no GPU this process may use"
-
-    def __init__(
-        self,
-        *,
-        smi: str = "nvidia-smi",
-        runner: Runner | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(smi=smi, runner=runner, env=env)
+    default_smi = "nvidia-smi"
 
     def discover(self) -> list[Device]:
         text = self.runner([self.smi, f"--query-gpu={CUDA_QUERY}", "--format=csv,noheader,nounits"])
@@ -158,13 +152,10 @@ class NpuBackend(_ToolBackend):
 
     name = "npu"
     nothing_listed = "info lists no NPU chip"
+    default_smi = "npu-smi"
 
     def __init__(
-        self,
-        *,
-        smi: str = "npu-smi",
-        runner: Runner | None = None,
-        env: Mapping[str, str] | None = None,
+        self, *, smi: str = "", runner: Runner | None = None, env: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(smi=smi, runner=runner, env=env)
         # Static per host: read once per backend object, not on every discovery.

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
-from ..core.procfs import ProcStat, process_stat, scan_proc
+from ..core.procfs import ProcStat, proc_numbers, process_stat, scan_proc
 from ..core.records import Record, meta
 from .locks import _shown
 from .runs import RunsRecord
@@ -52,30 +52,12 @@ def is_alive(pid: int, start: int) -> bool:
 
 def process_uid(pid: int) -> int | None:
     """The real uid of ``pid`` (``/proc/<pid>/status``), or None where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _boot_time() -> float | None:
-    try:
-        with open("/proc/stat", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return proc_numbers(f"/proc/{pid}/status", ("Uid:",)).get("Uid:")
 
 
 def started_at(ticks: int) -> str:
     """A start time in clock ticks since boot, as a UTC timestamp ("?" where unknown)."""
-    boot = _boot_time()
+    boot = proc_numbers("/proc/stat", ("btime",)).get("btime")
     if boot is None:
         return "?"
     try:

@@ -12,34 +12,35 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.text import printable
+from .provenance import SourceState
+from .receipts import ReceiptRecord
 
 #: The arms of a comparison, in the order ``verify`` prints them; runs of neither are "other".
 ARMS = ("control", "candidate")
 OTHER_ARM = "other"
 
 
-def arm_sources(
-    receipts: Iterable[Mapping[str, Any]],
-) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def arm_sources(receipts: Iterable[ReceiptRecord]) -> dict[str, dict[str, list[SourceState]]]:
     """Arm -> source tree -> each distinct state its runs recorded (``model_run(sources=...)``).
 
     A run's arm comes from the entries that used it: a speed sample names its ``arm`` and the
     ``run``/``runs`` it timed; a lossless entry's runs have a ``role`` and artifacts whose paths
     are a run's declared outputs. Runs of neither are under :data:`OTHER_ARM`."""
-    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    found: dict[str, dict[str, list[SourceState]]] = {}
     for receipt in receipts:
-        runs = {str(r.get("name")): r for r in _maps(receipt.get("runs"))}
+        runs = {str(r.get("name")): r for r in receipt.block("runs")}
         arm_of = _arms_of(receipt, runs)
         for name, run in runs.items():
             sources = run.get("sources")
             if not isinstance(sources, Mapping):
                 continue
-            for tree, state in sources.items():
-                if isinstance(state, Mapping):
+            for tree, block in sources.items():
+                state = SourceState.from_json(block)
+                if state is not None:
                     seen = found.setdefault(arm_of.get(name, OTHER_ARM), {})
                     states = seen.setdefault(str(tree), [])
-                    if dict(state) not in states:
-                        states.append(dict(state))
+                    if state not in states:
+                        states.append(state)
     order = {arm: i for i, arm in enumerate((*ARMS, OTHER_ARM))}
     return dict(sorted(found.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
 
@@ -48,10 +49,10 @@ def _maps(value: object) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
-def _arms_of(receipt: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+def _arms_of(receipt: ReceiptRecord, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """Run name -> the arm that ran it, from the speed and lossless entries (first one wins)."""
     arm_of: dict[str, str] = {}
-    for entry in _maps(receipt.get("speed")):
+    for entry in receipt.block("speed"):
         for sample in _maps(entry.get("samples")):
             listed = sample.get("runs")
             names: list[Any] = list(listed) if isinstance(listed, list) else []
@@ -66,7 +67,7 @@ def _arms_of(receipt: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) 
         for output in run["outputs"].values()
         if isinstance(output, Mapping) and output.get("path")
     }
-    for entry in _maps(receipt.get("lossless")):
+    for entry in receipt.block("lossless"):
         for compared in _maps(entry.get("runs")):
             artifacts = compared.get("artifacts")
             for artifact in artifacts.values() if isinstance(artifacts, Mapping) else ():
@@ -80,27 +81,7 @@ def _arms_of(receipt: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) 
     return arm_of
 
 
-def describe_state(state: Mapping[str, Any]) -> str:
-    """One source state in a few words: ``3f2a9c1e0b7d clean, published (origin/main)``."""
-    revision = str(state.get("revision") or "")[:12] or "no git revision"
-    if state.get("dirty"):
-        diff = str(state.get("diff_sha256") or "")[:12]
-        dirty = f"dirty (diff {diff})" if state.get("diff_bytes") and diff else "dirty"
-    else:
-        dirty = "clean" if state.get("dirty") is False else "dirty unknown"
-    return printable(f"{revision} {dirty}, {publication_word(state)}")
-
-
-def publication_word(state: Mapping[str, Any]) -> str:
-    """``published (origin/main)``, ``unpublished`` or ``publication unknown``."""
-    publication = state.get("publication")
-    if publication == "published":
-        where = state.get("remote_branch")
-        return printable(f"published ({where})" if where else "published")
-    return "unpublished" if publication == "unpublished" else "publication unknown"
-
-
-def arm_source_lines(receipts: Iterable[Mapping[str, Any]]) -> list[str]:
+def arm_source_lines(receipts: Iterable[ReceiptRecord]) -> list[str]:
     """``verify``'s lines on which source revision each arm ran; none when no run named any."""
     arms = arm_sources(receipts)
     if not arms:
@@ -108,7 +89,7 @@ def arm_source_lines(receipts: Iterable[Mapping[str, Any]]) -> list[str]:
     lines = ["sources per arm:"]
     for arm, trees in arms.items():
         for tree, states in trees.items():
-            shown = "; ".join(describe_state(s) for s in states)
+            shown = "; ".join(s.describe() for s in states)
             many = f"{len(states)} states: " if len(states) > 1 else ""
             lines.append(printable(f"  {arm} {tree}: {many}{shown}"))
     return lines
@@ -119,6 +100,4 @@ __all__ = [
     "OTHER_ARM",
     "arm_source_lines",
     "arm_sources",
-    "describe_state",
-    "publication_word",
 ]

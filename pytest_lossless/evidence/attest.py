@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError
 from .index import INDEX_NAME, SessionIndex, load_index, sha256_regular
+from .provenance import SourceState
+from .receipts import ReceiptRecord
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -65,7 +67,7 @@ class SessionFiles:
     folder: Path
     index: SessionIndex
     index_sha256: str
-    receipts: Mapping[str, Mapping[str, Any]]
+    receipts: Mapping[str, ReceiptRecord]
 
     @property
     def session_id(self) -> str:
@@ -83,7 +85,7 @@ class SessionFiles:
             digest = sha256_regular(path)
         except (ReceiptError, OSError) as exc:
             raise AttestationError(f"{path}: {exc}") from None
-        receipts: dict[str, Mapping[str, Any]] = {}
+        receipts: dict[str, ReceiptRecord] = {}
         for entry in index.receipts:
             name = entry.file
             if not name or Path(name).name != name:
@@ -93,6 +95,24 @@ class SessionFiles:
             except (ReceiptError, OSError) as exc:
                 raise AttestationError(f"{folder / name}: {exc}") from None
         return cls(folder, index, digest, receipts)
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """One in-toto subject of a session's Statements: a name, one digest (``gitCommit`` of a
+    source revision, ``sha256`` of a stored diff or an obtained artifact) and its annotations
+    (none for an artifact); serialised here only."""
+
+    name: str
+    algorithm: str
+    digest: str
+    annotations: tuple[tuple[str, str | bool], ...] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {"name": self.name, "digest": {self.algorithm: self.digest}}
+        if self.annotations is not None:
+            data["annotations"] = dict(self.annotations)
+        return data
 
 
 def _digest_set(algorithm: str, value: Any) -> dict[str, str]:
@@ -112,89 +132,75 @@ def _relative(path: Any, rootdir: Any) -> str | None:
     return None if text.startswith("..") else text
 
 
-def source_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def source_subjects(session: SessionFiles) -> list[Subject]:
     """One ``gitCommit`` subject per source tree and revision the session's records name: the
     rootdir's (index and receipts) and each run's ``sources=`` trees. A dirty tree says so in
     its annotations (the commit alone is not what ran)."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[tuple[str, str], Subject] = {}
 
-    def add(name: str, block: Any) -> None:
-        if not isinstance(block, Mapping) or not block.get("revision"):
+    def add(name: str, block: object) -> None:
+        state = SourceState.from_json(block)
+        if state is None or not state.revision:
             return
-        key = (name, str(block["revision"]))
-        entry = found.setdefault(
-            key,
-            {
-                "name": name,
-                "digest": _digest_set("gitCommit", block["revision"]),
-                "annotations": {"dirty": False},
-            },
-        )
-        if block.get("dirty"):
-            entry["annotations"]["dirty"] = True
-            if block.get("diff_sha256"):
-                entry["annotations"]["diff_sha256"] = str(block["diff_sha256"])
+        key = (name, state.revision)
+        entry = found.get(key) or Subject(name, "gitCommit", state.revision, (("dirty", False),))
+        if state.dirty:
+            notes = dict(entry.annotations or ())
+            notes["dirty"] = True
+            if state.diff_sha256:
+                notes["diff_sha256"] = state.diff_sha256
+            entry = replace(entry, annotations=tuple(notes.items()))
+        found[key] = entry
 
     add("source", session.index.source)
     for receipt in session.receipts.values():
-        runspec = receipt.get("runspec")
-        if isinstance(runspec, Mapping):
-            add("source", runspec.get("source"))
+        add("source", receipt.source)
         rootdir = session.index.rootdir
-        for run in receipt.get("runs") or []:
-            trees = run.get("sources") if isinstance(run, Mapping) else None
+        for run in receipt.block("runs"):
+            trees = run.get("sources")
             for tree, state in (trees or {}).items() if isinstance(trees, Mapping) else ():
                 add(f"source:{_relative(tree, rootdir) or tree}", state)
     return [found[k] for k in sorted(found)]
 
 
-def diff_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def diff_subjects(session: SessionFiles) -> list[Subject]:
     """The SHA-256 of each source diff the session stores (``diffs/<sha256>.diff``, or an older
     receipt's ``<name>.diff``), hashed from the file on disk, so a diff changed after signing
     is named; a receipt's ``diff_sha256`` annotation alone is git's diff before redaction."""
     from .receipts import LEGACY_DIFF, STORED_DIFF
 
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Subject] = {}
     for receipt in session.receipts.values():
-        runspec = receipt.get("runspec")
-        source = runspec.get("source") if isinstance(runspec, Mapping) else None
-        name = str((source.get("diff_file") if isinstance(source, Mapping) else None) or "")
+        name = str((receipt.source or {}).get("diff_file") or "")
         if name in found or not (STORED_DIFF.match(name) or LEGACY_DIFF.match(name)):
             continue
         try:
             digest = sha256_regular(session.folder / name)
         except OSError:
             continue  # a missing diff is verify's to name (signing refuses the session)
-        found[name] = {
-            "name": name,
-            "digest": _digest_set("sha256", digest),
-            "annotations": {"role": "source diff"},
-        }
+        found[name] = Subject(name, "sha256", digest, (("role", "source diff"),))
     return [found[k] for k in sorted(found)]
 
 
-def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def artifact_subjects(session: SessionFiles) -> list[Subject]:
     """The SHA-256 of every candidate's obtained artifact: each golden check's obtained file
     and each ``lossless.compare`` candidate's outputs (by the run record of its path)."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Subject] = {}
     for receipt in session.receipts.values():
-        test = str(receipt.get("test_id"))
+        test = receipt.test_id
         outputs = {
             str(entry.get("path")): entry.get("sha256")
-            for run in receipt.get("runs") or []
-            if isinstance(run, Mapping)
+            for run in receipt.block("runs")
             for entry in (run.get("outputs") or {}).values()
             if isinstance(entry, Mapping)
         }
-        for gate in receipt.get("gates") or []:
-            evidence = gate.get("evidence") if isinstance(gate, Mapping) else None
+        for gate in receipt.block("gates"):
+            evidence = gate.get("evidence")
             obtained = evidence.get("obtained") if isinstance(evidence, Mapping) else None
             if isinstance(obtained, Mapping) and obtained.get("sha256"):
                 name = f"{test}/{gate.get('artifact')}"
-                found[name] = {"name": name, "digest": _digest_set("sha256", obtained["sha256"])}
-        for entry in receipt.get("lossless") or []:
-            if not isinstance(entry, Mapping):
-                continue
+                found[name] = Subject(name, "sha256", str(obtained["sha256"]))
+        for entry in receipt.block("lossless"):
             label = entry.get("label") or "lossless"
             for run in entry.get("runs") or []:
                 if not isinstance(run, Mapping) or run.get("role") != "candidate":
@@ -204,11 +210,11 @@ def artifact_subjects(session: SessionFiles) -> list[dict[str, Any]]:
                     digest = outputs.get(str(path)) if path else None
                     if digest:
                         name = f"{test}/{label}/{artifact}"
-                        found[name] = {"name": name, "digest": _digest_set("sha256", digest)}
+                        found[name] = Subject(name, "sha256", str(digest))
     return [found[k] for k in sorted(found)]
 
 
-def subjects(session: SessionFiles) -> list[dict[str, Any]]:
+def subjects(session: SessionFiles) -> list[Subject]:
     """The statement's subjects: source revisions and their stored diffs first, then the
     obtained artifacts."""
     return source_subjects(session) + diff_subjects(session) + artifact_subjects(session)
@@ -233,8 +239,8 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
     ]
     files: dict[str, tuple[str, str | None]] = {}  # relative path -> (what, recorded digest)
     for name, receipt in sorted(session.receipts.items()):
-        for gate in receipt.get("gates") or []:
-            evidence = gate.get("evidence") if isinstance(gate, Mapping) else None
+        for gate in receipt.block("gates"):
+            evidence = gate.get("evidence")
             golden = evidence.get("golden") if isinstance(evidence, Mapping) else None
             if isinstance(golden, Mapping) and golden.get("folder"):
                 relative = _relative(Path(str(golden["folder"])) / "manifest.json", rootdir)
@@ -243,8 +249,8 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
                     continue
                 files.setdefault(relative, ("manifest", golden.get("manifest_sha256")))
         for block in ("lossless", "speed"):
-            for entry in receipt.get(block) or []:
-                plan = entry.get("gate_plan") if isinstance(entry, Mapping) else None
+            for entry in receipt.block(block):
+                plan = entry.get("gate_plan")
                 if isinstance(plan, Mapping) and plan.get("frozen") and plan.get("file"):
                     relative = _relative(plan["file"], rootdir)
                     if relative is None:
@@ -287,14 +293,12 @@ class GateOutcome:
     why: str
 
 
-def effective_verdict(receipt: Mapping[str, Any]) -> Verdict | None:
+def effective_verdict(receipt: ReceiptRecord) -> Verdict | None:
     """The receipt's verdict with each lossless and speed verdict that matched its test's
     ``expect=`` counted as PASS (the test asserted it); every other part as in the receipt's
     ``verdicts.overall`` (:meth:`.receipts.ReceiptParts.effective`, the same derivation).
     None when the receipt judged nothing."""
-    from .receipts import ReceiptParts
-
-    return ReceiptParts.from_json(receipt).effective()
+    return receipt.parts.effective()
 
 
 def gate_outcomes(session: SessionFiles) -> list[GateOutcome]:
@@ -337,15 +341,11 @@ def overall_result(outcomes: Sequence[GateOutcome], *, finished: bool) -> str:
     return WARNED if WARNED in counts else PASSED
 
 
-def _test_detail(test_id: str, receipt: Mapping[str, Any] | None) -> dict[str, Any]:
+def _test_detail(test_id: str, receipt: ReceiptRecord | None) -> dict[str, Any]:
     """The lossless detail of one test: each gate, lossless comparison and speed workload."""
     if receipt is None:
         return {"gates": [], "lossless": [], "speed": []}
-    from .receipts import GateRow
-
-    gates = [
-        GateRow.from_json(g).to_json() for g in receipt.get("gates") or [] if isinstance(g, Mapping)
-    ]
+    gates = [g.to_json() for g in receipt.parts.gates]
     lossless = [
         {
             "label": e.get("label"),
@@ -354,8 +354,7 @@ def _test_detail(test_id: str, receipt: Mapping[str, Any] | None) -> dict[str, A
             "lossy": bool(e.get("lossy")),
             "expect_verdict": e.get("expect_verdict"),
         }
-        for e in receipt.get("lossless") or []
-        if isinstance(e, Mapping)
+        for e in receipt.block("lossless")
     ]
     speed = [
         {
@@ -368,18 +367,16 @@ def _test_detail(test_id: str, receipt: Mapping[str, Any] | None) -> dict[str, A
             "pairs": e.get("pairs"),
             "expect_verdict": e.get("expect_verdict"),
         }
-        for e in receipt.get("speed") or []
-        if isinstance(e, Mapping)
+        for e in receipt.block("speed")
     ]
-    verdicts = receipt.get("verdicts")
-    overall = verdicts.get("overall") if isinstance(verdicts, Mapping) else None
+    overall = (receipt.recorded_verdicts or {}).get("overall")
     return {"verdict": overall, "gates": gates, "lossless": lossless, "speed": speed}
 
 
 def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The session's two Statements (Test Result, then the lossless detail), and what in the
     project disagrees with them (see :func:`configuration`)."""
-    subject = subjects(session)
+    subject = [s.to_json() for s in subjects(session)]
     config, problems = configuration(session, project)
     outcomes = gate_outcomes(session)
     finished = session.index.finished
@@ -391,12 +388,12 @@ def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any
         "warnedTests": sorted(o.test_id for o in outcomes if o.counts_as == WARNED),
         "failedTests": sorted(o.test_id for o in outcomes if o.counts_as == FAILED),
     }
-    receipts_by_test = {str(r.get("test_id")): r for r in session.receipts.values()}
+    receipts_by_test = {r.test_id: r for r in session.receipts.values()}
     index = session.index
     detail = {
         "session": {
             "id": session.session_id,
-            "host": index.host,
+            "host": None if index.host is None else index.host.to_json(),
             "started_at": index.started_at,
             "ended_at": index.ended_at,
             "state": index.state,
@@ -624,23 +621,22 @@ def signing_problems(folder: Path, *, kinds: Any = None) -> list[str]:
     """Why a session folder must not be signed: its own index says it is unsignable (a
     process it started outlived it), or its receipts contradict their index or themselves
     (changed since the session ended). An incomplete session is signed: its result says so."""
-    from .receipts import load_all
     from .sessions import CONTRADICTION, check_session
-    from .verify import verify_receipt
+    from .verify import verify_folder
 
     found: list[str] = []
-    loaded = {p: r for p, r in load_all(folder).items() if p.parent == folder}
+    checked = verify_folder(folder, kinds=kinds, skip=lambda p: p.parent != folder)
+    loaded = checked.receipts
     session = check_session(folder, loaded)
     found += [f.text for f in session.findings if f.kind == CONTRADICTION]
     unsignable = session.index.unsignable if session.index else None
     if unsignable:
         found.append(f"{folder / INDEX_NAME}: the session says it cannot be signed: {unsignable}")
     for path, receipt in loaded.items():
-        if isinstance(receipt, ReceiptError):
+        if path not in checked.problems:  # not even JSON of a receipt
             found.append(str(receipt))
             continue
-        problems = verify_receipt(path, receipt=receipt, kinds=kinds)
-        found += [f"{path}: {p}" for p in problems[:3]]
+        found += [f"{path}: {p}" for p in checked.problems[path][:3]]
     return found
 
 

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .receipts import ReceiptRecord
+
 #: How far a sample's start may lie from its run's start (the two clocks are read apart).
 _START_SLACK_SECONDS = 0.5
 #: Run records give their start to the millisecond (ISO-8601), samples theirs in full.
@@ -37,15 +39,11 @@ def _epoch(value: object) -> float | None:
     return None
 
 
-def check_run_sequence(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+def check_run_sequence(block: Any, receipt: ReceiptRecord, context: Any) -> list[str]:
     """Run names are numbered 01, 02, ... in the order they started: a gap is a removed
     record."""
-    return _run_numbers(receipt)
-
-
-def _run_numbers(receipt: Mapping[str, Any]) -> list[str]:
     numbers = []
-    for run in _maps(receipt.get("runs")):
+    for run in receipt.block("runs"):
         match = _RUN_NAME.match(str(run.get("name")))
         if match:
             numbers.append((int(match.group(2)), str(run.get("name"))))
@@ -81,13 +79,13 @@ def _request_failed(entry: Mapping[str, Any]) -> bool:
     return "error" in entry or status is None or not 200 <= status < 300
 
 
-def check_run_requests(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+def check_run_requests(block: Any, receipt: ReceiptRecord, context: Any) -> list[str]:
     """Each server run's ``request_totals`` against its request records (the kept ones add up
     to ``kept``, ``kept`` and ``omitted`` to the totals, no record removed or altered, the
     measured times are the kept requests' own), ``readiness`` against the startup fields, and
     ``device_memory``'s peak against its per-process peaks."""
     found: list[str] = []
-    for run in _maps(receipt.get("runs")):
+    for run in receipt.block("runs"):
         name = f"runs: {run.get('name')}"
         totals = run.get("request_totals")
         if isinstance(totals, Mapping):
@@ -221,13 +219,13 @@ def _sample_order(label: str, samples: Sequence[Mapping[str, Any]], design: str)
     return found
 
 
-def check_speed_runs(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+def check_speed_runs(block: Any, receipt: ReceiptRecord, context: Any) -> list[str]:
     """Speed samples against the run records: each sample's run exists, is timed once, took the
     recorded time, and every run started while the gate ran is one of its samples."""
-    runs = {str(r.get("name")): r for r in _maps(receipt.get("runs"))}
+    runs = {str(r.get("name")): r for r in receipt.block("runs")}
     found: list[str] = []
     claimed: dict[str, str] = {}
-    for number, entry in enumerate(_maps(receipt.get("speed"))):
+    for number, entry in enumerate(receipt.block("speed")):
         label = f"speed[{number}]" + (f" {entry['workload']!r}" if entry.get("workload") else "")
         samples = _maps(entry.get("samples"))
         found += _sample_order(label, samples, str(entry.get("design")))
@@ -307,17 +305,17 @@ def _unsampled_runs(
     ]
 
 
-def check_lossless_outputs(block: Any, receipt: Mapping[str, Any], context: Any) -> list[str]:
+def check_lossless_outputs(block: Any, receipt: ReceiptRecord, context: Any) -> list[str]:
     """Each lossless run's fingerprints against the output digests its run record carries."""
     outputs: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    for run in _maps(receipt.get("runs")):
+    for run in receipt.block("runs"):
         entries = run.get("outputs")
         if isinstance(entries, Mapping):
             for entry in entries.values():
                 if isinstance(entry, Mapping) and entry.get("path"):
                     outputs[str(entry["path"])] = (str(run.get("name")), entry)
     found: list[str] = []
-    for number, entry in enumerate(_maps(receipt.get("lossless"))):
+    for number, entry in enumerate(receipt.block("lossless")):
         for compared in _maps(entry.get("runs")):
             artifacts = compared.get("artifacts")
             if not isinstance(artifacts, Mapping):

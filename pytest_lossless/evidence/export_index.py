@@ -32,6 +32,7 @@ from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_
 from ..core.text import printable
 from ..errors import ReceiptError
 from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA
+from .index import HostIdentity
 
 __all__ = [
     "ARTIFACTS",
@@ -72,7 +73,7 @@ class ExportFolder:
         target = folder / receipt.name
         _copy_atomic(receipt, target)
         try:
-            source = (load(receipt).get("runspec") or {}).get("source") or {}
+            source = load(receipt).source or {}
         except ReceiptError:
             source = {}  # copied as it is: verify names what is wrong with it
         name = str(source.get("diff_file") or "")
@@ -99,7 +100,7 @@ class ExportFolder:
         entries: Sequence[Mapping[str, Any]],
         *,
         session: str,
-        host: Mapping[str, Any],
+        host: HostIdentity,
         source: Mapping[str, Any],
         settings: Mapping[str, Any],
         command: Sequence[str],
@@ -111,7 +112,7 @@ class ExportFolder:
             "what": "pytest-lossless export: accept with python -m pytest_lossless accept DIR",
             "written_at": utc_iso(),
             "session": session,
-            "host": dict(host),
+            "host": host.to_json(),
             "source": {k: source.get(k) for k in ("revision", "dirty", "branch") if k in source},
             "settings": dict(settings),
             "command": list(command),

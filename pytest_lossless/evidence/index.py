@@ -28,6 +28,8 @@ from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import loads_bounded, safe_name, write_json_atomic
 from ..core.paths import open_regular, read_regular
+from ..core.records import Record
+from ..core.records import from_json as read_record
 from ..core.text import has_control, printable
 from ..errors import ConfigError, ReceiptError
 
@@ -47,7 +49,31 @@ SESSION_ID = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z-[A-Za-z0-9._-]{1,40}-[0-
 _EXIT_STATES = {0: "finished", 1: "finished", 5: "finished", 2: "interrupted"}
 
 
-def host_identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class HostIdentity(Record):
+    """The host a session ran on (:func:`host_identity`), as the index, each receipt's RunSpec
+    and an export record it (written by :mod:`..core.records`, keys in field order)."""
+
+    hostname: str | None
+    #: ``PYTEST_LOSSLESS_HOST`` when the name was declared, else None.
+    declared_by: str | None = None
+    #: An app-specific hash of ``/etc/machine-id`` (never the id itself); None when unreadable.
+    machine: str | None = None
+    machine_source: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What tells two hosts apart: the name and the machine hash."""
+        return (self.hostname or "", self.machine or "")
+
+    @classmethod
+    def read(cls, data: object) -> HostIdentity | None:
+        """A host as recorded, read leniently (a value of the wrong type reads as absent);
+        None when it is not an object."""
+        return read_record(cls, data, problems=[]) if isinstance(data, Mapping) else None
+
+
+def host_identity(env: Mapping[str, str] | None = None) -> HostIdentity:
     """The host a session ran on: its name (``PYTEST_LOSSLESS_HOST`` when set, else the
     hostname) and an app-specific hash of ``/etc/machine-id`` when readable.
 
@@ -59,12 +85,12 @@ def host_identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     if declared and (len(declared) > 253 or has_control(declared) or " " in declared):
         raise ConfigError(HOST_ENV, declared, "a host name: at most 253 printable characters")
     machine, source = _machine_hash()
-    return {
-        "hostname": declared or socket.gethostname(),
-        "declared_by": HOST_ENV if declared else None,
-        "machine": machine,
-        "machine_source": source,
-    }
+    return HostIdentity(
+        hostname=declared or socket.gethostname(),
+        declared_by=HOST_ENV if declared else None,
+        machine=machine,
+        machine_source=source,
+    )
 
 
 def _machine_hash() -> tuple[str | None, str | None]:
@@ -79,23 +105,22 @@ def _machine_hash() -> tuple[str | None, str | None]:
     return None, None
 
 
-def host_label(host: Mapping[str, Any] | None) -> str:
+def host_label(host: HostIdentity | None) -> str:
     """A host as a reader names it: ``name`` or ``name (machine 1a2b3c4d)``."""
-    if not isinstance(host, Mapping):
+    if host is None:
         return "unknown host"
-    name = printable(str(host.get("hostname") or "unknown host"))
-    machine = host.get("machine")
-    return f"{name} (machine {str(machine)[:8]})" if machine else name
+    name = printable(host.hostname or "unknown host")
+    return f"{name} (machine {host.machine[:8]})" if host.machine else name
 
 
-def new_session_id(host: Mapping[str, Any], now: float | None = None) -> str:
+def new_session_id(host: HostIdentity, now: float | None = None) -> str:
     """``20250102T030405.678Z-<host>-<6 hex>``: sorts by start time (UTC, to the
     millisecond), names the host, and never collides with another session started at the same
     moment on the same host."""
     moment = time.time() if now is None else now
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(moment))
     millis = int(moment * 1000) % 1000
-    name = safe_name(str(host.get("hostname") or "host"), default="host", max_length=40)
+    name = safe_name(host.hostname or "host", default="host", max_length=40)
     return f"{stamp}.{millis:03d}Z-{name}-{secrets.token_hex(3)}"
 
 
@@ -190,7 +215,7 @@ class SessionIndex:
     an index an older pytest-lossless signed with a key inside the session."""
 
     session_id: str
-    host: dict[str, Any] | None
+    host: HostIdentity | None
     started_at: str | None
     ended_at: str | None
     finished: bool
@@ -212,7 +237,7 @@ class SessionIndex:
             "schema": INDEX_SCHEMA,
             "schema_version": INDEX_VERSION,
             "session_id": self.session_id,
-            "host": self.host,
+            "host": None if self.host is None else self.host.to_json(),
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "finished": self.finished,
@@ -245,7 +270,7 @@ class SessionIndex:
         exitstatus, workers = data.get("exitstatus"), data.get("workers")
         return cls(
             session_id=str(data.get("session_id") or ""),
-            host=mapping("host"),
+            host=HostIdentity.read(data.get("host")),
             started_at=_text(data.get("started_at")),
             ended_at=_text(data.get("ended_at")),
             finished=data.get("finished") is True,
@@ -272,12 +297,12 @@ def build_index(
     folder: Path | str,
     *,
     session_id: str,
-    host: Mapping[str, Any] | None = None,
+    host: HostIdentity | None = None,
     started_at: str | None = None,
     ended_at: str | None = None,
     rootdir: str | None = None,
     source: Mapping[str, Any] | None = None,
-    tests: Iterable[Mapping[str, Any]] = (),
+    tests: Iterable[IndexTest] = (),
     exitstatus: int = 0,
     state: str | None = None,
     mode: str = "lossless",
@@ -297,7 +322,7 @@ def build_index(
     outlived it, a receipt changed on disk while it ran). ``shard`` (``--lossless-shard``:
     index, count, source, the selection split) is recorded when given."""
     folder = Path(folder)
-    entries = sorted((IndexTest.from_json(t) for t in tests), key=lambda t: t.test_id)
+    entries = sorted(tests, key=lambda t: t.test_id)
     by_receipt = {t.receipt: t.test_id for t in entries if t.receipt}
     known = dict(digests or {})
     receipts = tuple(
@@ -313,7 +338,7 @@ def build_index(
     state = state if state is not None else session_state(exitstatus)
     return SessionIndex(
         session_id=session_id,
-        host=dict(host) if host is not None else host_identity(),
+        host=host if host is not None else host_identity(),
         started_at=started_at or utc_iso(),
         ended_at=ended_at or utc_iso(),
         finished=state == "finished",
@@ -374,6 +399,7 @@ __all__ = [
     "HOST_ENV",
     "INDEX_NAME",
     "OK_WITHOUT_RECEIPT",
+    "HostIdentity",
     "IndexFile",
     "IndexTest",
     "SessionIndex",

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from ..core.redact import Redactor
 from ..core.text import printable
 from ..errors import ConfigError
 from ..run import hash_inputs
+from .index import HostIdentity
 
 #: Distributions whose versions every receipt records.
 PACKAGES = (
@@ -82,32 +84,220 @@ def _git(root: Path, *args: str) -> tuple[int, bytes, str]:
     return done.returncode, done.stdout, done.stderr.decode(errors="replace").strip()
 
 
-def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """Which remote-tracking branches hold a revision, and whether one of a non-local remote
+    does (:func:`publication`); serialised here only, as the source block records it."""
+
+    remotes: tuple[str, ...] = ()
+    remote_urls: tuple[tuple[str, str], ...] = ()
+    local_remotes: tuple[str, ...] = ()
+    remote_branches: tuple[str, ...] = ()
+    published_branches: tuple[str, ...] = ()
+    remote_branch: str | None = None
+    remote_url: str | None = None
+    #: None: could not be told (git failed); ``publication`` is then ``"unknown"``.
+    published: bool | None = None
+    publication: str = "unknown"
+    publication_detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "remotes": list(self.remotes),
+            "remote_urls": dict(self.remote_urls),
+            "local_remotes": list(self.local_remotes),
+            "remote_branches": list(self.remote_branches),
+            "published_branches": list(self.published_branches),
+            "remote_branch": self.remote_branch,
+            "remote_url": self.remote_url,
+            "published": self.published,
+            "publication": self.publication,
+            "publication_detail": self.publication_detail,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """One source tree as git describes it (:func:`source_state`): revision, dirty flag, the
+    diff (text and SHA-256), untracked names, publication. ``to_json`` is the RunSpec's
+    ``source`` block, ``compact`` the identity a manifest records (:func:`source_revision`)."""
+
+    revision: str | None
+    git_error: str | None
+    publication: Publication
+    branch: str | None = None
+    toplevel: str | None = None
+    dirty: bool | None = None
+    diff_sha256: str | None = None
+    diff_bytes: int = 0
+    #: The exact bytes of ``git diff HEAD --binary``, decoded with ``surrogateescape``.
+    diff: str = ""
+    changed_files: int = 0
+    untracked: tuple[str, ...] = ()
+    #: How many untracked files a compact block (:meth:`compact`) counted; it lists none.
+    untracked_count: int | None = None
+
+    @classmethod
+    def from_json(cls, block: object) -> SourceState | None:
+        """A source block as recorded (a RunSpec's ``source``, a run's ``sources`` tree, a
+        manifest's or the index's compact identity), for the readers that describe it; None
+        when it is not an object. ``verify`` judges the recorded JSON itself
+        (:func:`publication_contradictions`)."""
+        if not isinstance(block, Mapping):
+            return None
+
+        def text(key: str) -> str | None:
+            value = block.get(key)
+            return None if value is None else str(value)
+
+        def names(key: str) -> tuple[str, ...]:
+            value = block.get(key)
+            return tuple(map(str, value)) if isinstance(value, list) else ()
+
+        def count(key: str) -> int:
+            value = block.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        urls, published = block.get("remote_urls"), block.get("published")
+        dirty, untracked = block.get("dirty"), block.get("untracked_count")
+        return cls(
+            revision=text("revision") or None,
+            git_error=text("git_error"),
+            publication=Publication(
+                remotes=names("remotes"),
+                remote_urls=tuple((str(k), str(v)) for k, v in urls.items())
+                if isinstance(urls, Mapping)
+                else (),
+                local_remotes=names("local_remotes"),
+                remote_branches=names("remote_branches"),
+                published_branches=names("published_branches"),
+                remote_branch=text("remote_branch"),
+                remote_url=text("remote_url"),
+                published=published if isinstance(published, bool) else None,
+                publication=text("publication") or "unknown",
+                publication_detail=text("publication_detail") or "",
+            ),
+            branch=text("branch"),
+            toplevel=text("toplevel"),
+            dirty=dirty if isinstance(dirty, bool) else None,
+            diff_sha256=text("diff_sha256"),
+            diff_bytes=count("diff_bytes"),
+            changed_files=count("changed_files"),
+            untracked=names("untracked"),
+            untracked_count=untracked if isinstance(untracked, int) else None,
+        )
+
+    @property
+    def untracked_files(self) -> int:
+        """How many untracked files the tree had (listed, or counted by a compact block)."""
+        return len(self.untracked) if self.untracked_count is None else self.untracked_count
+
+    def problem(self) -> str | None:
+        """What keeps this tree from being a published revision, or None: not git, dirty, or
+        in no remote-tracking branch of a non-local remote (or that could not be read)."""
+        if not self.revision:
+            return f"not a git revision ({printable(self.git_error or 'unknown')})"
+        if self.dirty:
+            changed = self.changed_files
+            parts = [_plural(changed, "changed file")] if changed or self.diff_bytes else []
+            if self.untracked_files:
+                parts.append(_plural(self.untracked_files, "untracked file"))
+            return "dirty: " + " and ".join(parts or ["uncommitted changes"])
+        publication = self.publication
+        if publication.publication == "published" and publication.published is True:
+            return None
+        problem = (
+            f"revision {self.revision[:12]} is in no remote-tracking branch of a non-local remote"
+        )
+        detail = publication.publication_detail
+        if publication.publication == "unknown" and detail:
+            return f"{problem} as far as can be told ({printable(detail)})"
+        return problem
+
+    def describe(self) -> str:
+        """The state in a few words: ``3f2a9c1e0b7d clean, published (origin/main)``."""
+        revision = (self.revision or "")[:12] or "no git revision"
+        if self.dirty:
+            diff = (self.diff_sha256 or "")[:12]
+            dirty = f"dirty (diff {diff})" if self.diff_bytes and diff else "dirty"
+        else:
+            dirty = "clean" if self.dirty is False else "dirty unknown"
+        return printable(f"{revision} {dirty}, {self.publication_word}")
+
+    @property
+    def publication_word(self) -> str:
+        """``published (origin/main)``, ``unpublished`` or ``publication unknown``."""
+        publication, where = self.publication.publication, self.publication.remote_branch
+        if publication == "published":
+            return printable(f"published ({where})" if where else "published")
+        return "unpublished" if publication == "unpublished" else "publication unknown"
+
+    def to_json(self) -> dict[str, Any]:
+        published = self.publication.to_json()
+        if self.revision is None:  # not a git revision: the block as it always read
+            return {
+                "revision": None,
+                "dirty": None,
+                "diff_sha256": None,
+                "diff": "",
+                "untracked": [],
+                "published": None,
+                "remote_branches": [],
+                "published_branches": [],
+                "remote_branch": None,
+                "remote_url": None,
+                "publication": published["publication"],
+                "publication_detail": published["publication_detail"],
+                "git_error": self.git_error,
+            }
+        return {
+            "revision": self.revision,
+            "branch": self.branch,
+            "toplevel": self.toplevel,
+            "dirty": self.dirty,
+            "diff_sha256": self.diff_sha256,
+            "diff_bytes": self.diff_bytes,
+            "diff": self.diff,
+            "changed_files": self.changed_files,
+            "untracked": list(self.untracked),
+            **published,
+            "git_error": self.git_error,
+        }
+
+    def compact(self) -> dict[str, Any]:
+        """The compact source identity for manifests and the session's index: revision,
+        dirty flag, diff hash, publication, without the diff text and file lists."""
+        state = self.to_json()
+        keys: tuple[str, ...] = ("revision", "dirty", "diff_sha256", "diff_bytes", "published")
+        keys += ("publication", "remote_url", "remote_branch", "published_branches")
+        keys += ("publication_detail", "changed_files")
+        compact = {key: state.get(key) for key in keys}
+        compact["untracked_count"] = self.untracked_files
+        return compact
+
+
+def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> SourceState:
     """Git revision, dirty flag, diff (text and SHA-256), untracked names, publication.
 
     ``diff`` holds the exact bytes of ``git diff HEAD --binary`` decoded with
     ``surrogateescape``; the receipt writer stores it beside the receipt, not inside it.
     Untracked files under ``ignore`` (the plugin's own receipts) do not make the tree dirty.
+    A session reads each tree once, through :class:`SourceStates`.
     """
+    return _read_state(Path(root), ignore)[0]
+
+
+def _read_state(root: Path, ignore: Sequence[Path]) -> tuple[SourceState, _Signature]:
+    """The tree's state, and the signature of its git files (:func:`_signature`) as read."""
     code, out, err = _git(root, "rev-parse", "HEAD")
     if code != 0:
-        return {
-            "revision": None,
-            "dirty": None,
-            "diff_sha256": None,
-            "diff": "",
-            "untracked": [],
-            "published": None,
-            "remote_branches": [],
-            "published_branches": [],
-            "remote_branch": None,
-            "remote_url": None,
-            "publication": "unknown",
-            "publication_detail": "not a git revision",
-            "git_error": err or f"git exited with {code}",
-        }
+        unknown = Publication(publication_detail="not a git revision")
+        return SourceState(None, err or f"git exited with {code}", unknown), None
     revision = out.decode().strip()
-    _, top, _ = _git(root, "rev-parse", "--show-toplevel")
+    _, dirs, _ = _git(
+        root, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir"
+    )
+    top, git_dir, common = ([*dirs.decode().splitlines(), "", "", ""])[:3]
     _, branch, _ = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
     # The plugin's own receipts are evidence about the source, not part of it, tracked or not.
     excluded = [f":(exclude){rel}" for rel in _relative(root, ignore)]
@@ -123,19 +313,85 @@ def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
         if n and not _under(root / n, ignore)
     )
     text = diff.decode("utf-8", errors="surrogateescape")
-    return {
-        "revision": revision,
-        "branch": branch.decode().strip() or None,
-        "toplevel": top.decode().strip() or None,
-        "dirty": bool(diff) or bool(untracked),
-        "diff_sha256": hashlib.sha256(diff).hexdigest(),
-        "diff_bytes": len(diff),
-        "diff": text,
-        "changed_files": sum(1 for line in text.splitlines() if line.startswith("diff --git ")),
-        "untracked": untracked,
-        **publication(root, revision, branch.decode().strip()),
-        "git_error": None if code == 0 else err,
-    }
+    state = SourceState(
+        revision=revision,
+        git_error=None if code == 0 else err,
+        publication=publication(root, revision, branch.decode().strip()),
+        branch=branch.decode().strip() or None,
+        toplevel=top.strip() or None,
+        dirty=bool(diff) or bool(untracked),
+        diff_sha256=hashlib.sha256(diff).hexdigest(),
+        diff_bytes=len(diff),
+        diff=text,
+        changed_files=sum(1 for line in text.splitlines() if line.startswith("diff --git ")),
+        untracked=tuple(untracked),
+    )
+    git_dir = git_dir.strip()
+    common_dir = (root / common.strip()) if common.strip() else Path(git_dir)
+    return state, _signature(Path(git_dir), common_dir) if git_dir else None
+
+
+#: What a tree's git files looked like when it was read: (path, mtime ns, size, inode) of HEAD,
+#: the branch HEAD names, packed-refs and the index; None outside git.
+_Signature = tuple[tuple[str, int, int, int], ...] | None
+
+
+def _signature(git_dir: Path, common_dir: Path) -> _Signature:
+    """A commit, checkout, reset or ``git add`` rewrites one of these files; reading them costs
+    a few ``stat`` calls, not a git process."""
+    try:
+        head = (git_dir / "HEAD").read_text(errors="replace").strip()
+    except OSError:
+        head = ""
+    files = [git_dir / "HEAD", git_dir / "index", common_dir / "packed-refs"]
+    if head.startswith("ref: "):
+        files.append(common_dir / head[len("ref: ") :])
+    found = []
+    for path in files:
+        try:
+            info = os.stat(path)
+        except OSError:
+            found.append((str(path), -1, -1, -1))
+            continue
+        found.append((str(path), info.st_mtime_ns, info.st_size, info.st_ino))
+    return tuple(found)
+
+
+class SourceStates:
+    """The session's source trees, each read from git once (#22: about seven git processes
+    per tree, not per receipt): the rootdir for every receipt's RunSpec, the manifests and the
+    index, and each tree a ``model_run(sources=...)`` names. A tree is read again only when
+    its HEAD, branch, packed refs or index changed since (a commit during the session: the
+    receipts after it record the new revision); edits to the work tree alone are not seen
+    until then, so the diff a receipt records is the tree's as first read in the session."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, tuple[str, ...]], tuple[SourceState, _Signature]] = {}
+
+    def state(self, root: Path | str, *, ignore: Sequence[Path] = ()) -> SourceState:
+        """The tree's state, from git the first time and after its git files changed."""
+        path = Path(root)
+        key = (str(path.resolve()), tuple(str(Path(f).resolve()) for f in ignore))
+        known = self._states.get(key)
+        if known is not None:
+            state, signature = known
+            if signature is None or _stat_again(signature) == signature:
+                return state
+        state, signature = _read_state(path, ignore)
+        self._states[key] = (state, signature)
+        return state
+
+
+def _stat_again(signature: tuple[tuple[str, int, int, int], ...]) -> _Signature:
+    found = []
+    for name, *_ in signature:
+        try:
+            info = os.stat(name)
+        except OSError:
+            found.append((name, -1, -1, -1))
+            continue
+        found.append((name, info.st_mtime_ns, info.st_size, info.st_ino))
+    return tuple(found)
 
 
 # -- remotes and publication
@@ -220,7 +476,7 @@ def _remote_urls(root: Path) -> dict[str, str]:
     return urls
 
 
-def publication(root: Path, revision: str, branch: str = "") -> dict[str, Any]:
+def publication(root: Path, revision: str, branch: str = "") -> Publication:
     """Which remote-tracking branches hold ``revision``, and whether one of a non-local remote
     does (then it is ``published``). Local refs only: nothing is fetched."""
     urls = _remote_urls(root)
@@ -241,28 +497,28 @@ def publication(root: Path, revision: str, branch: str = "") -> dict[str, Any]:
         short = ref[len("refs/remotes/") :]
         owners = [name for name in urls if short.startswith(name + "/")]
         holding[short] = max(owners, key=len) if owners else None
-    branches = sorted(holding)
     published_on = sorted(b for b, r in holding.items() if r is not None and r not in local)
     chosen = _choose(published_on, branch)
     remote = holding.get(chosen) if chosen else _home_remote(root, branch, urls)
-    block: dict[str, Any] = {
-        "remotes": sorted(urls),
-        "remote_urls": {name: redact_url(url) for name, url in sorted(urls.items())},
-        "local_remotes": local,
-        "remote_branches": branches,
-        "published_branches": published_on,
-        "remote_branch": chosen,
-        "remote_url": redact_url(urls[remote]) if remote in urls else None,
-    }
+    remote_url = redact_url(urls[remote]) if remote in urls else None
+    known = Publication(
+        remotes=tuple(sorted(urls)),
+        remote_urls=tuple((name, redact_url(url)) for name, url in sorted(urls.items())),
+        local_remotes=tuple(local),
+        remote_branches=tuple(sorted(holding)),
+        published_branches=tuple(published_on),
+        remote_branch=chosen,
+        remote_url=remote_url,
+    )
     if code != 0:
         why = printable(err or f"git exited with {code}")
-        block.update(published=None, publication="unknown")
-        block["publication_detail"] = f"which remote branches hold it is unknown: {why}"
-        return block
-    block["published"] = bool(published_on)
-    block["publication"] = "published" if published_on else "unpublished"
-    block["publication_detail"] = _detail(holding, local, chosen, block["remote_url"], urls)
-    return block
+        return replace(known, publication_detail=f"which remote branches hold it is unknown: {why}")
+    return replace(
+        known,
+        published=bool(published_on),
+        publication="published" if published_on else "unpublished",
+        publication_detail=_detail(holding, local, chosen, remote_url, urls),
+    )
 
 
 def _choose(branches: list[str], branch: str) -> str | None:
@@ -308,28 +564,10 @@ def _detail(
     return "only in " + "; ".join(notes) + ": not published where others can fetch it"
 
 
-def publication_problem(source: Mapping[str, Any]) -> str | None:
-    """What keeps a source tree (a ``source_state`` or ``source_revision`` block) from being a
-    published revision, or None: not git, dirty, or in no remote-tracking branch of a non-local
-    remote (or that could not be read)."""
-    revision = source.get("revision")
-    if not revision:
-        return f"not a git revision ({printable(source.get('git_error') or 'unknown')})"
-    if source.get("dirty"):
-        changed = int(source.get("changed_files") or 0)
-        untracked = source.get("untracked")
-        count = len(untracked) if isinstance(untracked, list) else source.get("untracked_count")
-        parts = [_plural(changed, "changed file")] if changed or source.get("diff_bytes") else []
-        if count:
-            parts.append(_plural(int(count), "untracked file"))
-        return "dirty: " + " and ".join(parts or ["uncommitted changes"])
-    if source.get("publication") == "published" and source.get("published") is True:
-        return None
-    problem = f"revision {str(revision)[:12]} is in no remote-tracking branch of a non-local remote"
-    detail = source.get("publication_detail")
-    if source.get("publication") == "unknown" and detail:
-        return f"{problem} as far as can be told ({printable(detail)})"
-    return problem
+def publication_problem(source: SourceState) -> str | None:
+    """What keeps a source tree from being a published revision (:meth:`SourceState.problem`),
+    or None."""
+    return source.problem()
 
 
 def publication_contradictions(source: Mapping[str, Any], label: str) -> list[str]:
@@ -388,17 +626,9 @@ def _under(path: Path, folders: Sequence[Path]) -> bool:
 
 
 def source_revision(root: Path | str, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
-    """The compact source identity for manifests: revision, dirty flag, diff hash, publication.
-
-    Like :func:`source_state` without the diff text and file lists.
-    """
-    state = source_state(Path(root), ignore=ignore)
-    keys: tuple[str, ...] = ("revision", "dirty", "diff_sha256", "diff_bytes", "published")
-    keys += ("publication", "remote_url", "remote_branch", "published_branches")
-    keys += ("publication_detail", "changed_files")
-    compact = {key: state.get(key) for key in keys}
-    compact["untracked_count"] = len(state.get("untracked") or [])
-    return compact
+    """The compact source identity for manifests (:meth:`SourceState.compact`) of a tree read
+    now; a session reads it once through :class:`SourceStates`."""
+    return source_state(Path(root), ignore=ignore).compact()
 
 
 def _ffmpeg_version() -> str | None:
@@ -415,7 +645,18 @@ def _ffmpeg_version() -> str | None:
     return first[0].strip() if first else None
 
 
-def session_facts() -> dict[str, Any]:
+@dataclass(frozen=True)
+class SessionFacts:
+    """What stays the same for a whole session (:func:`session_facts`): the versions of
+    Python, the packages and ffmpeg, the platform, and the scheduler job it runs in."""
+
+    versions: dict[str, str | None]
+    platform: dict[str, str | int | None]
+    #: The scheduler job (:func:`scheduler_identity`), as the scheduler module records it.
+    scheduler: dict[str, Any] | None = None
+
+
+def session_facts() -> SessionFacts:
     """What stays the same for a whole session: versions, ffmpeg, platform, interpreter.
 
     Computed once per session by the plugin and passed to :func:`runspec`.
@@ -436,9 +677,9 @@ def session_facts() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             continue
     versions["ffmpeg"] = _ffmpeg_version()
-    facts: dict[str, Any] = {
-        "versions": versions,
-        "platform": {
+    return SessionFacts(
+        versions=versions,
+        platform={
             "system": platform.system(),
             "release": platform.release(),
             "machine": platform.machine(),
@@ -448,11 +689,8 @@ def session_facts() -> dict[str, Any]:
             "hostname": socket.gethostname(),
             "cpu_count": os.cpu_count(),
         },
-    }
-    scheduler = scheduler_identity(os.environ)
-    if scheduler is not None:
-        facts["scheduler"] = scheduler
-    return facts
+        scheduler=scheduler_identity(os.environ),
+    )
 
 
 def scheduler_identity(env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -483,10 +721,11 @@ def runspec(
     *,
     knobs: Sequence[str],
     inputs: Mapping[str, str | os.PathLike[str]] | None = None,
-    facts: Mapping[str, Any] | None = None,
+    facts: SessionFacts | None = None,
     ignore: Sequence[Path] = (),
-    host: Mapping[str, Any] | None = None,
+    host: HostIdentity | None = None,
     session_id: str | None = None,
+    sources: SourceStates | None = None,
 ) -> dict[str, Any]:
     """The RunSpec block of a receipt.
 
@@ -495,28 +734,29 @@ def runspec(
     receipts with equal fingerprints ran under the same recorded conditions. ``host``
     (:func:`.index.host_identity`) and ``session_id`` say which session on which host wrote
     the receipt; the receipt's integrity hash covers them with the rest of the RunSpec.
+    ``sources`` is the session's :class:`SourceStates`: the rootdir is read from git once.
     """
-    facts = dict(facts) if facts is not None else session_facts()
+    facts = facts if facts is not None else session_facts()
     env = environment(knobs)
     fingerprint = canonical_sha256(
         {
             "environment": env,
-            "versions": facts.get("versions"),
-            "platform": {k: v for k, v in (facts.get("platform") or {}).items() if k != "hostname"},
+            "versions": facts.versions,
+            "platform": {k: v for k, v in facts.platform.items() if k != "hostname"},
         }
     )
     spec: dict[str, Any] = {
         "invocation": {"argv": list(sys.argv), "cwd": os.getcwd(), "rootdir": str(rootdir)},
-        "source": source_state(Path(rootdir), ignore=ignore),
-        "versions": facts.get("versions"),
-        "platform": facts.get("platform"),
+        "source": (sources or SourceStates()).state(rootdir, ignore=ignore).to_json(),
+        "versions": facts.versions,
+        "platform": facts.platform,
         "environment": {**env, "fingerprint_sha256": fingerprint},
         "inputs": hash_inputs(inputs or {}),
     }
-    if isinstance(facts.get("scheduler"), Mapping):
-        spec["scheduler"] = dict(facts["scheduler"])
+    if facts.scheduler is not None:
+        spec["scheduler"] = dict(facts.scheduler)
     if host is not None:
-        spec["host"] = dict(host)
+        spec["host"] = host.to_json()
     if session_id is not None:
         spec["session_id"] = session_id
     return spec
@@ -562,6 +802,10 @@ def redact_runspec(spec: Mapping[str, Any], redactor: Redactor) -> dict[str, Any
 __all__ = [
     "PACKAGES",
     "PUBLISH_FIX",
+    "Publication",
+    "SessionFacts",
+    "SourceState",
+    "SourceStates",
     "environment",
     "is_local_url",
     "publication",

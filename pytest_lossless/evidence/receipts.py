@@ -25,7 +25,7 @@ from ..core.redact import Redactor
 from ..core.verdict import Verdict, outcome_verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
-from .index import INDEX_NAME
+from .index import INDEX_NAME, HostIdentity
 from .provenance import redact_runspec
 
 SCHEMA = "pytest-lossless.receipt"
@@ -270,23 +270,47 @@ class ReceiptParts:
 
     @classmethod
     def from_json(cls, receipt: Mapping[str, Any]) -> ReceiptParts:
+        """The parts of a receipt as JSON (one being written, or a checker's receipt)."""
+        return cls._of(
+            receipt.get("schema_version"),
+            receipt.get("outcome"),
+            {name: _maps(receipt.get(name)) for name in (*LIST_BLOCKS, "matrix")},
+            has_matrix="matrix" in receipt,
+        )
+
+    @classmethod
+    def of(cls, record: ReceiptRecord) -> ReceiptParts:
+        """The parts of a receipt as read (:func:`load`)."""
+        return cls._of(
+            record.schema_version, record.outcome, record.entries, has_matrix=record.has("matrix")
+        )
+
+    @classmethod
+    def _of(
+        cls,
+        version: object,
+        outcome: object,
+        blocks: Mapping[str, Sequence[Mapping[str, Any]]],
+        *,
+        has_matrix: bool,
+    ) -> ReceiptParts:
         runs = []
-        for record in _maps(receipt.get("runs")):
+        for record in blocks.get("runs", ()):
             lifecycle = lifecycle_verdict(record)
             runs.append(RunLifecycle(record.get("name"), lifecycle.clean, lifecycle.summary))
         return cls(
-            schema_version=receipt.get("schema_version"),
-            outcome=receipt.get("outcome"),
+            schema_version=version,
+            outcome=outcome,
             runs=tuple(runs),
-            gates=tuple(GateRow.from_json(g) for g in _maps(receipt.get("gates"))),
+            gates=tuple(GateRow.from_json(g) for g in blocks.get("gates", ())),
             checks=tuple(
                 CheckRow.from_json(block, entry)
                 for block in ("lossless", "speed")
-                for entry in _maps(receipt.get(block))
+                for entry in blocks.get(block, ())
             ),
             matrix=(
-                tuple(_matrix_verdict(m) for m in _maps(receipt.get("matrix")))
-                if "matrix" in receipt  # only receipts with a determinism matrix (#24)
+                tuple(_matrix_verdict(m) for m in blocks.get("matrix", ()))
+                if has_matrix  # only receipts with a determinism matrix (#24)
                 else None
             ),
         )
@@ -408,6 +432,29 @@ class ReceiptRecord:
         source = (self.runspec or {}).get("source")
         return source if isinstance(source, dict) else None
 
+    @property
+    def host(self) -> HostIdentity | None:
+        """The RunSpec's ``host``: the host its session ran on (:func:`.index.host_identity`)."""
+        return HostIdentity.read((self.runspec or {}).get("host"))
+
+    def block(self, name: str) -> list[dict[str, Any]]:
+        """The entries of a list block (``runs``, ``gates``, ``lossless``, ``speed``,
+        ``canary``, ``export``, ``matrix``, ``updates``), in order; empty when absent."""
+        return self.entries.get(name, [])
+
+    def has(self, name: str) -> bool:
+        """Whether the receipt holds the list block ``name`` (an optional block may be absent)."""
+        return name in self.entries
+
+    @property
+    def parts(self) -> ReceiptParts:
+        """What its verdicts derive from, re-read from its raw blocks."""
+        return ReceiptParts.of(self)
+
+    def verdicts(self) -> Verdicts:
+        """Its verdicts, re-derived from its raw blocks (not the recorded ones)."""
+        return self.parts.verdicts()
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "schema": SCHEMA,
@@ -493,17 +540,14 @@ class Receipt:
         self.created_at = utc_iso()
         self.runspec: dict[str, Any] | None = None
         self._allocation: _HasToDict | Mapping[str, Any] | None = None
-        self.runs: list[dict[str, Any]] = []
-        self.gates: list[dict[str, Any]] = []
-        self.lossless: list[dict[str, Any]] = []
-        self.speed: list[dict[str, Any]] = []
-        #: The canaries that ran in this test (:mod:`..kinds.canary`), or were skipped.
-        self.canary: list[dict[str, Any]] = []
-        #: The producers run again for ``--lossless-export``: per artifact, its runs and
-        #: whether they agreed (what ``accept`` requires of an exported artifact).
-        self.export: list[dict[str, Any]] = []
-        #: The determinism matrices of the test (``lossless.matrix``): every cell's evidence.
-        self.matrix: list[dict[str, Any]] = []
+        #: Each list block's entries, as the fixtures add them: ``runs``, ``gates``,
+        #: ``lossless``, ``speed``; the canaries that ran (:mod:`..kinds.canary`, or were
+        #: skipped); ``export``, the producers run again for ``--lossless-export`` (per artifact,
+        #: its runs and whether they agreed: what ``accept`` requires); ``matrix``, the
+        #: determinism matrices of the test (``lossless.matrix``: every cell's evidence).
+        self.entries: dict[str, list[dict[str, Any]]] = {
+            name: [] for name in (*LIST_BLOCKS, "canary", "export", "matrix")
+        }
         self.outcome: dict[str, str] = {}
         #: What --update-goldens did to this test's goldens (created, changed, unchanged...).
         self.updates: list[dict[str, str]] = []
@@ -511,6 +555,16 @@ class Receipt:
     @property
     def name(self) -> str:
         return receipt_name(self.test_id)
+
+    @property
+    def runs(self) -> list[dict[str, Any]]:
+        """The run records so far, in the order the runs started."""
+        return self.entries["runs"]
+
+    @property
+    def gates(self) -> list[dict[str, Any]]:
+        """The golden gate entries so far (``GateResult.to_dict()`` with its evidence)."""
+        return self.entries["gates"]
 
     @property
     def allocation(self) -> dict[str, Any] | None:
@@ -525,25 +579,25 @@ class Receipt:
         self._allocation = allocation
 
     def add_run(self, record: Mapping[str, Any]) -> None:
-        self.runs.append(dict(record))
+        self.entries["runs"].append(dict(record))
 
     def add_gate(self, result: _HasToDict | Mapping[str, Any]) -> None:
-        self.gates.append(_plain(result))
+        self.entries["gates"].append(_plain(result))
 
     def add_lossless(self, verdict: _HasToDict | Mapping[str, Any]) -> None:
-        self.lossless.append(_plain(verdict))
+        self.entries["lossless"].append(_plain(verdict))
 
     def add_speed(self, verdict: _HasToDict | Mapping[str, Any]) -> None:
-        self.speed.append(_plain(verdict))
+        self.entries["speed"].append(_plain(verdict))
 
     def add_canary(self, record: _HasToDict | Mapping[str, Any]) -> None:
-        self.canary.append(_plain(record))
+        self.entries["canary"].append(_plain(record))
 
     def add_export(self, record: Mapping[str, Any]) -> None:
-        self.export.append(_plain(record))
+        self.entries["export"].append(_plain(record))
 
     def add_matrix(self, grid: _HasToDict | Mapping[str, Any]) -> None:
-        self.matrix.append(_plain(grid))
+        self.entries["matrix"].append(_plain(grid))
 
     def set_updates(self, events: Sequence[Mapping[str, str]]) -> None:
         self.updates = [dict(e) for e in events]
@@ -558,7 +612,7 @@ class Receipt:
 
     @property
     def empty(self) -> bool:
-        return not (self.runs or self.gates or self.lossless or self.speed or self.matrix)
+        return not any(self.entries[name] for name in (*LIST_BLOCKS, "matrix"))
 
     def _stored_diff(self) -> tuple[str, bytes] | None:
         """The diff as stored (already redacted by :meth:`set_runspec`) and its file name
@@ -592,13 +646,14 @@ class Receipt:
             "runspec": self._runspec_block(),
             "allocation": self.allocation,
             "runs": [{**run, "lifecycle": lifecycle_verdict(run).to_json()} for run in self.runs],
-            "gates": list(self.gates),
-            "lossless": list(self.lossless),
-            "speed": list(self.speed),
+            "gates": list(self.entries["gates"]),
+            "lossless": list(self.entries["lossless"]),
+            "speed": list(self.entries["speed"]),
         }
         for name in OPTIONAL_BLOCKS:
-            if getattr(self, name):
-                raw[name] = getattr(self, name)
+            entries = self.updates if name == "updates" else self.entries[name]
+            if entries:
+                raw[name] = entries
         data = json.loads(json.dumps(raw, default=_json_default))  # what a reader will see
         record = ReceiptRecord.from_json(data)
         covers = (*RAW_BLOCKS, *(b for b in OPTIONAL_BLOCKS if b in data))
@@ -674,8 +729,9 @@ def _json_default(value: object) -> Any:
 # ------------------------------------------------------------------ reading
 
 
-def load(path: Path | str) -> dict[str, Any]:
-    """A receipt as written; :class:`ReceiptError` naming the file when it cannot be used."""
+def load_json(path: Path | str) -> dict[str, Any]:
+    """A receipt's JSON as written, its schema and version checked (``verify`` hashes it as it
+    is); :class:`ReceiptError` naming the file when it cannot be used."""
     path = Path(path)
     try:
         # Not followed through a link, never blocked on a FIFO, bounded in size and depth.
@@ -704,6 +760,17 @@ def load(path: Path | str) -> dict[str, Any]:
     return data
 
 
+def load(path: Path | str) -> ReceiptRecord:
+    """A receipt as read into its record; :class:`ReceiptError` naming the file when it cannot
+    be used (not JSON, not a receipt, a version this release does not read, a block of the
+    wrong shape)."""
+    data = load_json(path)
+    try:
+        return ReceiptRecord.from_json(data)
+    except ReceiptError as exc:
+        raise ReceiptError(f"{path}: the receipt cannot be read: {exc}", path=str(path)) from None
+
+
 def receipt_paths(directory: Path | str) -> list[Path]:
     """Every receipt under ``directory``, in every session folder (a single receipt file is
     accepted too); sessions' ``INDEX.json`` files are not receipts."""
@@ -715,9 +782,9 @@ def receipt_paths(directory: Path | str) -> list[Path]:
     )
 
 
-def load_all(directory: Path | str) -> dict[Path, dict[str, Any] | ReceiptError]:
+def load_all(directory: Path | str) -> dict[Path, ReceiptRecord | ReceiptError]:
     """Every receipt of a folder, read once: the receipt, or why it cannot be read."""
-    loaded: dict[Path, dict[str, Any] | ReceiptError] = {}
+    loaded: dict[Path, ReceiptRecord | ReceiptError] = {}
     for path in receipt_paths(directory):
         try:
             loaded[path] = load(path)

@@ -18,20 +18,23 @@ from typing import Any
 
 from ..core.text import printable
 from ..errors import ReceiptError
-from .arm_sources import arm_source_lines, publication_word
+from .arm_sources import arm_source_lines
 from .index import (
     INDEX_NAME,
     OK_WITHOUT_RECEIPT,
     SUMMARY_NAME,
+    HostIdentity,
     IndexFile,
     SessionIndex,
     host_label,
     load_index,
     sha256_regular,
 )
+from .provenance import SourceState
+from .receipts import ReceiptRecord
 from .shards import ShardedSession, shard_findings, shard_lines
 
-Loaded = Mapping[Path, "dict[str, Any] | ReceiptError"]
+Loaded = Mapping[Path, "ReceiptRecord | ReceiptError"]
 #: The file at the top of an export folder (``--lossless-export``): its receipts are copies.
 EXPORT_JSON = "export.json"
 INCOMPLETE = "INCOMPLETE"
@@ -60,7 +63,7 @@ class Session:
 
     folder: Path
     index: SessionIndex | None
-    receipts: dict[Path, dict[str, Any] | ReceiptError]
+    receipts: dict[Path, ReceiptRecord | ReceiptError]
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -72,33 +75,34 @@ class Session:
         return self.index is not None and self.index.finished
 
     @property
-    def host(self) -> Mapping[str, Any] | None:
+    def host(self) -> HostIdentity | None:
         if self.index is not None and self.index.host is not None:
             return self.index.host
         for receipt in self._receipts():
-            found = _runspec(receipt).get("host")
-            if isinstance(found, Mapping):
-                return found
+            if receipt.host is not None:
+                return receipt.host
         return None
 
     def sources(self) -> dict[str, bool]:
         """Source revision -> whether any record of it here was dirty."""
         found: dict[str, bool] = {}
         for _, revision, block in self.source_blocks():
-            found[revision] = found.get(revision, False) or bool(block.get("dirty"))
+            found[revision] = found.get(revision, False) or bool(block.dirty)
         return found
 
-    def source_blocks(self) -> list[tuple[str, str, Mapping[str, Any]]]:
+    def source_blocks(self) -> list[tuple[str, str, SourceState]]:
         """(where: ``INDEX.json`` or a receipt's file name, revision, source block) of each
         record of the rootdir's source here."""
         blocks: list[tuple[str, object]] = [(INDEX_NAME, self.index.source if self.index else None)]
         for path, receipt in self.receipts.items():
-            if isinstance(receipt, dict):
-                blocks.append((path.name, _runspec(receipt).get("source")))
+            if isinstance(receipt, ReceiptRecord):
+                blocks.append((path.name, receipt.source))
         return [
-            (where, str(block.get("revision") or NO_REVISION), block)
+            (where, state.revision or NO_REVISION, state)
             for where, block in blocks
-            if isinstance(block, Mapping) and "revision" in block
+            if isinstance(block, Mapping)
+            and "revision" in block
+            and (state := SourceState.from_json(block)) is not None
         ]
 
     def mixed(self) -> str | None:
@@ -111,8 +115,8 @@ class Session:
             return None
         return "; ".join(f"{_short(rev)} in {_places(names)}" for rev, names in places.items())
 
-    def _receipts(self) -> list[dict[str, Any]]:
-        return [r for r in self.receipts.values() if isinstance(r, dict)]
+    def _receipts(self) -> list[ReceiptRecord]:
+        return [r for r in self.receipts.values() if isinstance(r, ReceiptRecord)]
 
 
 def _places(names: list[str]) -> str:
@@ -123,15 +127,12 @@ def _places(names: list[str]) -> str:
     return " and ".join(shown)
 
 
-def _runspec(receipt: Mapping[str, Any]) -> Mapping[str, Any]:
-    runspec = receipt.get("runspec")
-    return runspec if isinstance(runspec, Mapping) else {}
-
-
-def group_sessions(directory: Path, loaded: Loaded) -> dict[Path, dict[Path, Any]]:
+def group_sessions(
+    directory: Path, loaded: Loaded
+) -> dict[Path, dict[Path, ReceiptRecord | ReceiptError]]:
     """Session folder -> its receipts, for every folder under ``directory`` that holds a
     receipt or an index (``directory`` itself included)."""
-    groups: dict[Path, dict[Path, Any]] = {}
+    groups: dict[Path, dict[Path, ReceiptRecord | ReceiptError]] = {}
     for index in sorted(directory.rglob(INDEX_NAME)):
         groups.setdefault(index.parent, {})
     for path, receipt in loaded.items():
@@ -139,7 +140,7 @@ def group_sessions(directory: Path, loaded: Loaded) -> dict[Path, dict[Path, Any
     return dict(sorted(groups.items()))
 
 
-def check_session(folder: Path, receipts: Mapping[Path, Any]) -> Session:
+def check_session(folder: Path, receipts: Loaded) -> Session:
     """The session of ``folder`` checked against its index (see the module's docstring)."""
     session = Session(folder, None, dict(receipts))
     found = session.findings
@@ -244,18 +245,18 @@ def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
                 )
             )
         receipt = session.receipts[path]
-        if not isinstance(receipt, dict):
+        if not isinstance(receipt, ReceiptRecord):
             continue
-        if entry.test_id and entry.test_id != receipt.get("test_id"):
+        if entry.test_id and entry.test_id != receipt.test_id:
             found.append(
                 Finding(
                     CONTRADICTION,
                     f"{path}: {INDEX_NAME} lists it as the receipt of "
                     f"{printable(entry.test_id)}, but it holds the receipt of "
-                    f"{printable(receipt.get('test_id'))}",
+                    f"{printable(receipt.test_id)}",
                 )
             )
-        runspec = _runspec(receipt)
+        runspec = receipt.runspec or {}
         if runspec.get("session_id") not in (None, session_id):
             found.append(
                 Finding(
@@ -264,8 +265,8 @@ def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
                     f"{printable(session_id)} whose folder holds it",
                 )
             )
-        host = runspec.get("host")
-        if isinstance(host, Mapping) and _host_key(host) != _host_key(index_host):
+        host = receipt.host
+        if host is not None and host.key != (index_host.key if index_host else ("", "")):
             found.append(
                 Finding(
                     CONTRADICTION,
@@ -274,12 +275,6 @@ def _check_receipts(session: Session, label: str) -> dict[str, IndexFile]:
                 )
             )
     return listed
-
-
-def _host_key(host: Any) -> tuple[str, str]:
-    if not isinstance(host, Mapping):
-        return ("", "")
-    return (str(host.get("hostname") or ""), str(host.get("machine") or ""))
 
 
 def _check_tests(session: Session, label: str, listed: Mapping[str, IndexFile]) -> None:
@@ -385,7 +380,7 @@ class Campaign:
             dirty = sum(1 for s in sessions if s.sources().get(revision))
             state = f"dirty in {dirty}" if dirty else "clean"
             blocks = [b for s in sessions for _, r, b in s.source_blocks() if r == revision]
-            published = sorted({publication_word(b) for b in blocks})
+            published = sorted({b.publication_word for b in blocks})
             shown = ", ".join([state, " / ".join(published)] if published else [state])
             lines.append(f"  {_short(revision)}: {_count(sessions)} ({shown})")
         for session in self.sessions:
@@ -456,8 +451,8 @@ def revision_findings(loaded: Loaded, sessions: list[Session], revision: str) ->
             )
 
     for path, receipt in loaded.items():
-        if isinstance(receipt, dict):
-            check(str(path), _runspec(receipt).get("source"))
+        if isinstance(receipt, ReceiptRecord):
+            check(str(path), receipt.source)
     for session in sessions:
         if session.index is not None:
             check(str(session.folder / INDEX_NAME), session.index.source)
@@ -563,13 +558,13 @@ class StoredSession:
     #: When it started (``started_at`` of its index, else its id, which starts with the time).
     started: str
     finished: bool
-    host: Mapping[str, Any] | None
+    host: HostIdentity | None
     #: A ``sign`` output names it (a bundle's envelope or an unsigned Statement).
     signed: bool
 
 
 def sessions_to_prune(
-    stored: list[StoredSession], *, keep: int, host: Mapping[str, Any], current: str
+    stored: list[StoredSession], *, keep: int, host: HostIdentity, current: str
 ) -> list[StoredSession]:
     """The session folders to remove so that the last ``keep`` remain (``keep`` 0: none):
     of the ones older than the ``keep`` newest, only the finished sessions of ``host`` that
@@ -583,7 +578,8 @@ def sessions_to_prune(
         if s.finished
         and not s.signed
         and s.session_id != current
-        and _host_key(s.host) == _host_key(host)
+        and s.host is not None
+        and s.host.key == host.key
     ]
 
 

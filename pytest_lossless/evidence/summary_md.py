@@ -20,7 +20,7 @@ from ..core.paths import inside_root, open_regular, read_regular
 from ..core.text import printable
 from ..errors import ReceiptError
 from .index import INDEX_NAME, SUMMARY_NAME
-from .receipts import MAX_RECEIPT_BYTES, ReceiptParts, load_all
+from .receipts import MAX_RECEIPT_BYTES, ReceiptRecord, load_all
 
 LOCK_NAME = ".summary.lock"
 #: How long a session waits for another one writing the summary of the same folder.
@@ -31,12 +31,12 @@ def _cell(text: object) -> str:
     return printable(str(text).replace("|", "\\|").replace("\n", " "))
 
 
-def _row(path: Path, receipt: dict[str, Any] | ReceiptError) -> tuple[tuple[str, ...], str]:
+def _row(path: Path, receipt: ReceiptRecord | ReceiptError) -> tuple[tuple[str, ...], str]:
     """A receipt's row of the table, and the verdict it counts under."""
     if isinstance(receipt, ReceiptError):
         return (path.name, "unreadable", "", "", "", "", _cell(receipt), ""), "UNREADABLE"
-    derived = ReceiptParts.from_json(receipt).verdicts()
-    outcome = receipt.get("outcome") or {}
+    derived = receipt.verdicts()
+    outcome = receipt.outcome
     phases = ", ".join(f"{k} {v}" for k, v in outcome.items() if v != "passed") or "passed"
     clean = derived.lifecycle_clean
     gates = derived.gates
@@ -44,19 +44,19 @@ def _row(path: Path, receipt: dict[str, Any] | ReceiptError) -> tuple[tuple[str,
     if derived.expected:  # what the test asserted (expect=), as the table says
         overall = f"{overall} (expected)"
     row = (
-        _cell(receipt.get("test_id")),
+        _cell(receipt.test_id),
         _cell(phases),
         "-" if clean is None else ("clean" if clean else "NOT clean"),
-        f"{gates.passed} passed, {gates.failed} failed" if receipt.get("gates") else "-",
+        f"{gates.passed} passed, {gates.failed} failed" if receipt.block("gates") else "-",
         ", ".join(derived.lossless) or "-",
         ", ".join(derived.speed) or "-",
         overall,
-        _cell(receipt.get("written_at") or "-"),
+        _cell(receipt.written_at or "-"),
     )
     return row, overall
 
 
-def verdict_counts(loaded: Mapping[Path, dict[str, Any] | ReceiptError]) -> str:
+def verdict_counts(loaded: Mapping[Path, ReceiptRecord | ReceiptError]) -> str:
     """``"1 FAIL, 3 PASS"``: how many receipts give each overall verdict (re-derived)."""
     return _counted([_row(path, receipt)[1] for path, receipt in loaded.items()])
 
@@ -68,19 +68,16 @@ def _counted(words: list[str]) -> str:
     return ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no receipts"
 
 
-def _session_facts(receipts: list[dict[str, Any]]) -> tuple[str, str]:
+def _session_facts(receipts: list[ReceiptRecord]) -> tuple[str, str]:
     """The hosts and source revisions the receipts of one session folder record."""
     hosts: set[str] = set()
     sources: set[str] = set()
     for receipt in receipts:
-        runspec = receipt.get("runspec")
-        if not isinstance(runspec, Mapping):
-            continue
-        host = runspec.get("host")
-        if isinstance(host, Mapping):
-            hosts.add(str(host.get("hostname")))
-        source = runspec.get("source")
-        if isinstance(source, Mapping) and "revision" in source:
+        host = receipt.host
+        if host is not None:
+            hosts.add(str(host.hostname))
+        source = receipt.source
+        if source is not None and "revision" in source:
             revision = str(source.get("revision") or "")[:12] or "no git revision"
             sources.add(revision + (" (dirty)" if source.get("dirty") else ""))
     return _cell(", ".join(sorted(hosts)) or "-"), _cell(", ".join(sorted(sources)) or "-")
@@ -88,7 +85,7 @@ def _session_facts(receipts: list[dict[str, Any]]) -> tuple[str, str]:
 
 def summary_lines(
     directory: Path | str,
-    loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
+    loaded: Mapping[Path, ReceiptRecord | ReceiptError] | None = None,
     *,
     sections: bool = True,
 ) -> list[str]:
@@ -102,7 +99,7 @@ def summary_lines(
     folder = Path(directory)
     loaded = load_all(folder) if loaded is None else loaded
     merged = any(path.parent != folder for path in loaded)
-    sessions: dict[str, list[dict[str, Any] | ReceiptError]] = {}
+    sessions: dict[str, list[ReceiptRecord | ReceiptError]] = {}
     rows: list[tuple[str, ...]] = []
     words: list[str] = []
     for path, receipt in loaded.items():
@@ -124,7 +121,7 @@ def summary_lines(
             "|---|---|---|---|",
         ]
         for session, receipts in sorted(sessions.items()):
-            host, source = _session_facts([r for r in receipts if isinstance(r, dict)])
+            host, source = _session_facts([r for r in receipts if isinstance(r, ReceiptRecord)])
             lines.append(f"| {_cell(session)} | {host} | {source} | {len(receipts)} |")
         lines += ["", columns + " session |", "|---|---|---|---|---|---|---|---|---|"]
     else:
@@ -140,7 +137,7 @@ def summary_lines(
     lines += ["", f"{len(rows)} receipts{of}: {_counted(words)}", ""]
     if not sections:  # the summary as the first version wrote it (see check_summary)
         return lines
-    readable = [r for r in loaded.values() if isinstance(r, dict)]
+    readable = [r for r in loaded.values() if isinstance(r, ReceiptRecord)]
     return (
         lines
         + _canary_lines(readable)
@@ -150,16 +147,13 @@ def summary_lines(
     )
 
 
-def _matrix_lines(receipts: list[dict[str, Any]]) -> list[str]:
+def _matrix_lines(receipts: list[ReceiptRecord]) -> list[str]:
     """One row per cell of every determinism matrix (``lossless.matrix``, #24), each cell named
     in full, with its recorded verdict (``verify`` re-derives it) and the grid's line."""
     rows = []
-    for receipt in sorted(receipts, key=lambda r: str(r.get("test_id"))):
-        grids = receipt.get("matrix")
-        for grid in grids if isinstance(grids, list) else []:
-            if not isinstance(grid, Mapping):
-                continue
-            test, label = _cell(receipt.get("test_id")), _cell(grid.get("label"))
+    for receipt in sorted(receipts, key=lambda r: r.test_id):
+        for grid in receipt.block("matrix"):
+            test, label = _cell(receipt.test_id), _cell(grid.get("label"))
             rows.append(f"| {test} | {label} | (grid) | {_cell(grid.get('verdict'))} | "
                         f"{_cell(grid.get('explanation'))} |")  # fmt: skip
             for cell in grid.get("cells") or []:
@@ -195,16 +189,14 @@ def _cell_detail(cell: Mapping[str, Any]) -> str:
 _CANARY_ORDER = ("cannot-fail", "skipped", "proved")
 
 
-def _canary_lines(receipts: list[dict[str, Any]]) -> list[str]:
+def _canary_lines(receipts: list[ReceiptRecord]) -> list[str]:
     """One line per (kind, gate) a canary ran for, with its status (the worst any receipt
     records), from the receipts' ``canary`` blocks alone."""
     seen: dict[tuple[str, str], set[str]] = {}
     for receipt in receipts:
-        block = receipt.get("canary")
-        for record in block if isinstance(block, list) else []:
-            if isinstance(record, Mapping):
-                key = (_cell(record.get("kind")), _cell(record.get("gate")))
-                seen.setdefault(key, set()).add(_cell(record.get("status")))
+        for record in receipt.block("canary"):
+            key = (_cell(record.get("kind")), _cell(record.get("gate")))
+            seen.setdefault(key, set()).add(_cell(record.get("status")))
     lines = []
     for (kind, gate), statuses in sorted(seen.items()):
         known = [s for s in _CANARY_ORDER if s in statuses]
@@ -213,27 +205,26 @@ def _canary_lines(receipts: list[dict[str, Any]]) -> list[str]:
     return ["Canary (each gate seen to fail):", "", *lines, ""] if lines else []
 
 
-def unfrozen_plans(receipt: Mapping[str, Any]) -> list[str]:
+def unfrozen_plans(receipt: ReceiptRecord) -> list[str]:
     """The lossless and speed entries of a receipt whose plan (gate, target) was not frozen in
     a ``plan.json``: checked against nothing (``gate_plan.frozen`` false, not being frozen)."""
     found = []
     for block, key in (("lossless", "label"), ("speed", "workload")):
-        entries = receipt.get(block)
-        for entry in entries if isinstance(entries, list) else []:
-            record = entry.get("gate_plan") if isinstance(entry, Mapping) else None
+        for entry in receipt.block(block):
+            record = entry.get("gate_plan")
             frozen = isinstance(record, Mapping) and record.get("frozen") is not False
             if isinstance(record, Mapping) and not frozen and not record.get("freezing"):
                 found.append(f"{block} {_cell(entry.get(key))}")
     return found
 
 
-def _request_lines(receipts: list[dict[str, Any]]) -> list[str]:
+def _request_lines(receipts: list[ReceiptRecord]) -> list[str]:
     """One line per server run whose requests did not all succeed (errors, timeouts, non-2xx):
     counted in its receipt, named here, so that a failed request is never only a number."""
     found = []
-    for receipt in sorted(receipts, key=lambda r: str(r.get("test_id"))):
-        for run in receipt.get("runs") or []:
-            totals = run.get("request_totals") if isinstance(run, Mapping) else None
+    for receipt in sorted(receipts, key=lambda r: r.test_id):
+        for run in receipt.block("runs"):
+            totals = run.get("request_totals")
             if not isinstance(totals, Mapping) or not totals.get("failed"):
                 continue
             statuses = totals.get("statuses") or {}
@@ -241,7 +232,7 @@ def _request_lines(receipts: list[dict[str, Any]]) -> list[str]:
                 f"{code}: {count}" for code, count in sorted(statuses.items(), key=str)
             )
             found.append(
-                f"- {_cell(receipt.get('test_id'))}: {_cell(run.get('name'))}: "
+                f"- {_cell(receipt.test_id)}: {_cell(run.get('name'))}: "
                 f"{totals.get('failed')} of {totals.get('requests')} requests failed "
                 f"(statuses {_cell(shown or 'none')}; {totals.get('errors', 0)} errors, "
                 f"{totals.get('timeouts', 0)} timeouts)"
@@ -249,7 +240,7 @@ def _request_lines(receipts: list[dict[str, Any]]) -> list[str]:
     return ["Failed server requests:", "", *found, ""] if found else []
 
 
-def _plan_lines(receipts: list[dict[str, Any]]) -> list[str]:
+def _plan_lines(receipts: list[ReceiptRecord]) -> list[str]:
     count = sum(len(unfrozen_plans(r)) for r in receipts)
     if not count:
         return []
@@ -323,7 +314,7 @@ def _lock(fd: int, lock: Path, timeout: float) -> None:
 
 def check_summary(
     directory: Path | str,
-    loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
+    loaded: Mapping[Path, ReceiptRecord | ReceiptError] | None = None,
 ) -> list[str]:
     """A ``SUMMARY.md`` that differs from the one the receipts generate was edited or is stale."""
     path = Path(directory) / SUMMARY_NAME
@@ -349,7 +340,7 @@ def check_summary(
 
 def check_summaries(
     directory: Path | str,
-    loaded: Mapping[Path, dict[str, Any] | ReceiptError] | None = None,
+    loaded: Mapping[Path, ReceiptRecord | ReceiptError] | None = None,
 ) -> list[str]:
     """:func:`check_summary` of every ``SUMMARY.md`` under ``directory``: each session
     folder's, and each merged one (the receipts root, a folder of several hosts' receipts)."""

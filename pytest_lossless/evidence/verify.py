@@ -35,9 +35,9 @@ from .receipts import (
     Integrity,
     ReceiptParts,
     ReceiptRecord,
-    load,
-    load_all,
+    load_json,
     raw_sha256,
+    receipt_paths,
 )
 from .summary_md import check_summaries
 
@@ -53,13 +53,31 @@ class Context:
 
     @cached_property
     def parts(self) -> ReceiptParts | None:
-        return None if self.record is None else ReceiptParts.from_json(self.record.to_json())
+        return None if self.record is None else self.record.parts
 
 
 MARKER_BYTES = re.compile(MARKER_RE.pattern.encode())
 
-#: A re-derivation: (the block's value, the whole receipt, its context) -> contradictions.
+#: A re-derivation: (the block's value, the whole receipt as JSON, its context) ->
+#: contradictions. A plugin's checker is one; the built-in ones read the receipt's record
+#: (:data:`RecordChecker`, adapted by :func:`on_record`) except the integrity hash, which
+#: hashes the JSON as written.
 Checker = Callable[[Any, Mapping[str, Any], Context], list[str]]
+#: A built-in re-derivation: (the block's value as JSON, the receipt's record, its context).
+RecordChecker = Callable[[Any, ReceiptRecord, Context], list[str]]
+
+
+def on_record(check: RecordChecker) -> Checker:
+    """``check`` as the checkers table holds it: given the receipt's JSON, it reads the record
+    :func:`verify_receipt` made of it (or makes one: a caller outside verify)."""
+
+    def checker(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+        record = context.record if context.record is not None else ReceiptRecord.from_json(receipt)
+        return check(block, record, context)
+
+    checker.__name__ = checker.__qualname__ = getattr(check, "__name__", "checker")
+    checker.__doc__ = check.__doc__
+    return checker
 
 
 def check_integrity(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
@@ -76,10 +94,11 @@ def check_integrity(block: Any, receipt: Mapping[str, Any], context: Context) ->
     return []
 
 
-def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_runspec(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """Diff file against its hash, dirty flag and publication against their evidence."""
     if block is None:
-        return [] if not receipt.get("runs") else ["runs were recorded but the runspec is missing"]
+        missing = "runs were recorded but the runspec is missing"
+        return [missing] if receipt.block("runs") else []
     if not isinstance(block, Mapping):
         return ["runspec is not a mapping"]
     found: list[str] = []
@@ -99,8 +118,8 @@ def check_runspec(block: Any, receipt: Mapping[str, Any], context: Context) -> l
                 f"{source.get('diff_bytes')} bytes and {untracked} untracked files"
             )
         found += publication_contradictions(source, "runspec")
-    for run in receipt.get("runs") or []:  # each run's sources=[...] trees, as recorded
-        for tree, state in ((run.get("sources") or {}) if isinstance(run, Mapping) else {}).items():
+    for run in receipt.block("runs"):  # each run's sources=[...] trees, as recorded
+        for tree, state in (run.get("sources") or {}).items():
             if isinstance(state, Mapping):
                 found += publication_contradictions(state, f"runs {run.get('name')} {tree}")
     found += _check_hashes("runspec input", block.get("inputs"))
@@ -192,7 +211,7 @@ def _check_hashes(what: str, entries: Any) -> list[str]:
     return found
 
 
-def check_runs(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_runs(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """Each run's lifecycle re-derived from its raw record; its outputs re-hashed."""
     if not isinstance(block, list):
         return ["runs is not a list"]
@@ -242,10 +261,9 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def check_verdicts(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_verdicts(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """The ``verdicts`` block equals the one derived from the raw blocks now."""
-    parts = context.parts or ReceiptParts.from_json(receipt)
-    again = parts.verdicts().to_json()
+    again = receipt.verdicts().to_json()
     if not isinstance(block, Mapping):
         return ["verdicts block missing or not a mapping"]
     return [
@@ -255,7 +273,7 @@ def check_verdicts(block: Any, receipt: Mapping[str, Any], context: Context) -> 
     ]
 
 
-def check_speed(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_speed(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """Each speed verdict re-derived from its raw samples (``speed.contradictions``)."""
     try:
         from ..speed.runner import contradictions
@@ -363,7 +381,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
-def check_gates(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_gates(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """Each golden gate's pass/fail re-derived from the two recorded fingerprints."""
     if block is None:
         return []
@@ -434,7 +452,7 @@ def _check_stored_golden(kinds: KindRegistry, name: str, evidence: Mapping[str, 
     return []
 
 
-def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_lossless(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """Each lossless verdict re-derived: comparisons from the runs' fingerprints, then the table."""
     from ..compare.repeatability import rederive
 
@@ -472,7 +490,7 @@ def check_lossless(block: Any, receipt: Mapping[str, Any], context: Context) -> 
     return found
 
 
-def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_matrix(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """Each determinism matrix (#24) re-derived: every comparison from the runs' fingerprints,
     every cell's verdict from its comparisons (:func:`..compare.matrix.rederive`), the grid's
     verdict as its worst cell and its explanation line from the cells' verdicts; a traced
@@ -532,24 +550,23 @@ def check_matrix(block: Any, receipt: Mapping[str, Any], context: Context) -> li
     return found
 
 
-def check_canary(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_canary(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """The canary block's shape and statuses (:func:`..kinds.canary.check_records`)."""
     from ..kinds.canary import check_records
 
-    return check_records(block, receipt)
+    return check_records(block, receipt.to_json())
 
 
-def check_frozen_plans(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_frozen_plans(block: Any, receipt: ReceiptRecord, context: Context) -> list[str]:
     """Each lossless and speed entry ran what the frozen plan it records says (``gate_plan``)."""
     from ..goldens.plans import receipt_contradictions
 
-    return receipt_contradictions(receipt)
+    return receipt_contradictions(receipt.to_json())
 
 
 def default_checkers() -> dict[str, Checker]:
     """Block name -> re-derivation. Add an entry here to verify a new block."""
-    return {
-        "integrity": check_integrity,
+    built_in: dict[str, RecordChecker] = {
         "runspec": check_runspec,
         "runs": check_runs,
         "speed": check_speed,
@@ -565,6 +582,9 @@ def default_checkers() -> dict[str, Checker]:
         "lossless/outputs": check_lossless_outputs,
         "lossless+speed/plans": check_frozen_plans,
     }
+    checkers: dict[str, Checker] = {"integrity": check_integrity}  # the JSON as written
+    checkers.update({name: on_record(check) for name, check in built_in.items()})
+    return checkers
 
 
 def verify_receipt(
@@ -579,7 +599,7 @@ def verify_receipt(
     re-judges gates (default: the built-in kinds only)."""
     path = Path(path)
     if receipt is None:
-        receipt = load(path)
+        receipt = load_json(path)
     try:  # read once into its record: the checkers judge the blocks it holds
         record = ReceiptRecord.from_json(receipt)
     except ReceiptError as exc:
@@ -606,14 +626,48 @@ def verify(
     root = Path(directory)
     if not root.exists():
         return [f"{root}: no such receipts folder"]
-    kinds = kinds or KindRegistry()
     found: list[str] = []
-    loaded = load_all(root)
-    for path, receipt in loaded.items():
-        if isinstance(receipt, ReceiptError):
+    checked = verify_folder(root, checkers, kinds=kinds)
+    for path, receipt in checked.receipts.items():
+        if path not in checked.problems:  # not even JSON of a receipt
             found.append(str(receipt))
-        else:
-            found += [
-                f"{path}: {p}" for p in verify_receipt(path, checkers, receipt=receipt, kinds=kinds)
-            ]
-    return found + check_summaries(root, loaded)
+        found += [f"{path}: {p}" for p in checked.problems.get(path, ())]
+    return found + check_summaries(root, checked.receipts)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The receipts of a folder as :func:`verify_folder` read them: each one's record (or why
+    it cannot be read) and the contradictions its checkers found (only for readable JSON)."""
+
+    receipts: dict[Path, ReceiptRecord | ReceiptError]
+    problems: dict[Path, list[str]]
+
+
+def verify_folder(
+    directory: Path | str,
+    checkers: Mapping[str, Checker] | None = None,
+    *,
+    kinds: KindRegistry | None = None,
+    skip: Callable[[Path], bool] | None = None,
+) -> Checked:
+    """Every receipt under ``directory`` read once: its JSON as written goes to the checkers
+    (they hash and re-derive it as it is on disk), its record to the readers after them
+    (summaries, sessions). ``skip``: files that are not receipts (an export's table)."""
+    kinds = kinds or KindRegistry()
+    receipts: dict[Path, ReceiptRecord | ReceiptError] = {}
+    problems: dict[Path, list[str]] = {}
+    for path in receipt_paths(directory):
+        if skip is not None and skip(path):
+            continue
+        try:
+            receipt = load_json(path)
+        except ReceiptError as exc:
+            receipts[path] = exc
+            continue
+        problems[path] = verify_receipt(path, checkers, receipt=receipt, kinds=kinds)
+        try:
+            receipts[path] = ReceiptRecord.from_json(receipt)
+        except ReceiptError as exc:  # its checkers named it already
+            receipts[path] = ReceiptError(f"{path}: the receipt cannot be read: {exc}", path=path)
+    return Checked(receipts, problems)

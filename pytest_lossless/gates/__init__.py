@@ -2,19 +2,16 @@
 
 ``bytes`` compares the file's SHA-256; ``decoded`` compares stream metadata, then one digest per
 decoded frame and the PCM samples; ``elementwise`` compares tensors bit for bit (NaN payloads and
-the sign of zero count: arrays are compared as unsigned integer views, never with ``==``). Each
-kind's side of a gate (which fingerprints, frames or samples are compared) is in that kind's
-module (:mod:`~..kinds`); this package holds what every kind shares: the gate (:mod:`.spec`),
-its result and how it is built (:mod:`.result`), arrays as bits (:mod:`.arrays`), the lossy
-machinery (:mod:`.lossy`) and the ulp gate (:mod:`.ulps`).
+the sign of zero count: arrays are compared as unsigned integer views, never with ``==``).
 ``tolerance(atol=, rtol=)`` and ``ulp(n)`` (floats within n units in the last place, per dtype,
 bfloat16 included) are explicitly lossy: they need the full data on both sides, their results
-are never reported as lossless, and they carry the spread of the differences (max and where,
-99th percentile, count beyond the bound). PSNR and max error are labelled diagnostics, never
-gates.
+are never reported as lossless, and they carry the spread of the differences. PSNR and max error
+are labelled diagnostics, never gates.
 
-The gate and its result (:mod:`.spec`, :mod:`.result`) load with the standard library only; the
-comparers and diagnostics (numpy, media) load on first use, so that naming a gate stays cheap.
+Each kind's side of a gate is in that kind's module (:mod:`~..kinds`); this package holds what
+every kind shares: the gate and its result (:mod:`.gate`, standard library only, so naming a
+gate stays cheap), arrays as bits (:mod:`.arrays`), the lossy machinery (:mod:`.lossy`) and the
+ulp comparer (:mod:`.ulps`, loaded on first use).
 """
 
 from __future__ import annotations

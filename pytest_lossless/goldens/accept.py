@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.digests import canonical_sha256, loads_bounded, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
+from ..core.records import Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds.registry import Artifact, KindRegistry
@@ -37,6 +38,7 @@ from .folder import GoldenFolder
 from .layout import split_test_id
 from .manifest import artifact_name
 from .scope import Environment
+from .swap import UpdateEvent
 
 __all__ = [
     "EXPORT_JSON",
@@ -68,7 +70,7 @@ class ExportError(LosslessError):
 
 
 @dataclass(frozen=True)
-class Exported:
+class Exported(Record):
     """One exported artifact, as ``export.json`` names it (read: :mod:`..plugin.export` writes
     the entries, ``accept`` reads them, checking every field)."""
 
@@ -76,82 +78,53 @@ class Exported:
     artifact: str
     source: str  # "golden" (a golden.check) or "lossless" (a lossless.compare)
     status: str  # "changed", "new", "failed", "inconclusive"
-    file: str | None
-    module: str
-    test_name: str
-    gate: str | None
-    requested_gate: str | None
-    kind: str
-    fingerprint: dict[str, Any]
-    sha256: str
-    runs: list[dict[str, Any]]
-    agreed: bool | None
-    producer: bool
+    file: str | None = None
+    module: str | None = None
+    test_name: str | None = None
+    gate: str | None = None
+    requested_gate: str | None = None
+    kind: str | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    sha256: str | None = None
+    #: As written, compared whole with the runs the receipt records (unknown keys included).
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    agreed: bool | None = None
+    producer: bool = False
     receipt: str | None = None
     varied: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
     scope: str | None = None
-    #: The environment class of a device-scoped golden (None: none, or none that can be read).
-    environment: Environment | None = None
+    #: The environment class of a device-scoped golden (None: none, or none that can be read:
+    #: read apart, so that it refuses its entry alone, not the export).
+    environment: Environment | None = spec(None, json=False)
 
     @classmethod
-    def from_json(cls, data: Any, where: Path) -> Exported:
+    def read(cls, data: object, where: Path) -> Exported:
+        """An entry of an untrusted ``export.json``: its types checked, its words non-empty."""
         if not isinstance(data, Mapping):
             raise ExportError(where, "an entry of 'entries' is not an object")
         try:
-            runs = data.get("runs") or []
-            if not isinstance(runs, list) or not all(isinstance(r, Mapping) for r in runs):
-                raise TypeError("runs must be a list of objects")
-            fingerprint = data.get("fingerprint") or {}
-            if not isinstance(fingerprint, dict):
-                raise TypeError("fingerprint must be an object")
-            agreed = data.get("agreed")
-            if agreed is not None and not isinstance(agreed, bool):
-                raise TypeError("agreed must be true, false or null")
-            return cls(
-                test=_text(data, "test"),
-                artifact=_text(data, "artifact"),
-                source=_text(data, "source"),
-                status=_text(data, "status"),
-                file=_optional(data, "file"),
-                module=_optional(data, "module") or "",
-                test_name=_optional(data, "test_name") or "",
-                gate=_optional(data, "gate"),
-                requested_gate=_optional(data, "requested_gate"),
-                kind=_optional(data, "kind") or "",
-                fingerprint=fingerprint,
-                sha256=_optional(data, "sha256") or "",
-                runs=[dict(r) for r in runs],
-                agreed=agreed,
-                producer=bool(data.get("producer")),
-                receipt=_optional(data, "receipt"),
-                varied=_optional(data, "varied") or "",
-                provenance=dict(data.get("provenance") or {}),
-                scope=_optional(data, "scope"),
-                environment=Environment.from_json(data.get("environment")),
-            )
-        except (TypeError, ValueError) as exc:
+            entry = from_json(cls, data)
+        except RecordError as exc:
             raise ExportError(where, f"an entry is malformed ({exc})") from None
+        for key in ("test", "artifact", "source", "status"):
+            if not getattr(entry, key):
+                raise ExportError(where, f"an entry is malformed ({key} must not be empty)")
+        return replace(entry, environment=Environment.checked(data.get("environment")))
 
     @property
     def label(self) -> str:
         return f"{self.test} {self.artifact}"
 
 
-def _text(data: Mapping[str, Any], key: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value:
-        raise TypeError(f"{key} must be a non-empty string")
-    return value
+@dataclass(frozen=True)
+class ExportSettings(Record):
+    """The settings of the session that wrote an export (read leniently: what does not fit
+    reads as unknown)."""
 
-
-def _optional(data: Mapping[str, Any], key: str) -> str | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{key} must be a string or null")
-    return value
+    control_runs: int | None = None
+    digest_above: int | None = None
+    goldens: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +133,7 @@ class ExportDocument:
 
     folder: Path
     entries: list[Exported]
-    settings: dict[str, Any]
+    settings: ExportSettings
     session: str
 
 
@@ -185,11 +158,10 @@ def read_export(folder: Path | str) -> ExportDocument:
         raise ExportError(
             path, f"has schema {data.get('schema')!r}; this version reads {EXPORT_SCHEMA}"
         )
-    settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
     return ExportDocument(
         folder,
-        [Exported.from_json(e, path) for e in data["entries"]],
-        dict(settings or {}),
+        [Exported.read(e, path) for e in data["entries"]],
+        from_json(ExportSettings, data.get("settings"), problems=[]),
         str(data.get("session") or ""),
     )
 
@@ -269,13 +241,10 @@ class Decision:
     folder: str = ""
 
     def to_event(self) -> dict[str, str]:
-        return {
-            "test": self.entry.test,
-            "folder": self.folder,
-            "name": self.entry.artifact,
-            "action": self.action,
-            "detail": self.detail,
-        }
+        entry = self.entry
+        return UpdateEvent(
+            entry.test, self.folder, entry.artifact, self.action, self.detail
+        ).to_dict()
 
 
 def golden_names(test_id: str) -> tuple[str, str]:
@@ -327,7 +296,7 @@ def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], li
     if actual != entry.sha256:
         return (
             f"the exported file {path} has SHA-256 {actual[:16]}... but the export says "
-            f"{entry.sha256[:16]}...: it was changed after the export was written"
+            f"{(entry.sha256 or '')[:16]}...: it was changed after the export was written"
         )
     return ""
 
@@ -459,12 +428,9 @@ def accept(
     document = read_export(export)
     folder = document.folder
     wanted = keyword_matcher(keyword) if keyword else None
-    above = digest_above
+    above = digest_above if digest_above is not None else document.settings.digest_above
     if above is None:
-        recorded = document.settings.get("digest_above")
-        above = (
-            recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 1 << 20
-        )
+        above = 1 << 20
     decisions: list[Decision] = []
     chosen: dict[tuple[str, Environment | None], list[tuple[Exported, Artifact]]] = {}
     for entry in document.entries:

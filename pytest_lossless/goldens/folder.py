@@ -35,6 +35,7 @@ from typing import Any
 from ..core import faults
 from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
+from ..core.records import Record
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
@@ -59,7 +60,7 @@ from .manifest import (
     safe_component,
     unhashed,
 )
-from .plans import carry_plan
+from .plans import PlanBook, StagedPlan, carry_plan
 from .scope import Environment, scoped_path
 from .store import ContentStore
 from .swap import (
@@ -95,7 +96,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class GoldenSide:
+class GoldenSide(Record):
     """The golden a comparison was made against, as the receipt records it."""
 
     folder: str
@@ -108,7 +109,7 @@ class GoldenSide:
 
 
 @dataclass(frozen=True, slots=True)
-class ObtainedSide:
+class ObtainedSide(Record):
     """The file a comparison was made of: where it is, its kind, its digest, its fingerprint."""
 
     path: str
@@ -118,32 +119,12 @@ class ObtainedSide:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckEvidence:
+class CheckEvidence(Record):
     """Both sides of one comparison: the raw evidence a receipt keeps (``"evidence"`` of its
     gate entry, which ``verify`` and the report read from the receipt)."""
 
     golden: GoldenSide
     obtained: ObtainedSide
-
-    def to_json(self) -> dict[str, Any]:
-        g, o = self.golden, self.obtained
-        return {
-            "golden": {
-                "folder": g.folder,
-                "kind": g.kind,
-                "gate": g.gate,
-                "sha256": g.sha256,
-                "stored": g.stored,
-                "manifest_sha256": g.manifest_sha256,
-                "fingerprint": g.fingerprint,
-            },
-            "obtained": {
-                "path": o.path,
-                "kind": o.kind,
-                "sha256": o.sha256,
-                "fingerprint": o.fingerprint,
-            },
-        }
 
 
 @dataclass
@@ -203,6 +184,10 @@ class GoldenFolder:
         self._reads = 0
         #: Per compared artifact, the raw evidence a receipt keeps: both fingerprints.
         self.evidence: dict[str, CheckEvidence] = {}
+        #: The test's plans, committed by this folder's swap with the goldens (#20): its
+        #: ``plan.json`` is staged with them, so no version mixes new goldens and an old plan.
+        #: None (``accept``, a device-scoped folder): the live plan is carried over as it is.
+        self.plans: PlanBook | None = None
 
     def inside(self, path: Path, what: str) -> Path:
         """``path`` after proving that no link takes it out of the goldens folder, nor the
@@ -452,6 +437,9 @@ class GoldenFolder:
             self.begin_update()
         if self.store is not None:  # each artifact also kept whole by SHA-256 (lossless_store)
             ContentStore(self.store).put_all(self._staged.values())
+        plans = self._plans()
+        if plans is not None:
+            plans.handed = True  # committed with the goldens below, or not at all
         with self._locked():
             # A session killed since this one began may have left the folder missing.
             recovered = recover(self.path, test=self.test_id)
@@ -460,14 +448,22 @@ class GoldenFolder:
                 detail = "another session changed the folder while this test ran; nothing written"
                 conflicts = [self._event(n, "conflict", detail) for n in sorted(self._staged)]
                 raise GoldenConflict(self.path, self._baseline, found, recovered + conflicts)
-            events = recovered + self._apply(keep)
+            events = recovered + self._apply(keep, None if plans is None else plans.staged())
         self._staged.clear()
         self._manifest = None
         return events
 
-    def _apply(self, keep: bool = False) -> list[UpdateEvent]:
-        """Under the lock: the events of the staged artifacts against the folder as it is,
-        and the folder replaced unless nothing changed."""
+    def _plans(self) -> PlanBook | None:
+        """The test's plans when this folder is the one that holds them, under update."""
+        plans = self.plans
+        if plans is None or not plans.update or plans.folder != self.path:
+            return None
+        return plans
+
+    def _apply(self, keep: bool = False, plan: StagedPlan | None = None) -> list[UpdateEvent]:
+        """Under the lock: the events of the staged artifacts (and of the plan, when the test's
+        plans are committed here) against the folder as it is, and the folder replaced unless
+        nothing changed."""
         try:
             old = read_manifest(self.path, root=self.boundary)
         except ManifestError:
@@ -496,16 +492,19 @@ class GoldenFolder:
                 final[name] = old[name]
                 continue
             events.append(self._event(name, "removed", "no longer checked by the test"))
-        if all(e.action == "unchanged" for e in events) and events and not unhashed(old):
-            return events  # nothing to review; an old manifest is rewritten once, hashed
-        self._write(final)
+        unchanged = all(e.action == "unchanged" for e in events) and events
+        plan_events = [] if plan is None else list(plan.events)
+        if unchanged and not unhashed(old) and (plan is None or not plan.changed):
+            return events + plan_events  # nothing to review; an old manifest is rewritten once
+        self._write(final, plan)
+        events += plan_events
         self._baseline = manifest_state(self.path)  # a later commit of this folder starts here
         return events
 
     def _event(self, name: str, action: str, detail: str = "") -> UpdateEvent:
         return UpdateEvent(self.test_id, str(self.path), name, action, detail)
 
-    def _write(self, entries: Mapping[str, ManifestEntry]) -> None:
+    def _write(self, entries: Mapping[str, ManifestEntry], plan: StagedPlan | None = None) -> None:
         # Checked again right before writing: the folder is replaced under the lock.
         self.inside(self.path, "golden folder")
         held = _subfolders(self.path)
@@ -535,7 +534,10 @@ class GoldenFolder:
             text = json.dumps(document, indent=2, sort_keys=True) + "\n"
             faults.write("write-golden-manifest", staging / MANIFEST)
             write_new(staging / MANIFEST, text.encode("utf-8"))
-            carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
+            if plan is None:
+                carry_plan(self.path, staging)  # the test's frozen plans (.plans) stay with it
+            else:
+                plan.write(staging)  # committed with the goldens, in this one swap (#20)
 
         try:
             replace_folder(self.path, fill)

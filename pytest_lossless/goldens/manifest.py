@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import faults
 from ..core.digests import canonical_sha256, loads_bounded
 from ..core.paths import inside_root, open_regular, read_regular
+from ..core.records import Record, RecordError, from_json, meta, spec
 from ..core.text import has_control, printable
 from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, ManifestError
 
@@ -105,7 +106,7 @@ def _shown(text: str, limit: int = 60) -> str:
 
 
 @dataclass(frozen=True)
-class Environment:
+class Environment(Record):
     """An environment class: what makes a device-scoped golden the right one for a run
     (:mod:`.scope`), recorded in each of its manifest entries."""
 
@@ -125,29 +126,31 @@ class Environment:
         name = "__".join(_UNSAFE.sub("_", p).strip("_") or "_" for p in parts)
         return name[:MAX_NAME_BYTES]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "model": self.model, "runtime": self.runtime}
-
     @classmethod
-    def from_json(cls, data: object) -> Environment | None:
-        """The class a manifest entry names; None when it is not one (a malformed entry: not
-        exactly these three fields, or words that are not printable)."""
+    def checked(cls, data: object) -> Environment | None:
+        """The class an untrusted file names; None when it is not one (not exactly these three
+        fields, or words that are not printable: they reach messages and folder names)."""
         if not isinstance(data, Mapping) or set(data) != {"backend", "model", "runtime"}:
             return None
-        fields = [data.get("backend"), data.get("model"), data.get("runtime")]
-        if not all(isinstance(v, str) and v and not has_control(v) for v in fields[:2]):
+        try:
+            found = from_json(cls, data)
+        except RecordError:
             return None
-        runtime = fields[2]
-        if runtime is not None and (not isinstance(runtime, str) or has_control(runtime)):
-            return None
-        return cls(str(fields[0]), str(fields[1]), runtime)
+        words = (found.backend, found.model, found.runtime or "-")
+        return found if all(w and not has_control(w) for w in words) else None
+
+
+def _never(entry: object) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
-class ManifestEntry:
-    """One artifact of a golden folder, as frozen by ``--update-goldens``."""
+class ManifestEntry(Record):
+    """One artifact of a golden folder, as frozen by ``--update-goldens`` (``manifest.json``
+    sorts its keys, so the order of the fields is not the file's)."""
 
-    name: str
+    #: The key of its entry in the manifest's table, not a field of the entry.
+    name: str = field(metadata=meta(omit=_never))
     kind: str
     gate: str
     sha256: str
@@ -157,57 +160,34 @@ class ManifestEntry:
     fingerprint: dict[str, Any]
     fingerprint_sha256: str
     provenance: dict[str, Any] = field(default_factory=dict)
-    #: ``"all"`` (one golden for every environment) or ``"device"`` (one per environment
-    #: class, named by ``environment``: backend, model, runtime); see :mod:`.scope`.
-    scope: str = "all"
-    environment: Environment | None = None
+    #: ``"all"`` (one golden for every environment, and not written) or ``"device"`` (one per
+    #: environment class, named by ``environment``: backend, model, runtime); see :mod:`.scope`.
+    scope: str = spec("all", omit=lambda e: e.scope == "all")
+    environment: Environment | None = spec(None, omit=lambda e: e.scope == "all")
     #: The hash of every other field but provenance, as written (None: a manifest written
     #: before entries were hashed); :func:`check_integrity` checks it (:func:`entry_sha256`).
-    entry_sha256: str | None = field(default=None, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        """The entry as ``manifest.json`` holds it (without its ``entry_sha256``)."""
-        environment = None if self.environment is None else self.environment.to_json()
-        scoped = {"scope": self.scope, "environment": environment}
-        return {
-            **(scoped if self.scope != "all" else {}),
-            "kind": self.kind,
-            "gate": self.gate,
-            "sha256": self.sha256,
-            "size": self.size,
-            "stored": self.stored,
-            "file": self.file,
-            "fingerprint": self.fingerprint,
-            "fingerprint_sha256": self.fingerprint_sha256,
-            "provenance": self.provenance,
-        }
+    entry_sha256: str | None = field(default=None, compare=False, metadata=meta(omit="none"))
 
     @classmethod
-    def from_json(cls, name: str, data: Mapping[str, Any], where: Path) -> ManifestEntry:
-        """An entry read from ``where``; every field is checked, since the manifest may come
-        from a pull request and its words end up in messages and the terminal."""
+    def read(cls, name: str, data: object, where: Path) -> ManifestEntry:
+        """An entry read from ``where``, every field checked beyond its type: the manifest may
+        come from a pull request and its words end up in messages, paths and the terminal."""
+        if not isinstance(data, Mapping):
+            raise ManifestError(where, f"entry {name!r} is malformed (it is not an object)")
         try:
-            if not isinstance(data, Mapping):
-                raise TypeError("it is not an object")
-            file = data.get("file")
-            entry = cls(
-                name=name,
-                kind=_word(data, "kind"),
-                gate=_word(data, "gate"),
-                sha256=_hex64(data, "sha256"),
-                size=_count(data, "size"),
-                stored=_word(data, "stored"),
-                file=None if file is None else artifact_name(_word(data, "file")),
-                fingerprint=_table(data, "fingerprint"),
-                fingerprint_sha256=_hex64(data, "fingerprint_sha256"),
-                provenance=dict(data.get("provenance") or {}),
-                scope=_word(data, "scope") if "scope" in data else "all",
-                environment=_environment(data) if "environment" in data else None,
-                entry_sha256=_hex64(data, "entry_sha256") if "entry_sha256" in data else None,
-            )
-        except (KeyError, TypeError, ValueError, ArtifactError) as exc:
-            problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise ManifestError(where, f"entry {name!r} is malformed ({problem})") from None
+            entry = from_json(cls, {**data, "name": name})
+            for key in ("kind", "gate", "stored", "scope"):
+                _word(key, getattr(entry, key))
+            for key in ("sha256", "fingerprint_sha256", "entry_sha256"):
+                _hex64(key, getattr(entry, key))
+            if entry.size < 0:
+                raise ValueError(f"size must be a whole number of bytes, not {entry.size}")
+            if entry.file is not None:
+                artifact_name(_word("file", entry.file))
+            if "environment" in data and Environment.checked(data["environment"]) is None:
+                raise ValueError("environment must name its backend, model and runtime, printable")
+        except (RecordError, ValueError, ArtifactError) as exc:
+            raise ManifestError(where, f"entry {name!r} is malformed ({exc})") from None
         if entry.scope not in ("all", "device") or (entry.scope == "device") != bool(
             entry.environment
         ):
@@ -223,41 +203,15 @@ class ManifestEntry:
         return entry
 
 
-def _environment(data: Mapping[str, Any]) -> Environment:
-    environment = Environment.from_json(_table(data, "environment"))
-    if environment is None:
-        raise ValueError("environment must name its backend, model and runtime, printable")
-    return environment
-
-
-def _word(data: Mapping[str, Any], key: str) -> str:
-    value = data[key]
-    if not isinstance(value, str) or not value:
-        raise TypeError(f"{key} must be a non-empty string, not {type(value).__name__}")
-    if has_control(value) or len(value) > MAX_NAME_BYTES:
-        raise ValueError(f"{key} {_shown(value)!r} holds control characters or is too long")
+def _word(key: str, value: str) -> str:
+    if not value or has_control(value) or len(value) > MAX_NAME_BYTES:
+        raise ValueError(f"{key} {_shown(value)!r} is empty, has control characters or is too long")
     return value
 
 
-def _hex64(data: Mapping[str, Any], key: str) -> str:
-    value = data[key]
-    if not isinstance(value, str) or not _HEX64.fullmatch(value):
-        raise ValueError(f"{key} must be 64 hexadecimal digits, not {_shown(str(value))!r}")
-    return value
-
-
-def _count(data: Mapping[str, Any], key: str) -> int:
-    value = data[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(f"{key} must be a whole number of bytes, not {_shown(repr(value))}")
-    return value
-
-
-def _table(data: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = data[key]
-    if not isinstance(value, dict):
-        raise TypeError(f"{key} must be an object, not {type(value).__name__}")
-    return value
+def _hex64(key: str, value: str | None) -> None:
+    if value is not None and not _HEX64.fullmatch(value):
+        raise ValueError(f"{key} must be 64 hexadecimal digits, not {_shown(value)!r}")
 
 
 def load_manifest(
@@ -309,7 +263,7 @@ def parse_manifest(path: Path, raw: bytes) -> dict[str, ManifestEntry]:
             raise ManifestError(
                 path, f"the artifact name {_shown(name)!r} is refused: {exc.problem}"
             ) from None
-        entries[name] = ManifestEntry.from_json(name, entry, path)
+        entries[name] = ManifestEntry.read(name, entry, path)
     return entries
 
 

@@ -8,12 +8,18 @@ folder (beside ``manifest.json``), and every later run compares what the test as
 was frozen: a difference is a :class:`~..errors.GateChanged` naming the label, both values and
 ``--update-goldens``.
 
-The file is written in place under the folder's lock (:class:`.replace.FolderLock`), after
-recovering what a killed golden update left; the golden folder's own swap carries it over
-(:func:`carry_plan`), so a plan and a golden manifest survive each other's writes in either
-order. Like a manifest it may come from a pull request: it is read within a size and nesting
-limit, every name is checked, and each entry carries the SHA-256 of its own content, so that a
-naive hand edit (a target lowered) is a :class:`~..errors.GoldenIntegrityError` naming the file.
+A test that updates its goldens commits its plan with them (#20): the new ``plan.json`` is
+written into the golden swap's staging folder (:meth:`PlanBook.staged`, called by
+:meth:`.folder.GoldenFolder.commit` under the folder's lock, which also computes the plan's
+update events before the swap), so the one atomic swap commits goldens, manifest and plan
+together, and a full disk or a kill leaves the old version or the new one, never new goldens
+with the old plan. A test whose goldens are not swapped (none staged, or only plans) has its
+plan written in place under the same lock (:meth:`PlanBook.commit`), after recovering what a
+killed golden update left; a swap that carries no new plan carries the live one over
+(:func:`carry_plan`). Like a manifest it may come from a pull request: it is read within a
+size and nesting limit, every name is checked, and each entry carries the SHA-256 of its own
+content, so that a naive hand edit (a target lowered) is a
+:class:`~..errors.GoldenIntegrityError` naming the file.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 from ..core import faults
 from ..core.digests import canonical_sha256, loads_bounded, write_atomic, write_new
 from ..core.paths import folder_problem, inside_root, read_regular
+from ..core.records import Record, RecordError, from_json, spec
 from ..core.text import has_control, printable
 from ..errors import GateChanged, GoldenError, GoldenIntegrityError, ManifestError
 from .manifest import PLAN
@@ -49,29 +56,90 @@ SECTIONS = {"lossless": "lossless.compare", "speed": "speed_gate", "matrix": "lo
 # ------------------------------------------------------------------ what a plan is
 
 
+@dataclass(frozen=True)
+class LosslessPlan(Record):
+    """The plan of one ``lossless.compare``: the gate it asked for (a canonical spec,
+    ``{artifact: spec}``, or None for each kind's default), the media it expects (as the
+    expectation writes itself), its dispatch-proof rule, and the verdicts the test asserts."""
+
+    gate: str | dict[str, str | None] | None
+    expect: Any
+    proof: str | None
+    #: Frozen like the gate (a test made green by asserting the FAIL it now gets is a changed
+    #: plan); written only when given, so plans frozen before it existed still match.
+    expect_verdict: tuple[str, ...] | None = spec(None, omit="none")
+
+
+@dataclass(frozen=True)
+class SpeedPlan(Record):
+    """The plan of one ``speed_gate``: the claim (target), the most pairs, the design, the
+    confidence, the workload, the dispatch-proof rule, and the verdicts the test asserts. The
+    seed is not frozen: a fresh one each session is recorded in the receipt."""
+
+    target: float
+    pairs: int
+    design: str
+    confidence: float
+    workload: str | None
+    proof: str | None = None
+    expect_verdict: tuple[str, ...] | None = spec(None, omit="none")
+
+
+@dataclass(frozen=True)
+class MatrixPlan(Record):
+    """The plan of one ``lossless.matrix`` (#24): its axes, its reference cell, its gate, and
+    the grid it expects (``{cell: verdict}``, or one verdict for the whole grid; None: none).
+    ``--update-goldens`` freezes the grid the run gave, so a change in which knob breaks
+    equality fails later runs."""
+
+    axes: dict[str, tuple[Any, ...]]
+    reference: str
+    gate: str | dict[str, str | None] | None
+    grid: str | dict[str, str] | None = None
+
+
+Plan = LosslessPlan | SpeedPlan | MatrixPlan
+#: The record of each section's plans.
+PLAN_TYPES: dict[str, type[Plan]] = {
+    "lossless": LosslessPlan,
+    "speed": SpeedPlan,
+    "matrix": MatrixPlan,
+}
+
+
+@dataclass(frozen=True)
+class GatePlan(Record):
+    """What a receipt's lossless, speed or matrix entry records of its plan (``gate_plan``):
+    not frozen, being frozen (``--update-goldens``), or the frozen plan it was checked against
+    and its hash (written only: ``verify`` reads it back as untrusted JSON)."""
+
+    frozen: bool
+    freezing: bool | None = spec(None, omit="none")
+    file: str | None = spec(None, omit="none")
+    section: str | None = spec(None, omit="none")
+    name: str | None = spec(None, omit="none")
+    plan: Plan | None = spec(None, omit="none")
+    sha256: str | None = spec(None, omit="none")
+
+
 def lossless_plan(
     gate: Any,
     expect: Any = None,
     proof: str | None = None,
     verdicts: Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """The plan of one ``lossless.compare``: the gate it asked for (a spec, ``{artifact: spec}``,
-    or None for each kind's default), the media it expects, its dispatch-proof rule, and the
-    verdicts the test asserts (``expect="FAIL"``)."""
+) -> LosslessPlan:
+    """The plan of one ``lossless.compare`` as the test asks for it (:class:`LosslessPlan`)."""
     if isinstance(gate, Mapping):
-        gates: Any = {str(k): _spec(v) for k, v in sorted(gate.items())}
+        gates: str | dict[str, str | None] | None = {
+            str(k): _spec(v) for k, v in sorted(gate.items())
+        }
     else:
         gates = _spec(gate)
-    return _asserting({"gate": gates, "expect": _media(expect), "proof": proof}, verdicts)
+    return LosslessPlan(gates, _media(expect), proof, _asserting(verdicts))
 
 
-def _asserting(plan: dict[str, Any], verdicts: Sequence[str] | None) -> dict[str, Any]:
-    """``plan`` with the verdicts its call asserts (``expect=``), frozen like its gate: a test
-    made green by asserting the FAIL it now gets is a changed plan. Only present when given,
-    so that plans frozen before this field existed still match calls without ``expect=``."""
-    if verdicts is not None:
-        plan[EXPECT_VERDICT] = sorted({str(v) for v in verdicts})
-    return plan
+def _asserting(verdicts: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if verdicts is None else tuple(sorted({str(v) for v in verdicts}))
 
 
 def _spec(gate: Any) -> str | None:
@@ -84,29 +152,25 @@ def _spec(gate: Any) -> str | None:
 
 
 def matrix_plan(
-    axes: Mapping[str, Any], reference: str, gate: Any, grid: Any = None
-) -> dict[str, Any]:
-    """The plan of one ``lossless.matrix`` (#24): its axes, its reference cell, its gate, and
-    the grid it expects (``{cell: verdict}``, or one verdict for the whole grid; None: none).
-    ``--update-goldens`` freezes the grid the run gave, so a change in which knob breaks
-    equality fails later runs."""
-    return {
-        "axes": {str(axis): list(values) for axis, values in axes.items()},
-        "reference": reference,
-        "gate": lossless_plan(gate)["gate"],
-        "grid": grid,
-    }
+    axes: Mapping[str, Sequence[Any]],
+    reference: str,
+    gate: Any,
+    grid: str | dict[str, str] | None = None,
+) -> MatrixPlan:
+    """The plan of one ``lossless.matrix`` as the test asks for it (:class:`MatrixPlan`)."""
+    shown = {str(axis): tuple(values) for axis, values in axes.items()}
+    return MatrixPlan(shown, reference, lossless_plan(gate).gate, grid)
 
 
-def matrix_changes(frozen: Mapping[str, Any], asked: Mapping[str, Any]) -> tuple[str, str] | None:
+def matrix_changes(frozen: MatrixPlan, asked: MatrixPlan) -> tuple[str, str] | None:
     """(frozen, asked) in words when a matrix asks for another plan than the frozen one: its
     axes, reference or gate, or an ``expect=`` grid that disagrees with the frozen grid (a cell
     named with another verdict; a cell left out, which is expected to pass, that froze
     otherwise; one verdict for the grid that is not the frozen grid's worst). None: it agrees."""
     fixed = ("axes", "reference", "gate")
-    if not all(_same(frozen.get(k), asked.get(k)) for k in fixed):
-        return differences({k: frozen.get(k) for k in fixed}, {k: asked.get(k) for k in fixed})
-    wanted, grid = asked.get("grid"), frozen.get("grid")
+    if not all(_same(frozen.to_json()[k], asked.to_json()[k]) for k in fixed):
+        return differences(frozen, asked, only=fixed)
+    wanted, grid = asked.grid, frozen.grid
     if wanted is None or not isinstance(grid, Mapping):
         return None
     if isinstance(wanted, str):
@@ -118,17 +182,16 @@ def matrix_changes(frozen: Mapping[str, Any], asked: Mapping[str, Any]) -> tuple
         return None
     was, now = [], []
     for cell, verdict in grid.items():
-        expected = wanted.get(cell) if isinstance(wanted, Mapping) else None
+        expected = wanted.get(cell)
         if expected is None and verdict not in ("PASS", "LOSSY-PASS"):
             was.append(f"{cell}: {verdict}")
             now.append(f"{cell}: a pass (not named in expect=)")
         elif expected is not None and expected != verdict:
             was.append(f"{cell}: {verdict}")
             now.append(f"{cell}: {expected}")
-    if isinstance(wanted, Mapping):
-        for cell in sorted(set(wanted) - set(grid)):
-            was.append(f"{cell}: no such cell")
-            now.append(f"{cell}: {wanted[cell]}")
+    for cell in sorted(set(wanted) - set(grid)):
+        was.append(f"{cell}: no such cell")
+        now.append(f"{cell}: {wanted[cell]}")
     return ("grid " + "; ".join(was), "grid " + "; ".join(now)) if was else None
 
 
@@ -141,20 +204,17 @@ def speed_plan(
     workload: str | None,
     proof: str | None = None,
     verdicts: Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """The plan of one ``speed_gate``: the claim (target), the most pairs, the design, the
-    confidence, the workload, the dispatch-proof rule, and the verdicts the test asserts
-    (``expect=``). The seed is not frozen: a fresh one each session is recorded in the
-    receipt."""
-    plan = {
-        "target": float(target),
-        "pairs": int(pairs),
-        "design": str(design),
-        "confidence": float(confidence),
-        "workload": workload,
-        "proof": proof,
-    }
-    return _asserting(plan, verdicts)
+) -> SpeedPlan:
+    """The plan of one ``speed_gate`` as the test asks for it (:class:`SpeedPlan`)."""
+    return SpeedPlan(
+        float(target),
+        int(pairs),
+        str(design),
+        float(confidence),
+        workload,
+        proof,
+        _asserting(verdicts),
+    )
 
 
 def _media(expect: Any) -> Any:
@@ -176,13 +236,15 @@ def describe(section: str, name: str) -> str:
     return f"{SECTIONS.get(section, section)} {printable(name)!r}"
 
 
-def differences(frozen: Mapping[str, Any], asked: Mapping[str, Any]) -> tuple[str, str]:
-    """(frozen, asked) in words, naming only the fields that differ: ``target=0.3``."""
-    keys = sorted(set(frozen) | set(asked))
-    changed = [k for k in keys if not _same(frozen.get(k), asked.get(k))] or keys
+def differences(frozen: Plan, asked: Plan, *, only: Sequence[str] | None = None) -> tuple[str, str]:
+    """(frozen, asked) in words, naming only the fields that differ (of ``only``, when given):
+    ``target=0.3``."""
+    was, now = frozen.to_json(), asked.to_json()
+    keys = sorted(only if only is not None else set(was) | set(now))
+    changed = [k for k in keys if not _same(was.get(k), now.get(k))] or keys
     return (
-        ", ".join(f"{k}={_text(frozen.get(k))}" for k in changed),
-        ", ".join(f"{k}={_text(asked.get(k))}" for k in changed),
+        ", ".join(f"{k}={_text(was.get(k))}" for k in changed),
+        ", ".join(f"{k}={_text(now.get(k))}" for k in changed),
     )
 
 
@@ -207,8 +269,8 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def same_plan(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return _same(dict(a), dict(b))
+def same_plan(a: Plan, b: Plan) -> bool:
+    return type(a) is type(b) and _same(a.to_json(), b.to_json())
 
 
 def plan_folder(goldens: Path, module: str, test_name: str) -> Path:
@@ -222,7 +284,7 @@ def plan_folder(goldens: Path, module: str, test_name: str) -> Path:
 # ------------------------------------------------------------------ the file
 
 
-def read_plans(folder: Path, *, root: Path | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+def read_plans(folder: Path, *, root: Path | None = None) -> dict[tuple[str, str], Plan]:
     """The frozen plans of ``folder/plan.json``, by (section, label); empty when it has none.
 
     The file must be a regular file within :data:`MAX_PLAN_BYTES` whose every entry still
@@ -251,7 +313,7 @@ def read_plans(folder: Path, *, root: Path | None = None) -> dict[tuple[str, str
             f"has schema {printable(repr(data.get('schema')))[:40]}; this plugin reads schema "
             f"{PLAN_SCHEMA}. Regenerate with --update-goldens",
         )
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[tuple[str, str], Plan] = {}
     for section, entries in data["plans"].items():
         if section not in SECTIONS or not isinstance(entries, dict):
             raise ManifestError(path, f"section {printable(str(section))[:40]!r} is not a plan")
@@ -270,7 +332,11 @@ def read_plans(folder: Path, *, root: Path | None = None) -> dict[tuple[str, str
                     f"the frozen plan of {describe(section, name)} was edited by hand (it no "
                     "longer hashes to its sha256)",
                 )
-            found[(section, name)] = dict(entry["plan"])
+            try:
+                found[(section, name)] = from_json(PLAN_TYPES[section], entry["plan"])
+            except RecordError as exc:
+                what = describe(section, name)
+                raise ManifestError(path, f"the plan of {what} is malformed ({exc})") from None
     return found
 
 
@@ -278,14 +344,19 @@ def _label_ok(name: object) -> bool:
     return isinstance(name, str) and 0 < len(name) <= MAX_LABEL_CHARS and not has_control(name)
 
 
-def plan_document(test_id: str, plans: Mapping[tuple[str, str], Mapping[str, Any]]) -> Any:
-    sections: dict[str, dict[str, Any]] = {}
-    for (section, name), plan in sorted(plans.items()):
-        sections.setdefault(section, {})[name] = {
-            "plan": dict(plan),
-            "sha256": entry_sha256(section, name, plan),
+def plan_text(test_id: str, plans: Mapping[tuple[str, str], Plan]) -> bytes:
+    """``plan.json`` as written: each plan with the hash of its section, label and plan."""
+    written = {key: plan.to_json() for key, plan in sorted(plans.items())}
+    sections = {
+        section: {
+            name: {"plan": data, "sha256": entry_sha256(section, name, data)}
+            for (inside, name), data in written.items()
+            if inside == section
         }
-    return {"schema": PLAN_SCHEMA, "test": test_id, "plans": sections}
+        for section in sorted({section for section, _ in written})
+    }
+    document = {"schema": PLAN_SCHEMA, "test": test_id, "plans": sections}
+    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
 def carry_plan(live: Path, staging: Path) -> None:
@@ -319,6 +390,24 @@ class PlanNotFrozen(GateChanged):
         )
 
 
+@dataclass(frozen=True)
+class StagedPlan:
+    """What a golden swap commits of the test's plans (:meth:`PlanBook.staged`): the new
+    ``plan.json`` (None: the new folder has none), the update events against the live plan,
+    and whether it differs from the live file (else a swap of unchanged goldens is skipped)."""
+
+    text: bytes | None
+    events: tuple[UpdateEvent, ...]
+    changed: bool
+
+    def write(self, staging: Path) -> None:
+        """Into the staging folder of the swap: the plan, or nothing when there is none."""
+        if self.text is None:
+            return
+        faults.write("write-golden-plan", staging / PLAN)
+        write_new(staging / PLAN, self.text)
+
+
 @dataclass
 class PlanBook:
     """The frozen plans of one test: each call is checked against them, or (``update``)
@@ -332,8 +421,11 @@ class PlanBook:
     #: ``--lossless-require-published``: a plan not frozen is a :class:`PlanNotFrozen`.
     require_frozen: bool = False
     #: What the test asked for this run, by (section, label).
-    asked: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    _frozen: dict[tuple[str, str], dict[str, Any]] | None = None
+    asked: dict[tuple[str, str], Plan] = field(default_factory=dict)
+    #: Handed to the golden folder's swap (:meth:`staged`): the plans are committed with the
+    #: goldens or not at all, and :meth:`commit` writes nothing more.
+    handed: bool = False
+    _frozen: dict[tuple[str, str], Plan] | None = None
 
     @property
     def path(self) -> Path:
@@ -342,16 +434,16 @@ class PlanBook:
     def exists(self) -> bool:
         return os.path.lexists(self.path)
 
-    def frozen_plan(self, section: str, name: str) -> dict[str, Any] | None:
+    def frozen_plan(self, section: str, name: str) -> Plan | None:
         """The plan frozen for one call, or None (none frozen, or under ``--update-goldens``)."""
         return None if self.update else self.frozen().get((section, name))
 
-    def frozen(self) -> dict[tuple[str, str], dict[str, Any]]:
+    def frozen(self) -> dict[tuple[str, str], Plan]:
         if self._frozen is None:
             self._frozen = read_plans(self.folder, root=self.boundary)
         return self._frozen
 
-    def check(self, section: str, name: str, plan: Mapping[str, Any]) -> dict[str, Any]:
+    def check(self, section: str, name: str, plan: Plan) -> GatePlan:
         """Check one call's plan; returns the record its receipt entry keeps (``gate_plan``).
 
         Raises :class:`GateChanged` when it differs from the frozen one (not under update), and
@@ -359,7 +451,7 @@ class PlanBook:
         """
         from ..errors import ConfigError
 
-        key, plan = (section, name), dict(plan)
+        key = (section, name)
         if not _label_ok(name):
             raise ConfigError(f"{SECTIONS[section]}(label)", name, "not a usable plan label")
         before = self.asked.get(key)
@@ -371,27 +463,21 @@ class PlanBook:
             )
         self.asked[key] = plan
         if self.update:
-            return {"frozen": False, "freezing": True, "file": str(self.path)}
+            return GatePlan(False, freezing=True, file=str(self.path))
         frozen = self.frozen().get(key)
         if frozen is None:
             if self.require_frozen:
                 raise PlanNotFrozen(
                     self.folder, name, _brief(plan), subject=describe(section, name), file=self.path
                 )
-            return {"frozen": False}
+            return GatePlan(False)
         if not same_plan(frozen, plan):
             was, now = differences(frozen, plan)
             raise GateChanged(
                 self.folder, name, was, now, subject=describe(section, name), file=self.path
             )
-        return {
-            "frozen": True,
-            "file": str(self.path),
-            "section": section,
-            "name": name,
-            "plan": frozen,
-            "sha256": entry_sha256(section, name, frozen),
-        }
+        sha256 = entry_sha256(section, name, frozen.to_json())
+        return GatePlan(True, None, str(self.path), section, name, frozen, sha256)
 
     def unused(self) -> list[tuple[str, str]]:
         """Frozen plans the test did not ask for this run (not under update: those are dropped)."""
@@ -411,8 +497,9 @@ class PlanBook:
     def commit(self) -> list[UpdateEvent]:
         """Under ``--update-goldens``, once the test passed: write exactly the plans it asked
         for (a plan no longer asked for is dropped; no plan left, no file), under the folder's
-        lock. Nothing changed, nothing written."""
-        if not self.update:
+        lock. Nothing changed, nothing written. Plans handed to the golden swap
+        (:meth:`staged`) were committed there, or not at all: nothing is written here."""
+        if not self.update or self.handed:
             return []
         inside_root(self.folder, self.boundary, what="golden folder")
         if not self.asked and not self.exists():
@@ -438,18 +525,38 @@ class PlanBook:
         self._frozen = None
         return events
 
+    def staged(self) -> StagedPlan:
+        """The ``plan.json`` of the golden folder an update swaps into place, and the events
+        against the live plan it replaces, computed before the swap (#20).
+
+        Called by :meth:`.folder.GoldenFolder.commit` under the folder's lock, once the update
+        is sure to swap; from then on the plans are the swap's to commit (:attr:`handed`).
+        """
+        self.handed = True
+        try:
+            old = read_plans(self.folder, root=self.boundary)
+        except (ManifestError, GoldenIntegrityError):
+            old = {}  # replaced whole by what the test asks for now
+        text = plan_text(self.test_id, self.asked) if self.asked else None
+        self._frozen = None
+        live: bytes | None = None
+        if os.path.lexists(self.path):
+            try:
+                live = read_regular(self.path, limit=MAX_PLAN_BYTES)
+            except OSError:
+                live = b""  # not a plan file (a link, a FIFO): replaced by the swap
+        return StagedPlan(text, tuple(self._events(old)), changed=live != text)
+
     def _well_formed(self) -> bool:
         """Whether the file on disk is the one this update would write (byte for byte)."""
         try:
-            return read_regular(self.path, limit=MAX_PLAN_BYTES) == self._text()
+            return read_regular(self.path, limit=MAX_PLAN_BYTES) == plan_text(
+                self.test_id, self.asked
+            )
         except OSError:
             return False
 
-    def _text(self) -> bytes:
-        text = json.dumps(plan_document(self.test_id, self.asked), indent=2, sort_keys=True)
-        return (text + "\n").encode("utf-8")
-
-    def _events(self, old: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[UpdateEvent]:
+    def _events(self, old: Mapping[tuple[str, str], Plan]) -> list[UpdateEvent]:
         events = []
         for key in sorted(set(old) | set(self.asked)):
             section, name = key
@@ -477,7 +584,8 @@ class PlanBook:
         try:
             os.makedirs(self.folder, exist_ok=True)
             faults.write("write-golden-plan", self.path)
-            write_atomic(self.path, self._text(), mode=0o644)  # committed, like manifest.json
+            text = plan_text(self.test_id, self.asked)
+            write_atomic(self.path, text, mode=0o644)  # committed, like manifest.json
         except OSError as exc:
             raise GoldenUpdateError(
                 self.path,
@@ -485,8 +593,8 @@ class PlanBook:
             ) from None
 
 
-def _brief(plan: Mapping[str, Any]) -> str:
-    shown = {k: v for k, v in plan.items() if v is not None}
+def _brief(plan: Plan) -> str:
+    shown = {k: v for k, v in plan.to_json().items() if v is not None}
     return ", ".join(f"{k}={_text(v)}" for k, v in shown.items()) or "defaults"
 
 
@@ -544,11 +652,11 @@ def _gate_contradictions(frozen: Any, ran: Any) -> list[str]:
     if frozen is None or not isinstance(ran, Mapping):
         return []  # each kind's default gate: frozen as "the default"
     found = []
-    for artifact, spec in sorted(ran.items()):
+    for artifact, used in sorted(ran.items()):
         wanted = frozen.get(artifact) if isinstance(frozen, Mapping) else frozen
-        if wanted is not None and spec != wanted:
+        if wanted is not None and used != wanted:
             found.append(
-                f"artifact {printable(str(artifact))!r} was compared under gate {spec!r} but the "
+                f"artifact {printable(str(artifact))!r} was compared under gate {used!r} but the "
                 f"frozen plan says {wanted!r}"
             )
     return found

@@ -84,21 +84,7 @@ _LAZY = {
     "sample_peak": "frames",
     "write_png": "frames",
 }
-_SUBMODULES = frozenset(
-    [
-        "artifacts",
-        "container",
-        "detect",
-        "ffmpeg",
-        "frames",
-        "hashing",
-        "limits",
-        "npy",
-        "pcm",
-        "probe",
-        "signatures",
-    ]
-)
+_SUBMODULES = frozenset({*_LAZY.values(), "signatures"})
 
 
 def __getattr__(name: str) -> Any:

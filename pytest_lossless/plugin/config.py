@@ -20,12 +20,13 @@ from ..errors import ConfigError
 from ..settings import OPTIONS, OptionSpec, Settings, ini_type, resolve
 
 if TYPE_CHECKING:
+    from ..evidence.index import HostIdentity
     from ..kinds.registry import KindRegistry
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 KINDS_KEY = pytest.StashKey["KindRegistry"]()
 #: The session's id and host identity, decided once by the controller (see :func:`session`).
-SESSION_KEY = pytest.StashKey[tuple[str, dict[str, Any]]]()
+SESSION_KEY = pytest.StashKey[tuple[str, "HostIdentity"]]()
 #: The ``workerinput`` key by which pytest-xdist hands the controller's session to workers.
 WORKERINPUT_SESSION = "lossless_session"
 
@@ -194,13 +195,14 @@ def _check_published(config: pytest.Config, resolved: Settings) -> None:
         return
     if getattr(option, "help", False) or getattr(option, "collectonly", False):
         return
-    from ..evidence.provenance import PUBLISH_FIX, publication_problem, source_state
+    from ..evidence.provenance import PUBLISH_FIX
+    from .evidence import source_states
 
-    state = source_state(resolved.rootdir, ignore=resolved.written_folders)
-    problem = publication_problem(state)
+    state = source_states(config).state(resolved.rootdir, ignore=resolved.written_folders)
+    problem = state.problem()
     if problem is None:
         return
-    detail = state.get("publication_detail") if problem.startswith("revision ") else None
+    detail = state.publication.publication_detail if problem.startswith("revision ") else None
     named = resolved.sources.get("require_published", "--lossless-require-published")
     raise pytest.UsageError(
         printable(
@@ -308,17 +310,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         del config.stash[SESSION_KEY]
 
 
-def session(config: pytest.Config) -> tuple[str, dict[str, Any]]:
+def session(config: pytest.Config) -> tuple[str, HostIdentity]:
     """The session's id and host identity: decided once by the process that runs the session
     (the xdist controller, or pytest alone) and handed to xdist workers through
     ``workerinput``, so every receipt of one session goes into one folder of its own."""
     found = config.stash.get(SESSION_KEY, None)
     if found is None:
-        from ..evidence.index import SESSION_ID, host_identity, new_session_id
+        from ..evidence.index import SESSION_ID, HostIdentity, host_identity, new_session_id
 
         given = getattr(config, "workerinput", {}).get(WORKERINPUT_SESSION)
-        if isinstance(given, dict) and SESSION_ID.match(str(given.get("id"))):
-            found = (str(given["id"]), dict(given["host"]))
+        known = HostIdentity.read(given.get("host")) if isinstance(given, dict) else None
+        if isinstance(given, dict) and known is not None and SESSION_ID.match(str(given.get("id"))):
+            found = (str(given["id"]), known)
         else:
             try:
                 host = host_identity()
@@ -333,7 +336,7 @@ def session(config: pytest.Config) -> tuple[str, dict[str, Any]]:
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, on the controller, before it starts a worker: hand it the session."""
     session_id, host = session(node.config)
-    node.workerinput[WORKERINPUT_SESSION] = {"id": session_id, "host": host}
+    node.workerinput[WORKERINPUT_SESSION] = {"id": session_id, "host": host.to_json()}
 
 
 def settings(config: pytest.Config) -> Settings:

@@ -20,6 +20,11 @@ from .config import session, settings
 
 if TYPE_CHECKING:
     from ..devices import Allocation  # noqa: F401 - named in a StashKey below
+    from ..evidence.provenance import (
+        SessionFacts,  # noqa: F401 - named in a StashKey below
+        SourceState,
+        SourceStates,
+    )
     from ..evidence.receipts import Receipt
 
 #: ``item.stash[RECEIPT_KEY]``: the test's receipt, created by the first fixture that asks.
@@ -27,9 +32,9 @@ RECEIPT_KEY = pytest.StashKey["Receipt"]()
 #: ``item.stash[ALLOCATION_KEY]``: the test's allocation, for its receipt (set by ``devices``).
 ALLOCATION_KEY = pytest.StashKey["Allocation"]()
 #: Session-constant parts of every RunSpec (versions, ffmpeg, platform), computed once.
-FACTS_KEY = pytest.StashKey[dict[str, Any]]()
-#: The session's source identity (revision, dirty flag, diff), computed once.
-REVISION_KEY = pytest.StashKey[dict[str, Any]]()
+FACTS_KEY = pytest.StashKey["SessionFacts"]()
+#: The session's source trees, each read from git once (#22).
+SOURCES_KEY = pytest.StashKey["SourceStates"]()
 #: ``item.stash[WRITTEN_KEY]``: the test's receipt was written (after its teardown).
 WRITTEN_KEY = pytest.StashKey[Path]()
 #: ``item.stash[OUTCOMES_KEY]``: each phase's outcome so far, also before a receipt existed.
@@ -68,17 +73,27 @@ def redacted_command(config: pytest.Config) -> list[str]:
     return redactor.argv(["pytest", *map(str, config.invocation_params.args)])[0]
 
 
-def source_revision(config: pytest.Config) -> dict[str, Any]:
-    """The session's source identity (computed once); its own receipts do not make it dirty."""
-    from ..evidence.provenance import source_revision as read_revision
+def source_states(config: pytest.Config) -> SourceStates:
+    """The session's source trees, each read from git once: the rootdir for every receipt,
+    manifest and the index, and each tree a ``model_run(sources=...)`` names."""
+    from ..evidence.provenance import SourceStates
 
-    revision = config.stash.get(REVISION_KEY, None)
-    if revision is None:
-        resolved = settings(config)
-        revision = config.stash[REVISION_KEY] = dict(
-            read_revision(resolved.rootdir, ignore=resolved.written_folders)
-        )
-    return revision
+    states = config.stash.get(SOURCES_KEY, None)
+    if states is None:
+        states = config.stash[SOURCES_KEY] = SourceStates()
+    return states
+
+
+def source_state(config: pytest.Config) -> SourceState:
+    """The rootdir's source tree as the session read it; its own receipts do not make it
+    dirty."""
+    resolved = settings(config)
+    return source_states(config).state(resolved.rootdir, ignore=resolved.written_folders)
+
+
+def source_revision(config: pytest.Config) -> dict[str, Any]:
+    """The session's source identity as manifests, the index and an export record it."""
+    return source_state(config).compact()
 
 
 def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
@@ -108,6 +123,7 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
             facts=facts,
             host=host,
             session_id=session_id,
+            sources=source_states(config),
         )
     )
     faults.point("receipt-write")

@@ -14,15 +14,16 @@ each test's receipt; the HTML report is copied in after the terminal summary dre
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
 import pytest
 
-from ..core import faults
+from ..core import faults, records
 from ..core.digests import canonical_sha256, sha256_file
 from ..errors import GoldenMissing, LosslessError
+from ..goldens.manifest import Environment
 from .config import session as session_of
 from .config import settings
 from .evidence import receipt_for, redacted_command, source_revision
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from ..evidence.export_index import ExportFolder
     from ..gates import Gate
     from ..goldens.checks import Golden
-    from ..goldens.manifest import Environment
     from .golden import Record
 
 _PLUGIN_NAME = "lossless-export"
@@ -95,24 +95,13 @@ class _kept:
 
 
 @dataclass(frozen=True, slots=True)
-class RunDigest:
+class RunDigest(records.Record):
     """One run of an exported artifact, by its digests; the receipt's export block records the
     same runs, which ``accept`` checks."""
 
     name: str
     sha256: str | None
     fingerprint_sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "sha256": self.sha256,
-            "fingerprint_sha256": self.fingerprint_sha256,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunDigest:
-        return cls(data["name"], data["sha256"], data["fingerprint_sha256"])
 
     @classmethod
     def of(cls, name: str, artifact: Mapping[str, Any]) -> RunDigest:
@@ -133,24 +122,37 @@ class Copied:
     size: int
 
 
+def _unnamed(golden: GoldenTarget) -> bool:
+    return golden.module is None or golden.test_name is None
+
+
 @dataclass(frozen=True, slots=True)
-class GoldenTarget:
+class GoldenTarget(records.Record):
     """Where a ``golden.check``'s export goes when accepted: the test's golden folder, the gate
-    the test asked for, the provenance it would be written with, its scope."""
+    the test asked for, the provenance it would be written with, its scope (its keys sit
+    beside the entry's; module and test_name only when both are known)."""
 
-    module: str | None
-    test_name: str | None
-    folder: str
-    requested_gate: str | None
-    provenance: dict[str, Any]
-    scope: str
-    environment: Environment | None
+    module: str | None = records.spec(None, omit=_unnamed)
+    test_name: str | None = records.spec(None, omit=_unnamed)
+    folder: str = ""
+    requested_gate: str | None = None
+    provenance: dict[str, Any] = records.spec(default_factory=dict)
+    scope: str = "all"
+    environment: Environment | None = None
     #: What varied between the runs of its producer ("" when they agreed).
-    varied: str
+    varied: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class ExportEntry:
+class Location(records.Record):
+    """The test's file and line (1-based; None when pytest does not know it)."""
+
+    file: str
+    line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExportEntry(records.Record):
     """One exported artifact: an entry of ``export.json`` (``accept`` reads it back, checking
     every field: :class:`..goldens.accept.Exported`). ``golden``: a ``golden.check``'s;
     ``label``/``run``: a ``lossless.compare``'s. ``size`` None: no file was copied."""
@@ -162,7 +164,7 @@ class ExportEntry:
     message: str
     file: str | None
     sha256: str | None
-    size: int | None
+    size: int | None = field(metadata=records.meta(omit="none"))
     gate: str | None
     kind: str | None
     fingerprint: dict[str, Any]
@@ -170,97 +172,11 @@ class ExportEntry:
     agreed: bool | None
     producer: bool
     location: Location
-    golden: GoldenTarget | None = None
-    label: str | None = None
-    run: str | None = None
+    golden: GoldenTarget | None = records.spec(None, flatten=True, read_when=("source", "golden"))
+    label: str | None = records.spec(None, omit="none")
+    run: str | None = records.spec(None, omit="none")
     #: The copy of the test's receipt in the export (the controller's, at the session's end).
     receipt: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "test": self.test,
-            "artifact": self.artifact,
-            "source": self.source,
-            "status": self.status,
-            "message": self.message,
-            "file": self.file,
-            "sha256": self.sha256,
-            "gate": self.gate,
-            "kind": self.kind,
-            "fingerprint": self.fingerprint,
-            "runs": [r.to_json() for r in self.runs],
-            "agreed": self.agreed,
-            "producer": self.producer,
-            "location": {"file": self.location.file, "line": self.location.line},
-            "receipt": self.receipt,
-        }
-        if self.size is not None:
-            data["size"] = self.size
-        if self.golden is not None:
-            g = self.golden
-            if g.module is not None and g.test_name is not None:
-                data.update(module=g.module, test_name=g.test_name)
-            data.update(
-                folder=g.folder,
-                requested_gate=g.requested_gate,
-                provenance=g.provenance,
-                scope=g.scope,
-                environment=None if g.environment is None else g.environment.to_json(),
-                varied=g.varied,
-            )
-        if self.label is not None:
-            data["label"] = self.label
-        if self.run is not None:
-            data["run"] = self.run
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ExportEntry:
-        """An entry as :meth:`to_json` wrote it (a worker's, carried on its report)."""
-        from ..goldens.manifest import Environment
-
-        golden = None
-        if data["source"] == "golden":
-            golden = GoldenTarget(
-                module=data.get("module"),
-                test_name=data.get("test_name"),
-                folder=data["folder"],
-                requested_gate=data["requested_gate"],
-                provenance=data["provenance"],
-                scope=data["scope"],
-                environment=Environment.from_json(data["environment"]),
-                varied=data["varied"],
-            )
-        location = data["location"]
-        return cls(
-            test=data["test"],
-            artifact=data["artifact"],
-            source=data["source"],
-            status=data["status"],
-            message=data["message"],
-            file=data["file"],
-            sha256=data["sha256"],
-            size=data.get("size"),
-            gate=data["gate"],
-            kind=data["kind"],
-            fingerprint=data["fingerprint"],
-            runs=tuple(RunDigest.from_json(r) for r in data["runs"]),
-            agreed=data["agreed"],
-            producer=data["producer"],
-            location=Location(location["file"], location["line"]),
-            golden=golden,
-            label=data.get("label"),
-            run=data.get("run"),
-            receipt=data.get("receipt"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    """The test's file and line (1-based; None when pytest does not know it)."""
-
-    file: str
-    line: int | None
 
 
 @final

@@ -707,7 +707,11 @@ def _commit(item: pytest.Item, golden: Golden, rootdir: Path, *, moved: bool = F
     ``moved``: the test staged goldens in another scope, so a folder of this one that it no
     longer checks at all has its entries removed (a test moved to ``scope="device"``)."""
     from ..goldens.folder import GoldenConflict
+    from .lossless import plan_book
 
+    # The test's plans go into this folder's swap when it is the folder that holds them (#20):
+    # goldens, manifest and plan.json are committed together, or not at all.
+    golden.folder.plans = plan_book(item)
     try:
         if golden.staged or not moved or golden.misses or not golden.folder.manifest():
             events = _record_events(item, golden.commit(), rootdir)
@@ -784,8 +788,7 @@ def session_versions(config: pytest.Config) -> dict[str, Any]:
     facts = config.stash.get(FACTS_KEY, None)
     if facts is None:
         facts = config.stash[FACTS_KEY] = provenance.session_facts()
-    versions = facts.get("versions")
-    return dict(versions) if isinstance(versions, dict) else {}
+    return dict(facts.versions)
 
 
 def diagnostics_folder(item: pytest.Item, *, device: bool = False) -> Path:

@@ -11,7 +11,7 @@ controller; only the controller writes the page (:func:`pytest_lossless.report.h
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import pytest
 
@@ -19,7 +19,10 @@ from .. import report
 from ..core import faults
 from ..errors import LosslessError
 from .config import settings
-from .evidence import session_folder, source_revision
+from .evidence import session_folder, source_state
+
+if TYPE_CHECKING:
+    from ..evidence.provenance import SourceState
 
 _PLUGIN_NAME = "lossless-html-report"
 _LINK_NAME = "lossless-pytest-html-link"
@@ -83,14 +86,14 @@ class HtmlReport:
 
     def write(self) -> Path:
         """Write the report now (receipts read back, pictures drawn); returns index.html."""
-        from ..evidence.receipts import load
+        from ..evidence.receipts import ReceiptRecord, load
         from ..media import MediaLimits
         from ..report.details import needs_receipt
         from ..report.html import write_report
 
         resolved = settings(self.config)
         wanted = {row.test for row in self.rows if needs_receipt(row)}
-        receipts: dict[str, dict[str, Any]] = {}
+        receipts: dict[str, ReceiptRecord] = {}
         unread: list[str] = []
         for test in sorted(wanted):
             path = self.receipts.get(test)
@@ -100,8 +103,8 @@ class HtmlReport:
                 receipts[test] = load(path)
             except LosslessError as exc:
                 unread.append(str(exc))
-        source = source_revision(self.config)
-        revision = str(source.get("revision") or "")[:12] or "no git revision"
+        source = source_state(self.config)
+        revision = (source.revision or "")[:12] or "no git revision"
         context = [("receipts", str(resolved.receipts)), ("source", _source(revision, source))]
         context += [("receipt not read", text) for text in unread]
         missing = sorted({row.test for row in self.rows} - set(self.receipts))
@@ -172,7 +175,7 @@ class PytestHtmlLink:
         )
 
 
-def _source(revision: str, source: dict[str, Any]) -> str:
-    if source.get("diff_bytes") or source.get("dirty"):
+def _source(revision: str, source: SourceState) -> str:
+    if source.diff_bytes or source.dirty:
         return f"{revision} (dirty)"
     return revision

@@ -3,15 +3,17 @@
 This module also keeps each test's frozen plans (:mod:`..goldens.plans`): the gate of every
 ``lossless.compare`` and the target of every ``speed_gate`` are checked against the test's
 ``plan.json`` when called (a change is a ``GateChanged`` error) and, under ``--update-goldens``,
-written there once the test passed, after every fixture's teardown (the golden's commit
-included). A frozen plan the test no longer uses fails it, as an unchecked golden does; the
-terminal says how many plans were not frozen, and how to freeze them.
+written once the test passed: in the golden folder's own swap when the test's goldens are
+replaced (goldens, manifest and plan in one commit, #20), else after every fixture's teardown.
+A frozen plan the test no longer uses fails it, as an unchecked golden does; the terminal says
+how many plans were not frozen, and how to freeze them.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from ..compare.repeatability import LosslessVerdict
     from ..core.expect import Media
     from ..gates import Gate
-    from ..goldens.plans import PlanBook
+    from ..goldens.plans import GatePlan, Plan, PlanBook
     from ..kinds.registry import KindRegistry
 
 #: ``item.stash[PLANS_KEY]``: the test's frozen plans, made by its first compare or speed gate.
@@ -77,12 +79,12 @@ def plan_book(item: pytest.Item) -> PlanBook:
     return book
 
 
-def check_plan(item: pytest.Item, section: str, name: str, plan: Mapping[str, Any]) -> Any:
+def check_plan(item: pytest.Item, section: str, name: str, plan: Plan) -> GatePlan:
     """One call's plan checked against the frozen one; the receipt's ``gate_plan`` record."""
     from ..goldens.plans import describe
 
     record = plan_book(item).check(section, name, plan)
-    if record.get("frozen") is False and not record.get("freezing"):
+    if not record.frozen and not record.freezing:
         item.user_properties.append((UNFROZEN_PROPERTY, describe(section, name)))
     return record
 
@@ -300,7 +302,9 @@ class LosslessFixture:
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
         asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
-        receipt_for(self._item).add_lossless({**verdict.to_json(), "gate_plan": plan, **asserted})
+        receipt_for(self._item).add_lossless(
+            {**verdict.to_json(), "gate_plan": plan.to_json(), **asserted}
+        )
         export.comparison(self._item, verdict)
         row = report.Row(  # its status is derived in record_verdict
             self._item.nodeid, name, gate_text, Status.FAIL, verdict.summary()
@@ -334,7 +338,7 @@ class LosslessFixture:
         from ..compare.matrix import cells, expected_grid, run_matrix
         from ..errors import GateChanged
         from ..gates import parse_gate
-        from ..goldens.plans import describe, matrix_changes, matrix_plan
+        from ..goldens.plans import MatrixPlan, describe, matrix_changes, matrix_plan
 
         self._count += 1
         name = label or f"matrix#{self._count}"
@@ -358,8 +362,9 @@ class LosslessFixture:
             asked = matrix_plan(axes, ref_name, gates, wanted)
             frozen = book.frozen_plan("matrix", name)
             goal: Any = wanted
-            record: dict[str, Any] = {}
+            record: GatePlan | None = None
             if frozen is not None:
+                assert isinstance(frozen, MatrixPlan)  # read from its section
                 change = matrix_changes(frozen, asked)
                 if change is not None:
                     raise GateChanged(
@@ -370,8 +375,8 @@ class LosslessFixture:
                         subject=describe("matrix", name),
                         file=book.path,
                     )
-                goal = frozen.get("grid")
-                record = check_plan(self._item, "matrix", name, {**asked, "grid": goal})
+                goal = frozen.grid
+                record = check_plan(self._item, "matrix", name, replace(asked, grid=goal))
             elif not self._settings.update_goldens:
                 record = check_plan(self._item, "matrix", name, asked)
             context = self._device_cells(axes)
@@ -392,8 +397,9 @@ class LosslessFixture:
             # The grid this run gave is what --update-goldens freezes (once the test passed).
             with failing_on_errors(prefix):
                 frozen_grid = {c.name: c.verdict.value for c in grid}
-                record = check_plan(self._item, "matrix", name, {**asked, "grid": frozen_grid})
-        receipt_for(self._item).add_matrix({**grid.to_json(), "gate_plan": record})
+                record = check_plan(self._item, "matrix", name, replace(asked, grid=frozen_grid))
+        gate_plan = {} if record is None else record.to_json()
+        receipt_for(self._item).add_matrix({**grid.to_json(), "gate_plan": gate_plan})
         self._settle_grid(grid, goal, act=act, frozen=frozen is not None)
         return grid
 

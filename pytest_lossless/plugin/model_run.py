@@ -17,11 +17,12 @@ import pytest
 from ..core.text import printable
 from .config import settings
 from .devices import holds_devices, interruption
-from .evidence import receipt_for
+from .evidence import receipt_for, source_states
 from .outcomes import failing_on_errors
 from .terminal_progress import progress_for
 
 if TYPE_CHECKING:
+    from ..evidence.provenance import SourceStates
     from ..run import Launcher
 
 
@@ -55,7 +56,11 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
         knobs=resolved.determinism_knobs,
         on_record=lambda run: receipt.add_run(run.to_json()),
         redactor=redactor,
-        describe_source=partial(_describe_source, required=resolved.require_published),
+        describe_source=partial(
+            _describe_source,
+            required=resolved.require_published,
+            states=source_states(request.config),
+        ),
         progress=progress_for(item),
     )
     state = interruption(request.config)
@@ -74,17 +79,20 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
                 state.remove(launcher)
 
 
-def _describe_source(path: Path, *, required: bool = False) -> dict[str, Any]:
+def _describe_source(
+    path: Path, *, required: bool = False, states: SourceStates | None = None
+) -> dict[str, Any]:
     """A source tree of a run, as the RunSpec describes the rootdir's (revision, dirty, diff,
     remote URL and branch, publication). With ``required`` (``--lossless-require-published``)
-    a dirty or unpublished tree is a :class:`RunError` before the run starts."""
+    a dirty or unpublished tree is a :class:`RunError` before the run starts. ``states``: the
+    session's source trees, each read from git once."""
     from ..errors import RunError
-    from ..evidence.provenance import PUBLISH_FIX, publication_problem, source_revision
+    from ..evidence.provenance import PUBLISH_FIX, SourceStates
 
-    state = dict(source_revision(path))
-    problem = publication_problem(state) if required else None
+    found = (states or SourceStates()).state(path)
+    problem = found.problem() if required else None
     if problem is not None:
-        detail = state.get("publication_detail") if problem.startswith("revision ") else None
+        detail = found.publication.publication_detail if problem.startswith("revision ") else None
         raise RunError(
             printable(
                 f"model_run: --lossless-require-published: source tree {path} is not a published "
@@ -92,4 +100,4 @@ def _describe_source(path: Path, *, required: bool = False) -> dict[str, Any]:
                 f"Fix: {PUBLISH_FIX}"
             )
         )
-    return state
+    return found.compact()

@@ -31,6 +31,7 @@ from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
 
 if TYPE_CHECKING:
+    from ..evidence.index import HostIdentity, IndexTest
     from ..run.reaper import Reaper  # noqa: F401 - named in a StashKey below
 
 _PLUGIN_NAME = "lossless-summary"
@@ -214,7 +215,7 @@ class SummaryPlugin:
             if self.written is None and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _prune(self, session_id: str, host: Mapping[str, Any]) -> None:
+    def _prune(self, session_id: str, host: HostIdentity) -> None:
         """Keep the last ``lossless_receipts_keep`` session folders: older finished sessions
         of this host that no ``sign`` output names are removed; never under sharding or a
         scheduler, whose shared folder holds sessions still to be merged."""
@@ -471,9 +472,11 @@ class LedgerEntry:
     receipt: str | None = None
     reason: str | None = None
 
-    def to_dict(self, test_id: str) -> dict[str, Any]:
-        """The index's form: the JSON edge."""
-        return {"test_id": test_id, **dataclasses.asdict(self)}
+    def to_index(self, test_id: str) -> IndexTest:
+        """The index's entry of it."""
+        from ..evidence.index import IndexTest
+
+        return IndexTest(test_id, self.gate, self.outcome, self.receipt, self.reason)
 
 
 class GateLedger:
@@ -532,7 +535,7 @@ class GateLedger:
         entry = self.seen.setdefault(test_id, LedgerEntry(gate=test_id in self.gates))
         entry.receipt = receipt or entry.receipt
 
-    def entries(self, state: str) -> list[dict[str, Any]]:
+    def entries(self, state: str) -> list[IndexTest]:
         """One entry per gate test and per test with a receipt, in the index's form."""
         found = []
         stopped = "" if state == "finished" else f": {state}"
@@ -549,5 +552,5 @@ class GateLedger:
             else:
                 entry = LedgerEntry(True, "not run", None, "the session did not reach it" + stopped)
             if entry.gate or entry.receipt:
-                found.append(entry.to_dict(test_id))
+                found.append(entry.to_index(test_id))
         return found

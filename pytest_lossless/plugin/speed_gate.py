@@ -130,7 +130,7 @@ class SpeedGateFixture:
         receipt.add_speed(
             {
                 **verdict.to_json(),
-                "gate_plan": plan,
+                "gate_plan": plan.to_json(),
                 **asserted,
                 **({"stages": stages} if stages else {}),
             }

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from .. import media
 from ..core.digests import sha256_file
 from ..errors import LosslessError
+from ..evidence.receipts import ReceiptRecord
 from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text, mapping
 from .charts import speed_svg
 from .mismatch import draw
@@ -27,11 +28,13 @@ COMPARISONS_DRAWN = 2
 
 
 class Found(NamedTuple):
-    """A row's receipt block (``kind``: gate, lossless or speed) and the test's server runs."""
+    """A row's receipt block (``kind``: gate, lossless, speed, matrix or matrix-cell) and the
+    test's server runs; for a matrix cell's row, the block is its grid and ``cell`` its name."""
 
     kind: str
     block: Mapping[str, Any]
     servers: tuple[Mapping[str, Any], ...] = ()
+    cell: str | None = None
 
 
 def is_speed(row: Row) -> bool:
@@ -53,16 +56,12 @@ def drawn(row: Row, found: Found | None) -> bool:
 class _Blocks:
     """One receipt's blocks, handed out to its rows in the order the test recorded them."""
 
-    def __init__(self, receipt: Mapping[str, Any]) -> None:
-        self.gates = [g for g in receipt.get("gates") or [] if isinstance(g, Mapping)]
-        self.lossless = [v for v in receipt.get("lossless") or [] if isinstance(v, Mapping)]
-        self.speed = [v for v in receipt.get("speed") or [] if isinstance(v, Mapping)]
-        self.matrix = [v for v in receipt.get("matrix") or [] if isinstance(v, Mapping)]
-        self.servers = tuple(
-            r
-            for r in receipt.get("runs") or []
-            if isinstance(r, Mapping) and r.get("kind") == "server"
-        )
+    def __init__(self, receipt: ReceiptRecord) -> None:
+        self.gates = list(receipt.block("gates"))
+        self.lossless = list(receipt.block("lossless"))
+        self.speed = list(receipt.block("speed"))
+        self.matrix = list(receipt.block("matrix"))
+        self.servers = tuple(r for r in receipt.block("runs") if r.get("kind") == "server")
 
     def take(self, row: Row) -> Found | None:
         if is_speed(row):
@@ -79,13 +78,11 @@ class _Blocks:
                 return Found("matrix", grid, self.servers)
             if row.check.startswith(label + ": "):
                 cell = row.check[len(label) + 2 :]
-                return Found("matrix-cell", {"grid": grid, "cell": cell}, self.servers)
+                return Found("matrix-cell", grid, self.servers, cell)
         return None
 
 
-def match_rows(
-    rows: Sequence[Row], receipts: Mapping[str, Mapping[str, Any]]
-) -> list[Found | None]:
+def match_rows(rows: Sequence[Row], receipts: Mapping[str, ReceiptRecord]) -> list[Found | None]:
     """For each row (in the order the tests recorded them), its receipt block, if any."""
     blocks = {test: _Blocks(receipt) for test, receipt in receipts.items()}
     return [blocks[row.test].take(row) if row.test in blocks else None for row in rows]
@@ -122,7 +119,7 @@ class Details:
 
                 detail.blocks += grid_blocks(found[1])
             elif found[0] == "matrix-cell":
-                detail.blocks += self._matrix_cell(row, found[1])
+                detail.blocks += self._matrix_cell(row, found[1], str(found.cell))
             else:
                 detail.blocks += self._gate(row, found[1])
         except Exception as exc:  # one row that cannot be drawn must not lose the others
@@ -233,13 +230,12 @@ class Details:
 
     # -------------------------------------------------------------- determinism matrix cells
 
-    def _matrix_cell(self, row: Row, found: Mapping[str, Any]) -> list[Block]:
+    def _matrix_cell(self, row: Row, grid: Mapping[str, Any], name: str) -> list[Block]:
         """One cell of a matrix: its place in the grid, its runs, and where it differs (from
         its own first run when it is not repeatable, else from the reference's first run)."""
         from .grid import find_cell, grid_table
 
-        grid = mapping(found.get("grid"))
-        cell = find_cell(grid, str(found.get("cell")))
+        cell = find_cell(grid, name)
         if cell is None:
             return [Text("the receipt's matrix holds no such cell")]
         reference = find_cell(grid, str(grid.get("reference"))) or {}

@@ -22,6 +22,7 @@ from ..core.clock import utc_iso
 from ..core.paths import inside_root
 from ..core.text import printable
 from ..core.verdict import Status, Update
+from ..evidence.receipts import ReceiptRecord
 from .blocks import Assets, Block, Detail, Figure, Pre, Svg, Table, Text
 from .details import Details, drawn, match_rows
 from .table import _UPDATE_ACTIONS, Row, counts_line
@@ -224,7 +225,7 @@ def page(
 def write_report(
     folder: Path,
     rows: Sequence[Row],
-    receipts: Mapping[str, Mapping[str, Any]],
+    receipts: Mapping[str, ReceiptRecord],
     *,
     events: Iterable[Mapping[str, Any]] = (),
     context: Iterable[tuple[str, str]] = (),

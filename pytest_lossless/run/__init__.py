@@ -17,14 +17,8 @@ message of a failed run.
 
 from __future__ import annotations
 
-from .failure import TAIL_BYTES as TAIL_BYTES
-from .failure import TAIL_LINES as TAIL_LINES
 from .failure import tail as tail
-from .group import FULL_SCAN_EVERY as FULL_SCAN_EVERY
-from .group import RUN_TOKEN as RUN_TOKEN
-from .group import SAMPLE_INTERVAL as SAMPLE_INTERVAL
 from .launcher import DEFAULT_GRACE as DEFAULT_GRACE
-from .launcher import AllocationLike as AllocationLike
 from .launcher import Launcher as Launcher
 from .launcher import RunResult as RunResult
 from .launcher import free_port as free_port
@@ -33,7 +27,6 @@ from .lifecycle import Lifecycle as Lifecycle
 from .lifecycle import lifecycle_verdict as lifecycle_verdict
 from .record import ProcessRecord as ProcessRecord
 from .record import RunRecord as RunRecord
-from .server import STREAM_TO_FILE_ABOVE as STREAM_TO_FILE_ABOVE
 from .server import Response as Response
 from .server import Server as Server
 

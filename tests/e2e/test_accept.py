@@ -19,6 +19,7 @@ import pytest
 
 from pytest_lossless.__main__ import accept_command
 from pytest_lossless.goldens.accept import keyword_matcher
+from tests.e2e.alone import run_pytest
 from tests.e2e.mediagen import gray_frames, write_video
 
 pytestmark = [
@@ -71,6 +72,11 @@ def _checkout(root: Path, version: int) -> Path:
     return root
 
 
+def _run_alone(root: Path, basetemp: Path, *args: str) -> pytest.RunResult:
+    """``_run`` from a module-scoped fixture, where no pytester exists."""
+    return run_pytest(root.parent, basetemp, str(root), "-p", "no:cacheprovider", *args)
+
+
 def _set_version(root: Path, version: int) -> None:
     (root / "model.py").write_text(MODEL.format(version=version))
     for cached in root.rglob("__pycache__"):
@@ -81,20 +87,32 @@ def _run(pytester: pytest.Pytester, root: Path, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(str(root), "-p", "no:cacheprovider", *args)
 
 
-@pytest.fixture
-def exported(pytester: pytest.Pytester) -> tuple[Path, Path]:
+@pytest.fixture(scope="module")
+def exported_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Checkout A: goldens of version 1, the model changed to version 2, run with an export;
-    checkout B: the same change, with A's goldens of version 1."""
-    a = _checkout(pytester.path / "a", 1)
+    checkout B: the same change, with A's goldens of version 1. Made once per module (two
+    pytest sessions): each test gets a copy (``exported``), so what one changes no other sees."""
+    top = tmp_path_factory.mktemp("exported")
+    a = _checkout(top / "a", 1)
     # test_flaky cannot write its golden (its runs disagree): it is new in the export too.
-    _run(pytester, a, "--update-goldens").assert_outcomes(passed=2, failed=1)
-    b = _checkout(pytester.path / "b", 2)
+    _run_alone(a, top / "tmp1", "--update-goldens").assert_outcomes(passed=2, failed=1)
+    b = _checkout(top / "b", 2)
     shutil.copytree(a / "goldens", b / "goldens")
     _set_version(a, 2)
-    result = _run(pytester, a, "--lossless", "--lossless-export", "export")
+    result = _run_alone(a, top / "tmp2", "--lossless", "--lossless-export", "export")
     result.assert_outcomes(failed=3)
     assert "pytest-lossless export: export (" in result.stdout.str()
-    return a / "export", b
+    for scratch in ("tmp1", "tmp2"):
+        shutil.rmtree(top / scratch)
+    return top
+
+
+@pytest.fixture
+def exported(exported_once: Path, pytester: pytest.Pytester) -> tuple[Path, Path]:
+    """A copy of ``exported_once`` in this test's own folder: (A's export, checkout B)."""
+    for name in ("a", "b"):
+        shutil.copytree(exported_once / name, pytester.path / name, symlinks=True)
+    return pytester.path / "a" / "export", pytester.path / "b"
 
 
 def _accept(

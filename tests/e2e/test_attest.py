@@ -106,14 +106,23 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def signed(built: Path, tmp_path: Path) -> Path:
-    """A copy of the built project, its session signed with ``key.pem``."""
-    root = tmp_path / "root"
+@pytest.fixture(scope="module")
+def signed_once(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the built project, its session signed with ``key.pem``: signed once per module
+    (a ``sign`` process), copied for each test (``signed``)."""
+    root = tmp_path_factory.mktemp("signed") / "root"
     shutil.copytree(built, root, symlinks=True)
     done = _lossless(root / "project", "sign", "lossless-receipts", "--key", str(root / "key.pem"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASSED" in done.stdout
+    return root
+
+
+@pytest.fixture
+def signed(signed_once: Path, tmp_path: Path) -> Path:
+    """A copy of ``signed_once`` of this test's own: what one test changes no other sees."""
+    root = tmp_path / "root"
+    shutil.copytree(signed_once, root, symlinks=True)
     return root
 
 

@@ -58,7 +58,7 @@ def _export(root: Path) -> dict:
 
 @pytest.mark.slow
 def test_only_what_failed_or_was_new_is_exported(changed):
-    result = changed.runpytest_subprocess("--lossless", "--lossless-export", "export")
+    result = changed.runpytest_inprocess("--lossless", "--lossless-export", "export")
     result.assert_outcomes(failed=2, passed=1)
     document = _export(changed.path)
     by_test = {}
@@ -95,9 +95,7 @@ def test_only_what_failed_or_was_new_is_exported(changed):
 @pytest.mark.slow
 def test_a_new_golden_is_exported(pytester):
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_subprocess(
-        "--lossless", "--lossless-export", "export", "-k", "same"
-    )
+    result = pytester.runpytest_inprocess("--lossless", "--lossless-export", "export", "-k", "same")
     result.assert_outcomes(failed=1)
     (entry,) = _export(pytester.path)["entries"]
     assert entry["status"] == "new"
@@ -130,7 +128,7 @@ def test_github_gets_the_table_and_an_annotation_per_failing_gate(changed, monke
     summary = changed.path / "step-summary.md"
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = changed.runpytest_subprocess("--lossless")
+    result = changed.runpytest_inprocess("--lossless")
     result.assert_outcomes(failed=2, passed=1)
     text = summary.read_text()
     assert text.startswith("earlier step\n")  # appended, never replaced

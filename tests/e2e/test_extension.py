@@ -243,8 +243,9 @@ def test_bytes(golden, tmp_path):
 #: media, gates) separately: 10, then 7 once the gate and its result are one module
 #: (gates.gate), the head of a file is read where artifact files are (media.artifacts, not
 #: detection), the session's fingerprint cache is the registry's and the bytes fingerprint the
-#: bytes kind's; 16 with both.
-MODULES_AT_MOST = 16
+#: bytes kind's; 16 with both; 17 once the manifest's entries are read by the one serialiser
+#: of the records (core.records, #19) instead of a hand-written reader in goldens.manifest.
+MODULES_AT_MOST = 17
 KIND_MODULES_AT_MOST = 7
 
 

@@ -211,7 +211,7 @@ def test_many(golden, i):
     golden.check("b.bin", bytes([i]) * 1000)
 """
     )
-    result = pytester.runpytest_subprocess("--update-goldens", "-p", "xdist", "-n", "4")
+    result = pytester.runpytest_subprocess("--update-goldens", "-p", "xdist", "-n", "2")
     result.assert_outcomes(passed=16)
     folders = sorted((pytester.path / "goldens/test_many").iterdir())
     assert [f.name for f in folders] == sorted(f"test_many[{i}]" for i in range(16))
@@ -220,7 +220,7 @@ def test_many(golden, i):
         assert sorted(manifest["artifacts"]) == ["a.npy", "b.bin"]
         index = int(folder.name.split("[")[1].rstrip("]"))
         assert np.load(folder / "a.npy")[0, 0] == index
-    assert pytester.runpytest_subprocess("--lossless", "-p", "xdist", "-n", "4").ret == 0
+    assert pytester.runpytest_subprocess("--lossless", "-p", "xdist", "-n", "2").ret == 0
 
 
 def test_nondeterministic_producer_is_refused_and_nothing_written(pytester):

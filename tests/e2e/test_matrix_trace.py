@@ -114,7 +114,7 @@ def _row(lines: list[str], label: str, cell: str) -> str:
 
 
 def test_a_traced_grid_names_each_differing_cells_first_divergence(pytester, project):
-    result = pytester.runpytest_subprocess("--lossless", "-v", "-p", "no:randomly")
+    result = pytester.runpytest_inprocess("--lossless", "-v", "-p", "no:randomly")
     result.assert_outcomes(passed=2)
     lines = result.stdout.str().splitlines()
     fused = _row(lines, "kernels", "kernel=fused, batch=1")
@@ -154,7 +154,7 @@ def test_a_traced_grid_names_each_differing_cells_first_divergence(pytester, pro
 
 
 def test_verify_rejects_a_divergence_between_the_wrong_runs(pytester, project):
-    pytester.runpytest_subprocess("--lossless", "-k", "test_traced")
+    pytester.runpytest_inprocess("--lossless", "-k", "test_traced")
     (path,) = project.glob("lossless-receipts/*/test_knobs.py__test_traced.json")
     receipt = json.loads(path.read_text())
     cells = receipt["matrix"][0]["cells"]

@@ -39,11 +39,11 @@ def test_beside_a_plugin_that_defines_update_goldens(pytester, where):
         pytester.makeconftest(OTHER_PLUGIN)
     pytester.syspathinsert()
     # pytest starts, and our own name always works.
-    result = pytester.runpytest_subprocess(*args, "--lossless-update-goldens")
+    result = pytester.runpytest_inprocess(*args, "--lossless-update-goldens")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     assert (pytester.path / "goldens/test_g/test_g/manifest.json").is_file()
     # --update-goldens is the other plugin's: it writes none of ours (the gate is skipped).
-    result = pytester.runpytest_subprocess(*args, "--update-goldens", "--lossless")
+    result = pytester.runpytest_inprocess(*args, "--update-goldens", "--lossless")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*golden updates*")
@@ -57,9 +57,9 @@ def test_beside_a_plugin_that_defines_update_goldens(pytester, where):
 
 def test_update_goldens_stays_where_it_is_free(pytester):
     pytester.makepyfile(test_g=GOLDEN_TEST)
-    assert pytester.runpytest_subprocess("--update-goldens").ret == 0
+    assert pytester.runpytest_inprocess("--update-goldens").ret == 0
     assert (pytester.path / "goldens/test_g/test_g/manifest.json").is_file()
-    help_text = pytester.runpytest_subprocess("--help").stdout.str()
+    help_text = pytester.runpytest_inprocess("--help").stdout.str()
     assert "--lossless-update-goldens" in help_text
     assert "--update-goldens" in help_text
 
@@ -73,19 +73,19 @@ def test_an_option_value_after_a_space_that_became_the_rootdir_is_named(
     (project / "test_g.py").write_text(GOLDEN_TEST)
     elsewhere = pytester.mkdir("elsewhere")
     monkeypatch.chdir(project)
-    result = pytester.runpytest_subprocess(option, str(elsewhere), "--update-goldens")
+    result = pytester.runpytest_inprocess(option, str(elsewhere), "--update-goldens")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [f"*{option} {elsewhere}: pytest read*given after a space*Write {option}={elsewhere}*"]
     )
     assert not (pytester.path / "goldens").exists()  # nothing written outside the project
     # Written with "=", the project's ini is read and nothing is refused.
-    result = pytester.runpytest_subprocess(f"{option}={elsewhere}", "--update-goldens")
+    result = pytester.runpytest_inprocess(f"{option}={elsewhere}", "--update-goldens")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     assert (project / "my-goldens/test_g/test_g/manifest.json").is_file()
     # The same space-separated value is fine where it does not move the rootdir (a test path
     # is given too, inside the project with its ini).
-    result = pytester.runpytest_subprocess(option, str(elsewhere), "--update-goldens", "test_g.py")
+    result = pytester.runpytest_inprocess(option, str(elsewhere), "--update-goldens", "test_g.py")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
 
 
@@ -111,10 +111,10 @@ def test_plain():
 
 def test_reruns_never_turn_a_failed_gate_into_a_pass(pytester):
     pytester.makepyfile(test_f=FLAKY_GATE.replace("(1 if first else 0)", "0"))
-    assert pytester.runpytest_subprocess("--update-goldens", "-k", "flaky").ret == 0
+    assert pytester.runpytest_inprocess("--update-goldens", "-k", "flaky").ret == 0
     pytester.makepyfile(test_f=FLAKY_GATE)
     (pytester.path / "attempts").unlink()
-    result = pytester.runpytest_subprocess("--lossless", "--reruns", "2")
+    result = pytester.runpytest_inprocess("--lossless", "--reruns", "2")
     # The gate ran once and failed: the exit status, the table and the receipt agree.
     assert result.ret == 1
     assert result.parseoutcomes() == {"failed": 1, "passed": 1, "rerun": 1}  # plain: rerun
@@ -134,7 +134,7 @@ def test_a_lossless_gate_marked_flaky_is_refused(pytester):
             "@pytest.mark.lossless", "@pytest.mark.lossless\n@pytest.mark.flaky(reruns=3)"
         )
     )
-    result = pytester.runpytest_subprocess("--lossless")
+    result = pytester.runpytest_inprocess("--lossless")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*a lossless gate is never rerun*test_f.py::test_flaky: flaky(reruns=3)*"]

@@ -165,7 +165,7 @@ def test_golden_written_before_other_streams_were_recorded_still_checks(
     data = document["artifacts"]["clip.mp4"]
     old = ContainerFingerprint.from_json(data["fingerprint"]).legacy().to_json()
     entry = replace(
-        ManifestEntry.from_json("clip.mp4", data, where),
+        ManifestEntry.read("clip.mp4", data, where),
         fingerprint=old,
         fingerprint_sha256=canonical_sha256(old),
     )

@@ -170,7 +170,7 @@ def test_an_interrupted_test_is_indexed_and_recorded_as_interrupted(pytester):
 
 def test_collect_only_writes_no_session_and_claims_nothing(pytester):
     pytester.makepyfile(test_after=AFTER_GATE)
-    result = pytester.runpytest_subprocess("--collect-only", "--lossless")
+    result = pytester.runpytest_inprocess("--collect-only", "--lossless")
     assert result.ret == 0
     result.stdout.no_fnmatch_line("*no gate compared anything*")
     result.stdout.no_fnmatch_line("*every selected lossless gate was skipped*")
@@ -191,7 +191,7 @@ def test_p(golden):
 
 def test_a_producer_that_failed_is_named_not_a_missing_selection(pytester):
     pytester.makepyfile(test_p=PRODUCER_FAILS)
-    result = pytester.runpytest_subprocess("--lossless")
+    result = pytester.runpytest_inprocess("--lossless")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "check -m and -k" not in out
@@ -213,7 +213,7 @@ def test_only_golden(golden):
 
 def test_update_goldens_leaves_a_receipt_for_golden_only_tests(pytester):
     pytester.makepyfile(test_g=GOLDEN_ONLY)
-    result = pytester.runpytest_subprocess("--update-goldens")
+    result = pytester.runpytest_inprocess("--update-goldens")
     assert result.ret == 0
     folder = max((pytester.path / "lossless-receipts").glob("*/INDEX.json")).parent
     index = json.loads((folder / "INDEX.json").read_text())

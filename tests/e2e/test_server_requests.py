@@ -27,6 +27,7 @@ from pytest_lossless.devices.backends import (
 from pytest_lossless.devices.base import ToolError
 from pytest_lossless.errors import RunError
 from pytest_lossless.evidence.crosscheck import check_run_requests, check_run_sequence
+from pytest_lossless.evidence.receipts import ReceiptRecord
 from pytest_lossless.report.details import Details, match_rows, server_line
 from pytest_lossless.report.table import Row
 from pytest_lossless.run import Launcher
@@ -100,7 +101,7 @@ def launcher(tmp_path: Path) -> Iterator[Launcher]:
 
 
 def _findings(record: dict[str, Any]) -> list[str]:
-    return check_run_requests(None, {"runs": [record]}, None)
+    return check_run_requests(None, ReceiptRecord.from_json({"runs": [record]}), None)
 
 
 # ------------------------------------------------------------------ requests
@@ -248,7 +249,8 @@ def _clean_server_record() -> dict[str, Any]:
 def test_verify_names_request_totals_that_contradict_the_records() -> None:
     clean = _clean_server_record()
     assert _findings(clean) == []
-    assert check_run_sequence(None, {"runs": [clean]}, None) == []  # verify's "runs/sequence"
+    receipt = ReceiptRecord.from_json({"runs": [clean]})
+    assert check_run_sequence(None, receipt, None) == []  # verify's "runs/sequence"
 
     dropped = copy.deepcopy(clean)
     del dropped["requests"][1]  # the failed request removed, totals left
@@ -447,7 +449,7 @@ def test_the_receipt_details_get_a_line_per_server_run() -> None:
         "speed": [{"samples": [], "design": "ABBA", "verdict": "INCONCLUSIVE"}],
     }
     row = Row("t.py::test_serve", "speed 5s", "ratio <= 0.700", "INCONCLUSIVE")
-    (found,) = match_rows([row], {"t.py::test_serve": receipt})
+    (found,) = match_rows([row], {"t.py::test_serve": ReceiptRecord.from_json(receipt)})
     assert found is not None
     assert [r["name"] for r in found.servers] == ["server-01", "server-02"]
 

@@ -24,6 +24,7 @@ from pytest_lossless.evidence.index import (
     HOST_ENV,
     INDEX_NAME,
     SESSION_ID,
+    HostIdentity,
     build_index,
     host_identity,
     new_session_id,
@@ -460,7 +461,7 @@ def test_a_bad_host_name_is_a_usage_error(
 
 
 def test_session_ids_sort_by_start_time_and_name_the_host() -> None:
-    host = {"hostname": "gpu-node/7 (rack 2)"}
+    host = HostIdentity("gpu-node/7 (rack 2)")
     first = new_session_id(host, now=1_700_000_000.001)
     later = new_session_id(host, now=1_700_000_000.002)
     assert first.startswith("20231114T221320.001Z-gpu-node_7_rack_2-")
@@ -471,11 +472,11 @@ def test_session_ids_sort_by_start_time_and_name_the_host() -> None:
 
 
 def test_a_declared_host_is_recorded_and_checked() -> None:
-    host = host_identity({HOST_ENV: "node-7"})
+    host = host_identity({HOST_ENV: "node-7"}).to_json()
     assert host["hostname"] == "node-7"
     assert host["declared_by"] == HOST_ENV
     assert "machine_id" not in host  # only an app-specific hash of it, when readable
-    assert host_identity({})["declared_by"] is None
+    assert host_identity({}).declared_by is None
     with pytest.raises(ConfigError, match=HOST_ENV):
         host_identity({HOST_ENV: "evil\x1b[2Jhost"})
 

@@ -262,3 +262,56 @@ def test_a_session_folder_mixing_revisions_is_named(
     code, out = _verify(session, "--allow-mixed-revisions")
     assert code == 0, out
     assert f"  session {session.name} holds 2 revisions" in out
+
+
+COUNT_TEST = """
+import sys
+import pytest
+
+@pytest.mark.parametrize("n", range({tests}))
+def test_run(model_run, n):
+    model_run([sys.executable, "-c", "pass"], sources=[{engine!r}])
+"""
+
+
+def _git_processes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tests: int) -> int:
+    """The git processes a session of ``tests`` receipts ran (a ``git`` on PATH that logs each
+    call, then runs the real one)."""
+    import shutil
+
+    real = shutil.which("git")
+    assert real is not None
+    bin_dir, log = pytester.path / f"bin{tests}", pytester.path / f"git{tests}.log"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {str(log)!r}\nexec {real!r} "$@"\n')
+    wrapper.chmod(0o755)
+    test = pytester.path / "test_count.py"
+    test.write_text(COUNT_TEST.format(tests=tests, engine=str(pytester.path / "engine")))
+    with monkeypatch.context() as patch:
+        patch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+        result = pytester.runpytest("-p", "no:cacheprovider", str(test))
+    result.assert_outcomes(passed=tests)
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_git_runs_once_per_session_and_source_tree(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#22: the revision of a source tree does not change within a session, so the rootdir and
+    each ``sources=`` tree are read from git once, however many receipts the session writes."""
+    for name, value in GIT.items():
+        monkeypatch.setenv(name, value)
+    _repo(pytester.path, {".gitignore": "lossless-receipts/\nbin*/\ngit*.log\ntest_count.py\n"})
+    revision = _repo(pytester.path / "engine", {"kernel.py": "FAST = True\n"})
+    one = _git_processes(pytester, monkeypatch, 1)
+    many = _git_processes(pytester, monkeypatch, 6)
+    assert one > 0
+    assert many == one  # not seven processes per receipt: none after the first
+    receipts = sorted((pytester.path / "lossless-receipts").rglob("*test_run*.json"))
+    assert len(receipts) == 7
+    for path in receipts:
+        receipt = json.loads(path.read_text())
+        assert receipt["runspec"]["source"]["revision"] == _git(pytester.path, "rev-parse", "HEAD")
+        (tree,) = receipt["runs"][0]["sources"].values()
+        assert tree["revision"] == revision

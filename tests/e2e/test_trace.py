@@ -103,7 +103,7 @@ def _receipt_blocks(root: Path, key: str) -> list[dict]:
 
 
 def test_model_run_trace_and_first_divergence_in_the_failure(pytester, project):
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "--lossless", "-k", "test_traced_run_has_its_folder or test_shifted_is_lossless"
     )
     result.assert_outcomes(passed=1, failed=1)
@@ -124,22 +124,22 @@ def test_model_run_trace_and_first_divergence_in_the_failure(pytester, project):
 
 
 def test_check_trace_pins_digests_and_finds_the_first_changed_tensor(pytester, project):
-    created = pytester.runpytest_subprocess("--update-goldens", "-k", "test_pinned")
+    created = pytester.runpytest_inprocess("--update-goldens", "-k", "test_pinned")
     created.assert_outcomes(passed=2)
     folder = project / "goldens/test_traced/test_pinned_trace"
     manifest = json.loads((folder / "manifest.json").read_text())
     assert "t.block.proj_0.sha256" in json.dumps(manifest)
-    assert pytester.runpytest_subprocess("--lossless", "-k", "test_pinned").ret == 0
+    assert pytester.runpytest_inprocess("--lossless", "-k", "test_pinned").ret == 0
     # The model changes from step 1 on: the digest golden names the first changed tensor, and
     # the ulp(4) gate (bit for bit for the first input) lets those few-ulp changes pass.
     (project / "test_traced.py").write_text(TESTS.replace("VARIANT", "'shifted'"))
-    changed = pytester.runpytest_subprocess("--lossless", "-k", "test_pinned")
+    changed = pytester.runpytest_inprocess("--lossless", "-k", "test_pinned")
     changed.assert_outcomes(passed=1, failed=1)
     changed.stdout.fnmatch_lines(["FAIL *test_pinned_trace*t.block.proj_1.sha256*"])
 
 
 def test_speed_gate_stage_rows_from_separate_traced_runs(pytester, project):
-    result = pytester.runpytest_subprocess("--lossless", "-k", "test_stage_times")
+    result = pytester.runpytest_inprocess("--lossless", "-k", "test_stage_times")
     result.assert_outcomes(passed=1)
     (block,) = _receipt_blocks(project, "speed")
     rows = block["stages"]["rows"]
@@ -165,7 +165,7 @@ def test_not_traced(golden, tmp_path):
     golden.check_trace("t", {"out": "x"})
 """
     )
-    result = pytester.runpytest_subprocess("--lossless", "test_bad.py")
+    result = pytester.runpytest_inprocess("--lossless", "test_bad.py")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*not a traced run*trace=True*"])
     assert sys.executable

@@ -12,7 +12,8 @@ What must hold, whatever the order (#20):
 - a check never finds the golden missing once one was written, unless it ran out of attempts
   while a writer sat between the two renames of the fallback;
 - once no writer runs, the folder holds one whole version that some writer committed (a killed
-  writer's leftovers recovered by the next update).
+  writer's leftovers recovered by the next update): its goldens, its manifest and its frozen plan
+  (``plan.json``, which each writer commits with its goldens, #20) all of that one version.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pytest_lossless.errors import GoldenError, GoldenIntegrityError, GoldenMiss
 from pytest_lossless.goldens import manifest as manifest_module
 from pytest_lossless.goldens import swap
 from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_manifest
+from pytest_lossless.goldens.plans import PlanBook, SpeedPlan, read_plans, speed_plan
 from pytest_lossless.kinds.registry import KindRegistry
 from tests.faults import tiers
 
@@ -63,6 +65,17 @@ def _value(index: int) -> bytes:
     return bytes([65 + index % 26]) * SIZE
 
 
+def _plan(value: bytes) -> SpeedPlan:
+    """The frozen plan each version commits with its golden: its target names the version."""
+    return speed_plan(target=float(value[0]), pairs=8, design="ABBA", confidence=0.95, workload="w")
+
+
+def _book(root: Path, value: bytes) -> PlanBook:
+    book = PlanBook(_folder(root).path, TEST_ID, boundary=root / "goldens", update=True)
+    book.check("speed", "w", _plan(value))
+    return book
+
+
 def _folder(root: Path, workdir: Path | None = None) -> GoldenFolder:
     return GoldenFolder(
         root / "goldens",
@@ -80,7 +93,7 @@ def _folder(root: Path, workdir: Path | None = None) -> GoldenFolder:
 class Writer:
     """One forked update, paused at each stop point of the swap until told to go on."""
 
-    def __init__(self, root: Path, value: bytes, *, exchange: bool) -> None:
+    def __init__(self, root: Path, value: bytes, *, exchange: bool, together: bool) -> None:
         self.value = value
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
@@ -104,8 +117,12 @@ class Writer:
                 folder = _folder(root)
                 folder.begin_update()
                 folder.stage("v.bin", source, None, {})
+                book = _book(root, value)
+                if together:  # the plan staged into the golden swap (#20)
+                    folder.plans = book
                 try:
                     folder.commit()
+                    book.commit()  # nothing more once handed to the swap; else a second commit
                 except GoldenConflict:
                     code = 4
             except BaseException:
@@ -188,6 +205,10 @@ class Reader:
 
 
 class GoldenStore(RuleBasedStateMachine):
+    #: Writers commit their plan in the golden swap (#20); False: after it, as a second commit
+    #: (what the plugin did before), which the machine must catch.
+    plans_together = True
+
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="golden-machine-"))
@@ -215,6 +236,7 @@ class GoldenStore(RuleBasedStateMachine):
         source = self.root / "first.bin"
         source.write_bytes(value)
         folder.stage("v.bin", source, None, {})
+        folder.plans = _book(self.root, value)
         folder.commit()
         self.obtained = source
 
@@ -226,7 +248,7 @@ class GoldenStore(RuleBasedStateMachine):
         self.made += 1
         value = _value(self.made)
         self.versions.add(hashlib.sha256(value).hexdigest())
-        self.writer = Writer(self.root, value, exchange=exchange)
+        self.writer = Writer(self.root, value, exchange=exchange, together=self.plans_together)
         self._note_window()
 
     @precondition(lambda self: self.writer is not None and self.writer.running)
@@ -299,6 +321,11 @@ class GoldenStore(RuleBasedStateMachine):
         stored = (path / "v.bin").read_bytes()
         assert hashlib.sha256(stored).hexdigest() == entries["v.bin"].sha256
         assert entries["v.bin"].sha256 in self.versions
+        plan = read_plans(path, root=self.root / "goldens").get(("speed", "w"))
+        assert plan == _plan(stored), (
+            f"a mixed version: the golden of version {chr(stored[0])} with the plan of "
+            f"{'none' if plan is None else chr(int(plan.target))}"
+        )
 
     def teardown(self) -> None:
         if self.reader is not None:
@@ -377,6 +404,27 @@ def test_the_machine_finds_the_torn_read_of_a_reader_that_opens_files_by_path(mo
     monkeypatch.setattr(manifest_module, "_open_at", wrap(by_path))
     monkeypatch.setattr(manifest_module, "_open_folder", wrap(manifest_module._open_folder))
     with pytest.raises(AssertionError, match="torn read"):
+        run_state_machine_as_test(
+            GoldenStore,
+            settings=settings(
+                max_examples=300,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+                database=None,
+                print_blob=False,
+                phases=[Phase.generate],  # found is enough: no shrinking
+            ),
+        )
+
+
+@pytest.mark.slow
+def test_the_machine_finds_a_plan_committed_after_the_golden_swap(monkeypatch):
+    """The machine can fail: writers that write the plan after the golden swap, as a second
+    commit (what the plugin did before, #20), are caught when one is killed between the two
+    (at ``golden-swapped``): the new golden with the old plan."""
+    monkeypatch.setattr(GoldenStore, "plans_together", False)
+    with pytest.raises(AssertionError, match="mixed version"):
         run_state_machine_as_test(
             GoldenStore,
             settings=settings(

@@ -21,7 +21,12 @@ import pytest
 from pytest_lossless.core.digests import canonical_sha256
 from pytest_lossless.core.text import printable
 from pytest_lossless.errors import ArtifactError, GoldenIntegrityError, ManifestError
-from pytest_lossless.evidence.receipts import derive_verdicts, load_all, raw_sha256
+from pytest_lossless.evidence.receipts import (
+    ReceiptRecord,
+    derive_verdicts,
+    load_all,
+    raw_sha256,
+)
 from pytest_lossless.evidence.verify import verify
 from pytest_lossless.goldens.checks import Golden
 from pytest_lossless.goldens.folder import (
@@ -150,8 +155,8 @@ def test_editing_only_the_manifest_fingerprint_cannot_make_another_output_pass(
     result.stdout.fnmatch_lines(["*GoldenIntegrityError*out.npy*fingerprint*"])
     assert "1 PASS" not in result.stdout.str()
     latest = max(p for p in (root / "lossless-receipts").iterdir() if p.is_dir())  # its session
-    receipts = [r for r in load_all(latest).values() if isinstance(r, dict)]
-    assert [derive_verdicts(r)["overall"] for r in receipts] == ["FAIL"]
+    receipts = [r for r in load_all(latest).values() if isinstance(r, ReceiptRecord)]
+    assert [r.verdicts().overall for r in receipts] == ["FAIL"]
 
     # verify does not agree either: a receipt that recorded the false PASS (as the plugin did
     # before the fix) contradicts the stored golden it names.

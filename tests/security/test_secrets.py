@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pytest_lossless.core.redact import Redactor, marker, parse_patterns, scrub
 from pytest_lossless.errors import ConfigError, RunError
-from pytest_lossless.evidence.receipts import Receipt, load
+from pytest_lossless.evidence.receipts import Receipt, load_json
 from pytest_lossless.evidence.verify import verify
 from pytest_lossless.run import Launcher
 from pytest_lossless.settings import resolve
@@ -394,7 +394,7 @@ def test_dirty_diff_is_stored_redacted_and_verify_agrees(tmp_path: Path) -> None
         _no_secret(stored, value)
         _no_secret(path.read_text(), value)
     _no_secret(path.read_text(), "cli-123456")
-    data = load(path)
+    data = load_json(path)
     source = data["runspec"]["source"]
     assert source["diff_redacted"] is True
     assert source["diff_redactions"] == len(DIFF_SECRETS)
@@ -415,7 +415,7 @@ def test_a_clean_diff_is_stored_as_is(tmp_path: Path) -> None:
     receipt.set_runspec(_runspec(diff))
     path = receipt.write(tmp_path)
     assert _stored_diff(path).read_text() == diff
-    source = load(path)["runspec"]["source"]
+    source = load_json(path)["runspec"]["source"]
     assert source["diff_redacted"] is False
     assert source["diff_redactions"] == 0
     assert source["diff_stored_sha256"] == source["diff_sha256"]

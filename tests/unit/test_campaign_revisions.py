@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_lossless.core.sharding import Shard, split_record
-from pytest_lossless.evidence.index import build_index, write_index
+from pytest_lossless.evidence.index import HostIdentity, build_index, write_index
 from pytest_lossless.evidence.sessions import CONTRADICTION, NOTE, check_campaign
 from pytest_lossless.evidence.summary_md import write_summary
 
-HOST = {"hostname": "h", "machine": None}
+HOST = HostIdentity("h")
 TESTS = ["t.py::test_a", "t.py::test_b"]
 
 

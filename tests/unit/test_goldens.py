@@ -354,8 +354,8 @@ def test_the_environment_class_of_an_h200_allocation():
     mixed = environment_of("cuda", [*H200, {"name": "NVIDIA L4"}], None)
     assert mixed.label == "cuda / NVIDIA H200 + NVIDIA L4 / runtime unknown"
     assert Environment.from_json(env.to_json()) == env
-    assert Environment.from_json({"backend": "cuda", "model": "x\x1b[2J"}) is None
-    assert Environment.from_json({"backend": "cuda", "model": "x\x1b[2J", "runtime": None}) is None
+    assert Environment.checked({"backend": "cuda", "model": "x\x1b[2J"}) is None
+    assert Environment.checked({"backend": "cuda", "model": "x\x1b[2J", "runtime": None}) is None
 
 
 def test_runtime_of_asks_the_backend_its_tool_or_the_machine():

@@ -10,6 +10,7 @@ import subprocess
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import imageio_ffmpeg
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from pytest_lossless.compare.repeatability import compare_control_candidate
 from pytest_lossless.core.paths import PathOutsideRoot
 from pytest_lossless.core.text import printable
+from pytest_lossless.evidence.receipts import ReceiptRecord
 from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row
 from pytest_lossless.report.charts import histogram_svg, speed_svg, waveforms_svg
@@ -30,6 +32,11 @@ from pytest_lossless.report.pictures import difference, frame_triptych
 from pytest_lossless.report.raster import Canvas, encode_png
 
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>\x1b[31m\u202e&amp;'
+
+
+def _record(receipt: dict[str, Any]) -> ReceiptRecord:
+    """A receipt as the report reads it (``load``): its record."""
+    return ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", **receipt})
 
 
 class Parsed(HTMLParser):
@@ -123,7 +130,7 @@ def test_the_page_escapes_hostile_names():
 def test_hostile_receipts_are_escaped_in_their_sections(tmp_path):
     row = Row("t.py::test_x", HOSTILE, "decoded", "ERROR", "GoldenMissing: <b>")
     receipt = {"gates": [{"artifact": HOSTILE, "error": HOSTILE, "message": HOSTILE + "\nnext"}]}
-    index = write_report(tmp_path / "report", [row], {"t.py::test_x": receipt})
+    index = write_report(tmp_path / "report", [row], {"t.py::test_x": _record(receipt)})
     text = index.read_text(encoding="utf-8")
     parsed = Parsed(text)
     _no_script(parsed)
@@ -228,8 +235,8 @@ def test_links_are_relative_and_resolve_inside_the_report(tmp_path, kinds):
         Row("t.py::test_ok", "clip.mp4", "decoded", "PASS", "12 frames identical"),
     ]
     receipts = {
-        "t.py::test_racy": _lossless_receipt(kinds, tmp_path / "work"),
-        "t.py::test_speed": _speed_receipt(),
+        "t.py::test_racy": _record(_lossless_receipt(kinds, tmp_path / "work")),
+        "t.py::test_speed": _record(_speed_receipt()),
     }
     index = write_report(tmp_path / "receipts" / "report", rows, receipts)
     folder = index.parent
@@ -294,7 +301,7 @@ def test_a_section_that_cannot_be_drawn_says_why(tmp_path):
     row = Row("t.py::test_v", "clip.mp4", "decoded", "FAIL", "frame 3 differs")
     gate = {"artifact": "clip.mp4", "kind": "video", "gate": "decoded", "lossless": True}
     gate |= {"passed": False, "unit": "frame", "evidence": {"golden": {"stored": "digest"}}}
-    index = write_report(tmp_path / "report", [row], {"t.py::test_v": {"gates": [gate]}})
+    index = write_report(tmp_path / "report", [row], {"t.py::test_v": _record({"gates": [gate]})})
     text = index.read_text(encoding="utf-8")
     assert "kept as digests only" in text
     assert "the obtained file is gone" in text
@@ -449,7 +456,7 @@ def test_a_golden_missing_message_appears_once(tmp_path):
     message = "no golden 'x.npy' in goldens/t/test_m: run with --update-goldens to create it"
     row = Row("t.py::test_m", "x.npy", "default", "ERROR", f"GoldenMissing: {message}")
     entry = {"artifact": "x.npy", "error": "GoldenMissing", "message": message, "passed": False}
-    index = write_report(tmp_path / "report", [row], {"t.py::test_m": {"gates": [entry]}})
+    index = write_report(tmp_path / "report", [row], {"t.py::test_m": _record({"gates": [entry]})})
     text = index.read_text(encoding="utf-8")
     assert text.count("run with --update-goldens to create it") == 1
 

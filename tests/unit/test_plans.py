@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from pytest_lossless.core import faults
 from pytest_lossless.errors import (
     ArtifactError,
     ConfigError,
@@ -16,10 +18,21 @@ from pytest_lossless.errors import (
     GoldenIntegrityError,
     ManifestError,
 )
-from pytest_lossless.goldens.folder import GoldenFolder, artifact_name, read_manifest
+from pytest_lossless.goldens import folder as folder_module
+from pytest_lossless.goldens import swap
+from pytest_lossless.goldens.folder import (
+    GoldenConflict,
+    GoldenFolder,
+    artifact_name,
+    read_manifest,
+)
 from pytest_lossless.goldens.manifest import MANIFEST, PLAN, check_integrity, unhashed
 from pytest_lossless.goldens.plans import (
+    LosslessPlan,
+    MatrixPlan,
+    Plan,
     PlanBook,
+    SpeedPlan,
     entry_sha256,
     lossless_plan,
     plan_folder,
@@ -27,12 +40,13 @@ from pytest_lossless.goldens.plans import (
     receipt_contradictions,
     speed_plan,
 )
+from pytest_lossless.goldens.swap import GoldenUpdateError
 from pytest_lossless.kinds.registry import KindRegistry
 
 TEST_ID = "test_mod.py::test_y"
 
 
-def _speed(target: float = 0.3, pairs: int = 8, **kw: object) -> dict:
+def _speed(target: float = 0.3, pairs: int = 8, **kw: object) -> SpeedPlan:
     return speed_plan(
         target=target,
         pairs=pairs,
@@ -72,9 +86,10 @@ def test_a_frozen_plan_passes_and_a_changed_target_is_gate_changed(tmp_path):
     _freeze(tmp_path, {("speed", "5s"): _speed(), ("lossless", "cmp"): lossless_plan("decoded")})
     book = _book(tmp_path, update=False)
     record = book.check("speed", "5s", _speed())
-    assert record["frozen"] is True
-    assert record["plan"]["target"] == 0.3
-    assert record["sha256"] == entry_sha256("speed", "5s", record["plan"])
+    assert record.frozen is True
+    assert isinstance(record.plan, SpeedPlan)
+    assert record.plan.target == 0.3
+    assert record.sha256 == entry_sha256("speed", "5s", record.plan.to_json())
     with pytest.raises(GateChanged) as caught:
         _book(tmp_path, update=False).check("speed", "5s", _speed(target=0.2))
     message = str(caught.value)
@@ -92,15 +107,41 @@ def test_a_changed_compare_gate_and_tolerance_are_gate_changed(tmp_path):
 
     _freeze(tmp_path, {("lossless", "cmp"): lossless_plan(tolerance(atol=1e-5))})
     book = _book(tmp_path, update=False)
-    assert book.check("lossless", "cmp", lossless_plan("tolerance(atol=1e-05)"))["frozen"]
+    assert book.check("lossless", "cmp", lossless_plan("tolerance(atol=1e-05)")).frozen
     for other in (tolerance(atol=1e-3), "decoded", None, {"a.npy": "elementwise"}):
         with pytest.raises(GateChanged, match=r"lossless.compare 'cmp'.*gate="):
             _book(tmp_path, update=False).check("lossless", "cmp", lossless_plan(other))
 
 
+def test_a_plan_file_written_before_the_typed_plans_round_trips_byte_for_byte(tmp_path):
+    """plan.json keeps its exact format: a file written by the code before the plans were typed
+    (every section, a gate per artifact, an expected medium, asserted verdicts, a matrix grid)
+    reads into typed plans that, frozen again by an update, write the very same bytes."""
+    data = Path(__file__).parent.parent / "data" / "goldens" / "plan-v1.json"
+    written = json.loads(data.read_text())
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / PLAN).write_bytes(data.read_bytes())
+    plans = read_plans(old)
+    assert {section for section, _ in plans} == {"lossless", "speed", "matrix"}
+    assert plans[("speed", "5s")] == _speed()
+    asserting = plans[("speed", "1s")]
+    assert isinstance(asserting, SpeedPlan)
+    assert asserting.expect_verdict == ("FAIL", "INCONCLUSIVE")
+    assert isinstance(plans[("lossless", "per artifact")], LosslessPlan)
+    assert isinstance(plans[("matrix", "knobs")], MatrixPlan)
+    for (section, name), plan in plans.items():
+        assert plan.to_json() == written["plans"][section][name]["plan"]
+    book = PlanBook(tmp_path / "new", written["test"], boundary=tmp_path, update=True)
+    for (section, name), plan in plans.items():
+        book.check(section, name, plan)
+    book.commit()
+    assert book.path.read_bytes() == data.read_bytes()
+
+
 def test_no_plan_file_is_not_frozen_and_never_fails(tmp_path):
     book = _book(tmp_path, update=False)
-    assert book.check("speed", "5s", _speed()) == {"frozen": False}
+    assert book.check("speed", "5s", _speed()).to_json() == {"frozen": False}
     assert book.unfrozen() == [("speed", "5s")]
     assert book.unused() == []
     assert not (tmp_path / "test_mod").exists()
@@ -201,7 +242,7 @@ def test_plan_and_golden_survive_each_others_write(tmp_path, kinds, order):
     assert [e.action for e in again.commit()] == ["changed"]
     assert set(read_plans(folder.path)) == {("speed", "5s")}
     _freeze(goldens, {("speed", "5s"): _speed(target=0.5)})
-    assert read_plans(folder.path)[("speed", "5s")]["target"] == 0.5
+    assert read_plans(folder.path)[("speed", "5s")] == _speed(target=0.5)
     entries = read_manifest(folder.path)
     check_integrity(folder.path, entries["a.npy"], kinds=kinds)
 
@@ -236,6 +277,123 @@ def test_a_link_planted_as_plan_json_is_not_carried_by_the_golden_swap(tmp_path,
     with pytest.raises(Exception, match="cannot be replaced"):
         again.commit()
     assert (folder.path / PLAN).is_symlink()  # the previous golden is kept as it was
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _old_version(goldens: Path, tmp_path: Path, kinds: KindRegistry) -> dict[str, bytes]:
+    """A committed version: a golden of [1.0] and a plan of target 0.3 (#20)."""
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [1.0])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed())
+    folder.plans = book
+    folder.commit()
+    assert book.commit() == []  # committed with the goldens, in their swap
+    return _snapshot(folder.path)
+
+
+def test_a_full_disk_at_the_plan_leaves_the_old_version_whole(tmp_path, kinds, monkeypatch):
+    """#20: the plan is written into the golden swap's staging folder, so a full disk there
+    leaves goldens, manifest and plan as they were (was: new goldens with the old plan)."""
+    goldens = tmp_path / "goldens"
+    old = _old_version(goldens, tmp_path, kinds)
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [2.0])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    folder.plans = book
+    monkeypatch.setenv(faults.FAULT_ENV, "write-golden-plan:ENOSPC")
+    with pytest.raises(GoldenUpdateError, match=r"disk is full.*plan\.json"):
+        folder.commit()
+    assert book.commit() == []  # handed to the swap that failed: nothing written after it
+    assert _snapshot(folder.path) == old
+    assert [p.name for p in goldens.rglob(".*")] == []  # no work folder left
+
+
+def test_goldens_manifest_and_plan_are_one_swap_with_the_plans_events(tmp_path, kinds):
+    goldens = tmp_path / "goldens"
+    _old_version(goldens, tmp_path, kinds)
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [2.0])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    book.check("speed", "10s", _speed(workload="10s"))
+    folder.plans = book
+    swapped: list[str] = []
+    real = swap.replace_folder
+
+    def counting(path: Path, fill: Any) -> None:
+        swapped.append(str(path))
+        real(path, fill)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(folder_module, "replace_folder", counting)
+        events = folder.commit()
+        assert book.commit() == []
+    assert swapped == [str(folder.path)]  # one commit: goldens, manifest and plan together
+    got = {(e.name, e.action): e.detail for e in events}
+    assert ("a.npy", "changed") in got
+    assert got[(PLAN, "changed")] == "speed_gate '5s': target=0.3 -> target=0.5"
+    assert (PLAN, "created") in got
+    assert read_plans(folder.path)[("speed", "5s")] == _speed(target=0.5)
+    assert set(read_manifest(folder.path)) == {"a.npy"}
+
+
+def test_a_plan_change_alone_swaps_the_folder_and_a_plan_no_longer_asked_goes(tmp_path, kinds):
+    goldens = tmp_path / "goldens"
+    old = _old_version(goldens, tmp_path, kinds)
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [1.0])  # the same golden
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    folder.plans = book
+    events = folder.commit()
+    assert [(e.name, e.action) for e in events] == [("a.npy", "unchanged"), (PLAN, "changed")]
+    assert read_plans(folder.path)[("speed", "5s")] == _speed(target=0.5)
+    assert _snapshot(folder.path)[MANIFEST] == old[MANIFEST]
+    # Nothing asked any more: the new version has no plan.
+    again = _golden_folder(goldens, kinds)
+    _stage_golden(again, tmp_path, [1.0])
+    empty = _book(goldens, update=True)
+    again.plans = empty
+    assert [(e.name, e.action) for e in again.commit()] == [
+        ("a.npy", "unchanged"),
+        (PLAN, "removed"),
+    ]
+    assert not (folder.path / PLAN).exists()
+    # Nothing changed at all: nothing swapped, nothing written.
+    before = folder.path.stat().st_ino
+    third = _golden_folder(goldens, kinds)
+    _stage_golden(third, tmp_path, [1.0])
+    third.plans = _book(goldens, update=True)
+    assert [e.action for e in third.commit()] == ["unchanged"]
+    assert folder.path.stat().st_ino == before
+
+
+def test_a_conflicting_golden_update_writes_no_plan_either(tmp_path, kinds):
+    """#20: another session changed the folder meanwhile: nothing is written, the plan neither
+    (was: the plan was written after the refused swap, over the other session's)."""
+    goldens = tmp_path / "goldens"
+    _old_version(goldens, tmp_path, kinds)
+    mine = _golden_folder(goldens, kinds)
+    _stage_golden(mine, tmp_path, [2.0])
+    other = _golden_folder(goldens, kinds)
+    _stage_golden(other, tmp_path, [3.0])
+    theirs = _book(goldens, update=True)
+    theirs.check("speed", "5s", _speed(target=0.7))
+    other.plans = theirs
+    other.commit()
+    committed = _snapshot(other.path)
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=0.5))
+    mine.plans = book
+    with pytest.raises(GoldenConflict):
+        mine.commit()
+    assert book.commit() == []
+    assert _snapshot(mine.path) == committed
 
 
 # ------------------------------------------------------------------ manifest entry hashes
@@ -310,13 +468,13 @@ def test_the_committed_goldens_still_read(kinds):
 # ------------------------------------------------------------------ receipts
 
 
-def _receipt(section: str, entry: dict, name: str, plan: dict) -> dict:
+def _receipt(section: str, entry: dict, name: str, plan: Plan) -> dict:
     record = {
         "frozen": True,
         "section": section,
         "name": name,
-        "plan": plan,
-        "sha256": entry_sha256(section, name, plan),
+        "plan": plan.to_json(),
+        "sha256": entry_sha256(section, name, plan.to_json()),
     }
     return {section: [{**entry, "gate_plan": record}]}
 
@@ -328,7 +486,7 @@ def test_a_receipt_that_ran_another_target_than_its_frozen_plan_is_a_contradicti
     found = receipt_contradictions(_receipt("speed", {**entry, "target": 0.1}, "5s", plan))
     assert found == ["speed[0]: ran target=0.1 but the frozen plan says target=0.3"]
     edited = _receipt("speed", entry, "5s", plan)
-    edited["speed"][0]["gate_plan"]["plan"] = {**plan, "target": 0.1}
+    edited["speed"][0]["gate_plan"]["plan"] = {**plan.to_json(), "target": 0.1}
     assert "does not hash" in receipt_contradictions(edited)[0]
     other = receipt_contradictions(_receipt("speed", entry, "15s", _speed(workload="15s")))
     assert "not of '5s'" in other[0]
@@ -364,7 +522,7 @@ def test_require_published_refuses_a_plan_not_frozen_naming_label_and_fix(tmp_pa
     # A frozen plan passes in that mode.
     _freeze(tmp_path, {("speed", "5s"): _speed()})
     book = PlanBook(book.folder, TEST_ID, boundary=tmp_path, update=False, require_frozen=True)
-    assert book.check("speed", "5s", _speed())["frozen"] is True
+    assert book.check("speed", "5s", _speed()).frozen is True
 
 
 def test_summary_and_verify_name_the_plans_not_frozen(tmp_path):

@@ -24,6 +24,7 @@ from pytest_lossless.evidence.provenance import (
     source_revision,
     source_state,
 )
+from pytest_lossless.evidence.receipts import ReceiptRecord
 
 
 def git(root: Path, *args: str) -> str:
@@ -47,6 +48,13 @@ def git(root: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def _state(block: dict[str, Any]) -> provenance.SourceState:
+    """A source block as recorded, read back as its readers read it."""
+    state = provenance.SourceState.from_json(block)
+    assert state is not None
+    return state
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
@@ -59,7 +67,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_clean_unpublished_revision(repo: Path) -> None:
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["revision"] == git(repo, "rev-parse", "HEAD")
     assert state["dirty"] is False
     assert state["diff"] == ""
@@ -72,7 +80,7 @@ def test_clean_unpublished_revision(repo: Path) -> None:
 def test_dirty_tree_diff_and_untracked(repo: Path) -> None:
     (repo / "model.py").write_text("speed = 2\n")
     (repo / "notes.txt").write_text("new")
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["dirty"] is True
     assert "+speed = 2" in state["diff"]
     expected = subprocess.run(
@@ -89,15 +97,15 @@ def test_dirty_tree_diff_and_untracked(repo: Path) -> None:
 def test_the_plugins_own_receipts_do_not_make_the_tree_dirty(repo: Path) -> None:
     (repo / "lossless-receipts").mkdir()
     (repo / "lossless-receipts" / "t.json").write_text("{}")
-    assert source_state(repo)["dirty"] is True
-    clean = source_state(repo, ignore=(repo / "lossless-receipts",))
+    assert source_state(repo).to_json()["dirty"] is True
+    clean = source_state(repo, ignore=(repo / "lossless-receipts",)).to_json()
     assert clean["dirty"] is False
     assert clean["untracked"] == []
 
 
 def test_only_untracked_files_make_it_dirty(repo: Path) -> None:
     (repo / "extra.py").write_text("x = 1\n")
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["dirty"] is True
     assert state["diff"] == ""
 
@@ -108,7 +116,7 @@ def test_a_branch_of_a_local_path_remote_is_not_publication(repo: Path, tmp_path
     git(repo, "remote", "add", "origin", str(remote))
     git(repo, "push", "-q", "origin", "HEAD:main")
     git(repo, "fetch", "-q", "origin")
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     # A plain-path remote is another clone on this machine: nobody else can fetch from it.
     assert state["remote_branches"] == ["origin/main"]
     assert state["published"] is False
@@ -116,14 +124,14 @@ def test_a_branch_of_a_local_path_remote_is_not_publication(repo: Path, tmp_path
     assert "local clone" in state["publication_detail"]
     git(repo, "remote", "add", "public", REMOTE)
     git(repo, "update-ref", "refs/remotes/public/main", "HEAD")
-    assert source_state(repo)["published"] is True
+    assert source_state(repo).to_json()["published"] is True
     (repo / "model.py").write_text("speed = 3\n")
     git(repo, "commit", "-qam", "local only")
-    assert source_state(repo)["publication"] == "unpublished"
+    assert source_state(repo).to_json()["publication"] == "unpublished"
 
 
 def test_not_a_repository(tmp_path: Path) -> None:
-    state = source_state(tmp_path)
+    state = source_state(tmp_path).to_json()
     assert state["revision"] is None
     assert state["publication"] == "unknown"
     assert "not a git repository" in state["git_error"]
@@ -137,8 +145,8 @@ def test_runspec_knobs_inputs_and_fingerprint(
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     monkeypatch.delenv("NCCL_ALGO", raising=False)
     facts = session_facts()
-    assert facts["versions"]["pytest-lossless"]
-    assert facts["versions"]["ffmpeg"].startswith("ffmpeg version")
+    assert facts.versions["pytest-lossless"]
+    assert str(facts.versions["ffmpeg"]).startswith("ffmpeg version")
     spec = runspec(repo, knobs=["PYTHONHASHSEED", "NCCL_ALGO"], inputs={"w": weights}, facts=facts)
     assert spec["environment"]["knobs"] == {"PYTHONHASHSEED": "0"}
     assert spec["environment"]["knobs_unset"] == ["NCCL_ALGO"]
@@ -157,8 +165,8 @@ def test_committed_receipts_rewritten_later_do_not_make_the_tree_dirty(repo: Pat
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "receipts")
     (repo / "lossless-receipts" / "t.json").write_text('{"again": 1}')
-    assert source_state(repo)["dirty"] is True
-    state = source_state(repo, ignore=(repo / "lossless-receipts",))
+    assert source_state(repo).to_json()["dirty"] is True
+    state = source_state(repo, ignore=(repo / "lossless-receipts",)).to_json()
     assert state["dirty"] is False
     assert state["diff_bytes"] == 0
 
@@ -176,7 +184,7 @@ def _publish(repo: Path, url: str = REMOTE, name: str = "origin", branch: str = 
 
 def test_published_on_a_non_local_remote_names_the_branch_and_url(repo: Path) -> None:
     _publish(repo)
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["published"] is True
     assert state["publication"] == "published"
     assert state["remote_branch"] == "origin/main"
@@ -188,7 +196,7 @@ def test_published_on_a_non_local_remote_names_the_branch_and_url(repo: Path) ->
     compact = source_revision(repo)
     assert compact["remote_url"] == REMOTE
     assert compact["remote_branch"] == "origin/main"
-    assert publication_problem(compact) is None
+    assert publication_problem(_state(compact)) is None
 
 
 def test_a_local_clone_is_not_published_and_the_record_says_so(repo: Path, tmp_path: Path) -> None:
@@ -196,7 +204,7 @@ def test_a_local_clone_is_not_published_and_the_record_says_so(repo: Path, tmp_p
     git(tmp_path, "init", "-q", "--bare", str(remote))
     git(repo, "remote", "add", "backup", f"file://{remote}")
     git(repo, "update-ref", "refs/remotes/backup/main", "HEAD")
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["remote_branches"] == ["backup/main"]
     assert state["published_branches"] == []
     assert state["local_remotes"] == ["backup"]
@@ -204,7 +212,7 @@ def test_a_local_clone_is_not_published_and_the_record_says_so(repo: Path, tmp_p
     assert state["publication"] == "unpublished"
     assert "local" in state["publication_detail"]
     assert "backup" in state["publication_detail"]
-    problem = publication_problem(state)
+    problem = publication_problem(_state(state))
     assert problem is not None
     assert "is in no remote-tracking branch of a non-local remote" in problem
 
@@ -218,7 +226,7 @@ def test_url_credentials_never_reach_the_record(repo: Path) -> None:
         "mirror",
         "https://ghp_abcdef123456@example.invalid/y.git?access_token=qwerty99",
     )
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     text = json.dumps(state)
     for secret in ("alice", "s3cr3t-t0ken", "ghp_abcdef123456", "qwerty99"):
         assert secret not in text
@@ -276,7 +284,7 @@ def test_local_urls(url: str, local: bool) -> None:
 
 def test_a_remote_that_is_not_configured_does_not_publish(repo: Path) -> None:
     git(repo, "update-ref", "refs/remotes/gone/main", "HEAD")  # its remote was removed
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["remote_branches"] == ["gone/main"]
     assert state["published"] is False
     assert "gone" in state["publication_detail"]
@@ -286,20 +294,20 @@ def test_publication_problem_names_dirty_files_and_the_revision(repo: Path) -> N
     _publish(repo)
     (repo / "model.py").write_text("speed = 9\n")
     (repo / "new.py").write_text("x = 1\n")
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["changed_files"] == 1
-    problem = publication_problem(state)
+    problem = publication_problem(_state(state))
     assert problem == "dirty: 1 changed file and 1 untracked file"
     assert source_revision(repo)["changed_files"] == 1
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "local")
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     revision = state["revision"][:12]
-    assert publication_problem(state) == (
+    assert publication_problem(_state(state)) == (
         f"revision {revision} is in no remote-tracking branch of a non-local remote"
     )
     assert "git push" in PUBLISH_FIX
-    outside = publication_problem({"revision": None, "git_error": "not a git repository"})
+    outside = publication_problem(_state({"revision": None, "git_error": "not a git repository"}))
     assert outside is not None
     assert "not a git repository" in outside
 
@@ -316,11 +324,11 @@ def test_a_git_that_times_out_leaves_publication_unknown(
         return real(root, *args)
 
     monkeypatch.setattr(provenance, "_git", slow)
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert state["published"] is None
     assert state["publication"] == "unknown"
     assert "timed out" in state["publication_detail"]
-    assert publication_problem(state) is not None
+    assert publication_problem(_state(state)) is not None
 
 
 def test_never_contacts_the_network(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -333,10 +341,70 @@ def test_never_contacts_the_network(repo: Path, monkeypatch: pytest.MonkeyPatch)
         return real(root, *args)
 
     monkeypatch.setattr(provenance, "_git", spy)
-    source_state(repo)
+    source_state(repo).to_json()
     used = {args[0] for args in seen}
     assert not used & {"fetch", "pull", "ls-remote", "remote update", "push"}
     assert ("remote", "update") not in {args[:2] for args in seen}
+
+
+def test_a_session_reads_each_tree_from_git_once_until_a_commit(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, ...]] = []
+    real = provenance._git
+
+    def spy(root: Path, *args: str) -> tuple[int, bytes, str]:
+        seen.append(args)
+        return real(root, *args)
+
+    monkeypatch.setattr(provenance, "_git", spy)
+    states = provenance.SourceStates()
+    first = states.state(repo)
+    once = len(seen)
+    assert once > 0
+    for _ in range(5):  # every later receipt of the session: no git process at all
+        assert states.state(repo) is first
+    assert states.state(str(repo / ".." / "repo")) is first  # the same tree, however named
+    assert len(seen) == once
+    # Another ignore list is another question: read once more.
+    states.state(repo, ignore=(repo / "lossless-receipts",))
+    assert len(seen) == 2 * once
+    # A commit during the session moves HEAD: the receipts after it record the new revision.
+    (repo / "model.py").write_text("speed = 4\n")
+    git(repo, "commit", "-qam", "moved")
+    moved = states.state(repo)
+    assert moved.revision == git(repo, "rev-parse", "HEAD") != first.revision
+    assert len(seen) == 3 * once
+    assert states.state(repo) is moved
+    # Read back from what a receipt or a manifest records, it describes the same tree.
+    assert _state(moved.to_json()).compact() == moved.compact()
+    assert _state(moved.compact()).compact() == moved.compact()
+    assert _state(moved.compact()).problem() == moved.problem()
+    # Outside git: read once, then remembered.
+    outside = repo.parent / "plain"
+    outside.mkdir()
+    assert states.state(outside).revision is None
+    count = len(seen)
+    assert states.state(outside).revision is None
+    assert len(seen) == count
+
+
+def test_the_source_block_keeps_its_keys_in_and_outside_git(repo: Path, tmp_path: Path) -> None:
+    state = source_state(repo).to_json()
+    assert list(state) == [
+        "revision", "branch", "toplevel", "dirty", "diff_sha256", "diff_bytes", "diff",
+        "changed_files", "untracked", "remotes", "remote_urls", "local_remotes",
+        "remote_branches", "published_branches", "remote_branch", "remote_url", "published",
+        "publication", "publication_detail", "git_error",
+    ]  # fmt: skip
+    assert state["toplevel"] == str(repo.resolve())
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert list(source_state(outside).to_json()) == [
+        "revision", "dirty", "diff_sha256", "diff", "untracked", "published", "remote_branches",
+        "published_branches", "remote_branch", "remote_url", "publication", "publication_detail",
+        "git_error",
+    ]  # fmt: skip
 
 
 # -- which arm ran which source revision, as verify prints it
@@ -393,11 +461,11 @@ def test_arm_sources_from_lossless_and_speed_entries() -> None:
                "publication": "published", "remote_branch": "origin/main"}  # fmt: skip
     candidate = {"revision": "b" * 40, "dirty": True, "published": False,
                  "publication": "unpublished"}  # fmt: skip
-    arms = arm_sources([_receipt(control, candidate)])
+    arms = arm_sources([ReceiptRecord.from_json(_receipt(control, candidate))])
     assert set(arms) == {"control", "candidate"}
-    assert [s["revision"] for s in arms["control"]["/src/engine"]] == ["a" * 40]
-    assert [s["revision"] for s in arms["candidate"]["/src/engine"]] == ["b" * 40]
-    lines = arm_source_lines([_receipt(control, candidate)])
+    assert [s.revision for s in arms["control"]["/src/engine"]] == ["a" * 40]
+    assert [s.revision for s in arms["candidate"]["/src/engine"]] == ["b" * 40]
+    lines = arm_source_lines([ReceiptRecord.from_json(_receipt(control, candidate))])
     assert lines[0] == "sources per arm:"
     assert any(
         "control" in line and "aaaaaaaaaaaa" in line and "clean" in line and "published" in line
@@ -413,15 +481,17 @@ def test_arm_sources_from_lossless_and_speed_entries() -> None:
 
 def test_runs_of_no_arm_are_listed_apart() -> None:
     receipt = {"runs": [{"name": "command-01", "sources": {"/e": {"revision": "c" * 40}}}]}
-    assert arm_sources([receipt]) == {"other": {"/e": [{"revision": "c" * 40}]}}
-    assert arm_source_lines([{"runs": []}]) == []
+    assert arm_sources([ReceiptRecord.from_json(receipt)]) == {
+        "other": {"/e": [_state({"revision": "c" * 40})]}
+    }
+    assert arm_source_lines([ReceiptRecord.from_json({"runs": []})]) == []
 
 
 def test_publication_contradictions_hold_the_record_to_its_branches(repo: Path) -> None:
     _publish(repo)
     git(repo, "remote", "add", "copy", "/srv/copy.git")
     git(repo, "update-ref", "refs/remotes/copy/main", "HEAD")
-    state = source_state(repo)
+    state = source_state(repo).to_json()
     assert publication_contradictions(state, "runspec") == []
     edited = {**state, "published_branches": ["copy/main"], "remote_branch": "copy/main"}
     assert any("copy is a local remote" in c for c in publication_contradictions(edited, "x"))

@@ -8,14 +8,15 @@ import json
 from pathlib import Path
 
 from pytest_lossless.evidence.attest import LOSSLESS_TYPE, STATEMENT_TYPE
+from pytest_lossless.evidence.index import HostIdentity
 from pytest_lossless.evidence.sessions import (
     StoredSession,
     sessions_to_prune,
     signed_session_ids,
 )
 
-HERE = {"hostname": "a", "machine": "m1"}
-THERE = {"hostname": "b", "machine": "m2"}
+HERE = HostIdentity("a", machine="m1")
+THERE = HostIdentity("b", machine="m2")
 
 
 def _stored(n: int, **changes: object) -> StoredSession:

@@ -17,8 +17,11 @@ from pytest_lossless.evidence.index import build_index, write_index
 from pytest_lossless.evidence.receipts import (
     SCHEMA_VERSION,
     Receipt,
+    ReceiptRecord,
     derive_verdicts,
     load,
+    load_all,
+    load_json,
     receipt_name,
 )
 from pytest_lossless.evidence.summary_md import write_summary
@@ -160,7 +163,7 @@ def test_write_is_atomic_with_diff_stored_by_digest_and_derived_blocks(tmp_path:
     ]
     diff = tmp_path / "diffs" / f"{DIFF_SHA256}.diff"
     assert diff.read_bytes() == DIFF.encode("utf-8", errors="surrogateescape")
-    data = load(path)
+    data = load_json(path)
     assert data["schema_version"] == SCHEMA_VERSION
     assert "diff" not in data["runspec"]["source"]
     assert data["runspec"]["source"]["diff_file"] == f"diffs/{diff.name}"
@@ -189,7 +192,7 @@ def test_verify_catches_a_clean_claim_over_a_sigkilled_process(tmp_path: Path) -
     )
     path = _write(tmp_path, runs=[killed])
     assert verify(tmp_path) == []
-    assert load(path)["verdicts"]["lifecycle"]["clean"] is False
+    assert load_json(path)["verdicts"]["lifecycle"]["clean"] is False
 
     def claim_clean(data: dict[str, Any]) -> None:
         data["runs"][0]["lifecycle"] = {"clean": True, "reasons": [], "summary": "all clean"}
@@ -222,7 +225,7 @@ def test_a_session_of_two_tests_stores_one_diff(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diffs", a.name, b.name]
     assert [p.name for p in (tmp_path / "diffs").iterdir()] == [f"{DIFF_SHA256}.diff"]
     for path in (a, b):
-        assert load(path)["runspec"]["source"]["diff_file"] == f"diffs/{DIFF_SHA256}.diff"
+        assert load_json(path)["runspec"]["source"]["diff_file"] == f"diffs/{DIFF_SHA256}.diff"
     assert verify(tmp_path) == []
 
 
@@ -238,7 +241,7 @@ def test_the_diff_is_redacted_before_it_is_hashed_and_named(tmp_path: Path) -> N
     (stored,) = (tmp_path / "diffs").iterdir()
     body = stored.read_bytes()
     assert secret.encode() not in body
-    source = load(path)["runspec"]["source"]
+    source = load_json(path)["runspec"]["source"]
     assert source["diff_redacted"] is True
     assert stored.name == f"{hashlib.sha256(body).hexdigest()}.diff"
     assert stored.name == f"{source['diff_stored_sha256']}.diff" != f"{source['diff_sha256']}.diff"
@@ -484,11 +487,11 @@ def test_a_run_that_ended_before_the_speed_gate_began_is_not_one_of_its_samples(
                         "started_at": start, "arm_seconds": 0.26, "seconds": 0.25,
                         "run": name, "runs": [name]})  # fmt: skip
     receipt = {"runs": runs, "speed": [{"design": "ABBA", "samples": samples}]}
-    assert check_speed_runs(None, receipt, None) == []
+    assert check_speed_runs(None, ReceiptRecord.from_json(receipt), None) == []
     # A run inside the gate's span that no sample names: its sample was removed.
     runs.append({"name": "command-08", "kind": "command", "started_at": iso(t0 + 0.5),
                  "ended_at": iso(t0 + 0.55), "wall_seconds": 0.05})  # fmt: skip
-    found = check_speed_runs(None, receipt, None)
+    found = check_speed_runs(None, ReceiptRecord.from_json(receipt), None)
     assert any("command-08" in f and "samples were removed" in f for f in found), found
 
 
@@ -504,6 +507,7 @@ def test_failed_server_requests_are_named_in_the_summary() -> None:
             "requests": 3, "failed": 0, "statuses": {"200": 3}}}]},
         {"test_id": "t.py::test_bad", "runs": [{"name": "server-01", "request_totals": totals}]},
     ]  # fmt: skip
+    receipts = [ReceiptRecord.from_json(r) for r in receipts]
     lines = _request_lines(receipts)
     assert lines[0] == "Failed server requests:"
     assert [line for line in lines if line.startswith("- ")] == [
@@ -561,7 +565,7 @@ def test_a_written_receipt_records_its_outcome_in_its_overall_verdict(tmp_path):
     receipt.set_outcome("call", "failed")
     receipt.set_outcome("teardown", "passed")
     path = receipt.write(tmp_path, root=tmp_path)
-    data = load(path)
+    data = load_json(path)
     assert data["schema_version"] == 3
     assert data["verdicts"]["overall"] == "FAIL"
     assert [c for c in verify_receipt(path) if "verdicts" in c] == []
@@ -601,12 +605,10 @@ def test_a_real_session_index_reads_into_its_record_and_writes_back_identically(
 
 
 def test_real_receipts_read_into_their_records_and_write_back_identically() -> None:
-    from pytest_lossless.evidence.receipts import ReceiptRecord
-
     paths = sorted(p for p in GPU_SESSION.glob("*.json") if p.name != "INDEX.json")
     assert len(paths) == 10
     for path in paths:
-        record = ReceiptRecord.from_json(load(path))
+        record = ReceiptRecord.from_json(load_json(path))
         assert record.integrity is not None
         assert record.recorded_verdicts is not None
         assert record.recorded_verdicts["overall"] in ("PASS", "LOSSY-PASS", "INCONCLUSIVE", "FAIL")
@@ -615,9 +617,63 @@ def test_real_receipts_read_into_their_records_and_write_back_identically() -> N
 
 
 def test_a_receipt_block_of_the_wrong_shape_is_named() -> None:
-    from pytest_lossless.evidence.receipts import ReceiptRecord
-
     with pytest.raises(ReceiptError, match="gates is not a list of objects"):
         ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", "gates": ["x"]})
     with pytest.raises(ReceiptError, match="outcome is not an object of words"):
         ReceiptRecord.from_json({"schema_version": 3, "test_id": "t", "outcome": {"call": 1}})
+
+
+def test_load_reads_a_receipt_into_its_record_and_names_a_block_of_the_wrong_shape(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path)
+    record = load(path)
+    assert isinstance(record, ReceiptRecord)
+    assert record.to_json() == load_json(path)
+    assert record.verdicts().to_json() == load_json(path)["verdicts"]
+    assert record.source is not None
+    assert record.source["diff_file"] == f"diffs/{DIFF_SHA256}.diff"
+    data = load_json(path)
+    data["gates"] = ["not an object"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReceiptError, match=r"t_a_x_y\.json: the receipt cannot be read: gates is"):
+        load(path)
+    (found,) = load_all(tmp_path).values()
+    assert isinstance(found, ReceiptError)
+    # verify names it once, with the file, and still checks the rest of the folder
+    lines = [line for line in verify(tmp_path) if "cannot be read" in line]
+    assert lines == [f"{path}: the receipt cannot be read: gates is not a list of objects"]
+
+
+def test_the_host_identity_is_typed_and_written_back_key_for_key() -> None:
+    from pytest_lossless.evidence.index import INDEX_NAME, HostIdentity, load_index
+
+    index = load_index(GPU_SESSION / INDEX_NAME)
+    assert isinstance(index.host, HostIdentity)
+    recorded = json.loads((GPU_SESSION / INDEX_NAME).read_text())["host"]
+    assert index.host.to_json() == recorded
+    for path in sorted(GPU_SESSION.glob("*.json")):
+        if path.name != INDEX_NAME:
+            assert load(path).host == index.host, path.name  # each receipt names its host
+            written = load_json(path)["runspec"]["host"]
+            assert list(index.host.to_json()) == list(written)  # as a RunSpec writes it
+    assert HostIdentity.read(None) is None
+    assert HostIdentity.read({"hostname": "h"}) == HostIdentity("h")
+    assert HostIdentity.from_json({"hostname": "h"}) == HostIdentity("h")  # strict
+    assert HostIdentity.read({"hostname": 7}) == HostIdentity(None)  # lenient
+    assert HostIdentity("h", machine="m" * 32).key == ("h", "m" * 32)
+
+
+def test_a_subject_is_written_as_in_toto_lists_it() -> None:
+    from pytest_lossless.evidence.attest import Subject
+
+    source = Subject("source", "gitCommit", "a" * 40, (("dirty", True), ("diff_sha256", "d")))
+    assert source.to_json() == {
+        "name": "source",
+        "digest": {"gitCommit": "a" * 40},
+        "annotations": {"dirty": True, "diff_sha256": "d"},
+    }
+    assert Subject("t/x", "sha256", "b" * 64).to_json() == {
+        "name": "t/x",
+        "digest": {"sha256": "b" * 64},
+    }  # an obtained artifact: no annotations

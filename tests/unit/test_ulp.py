@@ -19,6 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 from pytest_lossless import ulp
 from pytest_lossless.errors import ArtifactError, LosslessError
+from pytest_lossless.evidence.receipts import ReceiptRecord
 from pytest_lossless.evidence.verify import Context, check_gates
 from pytest_lossless.gates import Gate, GateResult, lossy_figure, parse_gate, tolerance
 from pytest_lossless.gates.lossy import Spread
@@ -671,7 +672,7 @@ TOL = "tolerance(atol=1e-06, rtol=0)"
 def test_verify_checks_lossy_statistics_against_the_verdict(
     tmp_path: Path, kinds: KindRegistry, entry: dict[str, Any], problem: str | None
 ) -> None:
-    found = check_gates([entry], {}, Context(tmp_path / "r.json", kinds))
+    found = check_gates([entry], ReceiptRecord.from_json({}), Context(tmp_path / "r.json", kinds))
     if problem is None:
         assert found == []
     else:
@@ -708,4 +709,6 @@ def test_verify_asks_no_statistics_of_a_plugins_own_lossy_kind(
     tmp_path: Path, kinds: KindRegistry
 ) -> None:
     entry = {**_entry(TOL, True), "kind": "csv"}
-    assert check_gates([entry], {}, Context(tmp_path / "r.json", kinds)) == []
+    assert (
+        check_gates([entry], ReceiptRecord.from_json({}), Context(tmp_path / "r.json", kinds)) == []
+    )
