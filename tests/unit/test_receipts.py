@@ -636,7 +636,9 @@ def test_load_reads_a_receipt_into_its_record_and_names_a_block_of_the_wrong_sha
     data = load_json(path)
     data["gates"] = ["not an object"]
     path.write_text(json.dumps(data))
-    with pytest.raises(ReceiptError, match=r"t_a_x_y\.json: the receipt cannot be read: gates is"):
+    with pytest.raises(
+        ReceiptError, match=r"t_a_x_y-777206a90083\.json: the receipt cannot be read: gates is"
+    ):
         load(path)
     (found,) = load_all(tmp_path).values()
     assert isinstance(found, ReceiptError)
