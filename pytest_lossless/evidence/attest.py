@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.digests import loads_bounded, write_atomic
-from ..core.paths import read_regular
+from ..core.paths import inside_root, read_regular
 from ..core.records import Record, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
@@ -647,6 +647,9 @@ def sign(
     predicates (and a ``subjects.sha256`` checksums file) in ``out/<session id>/`` for the
     CI's own signer. A session with a problem (:func:`signing_problems`, or a golden or plan
     that disagrees in ``project``) is refused and nothing of it is written."""
+    # Signing runs on a checkout of the pull request: an output folder (or a session's folder
+    # in it) committed as a link out of the project is refused, never written through (#20).
+    inside_root(out, project, what="attestation folder")
     done = Signed()
     lines: list[str] = []
     for folder in session_folders(directory):
@@ -666,6 +669,7 @@ def sign(
             lines += [json.dumps(envelope(s, private_key), sort_keys=True) for s in made]
             continue
         target = out / session.session_id
+        inside_root(target, project, what="attestation folder")
         target.mkdir(parents=True, exist_ok=True)
         for statement, stem in zip(made, ("test-result", "lossless"), strict=True):
             for suffix, value in (("statement", statement), ("predicate", statement["predicate"])):

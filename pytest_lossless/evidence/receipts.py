@@ -79,8 +79,20 @@ def _plain(value: _HasToDict | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def receipt_name(test_id: str) -> str:
-    """A file stem for a test id: safe characters only; long ids shortened with a hash."""
+    """A file stem for a test id: safe characters only; long ids shortened with a hash.
+
+    Distinct test ids keep distinct files: an id that loses characters on the way (the brackets
+    of a parameter id, a ``/`` or a space in it) gains a hash of the whole id, since
+    ``test_x[a_b]``, ``test_x_a[b]`` and ``test_x_a_b`` would otherwise share one file and
+    the last receipt written would replace the others (#20). Ids of plain test functions keep
+    the names they always had (``tests_e2e_test_m.py__test_a``).
+    """
+    file, separator, rest = test_id.partition("::")
+    plain = file.replace("/", "_") + ("__" + rest.replace("::", "__") if separator else "")
     name = safe_name(test_id.replace("::", "__"), default="test")
+    if name != plain:
+        digest = hashlib.sha256(test_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        name = f"{name[:129]}-{digest}"
     return f"{name}_" if name.upper() == "INDEX" else name  # the session's INDEX.json
 
 

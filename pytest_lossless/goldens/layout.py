@@ -21,7 +21,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -43,6 +43,7 @@ __all__ = [
     "module_parts",
     "orphans",
     "remove_orphan",
+    "shared_folders",
     "split_test_id",
 ]
 
@@ -108,6 +109,27 @@ def module_parts(module: str) -> list[str]:
 def folder_of(goldens: Path, module: str, test_name: str) -> Path:
     """The golden folder of the test ``test_name`` of ``module`` (its default scope)."""
     return goldens.joinpath(*module_parts(module)) / safe_component(test_name, "test name")
+
+
+def shared_folders(test_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The test ids that would share one golden folder, each with every id of its group, in
+    order: ``test_x[a/b]``, ``test_x[a_b]`` and ``test_x[a b]`` are three tests, but one
+    folder once their names are made file names (:func:`.manifest.safe_component`), where each
+    would overwrite the others' goldens (#20). Ids that name no test of a file are left out."""
+    groups: dict[PurePosixPath, list[str]] = {}
+    for test_id in dict.fromkeys(test_ids):
+        try:
+            module, test_name = split_test_id(test_id)
+            folder = PurePosixPath(*module_parts(module), safe_component(test_name, "test name"))
+        except (ValueError, ArtifactError):
+            continue
+        groups.setdefault(folder, []).append(test_id)
+    return {
+        test_id: tuple(sorted(group))
+        for group in groups.values()
+        if len(group) > 1
+        for test_id in group
+    }
 
 
 def legacy_folder(goldens: Path, module: str, test_name: str) -> Path | None:

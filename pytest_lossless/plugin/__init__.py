@@ -3,7 +3,8 @@
 Each module below is a pytest plugin of its own, like pytest's ``_pytest/`` modules: it owns
 its ``StashKey``\\ s, its fixtures and its hooks, and calls into the domain packages. They are
 registered when this entry point is (:func:`pytest_addhooks`), under their module names, so
-``-p no:lossless`` turns them all off and ``-p no:pytest_lossless.plugin.golden`` one of them.
+``-p no:lossless`` turns them all off. They carry the guarantees together, so ``-p no:`` of one
+of them is a usage error (:mod:`.config`), but for the report and the progress line.
 """
 
 from __future__ import annotations

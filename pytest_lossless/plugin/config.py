@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -104,6 +105,7 @@ def _option_names(parser: pytest.Parser) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _check_blocked(config)
     _check_rootdir(config)
     resolved = settings(config)  # a bad value is a usage error now, not an error in every test
     for line in _MARKERS:
@@ -111,6 +113,34 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_folders(config, resolved)
     _check_published(config, resolved)
     session(config)  # decided now: a bad PYTEST_LOSSLESS_HOST is a usage error, not a test's
+
+
+#: The adapter's modules that only show what the others decided: ``-p no:`` may leave them out.
+_OPTIONAL_MODULES = frozenset(
+    {"pytest_lossless.plugin.html_report", "pytest_lossless.plugin.terminal_progress"}
+)
+
+
+def _check_blocked(config: pytest.Config) -> None:
+    """``-p no:`` of one module of the adapter while the others run is a usage error: they carry
+    the guarantees together (without ``outcomes``, a ``lossless`` test that compared nothing
+    passed, with or without ``--lossless``; without ``session``, no index named a missing
+    receipt). Only the report and the progress line may be left out."""
+    from . import MODULES
+
+    blocked = [
+        name
+        for name in MODULES
+        if name not in _OPTIONAL_MODULES and config.pluginmanager.is_blocked(name)
+    ]
+    if blocked:
+        raise pytest.UsageError(
+            f"pytest-lossless: -p no:{blocked[0]} leaves the plugin running without one of its "
+            "modules, and its verdicts without the rules that module keeps (a lossless test "
+            "could pass unchecked): turn the whole plugin off with -p no:lossless, or leave "
+            "it on (only -p no:pytest_lossless.plugin.html_report and "
+            "-p no:pytest_lossless.plugin.terminal_progress may be left out)"
+        )
 
 
 def _check_rootdir(config: pytest.Config) -> None:
@@ -122,11 +152,19 @@ def _check_rootdir(config: pytest.Config) -> None:
     what happened and how to write the option instead."""
     if getattr(config.option, "rootdir", None) or hasattr(config, "workerinput"):
         return  # --rootdir decides it; a worker was started with the controller's
-    args = [str(a) for a in config.invocation_params.args]
+    # PYTEST_ADDOPTS (where CI jobs put options) goes before the command line, as pytest puts
+    # it; a pair is never taken across the two.
+    try:
+        added = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    except ValueError:
+        added = []  # pytest itself refuses it
+    given = [str(a) for a in config.invocation_params.args]
     flags = {spec.flag for spec in OPTIONS if not spec.is_flag}
     root = config.rootpath.resolve()
     here = config.invocation_params.dir.resolve()
-    for flag, value in itertools.pairwise(args):
+    pairs = [(*pair, " (in PYTEST_ADDOPTS)") for pair in itertools.pairwise(added)]
+    pairs += [(*pair, "") for pair in itertools.pairwise(given)]
+    for flag, value, where in pairs:
         if flag not in flags or value.startswith("-"):
             continue
         path = (here / value).resolve()
@@ -136,9 +174,9 @@ def _check_rootdir(config: pytest.Config) -> None:
             continue  # the rootdir it would have had anyway
         raise pytest.UsageError(
             printable(
-                f"pytest-lossless: {flag} {value}: pytest read {value!r} (given after a space) "
-                f"as a path to test before it knew {flag}, so it chose its rootdir ({root}) and "
-                "ini file from it: the project's ini file was not read "
+                f"pytest-lossless: {flag} {value}{where}: pytest read {value!r} (given after a "
+                f"space) as a path to test before it knew {flag}, so it chose its rootdir ({root}) "
+                "and ini file from it: the project's ini file was not read "
                 f"({'none was' if config.inipath is None else f'{config.inipath} was'} used "
                 f"instead) and goldens and receipts would go under {root}. Write "
                 f"{flag}={value} (with '='), or give --rootdir"

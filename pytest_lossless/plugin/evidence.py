@@ -65,6 +65,16 @@ def receipt_for(item: pytest.Item) -> Receipt:
     return receipt
 
 
+def redacted_command(config: pytest.Config) -> list[str]:
+    """pytest's command line as written into a golden's provenance or ``export.json``, with
+    the session's secrets hidden as receipts hide them (``--api-key=...`` of a conftest's
+    option, a password in a URL): manifests are committed, exports uploaded (#20)."""
+    from ..core.redact import Redactor
+
+    redactor = Redactor.with_patterns(settings(config).redact)
+    return redactor.argv(["pytest", *map(str, config.invocation_params.args)])[0]
+
+
 def source_states(config: pytest.Config) -> SourceStates:
     """The session's source trees, each read from git once: the rootdir for every receipt,
     manifest and the index, and each tree a ``model_run(sources=...)`` names."""

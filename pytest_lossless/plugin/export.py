@@ -26,7 +26,7 @@ from ..errors import GoldenMissing, LosslessError
 from ..goldens.manifest import Environment
 from .config import session as session_of
 from .config import settings
-from .evidence import receipt_for, source_revision
+from .evidence import receipt_for, redacted_command, source_revision
 from .golden import CHECKS_KEY, Call, Failed
 
 if TYPE_CHECKING:
@@ -543,7 +543,7 @@ class ExportPlugin:
                 "digest_above": resolved.digest_above,
                 "goldens": str(shown),
             },
-            command=["pytest", *self.config.invocation_params.args],
+            command=redacted_command(self.config),
         )
 
     @pytest.hookimpl(wrapper=True)

@@ -29,7 +29,14 @@ from ..core.verdict import Status, Update, status_of
 from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
 from .config import kinds, settings
 from .devices import allocator, holds_devices
-from .evidence import ALLOCATION_KEY, FACTS_KEY, receipt_for, session_folder, source_revision
+from .evidence import (
+    ALLOCATION_KEY,
+    FACTS_KEY,
+    receipt_for,
+    redacted_command,
+    session_folder,
+    source_revision,
+)
 from .outcomes import CALL_PASSED_KEY, EVENTS_KEY, ROWS_KEY, add_row, fail_on, failing_on_errors
 
 if TYPE_CHECKING:
@@ -213,6 +220,48 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     for item in getattr(session, "items", ()):  # an xdist controller collects none
         if CHECKS_KEY in item.stash:
             file_records(item, done=True)
+
+
+#: ``item.stash[SHARED_FOLDER_KEY]``: the ids of the tests (this one among them) whose golden
+#: folder is this test's once their names are made file names.
+SHARED_FOLDER_KEY = pytest.StashKey[tuple[str, ...]]()
+#: The fixtures whose tests keep goldens or plans in their golden folder.
+_FOLDER_FIXTURES = frozenset({"golden", "lossless", "speed_gate"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests whose ids differ only in characters a folder name cannot hold (``test_x[a/b]``,
+    ``test_x[a_b]``) would share one golden folder and overwrite each other's goldens: each is
+    marked here, before ``-k`` or ``--lf`` deselect any of them, and fails at its setup."""
+    from ..goldens.layout import shared_folders
+
+    keeping = [i for i in items if _FOLDER_FIXTURES.intersection(getattr(i, "fixturenames", ()))]
+    shared = shared_folders(item.nodeid for item in keeping)
+    for item in keeping:
+        if item.nodeid in shared:
+            item.stash[SHARED_FOLDER_KEY] = shared[item.nodeid]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from ..goldens.layout import folder_of
+
+    group = item.stash.get(SHARED_FOLDER_KEY, None)
+    if not group:
+        return
+    resolved = settings(item.config)
+    folder = folder_of(resolved.goldens, *golden_key(item))
+    with contextlib.suppress(ValueError):
+        folder = folder.relative_to(resolved.rootdir)
+    pytest.fail(
+        printable(
+            f"{' and '.join(group)} share the golden folder {folder} once their ids are made "
+            "file names: each would overwrite the others' goldens. Give them ids that differ "
+            "in letters, digits or '._-[]=,+@' (pytest.param(..., id=...), or ids=)"
+        ),
+        pytrace=False,
+    )
 
 
 def golden_key(item: pytest.Item) -> tuple[str, str]:
@@ -725,7 +774,7 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
         "when": utc_iso(),
         "plugin_version": __version__,
         "source_revision": source_revision(config),
-        "command": ["pytest", *config.invocation_params.args],
+        "command": redacted_command(config),
         "device_identity": identity,
         # So that a later mismatch can say "made with ffmpeg X, now Y".
         "made_with": made_with(session_versions(config)),
@@ -830,6 +879,11 @@ class OrphanWatch:
         if not (resolved.lossless or resolved.update_goldens) or not resolved.goldens.is_dir():
             return
         if self.config.option.collectonly or _workers(self.config):
+            return
+        if getattr(self.config.option, "lf", False):
+            # --lf filters while collecting (a module without failures is collected empty, the
+            # others keep only their failed tests) and never says which tests it left out: a
+            # test not looked at cannot be told from one that is gone.
             return
         collected = set()
         for test in self.tests:

@@ -35,6 +35,7 @@ from .outcomes import (
     expected_verdicts,
     failing_on_errors,
     is_media_expectation,
+    not_acted,
     record_verdict,
 )
 
@@ -425,18 +426,20 @@ class LosslessFixture:
                 expected=asserted,
             )
             add_row(self._item, row)
+            if goal is not None or not act:
+                not_acted(self._item, row)  # judged against the goal below, or only returned
         overall, _ = status_of(grid.verdict)
-        add_row(
-            self._item,
-            report.Row(
-                self._item.nodeid,
-                grid.label,
-                gate_text,
-                overall,
-                grid.explanation,
-                expected=goal is not None and not misses,
-            ),
+        row = report.Row(
+            self._item.nodeid,
+            grid.label,
+            gate_text,
+            overall,
+            grid.explanation,
+            expected=goal is not None and not misses,
         )
+        add_row(self._item, row)
+        if goal is not None or not act:
+            not_acted(self._item, row)
         if misses:
             source = "the grid frozen in plan.json" if frozen else "expect="
             pytest.fail(

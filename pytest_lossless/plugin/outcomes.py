@@ -15,13 +15,16 @@ from typing import Any, Literal, NoReturn
 import pytest
 
 from .. import report
-from ..core.verdict import Verdict, status_of
+from ..core.text import printable
+from ..core.verdict import Status, Verdict, status_of
 from ..errors import Inconclusive, LosslessError
 from . import evidence as receipts
 from .config import settings
 
 #: ``item.stash[ROWS_KEY]``: the test's rows of the verdict table.
 ROWS_KEY = pytest.StashKey[list[report.Row]]()
+#: ``item.stash[UNACTED_KEY]``: the rows whose verdict the test did not ask to act on.
+UNACTED_KEY = pytest.StashKey[list[report.Row]]()
 #: ``item.stash[EVENTS_KEY]``: golden updates (created, changed, refused...) of the test.
 EVENTS_KEY = pytest.StashKey[list[dict[str, str]]]()
 #: ``item.stash[CALL_PASSED_KEY]``: whether the call phase passed (goldens are written then).
@@ -86,6 +89,12 @@ def fail_on(error: LosslessError, prefix: str = "") -> NoReturn:
 
 def add_row(item: pytest.Item, row: report.Row) -> None:
     item.stash.setdefault(ROWS_KEY, []).append(row)
+
+
+def not_acted(item: pytest.Item, row: report.Row) -> None:
+    """``row``'s verdict was only returned to the test (``act=False``) or judged against what
+    the test asserted: a failing status there does not fail the test by itself."""
+    item.stash.setdefault(UNACTED_KEY, []).append(row)
 
 
 def is_media_expectation(expect: object) -> bool:
@@ -153,7 +162,10 @@ def record_verdict(
     ``expect=``."""
     __tracebackhide__ = True
     status, expected = status_of(verdict.verdict, lossy=lossy, expect=expect)
-    add_row(item, dataclasses.replace(row, status=status, expected=expected))
+    row = dataclasses.replace(row, status=status, expected=expected)
+    add_row(item, row)
+    if not act and expect is None:
+        not_acted(item, row)
     settle_verdict(verdict, act=act, expect=expect)
 
 
@@ -194,6 +206,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash[RUN_ONCE_KEY] = config.stash.get(RUN_ONCE_KEY, 0) + kept
 
 
+def _fail_caught_failure(item: pytest.Item, rep: pytest.TestReport) -> None:
+    """A test that passed although one of its checks failed it (a FAIL, an INCONCLUSIVE, an
+    ERROR) caught that failure: a retry loop's ``except Exception`` (INCONCLUSIVE is one), an
+    ``except BaseException``. It fails, naming the check (#20); a verdict the test only asked
+    for (``act=False``) or asserted itself (``expect=``) is its to judge."""
+    if not rep.passed:
+        return
+    unacted = {id(row) for row in item.stash.get(UNACTED_KEY, [])}
+    caught = [r for r in item.stash.get(ROWS_KEY, []) if r.failing and id(r) not in unacted]
+    if not caught:
+        return
+    row = caught[0]
+    rep.outcome = "failed"
+    rep.longrepr = printable(
+        f"{item.nodeid}: {row.check} ({row.gate}) said {row.verdict}, and the test went on and "
+        "passed: it caught the failure (an except around the check, such as a retry loop's "
+        "except Exception). A check that fails fails its test; to only get the verdict, pass "
+        "act=False"
+    )
+
+
+def _fail_expected_failure(item: pytest.Item, rep: pytest.TestReport) -> None:
+    """A gate that failed under an ``xfail`` mark (or ``pytest.xfail``) fails its test: pytest
+    would report it "xfailed", a success, while its row, receipt and JUnit say FAIL. A test
+    proves a gate says no with ``expect="FAIL"``, frozen with its plan (#20). An xfail
+    whose gates all passed (an assertion after them failed), or whose check could not be made
+    (an ERROR: no golden yet), stays an expected failure."""
+    if not (rep.skipped and hasattr(rep, "wasxfail")):
+        return
+    said_no = (Status.FAIL, Status.INCONCLUSIVE)  # compared; a golden not found is an ERROR
+    failing = [r for r in item.stash.get(ROWS_KEY, []) if r.failing and r.status in said_no]
+    if not failing:
+        return
+    row = failing[0]
+    reason = str(rep.wasxfail)
+    del rep.wasxfail
+    rep.outcome = "failed"
+    rep.longrepr = printable(
+        f"{item.nodeid}: {row.check} ({row.gate}) is {row.verdict} under xfail"
+        f"{f' ({reason})' if reason else ''}: a gate that failed is never an expected failure. "
+        'To prove that a gate says no, assert it with expect="FAIL" (lossless.compare, '
+        "speed_gate: frozen with the test's plan); to accept a changed output, update its "
+        "golden with --update-goldens; not with xfail"
+    )
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not item.get_closest_marker("lossless"):
         return
@@ -230,6 +288,8 @@ def pytest_runtest_makereport(
                 "call golden.check, lossless.compare or speed_gate (it never passes unchecked)"
             )
         _fail_unclean_runs(item, rep)
+        _fail_caught_failure(item, rep)
+        _fail_expected_failure(item, rep)
         item.stash[CALL_PASSED_KEY] = rep.passed
         if call.excinfo is not None and isinstance(call.excinfo.value, Inconclusive):
             rep.outcome = "failed"

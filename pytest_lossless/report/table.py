@@ -244,9 +244,7 @@ def verdict_table(rows: Sequence[Row], *, width: int = 120) -> list[str]:
     # Folders are left out of test ids: the module and test name tell a row apart. Every cell
     # is escaped: a manifest key or a media tag must not drive the terminal.
     cells = [
-        tuple(
-            printable(c) for c in (r.verdict, r.test.rsplit("/", 1)[-1], r.check, r.gate, r.detail)
-        )
+        tuple(printable(c) for c in (r.verdict, _short_id(r.test), r.check, r.gate, r.detail))
         for r in ordered
     ]
     widths = [max(len(headers[i]), *(len(c[i]) for c in cells)) for i in range(4)]
@@ -341,3 +339,11 @@ def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:
             detail = f" ({item['detail']})" if item.get("detail") else ""
             lines.append(printable(f"  {where}{detail}"))
     return lines
+
+
+def _short_id(test_id: str) -> str:
+    """A test id without the folders of its module: ``tests/e2e/test_m.py::test_a[x/y]`` ->
+    ``test_m.py::test_a[x/y]``; a ``/`` in a parameter id is part of the test's name (cut there,
+    ``test_y[dir/test_x]`` read as ``test_x]``, another test's name)."""
+    module, separator, rest = test_id.partition("::")
+    return module.rsplit("/", 1)[-1] + separator + rest

@@ -39,6 +39,7 @@ why the default first look is at 6.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -168,7 +169,12 @@ def median(values: Sequence[float]) -> float:
 
 def boundary(target: float) -> float:
     """``log(1 - target)``: the log ratio a candidate must stay at or below to meet ``target``."""
-    if isinstance(target, bool) or not math.isfinite(target) or target >= 1:
+    if (
+        isinstance(target, bool)
+        or not isinstance(target, numbers.Real)  # "0.3" from a config file: named, not a trace
+        or not math.isfinite(target)
+        or target >= 1
+    ):
         raise ValueError(
             f"target={target!r}: expected the fraction of time saved, below 1 "
             "(0.30 = at least 30% lower; -0.05 = at most 5% slower)"

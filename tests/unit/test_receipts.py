@@ -133,7 +133,14 @@ def _edit(path: Path, change: Any) -> None:
 
 
 def test_receipt_name_is_safe_and_bounded() -> None:
-    assert receipt_name("tests/e2e/test_m.py::test_a[x/y]") == "tests_e2e_test_m.py__test_a_x_y"
+    # A parameter id loses its brackets and its '/': the name gains a hash of the whole id, so
+    # test_a[x/y], test_a[x_y] and test_a_x[y] keep a receipt each (#20).
+    assert receipt_name("tests/e2e/test_m.py::test_a[x/y]") == (
+        "tests_e2e_test_m.py__test_a_x_y-4b42ba7ba95b"
+    )
+    assert receipt_name("tests/e2e/test_m.py::test_a") == "tests_e2e_test_m.py__test_a"
+    names = {receipt_name(f"t.py::{t}") for t in ("test_a[x/y]", "test_a[x_y]", "test_a_x[y]")}
+    assert len(names | {receipt_name("t.py::test_a_x_y")}) == 4
     long = receipt_name("t::" + "a" * 400)
     assert len(long) < 160
     assert long != receipt_name("t::" + "a" * 399)
@@ -152,7 +159,7 @@ def test_write_is_atomic_with_diff_stored_by_digest_and_derived_blocks(tmp_path:
     path = _write(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "diffs",
-        "tests_test_m.py__test_a_x_y.json",
+        "tests_test_m.py__test_a_x_y-777206a90083.json",
     ]
     diff = tmp_path / "diffs" / f"{DIFF_SHA256}.diff"
     assert diff.read_bytes() == DIFF.encode("utf-8", errors="surrogateescape")
@@ -397,7 +404,7 @@ def test_checkers_table_can_be_extended(tmp_path: Path) -> None:
     checkers = {**default_checkers(), "gates": gates_must_be_lossless, "speed": always}
     found = verify(tmp_path, checkers=checkers)
     assert found == [
-        f"{tmp_path / 'tests_test_m.py__test_a_x_y.json'}: speed: cannot be "
+        f"{tmp_path / 'tests_test_m.py__test_a_x_y-777206a90083.json'}: speed: cannot be "
         "re-derived (ValueError: broken block)"
     ]
 
@@ -648,7 +655,9 @@ def test_load_reads_a_receipt_into_its_record_and_names_a_block_of_the_wrong_sha
     data = load_json(path)
     data["gates"] = ["not an object"]
     path.write_text(json.dumps(data))
-    with pytest.raises(ReceiptError, match=r"t_a_x_y\.json: the receipt cannot be read: gates is"):
+    with pytest.raises(
+        ReceiptError, match=r"t_a_x_y-777206a90083\.json: the receipt cannot be read: gates is"
+    ):
         load(path)
     (found,) = load_all(tmp_path).values()
     assert isinstance(found, ReceiptError)
