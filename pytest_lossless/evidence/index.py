@@ -168,6 +168,9 @@ class SourceChange(Record):
     revision_at_end: str | None
     diff_sha256_at_end: str | None
     untracked_count_at_end: int
+    #: The tree's folders the comparison left out, relative to it: what the session itself
+    #: writes (goldens, pytest's basetemp, ...); the digests above are of the diff without them.
+    excluded: tuple[str, ...] = spec((), omit="empty")
 
     def text(self) -> str:
         """One line: which tree, what changed, and what that means for the evidence."""
@@ -182,6 +185,8 @@ class SourceChange(Record):
         if self.untracked_count_at_end != self.untracked_count:
             parts.append(f"untracked files {self.untracked_count} -> {self.untracked_count_at_end}")
         what = ", ".join(parts) or "untracked files renamed"
+        if self.excluded:  # the session's own folders, which it may write
+            what += f"; {', '.join(self.excluded)} left out"
         return printable(
             f"the source tree {self.tree} changed during the session ({what}): the receipts "
             "do not describe one source state (a test, a model run or an editor wrote into "

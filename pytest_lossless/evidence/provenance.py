@@ -261,12 +261,7 @@ def _work_tree(root: Path, ignore: Sequence[Path]) -> tuple[bytes, int, str, tup
     """The work tree against HEAD: ``git diff HEAD --binary`` (empty when it failed), git's exit
     status and message, and the untracked names (two git processes)."""
     # The plugin's own receipts are evidence about the source, not part of it, tracked or not.
-    excluded = [f":(exclude){rel}" for rel in _relative(root, ignore)]
-    code, diff, err = _git(
-        root, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--", ":/", *excluded
-    )
-    if code != 0:
-        diff = b""
+    code, diff, err = _diff(root, ignore)
     _, untracked_raw, _ = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
     untracked = sorted(
         n
@@ -274,6 +269,18 @@ def _work_tree(root: Path, ignore: Sequence[Path]) -> tuple[bytes, int, str, tup
         if n and not _under(root / n, ignore)
     )
     return diff, code, err, tuple(untracked)
+
+
+def _diff(root: Path, ignore: Sequence[Path]) -> tuple[int, bytes, str]:
+    """``git diff HEAD --binary`` of the whole tree but the folders ``ignore`` names inside it
+    (empty when git failed), git's exit status and message: one git process. The pathspecs are
+    literal (a folder named ``out[1]`` or ``g*`` excludes itself, not what a glob matches) and
+    whole path components (excluding ``goldens`` leaves ``goldens_util.py`` in)."""
+    excluded = [f":(exclude,literal){rel}" for rel in _relative(root, ignore)]
+    code, diff, err = _git(
+        root, "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--", ":/", *excluded
+    )
+    return code, diff if code == 0 else b"", err
 
 
 #: What a tree's git files looked like when it was read: (path, mtime ns, size, inode) of HEAD,
@@ -309,10 +316,19 @@ class SourceStates:
     its HEAD, branch, packed refs or index changed since (a commit during the session: the
     receipts after it record the new revision); edits to the work tree alone are not seen
     then, so the diff a receipt records is the tree's as first read in the session, and the
-    session's end asks :meth:`changes` once whether each tree is still what was recorded."""
+    session's end asks :meth:`changes` once whether each tree is still what was recorded.
 
-    def __init__(self) -> None:
+    ``exclude`` names what the session itself writes (the goldens folder, which
+    ``--update-goldens`` rewrites in the tracked tree; pytest's basetemp, its cache and the lock
+    folder when they lie inside a tree): receipts record each tree in full, but the end's
+    comparison leaves these folders out of the diff and of the untracked names, at both ends,
+    or every session would be named by its own writes. A tree whose diff is not empty when first
+    read and that holds one of them costs one ``git diff`` more then, for the comparison's digest.
+    """
+
+    def __init__(self, *, exclude: Sequence[Path] = ()) -> None:
         self._states: dict[tuple[str, tuple[str, ...]], _Known] = {}
+        self._exclude = tuple(Path(p) for p in exclude)
 
     def state(self, root: Path | str, *, ignore: Sequence[Path] = ()) -> SourceState:
         """The tree's state, from git the first time and after its git files changed."""
@@ -324,35 +340,53 @@ class SourceStates:
         ):
             return known.state
         state, signature = _read_state(path, ignore)
-        self._states[key] = _Known(path, tuple(ignore), state, signature)
+        self._states[key] = _Known(
+            path, tuple(ignore), state, signature, self._compared(path, ignore, state)
+        )
         return state
+
+    def _compared(
+        self, root: Path, ignore: Sequence[Path], state: SourceState
+    ) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
+        """What the end compares for ``state``: the diff's SHA-256 and the untracked names
+        without the session's own folders, and those folders relative to the tree."""
+        excluded = tuple(_relative(root, self._exclude))
+        if state.revision is None or not excluded:
+            return state.diff_sha256, state.untracked, excluded
+        untracked = tuple(n for n in state.untracked if not _under(root / n, self._exclude))
+        if not state.diff_bytes:  # nothing to leave out of an empty diff: no git process
+            return state.diff_sha256, untracked, excluded
+        _, diff, _ = _diff(root, (*ignore, *self._exclude))  # empty when git failed, as read
+        return hashlib.sha256(diff).hexdigest(), untracked, excluded
 
     def changes(self) -> tuple[SourceChange, ...]:
         """Each git tree read this session whose work tree is no longer what was recorded (its
-        revision, the SHA-256 of its diff, its untracked names), read now: one ``git diff``
-        and one ``git ls-files`` per tree (a full read when its git files changed)."""
+        revision, the SHA-256 of its diff, its untracked names), leaving out the session's own
+        folders (``exclude``), read now: one ``git diff`` and one ``git ls-files`` per tree
+        (and a ``git rev-parse`` when its git files changed)."""
         found = []
         for key, known in sorted(self._states.items()):
             was = known.state
             if was.revision is None:
                 continue
             revision: str | None = was.revision
-            if known.signature is not None and _stat_again(known.signature) == known.signature:
-                diff, _, _, untracked = _work_tree(known.root, known.ignore)
-                digest: str | None = hashlib.sha256(diff).hexdigest()
-            else:
-                now, _ = _read_state(known.root, known.ignore)
-                revision, digest, untracked = now.revision, now.diff_sha256, now.untracked
-            if (revision, digest, untracked) != (was.revision, was.diff_sha256, was.untracked):
+            if known.signature is None or _stat_again(known.signature) != known.signature:
+                code, out, _ = _git(known.root, "rev-parse", "HEAD")
+                revision = out.decode().strip() if code == 0 else None
+            diff, _, _, untracked = _work_tree(known.root, (*known.ignore, *self._exclude))
+            digest: str | None = hashlib.sha256(diff).hexdigest()  # empty: git failed
+            was_digest, was_untracked, excluded = known.compared
+            if (revision, digest, untracked) != (was.revision, was_digest, was_untracked):
                 found.append(
                     SourceChange(
                         tree=key[0],
                         revision=was.revision,
-                        diff_sha256=was.diff_sha256,
-                        untracked_count=len(was.untracked),
+                        diff_sha256=was_digest,
+                        untracked_count=len(was_untracked),
                         revision_at_end=revision,
                         diff_sha256_at_end=digest,
                         untracked_count_at_end=len(untracked),
+                        excluded=excluded,
                     )
                 )
         return tuple(found)
@@ -360,12 +394,14 @@ class SourceStates:
 
 @dataclass(frozen=True, slots=True)
 class _Known:
-    """A tree as the session last read it: where, what it ignores, its state and signature."""
+    """A tree as the session last read it: where, what it ignores, its state and signature,
+    and what the end compares (:meth:`SourceStates._compared`)."""
 
     root: Path
     ignore: tuple[Path, ...]
     state: SourceState
     signature: _Signature
+    compared: tuple[str | None, tuple[str, ...], tuple[str, ...]]
 
 
 def _stat_again(signature: tuple[tuple[str, int, int, int], ...]) -> _Signature:

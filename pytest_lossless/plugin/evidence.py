@@ -82,8 +82,35 @@ def source_states(config: pytest.Config) -> SourceStates:
 
     states = config.stash.get(SOURCES_KEY, None)
     if states is None:
-        states = config.stash[SOURCES_KEY] = SourceStates()
+        states = config.stash[SOURCES_KEY] = SourceStates(exclude=session_writes(config))
     return states
+
+
+def session_writes(config: pytest.Config) -> tuple[Path, ...]:
+    """What the session itself writes besides its receipts, export and store (which no tree's
+    state ever includes): the goldens folder, the lock folder, pytest's cache and temporary
+    folders. Where one lies inside a source tree, the session's end leaves it out when it asks
+    whether the tree changed (:meth:`~..evidence.provenance.SourceStates.changes`)."""
+    import getpass
+    import os
+    import re
+    import tempfile
+
+    resolved = settings(config)
+    found = [resolved.goldens, resolved.lock_dir]
+    if config.pluginmanager.hasplugin("cacheprovider"):  # its ini key exists only then
+        found.append(config.rootpath / os.path.expandvars(str(config.getini("cache_dir"))))
+    basetemp = getattr(config.option, "basetemp", None)
+    if basetemp:
+        found.append(config.invocation_params.dir / os.path.expandvars(str(basetemp)))
+    else:  # pytest's default: <temproot>/pytest-of-<user>/, as its tmp_path_factory names it
+        temproot = os.environ.get("PYTEST_DEBUG_TEMPROOT") or tempfile.gettempdir()
+        try:
+            user = getpass.getuser()
+        except (ImportError, OSError, KeyError):
+            user = "unknown"
+        found.append(Path(temproot) / ("pytest-of-" + re.sub(r"[\W]", "_", user)))
+    return tuple(found)
 
 
 def source_state(config: pytest.Config) -> SourceState:

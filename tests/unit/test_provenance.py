@@ -431,6 +431,88 @@ def test_the_sessions_end_names_a_tree_edited_after_it_was_read(
     assert "source_changes" not in build_index(tmp_path, session_id="s").to_json()
 
 
+def test_the_sessions_end_leaves_out_only_what_the_session_writes(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#20: the goldens folder (tracked, rewritten by --update-goldens) and the session's
+    temporary folders are left out of the end's comparison at both ends, by whole path
+    component and literally (a folder named ``g*`` is not a glob); the receipts still record
+    the full diff; a tree with a dirty golden costs one ``git diff`` more when first read."""
+    from dataclasses import replace
+
+    from pytest_lossless.evidence.index import SessionIndex, build_index
+
+    goldens, scratch = repo / "goldens", repo / "g*"
+    goldens.mkdir()
+    (goldens / "t.npy").write_bytes(b"golden 1")
+    (repo / "goldens_util.py").write_text("x = 1\n")
+    (repo / "gx.py").write_text("x = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "goldens")
+    (goldens / "t.npy").write_bytes(b"golden 2")  # dirty before the session: recorded
+    seen: list[tuple[str, ...]] = []
+    real = provenance._git
+
+    def spy(root: Path, *args: str) -> tuple[int, bytes, str]:
+        seen.append(args)
+        return real(root, *args)
+
+    monkeypatch.setattr(provenance, "_git", spy)
+    plain = provenance.SourceStates()
+    plain.state(repo)
+    once = len(seen)
+    states = provenance.SourceStates(exclude=(goldens, scratch, repo.parent / "elsewhere"))
+    first = states.state(repo)
+    assert len(seen) == 2 * once + 1  # the comparison's digest, without the goldens
+    assert first == plain.state(repo)  # what receipts record: the full diff
+    assert "goldens/t.npy" in first.diff
+    # The session writes its goldens and temporary files: no change.
+    (goldens / "t.npy").write_bytes(b"golden 3")
+    (goldens / "new.npy").write_bytes(b"new")
+    scratch.mkdir()
+    (scratch / "tmp.txt").write_text("scratch")
+    assert states.changes() == ()
+    assert len(plain.changes()) == 1  # without the exclusions, the session names itself
+    # A test writes source beside them: named, whatever its name looks like.
+    (repo / "goldens_util.py").write_text("x = 2\n")
+    (change,) = states.changes()
+    assert change.diff_sha256 != change.diff_sha256_at_end
+    assert change.excluded == ("goldens", "g*")
+    assert "goldens, g* left out" in change.text()
+    git(repo, "checkout", "goldens_util.py")
+    assert states.changes() == ()
+    (repo / "gx.py").write_text("x = 2\n")  # a glob g* would have hidden it
+    assert len(states.changes()) == 1
+    git(repo, "checkout", "gx.py")
+    (repo / "goldens.py").write_text("new\n")
+    (change,) = states.changes()
+    assert (change.untracked_count, change.untracked_count_at_end) == (0, 1)
+    # The index keeps the key; an entry without it (an older index) reads with none.
+    index = build_index(repo.parent, session_id="s", source_changes=[change]).to_json()
+    assert index["source_changes"][0]["excluded"] == ["goldens", "g*"]
+    assert SessionIndex.read(index).source_changes == (change,)
+    del index["source_changes"][0]["excluded"]
+    (old,) = SessionIndex.read(index).source_changes
+    assert old == replace(change, excluded=())
+
+
+def test_a_clean_tree_costs_no_extra_git_process_for_the_exclusions(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, ...]] = []
+    real = provenance._git
+
+    def spy(root: Path, *args: str) -> tuple[int, bytes, str]:
+        seen.append(args)
+        return real(root, *args)
+
+    monkeypatch.setattr(provenance, "_git", spy)
+    provenance.SourceStates().state(repo)
+    once = len(seen)
+    provenance.SourceStates(exclude=(repo / "goldens",)).state(repo)
+    assert len(seen) == 2 * once
+
+
 def test_the_source_block_keeps_its_keys_in_and_outside_git(repo: Path, tmp_path: Path) -> None:
     state = source_state(repo).to_json()
     assert list(state) == [
