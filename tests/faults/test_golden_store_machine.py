@@ -277,6 +277,14 @@ class GoldenStore(RuleBasedStateMachine):
         self.writer = Writer(self.root, value, exchange=exchange, together=self.plans_together)
         self._note_window()
 
+    @precondition(lambda self: self.writer is None or not self.writer.running)
+    @rule(exchange=st.booleans())
+    def whole_update(self, exchange: bool) -> None:
+        """Another session's update, start to end, between two steps of the check."""
+        self.start_update(exchange)
+        while self.writer is not None and self.writer.running:
+            self.step_update()
+
     @precondition(lambda self: self.writer is not None and self.writer.running)
     @rule()
     def step_update(self) -> None:
@@ -487,7 +495,7 @@ def test_the_machine_finds_a_plan_read_by_path_after_the_goldens(monkeypatch):
     one version's goldens by another version's plan when a swap falls between the two."""
 
     def by_path(self: GoldenFolder, plans: PlanBook) -> None:
-        self.plans = plans  # handed for the commit only; the plan read on its own
+        """Nothing: the plans were handed to the folder only for its commit, and read alone."""
 
     monkeypatch.setattr(GoldenFolder, "hold_plans", by_path)
     with pytest.raises(AssertionError, match="mixed version read"):
