@@ -223,10 +223,22 @@ class GoldenFolder:
                 if not self.recover():
                     time.sleep(min(0.002 * 2**attempt, 0.1))
                 version = self._read()
+            plans = self.plans
+            if plans is not None and plans.folder == self.path:
+                # The plan the test is judged by is the one read with these goldens (#20).
+                plans.adopt(version.plan, version.plan_read)
             check_scope(version.entries, self.environment, self.path / MANIFEST)
             self._manifest, self._manifest_sha256 = version.entries, version.manifest_sha256
             self._copies = version.copies
         return self._manifest
+
+    def hold_plans(self, plans: PlanBook) -> None:
+        """The test's plans: judged by the ``plan.json`` of the very version whose goldens this
+        folder reads (:meth:`manifest`; the plan is read first through it too), when this is
+        the folder that holds them, and committed by its swap under update (#20)."""
+        self.plans = plans
+        if plans.folder == self.path:
+            plans.read_with = self.manifest
 
     def _read(self) -> GoldenVersion:
         self._reads += 1

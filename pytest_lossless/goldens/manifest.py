@@ -24,7 +24,7 @@ from ..core.digests import canonical_sha256, loads_bounded
 from ..core.paths import inside_root, open_regular, read_regular
 from ..core.records import Record, RecordError, from_json, meta, spec
 from ..core.text import has_control, printable
-from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, ManifestError
+from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, LosslessError, ManifestError
 
 if TYPE_CHECKING:
     from ..kinds.registry import KindRegistry
@@ -33,6 +33,8 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 #: The test's frozen plans (:mod:`.plans`), beside the manifest in its golden folder.
 PLAN = "plan.json"
+#: The largest ``plan.json`` read: a plan is a few hundred bytes per label.
+MAX_PLAN_BYTES = 4 << 20
 #: The largest ``manifest.json`` read; ours are kilobytes (digest-only goldens keep them small).
 MAX_MANIFEST_BYTES = 64 << 20
 #: The longest artifact name or golden folder name, in bytes of UTF-8 (file systems allow 255,
@@ -514,6 +516,13 @@ class GoldenVersion:
     #: Per artifact stored in full, the copy read with the manifest (absent: the file was not
     #: in the folder, which :func:`check_integrity` then names).
     copies: dict[str, Path]
+    #: The bytes of the version's ``plan.json`` (None: it has none), read through the same
+    #: descriptor, so that a test is judged by the plan frozen with these goldens (#20). It is
+    #: parsed and checked by :mod:`.plans`, which names what is wrong with it.
+    plan: bytes | None = None
+    #: False: ``plan.json`` is there but could not be read as a plan file of this version (a
+    #: FIFO, a link out of the goldens, too large); :mod:`.plans` reads it and names why.
+    plan_read: bool = True
 
 
 class _Replaced(Exception):
@@ -562,12 +571,13 @@ def _open_folder(folder: Path) -> int:
 
 def _read_from(handle: int, folder: Path, into: Path, root: Path) -> GoldenVersion:
     path = folder / MANIFEST
+    plan, plan_read = _plan_at(handle, folder, root)
     try:
         raw = _read_at(handle, MANIFEST, folder, root, limit=MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         if _replaced(handle, folder):
             raise _Replaced from None
-        return GoldenVersion({}, None, {})
+        return GoldenVersion({}, None, {}, plan, plan_read)  # a folder of plans only
     except OSError as exc:
         raise ManifestError(path, f"cannot be read: {exc.strerror or exc}") from None
     entries = parse_manifest(path, raw)
@@ -588,7 +598,20 @@ def _read_from(handle: int, folder: Path, into: Path, root: Path) -> GoldenVersi
                 raise ManifestError(path, faults.write_failed(exc, target)) from None
             continue  # a FIFO, a device: check_integrity names it, reading the live path
         copies[name] = target
-    return GoldenVersion(entries, hashlib.sha256(raw).hexdigest(), copies)
+    return GoldenVersion(entries, hashlib.sha256(raw).hexdigest(), copies, plan, plan_read)
+
+
+def _plan_at(handle: int, folder: Path, root: Path) -> tuple[bytes | None, bool]:
+    """The version's ``plan.json`` (a few kilobytes, read in memory: no copy), and whether it
+    could be read; what is wrong with an unreadable one is named where the plan is used."""
+    try:
+        return _read_at(handle, PLAN, folder, root, limit=MAX_PLAN_BYTES), True
+    except FileNotFoundError:
+        if _replaced(handle, folder):
+            raise _Replaced from None
+        return None, True
+    except (OSError, LosslessError):
+        return None, False
 
 
 def _open_at(handle: int, name: str, folder: Path, root: Path) -> int:

@@ -28,7 +28,7 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,13 +38,12 @@ from ..core.digests import canonical_sha256, loads_bounded, write_atomic, write_
 from ..core.paths import folder_problem, inside_root, read_regular
 from ..core.records import Record, RecordError, from_json, spec
 from ..core.text import has_control, printable
-from ..errors import GateChanged, GoldenError, GoldenIntegrityError, ManifestError
+from ..errors import GateChanged, GoldenError, GoldenIntegrityError, LosslessError, ManifestError
+from .manifest import MAX_PLAN_BYTES as MAX_PLAN_BYTES  # the largest plan.json read
 from .manifest import PLAN
 from .swap import FolderLock, GoldenUpdateError, UpdateEvent, lock_path, recover
 
 PLAN_SCHEMA = 1
-#: The largest ``plan.json`` read: a plan is a few hundred bytes per label.
-MAX_PLAN_BYTES = 4 << 20
 #: The longest label or workload name kept in a plan (it is printed and hashed, never a path).
 MAX_LABEL_CHARS = 200
 #: The key of the verdicts a call asserts (``expect="FAIL"``), in a plan that has one.
@@ -291,18 +290,31 @@ def read_plans(folder: Path, *, root: Path | None = None) -> dict[tuple[str, str
     hashes to the SHA-256 it carries: a :class:`ManifestError` for what is not a plan file, a
     :class:`GoldenIntegrityError` for an entry edited by hand.
     """
+    return parse_plans(folder / PLAN, _read_plan(folder, root=root))
+
+
+def _read_plan(folder: Path, *, root: Path | None) -> bytes | None:
+    """The bytes of ``folder/plan.json`` read by its path (None: there is none)."""
     path = folder / PLAN
     if root is not None:
         inside_root(path, root, what="frozen plan")
     if not os.path.lexists(path):
-        return {}
+        return None
     try:
-        raw = read_regular(
+        return read_regular(
             os.path.realpath(path) if root is not None else path, limit=MAX_PLAN_BYTES
         )
-        data = loads_bounded(raw, max_depth=16)
     except OSError as exc:
         raise ManifestError(path, f"cannot be read: {exc.strerror or exc}") from None
+
+
+def parse_plans(path: Path, raw: bytes | None) -> dict[tuple[str, str], Plan]:
+    """The frozen plans of the bytes of ``path`` (a ``plan.json``; None: there is none), checked
+    as :func:`read_plans` says."""
+    if raw is None:
+        return {}
+    try:
+        data = loads_bounded(raw, max_depth=16)
     except ValueError as exc:
         raise ManifestError(path, f"cannot be read as JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("plans"), dict):
@@ -390,6 +402,22 @@ class PlanNotFrozen(GateChanged):
         )
 
 
+class PlanReplaced(GoldenError):
+    """The test's golden folder was replaced by another session's update between the reads of
+    its frozen plan and of its goldens: judging the test by one version's plan and the other's
+    goldens would be a silent mix, so the test fails and asks to be run again (#20)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        super().__init__(
+            printable(
+                f"{folder} was replaced by another session during this test: its {PLAN} and "
+                "its goldens were read from two versions, and a test is never judged by a mix "
+                "of them. Run again once that session's update is done"
+            )
+        )
+
+
 @dataclass(frozen=True)
 class StagedPlan:
     """What a golden swap commits of the test's plans (:meth:`PlanBook.staged`): the new
@@ -425,7 +453,15 @@ class PlanBook:
     #: Handed to the golden folder's swap (:meth:`staged`): the plans are committed with the
     #: goldens or not at all, and :meth:`commit` writes nothing more.
     handed: bool = False
+    #: Reads the test's golden folder as one version when this is its folder (#20), set by
+    #: :meth:`.folder.GoldenFolder.hold_plans`: the folder hands the ``plan.json`` of the
+    #: version it read (through one descriptor with its goldens and manifest) to :meth:`adopt`.
+    #: None: the plan is read by its path (a test that checks no golden).
+    read_with: Callable[[], object] | None = None
     _frozen: dict[tuple[str, str], Plan] | None = None
+    #: The bytes of the ``plan.json`` the test is judged by (None: none), once taken.
+    _raw: bytes | None = None
+    _taken: bool = False
 
     @property
     def path(self) -> Path:
@@ -439,9 +475,32 @@ class PlanBook:
         return None if self.update else self.frozen().get((section, name))
 
     def frozen(self) -> dict[tuple[str, str], Plan]:
+        """The frozen plans the test is judged by: those of the version of its golden folder
+        whose goldens it compares (:attr:`read_with`), else of ``plan.json`` read by path."""
         if self._frozen is None:
-            self._frozen = read_plans(self.folder, root=self.boundary)
+            if not self._taken and self.read_with is not None:
+                with contextlib.suppress(LosslessError):  # named where the goldens are checked
+                    self.read_with()
+            if not self._taken:
+                self._raw, self._taken = _read_plan(self.folder, root=self.boundary), True
+            self._frozen = parse_plans(self.path, self._raw)
         return self._frozen
+
+    def adopt(self, raw: bytes | None, readable: bool = True) -> None:
+        """The ``plan.json`` (None: none) of the version of the golden folder just read, through
+        one descriptor with its goldens and manifest (:func:`.manifest.read_version`): the plan
+        the test is judged by. A test already judged by another ``plan.json`` (read before
+        another session replaced the folder) raises :class:`PlanReplaced` (#20).
+
+        ``readable`` False: the file could not be read through the folder; it is read by its
+        path when used, which names what is wrong with it. Under update nothing is judged.
+        """
+        if self.update or not readable:
+            return
+        if not self._taken:
+            self._raw, self._taken, self._frozen = raw, True, None
+        elif raw != self._raw:
+            raise PlanReplaced(self.folder)
 
     def check(self, section: str, name: str, plan: Plan) -> GatePlan:
         """Check one call's plan; returns the record its receipt entry keeps (``gate_plan``).
@@ -481,9 +540,9 @@ class PlanBook:
 
     def unused(self) -> list[tuple[str, str]]:
         """Frozen plans the test did not ask for this run (not under update: those are dropped)."""
-        if self.update or not self.exists():
+        if self.update:
             return []
-        return sorted(set(self.frozen()) - set(self.asked))
+        return sorted(set(self.frozen()) - set(self.asked))  # of the version judged by
 
     def unfrozen(self) -> list[tuple[str, str]]:
         if self.update:
@@ -522,7 +581,7 @@ class PlanBook:
             if self._well_formed():
                 return events  # the file already holds exactly these plans
             self._write()
-        self._frozen = None
+        self._frozen, self._taken = None, False
         return events
 
     def staged(self) -> StagedPlan:
@@ -538,7 +597,7 @@ class PlanBook:
         except (ManifestError, GoldenIntegrityError):
             old = {}  # replaced whole by what the test asks for now
         text = plan_text(self.test_id, self.asked) if self.asked else None
-        self._frozen = None
+        self._frozen, self._taken = None, False
         live: bytes | None = None
         if os.path.lexists(self.path):
             try:

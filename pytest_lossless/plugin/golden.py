@@ -629,6 +629,10 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             recovered = folder.migrate()  # from the layout of an earlier version
             recovered += folder.begin_update() if resolved.update_goldens else folder.recover()
         _record_events(item, recovered, resolved.rootdir)
+        if environment is None:  # the test's plan is read with these goldens, one version (#20)
+            from .lossless import plan_book
+
+            folder.hold_plans(plan_book(item))
         return Golden(
             folder,
             update=resolved.update_goldens,

@@ -11,6 +11,11 @@ What must hold, whatever the order (#20):
   same version's file, and its verdict is the verdict against that version;
 - a check never finds the golden missing once one was written, unless it ran out of attempts
   while a writer sat between the two renames of the fallback;
+- a check that reads the goldens and the frozen plan (``plan.json``) the test is judged by, in
+  either order, sees the plan of the very version whose goldens it compared against; or, when
+  the plan was read first and another session swapped the folder before the goldens were read,
+  fails naming the folder ("replaced by another session during this test: run again"), never a
+  silent mix;
 - once no writer runs, the folder holds one whole version that some writer committed (a killed
   writer's leftovers recovered by the next update): its goldens, its manifest and its frozen plan
   (``plan.json``, which each writer commits with its goldens, #20) all of that one version.
@@ -168,13 +173,16 @@ class Writer:
 
 
 class Reader:
-    """A check in a thread of its own, paused before each file it opens."""
+    """A check in a thread of its own, paused before each file it opens: it compares the golden
+    and reads its frozen plan (``plan.json``), as a test's ``golden.check`` and its first
+    ``lossless.compare`` or ``speed_gate`` do, in either order (``plan_first``)."""
 
-    def __init__(self, root: Path, obtained: Path, workdir: Path) -> None:
+    def __init__(self, root: Path, obtained: Path, workdir: Path, *, plan_first: bool) -> None:
         self.go: queue.Queue[bool] = queue.Queue()
         self.events: queue.Queue[str] = queue.Queue()
         self.outcome: Any = None
         self.done = False
+        self.plan_first = plan_first
         self.thread = threading.Thread(target=self._run, args=(root, obtained, workdir))
         self.thread.start()
         self._wait()
@@ -188,13 +196,25 @@ class Reader:
         self.pause()
         try:
             folder = _folder(root, workdir)
+            # The test's plans, as the plugin hands them to its golden folder (#20).
+            book = PlanBook(folder.path, TEST_ID, boundary=root / "goldens", update=False)
+            folder.hold_plans(book)
+            plan = self._plan(book) if self.plan_first else None
             result = folder.compare("v.bin", obtained, None)
-            self.outcome = (result.passed, folder.evidence["v.bin"].golden.sha256)
+            if not self.plan_first:
+                plan = self._plan(book)
+            self.outcome = (result.passed, folder.evidence["v.bin"].golden.sha256, plan)
         except GoldenError as exc:
             self.outcome = exc
         finally:
             self.done = True
             self.events.put("done")
+
+    def _plan(self, book: PlanBook) -> Any:
+        """The frozen plan the test is judged by, read after a pause of its own (another
+        session may swap the folder between the goldens and the plan)."""
+        self.pause()
+        return book.frozen().get(("speed", "w"))
 
     def _wait(self) -> None:
         self.events.get(timeout=60)
@@ -219,6 +239,10 @@ class GoldenStore(RuleBasedStateMachine):
         self.made = 0
         #: SHA-256 of every value a writer was started with (what the folder may hold).
         self.versions: set[str] = set()
+        #: The value of each of those, by SHA-256 (the plan each version froze is of its value).
+        self.values: dict[str, bytes] = {}
+        #: A writer stepped or was killed while the reader read (the folder may have changed).
+        self.moved = False
         self.committed: set[str] = set()
         self.readers = 0
         #: A writer sat between the fallback's two renames while the reader read.
@@ -230,6 +254,7 @@ class GoldenStore(RuleBasedStateMachine):
     def first_golden(self) -> None:
         value = _value(0)
         self.versions.add(hashlib.sha256(value).hexdigest())
+        self.values[hashlib.sha256(value).hexdigest()] = value
         self.committed.add(hashlib.sha256(value).hexdigest())
         folder = _folder(self.root)
         folder.begin_update()
@@ -248,13 +273,23 @@ class GoldenStore(RuleBasedStateMachine):
         self.made += 1
         value = _value(self.made)
         self.versions.add(hashlib.sha256(value).hexdigest())
+        self.values[hashlib.sha256(value).hexdigest()] = value
         self.writer = Writer(self.root, value, exchange=exchange, together=self.plans_together)
         self._note_window()
+
+    @precondition(lambda self: self.writer is None or not self.writer.running)
+    @rule(exchange=st.booleans())
+    def whole_update(self, exchange: bool) -> None:
+        """Another session's update, start to end, between two steps of the check."""
+        self.start_update(exchange)
+        while self.writer is not None and self.writer.running:
+            self.step_update()
 
     @precondition(lambda self: self.writer is not None and self.writer.running)
     @rule()
     def step_update(self) -> None:
         assert self.writer is not None
+        self.moved = self.moved or self.reader is not None
         self.writer.step()
         self._note_window()
         if not self.writer.running:
@@ -266,6 +301,7 @@ class GoldenStore(RuleBasedStateMachine):
     @rule()
     def kill_update(self) -> None:
         assert self.writer is not None
+        self.moved = self.moved or self.reader is not None
         self._note_window()
         self.writer.kill()
 
@@ -276,12 +312,13 @@ class GoldenStore(RuleBasedStateMachine):
     # ---------------------------------------------------------------- the check
 
     @precondition(lambda self: self.reader is None)
-    @rule()
-    def start_check(self) -> None:
+    @rule(plan_first=st.booleans())
+    def start_check(self, plan_first: bool) -> None:
         self.readers += 1
         self.window = self.writer is not None and self.writer.point == "golden-retired"
+        self.moved = False
         workdir = self.tmp / f"reader-{self.readers}"
-        self.reader = Reader(self.root, self.obtained, workdir)
+        self.reader = Reader(self.root, self.obtained, workdir, plan_first=plan_first)
 
     @precondition(lambda self: self.reader is not None)
     @rule()
@@ -298,10 +335,22 @@ class GoldenStore(RuleBasedStateMachine):
         if isinstance(outcome, GoldenMissing):
             assert self.window, "the golden went missing although no writer was between renames"
             return
+        if isinstance(outcome, GoldenError) and "replaced by another session" in str(outcome):
+            # The plan was read first and another session swapped the folder before the goldens
+            # were read: the test fails, naming the folder, instead of mixing two versions.
+            assert self.moved, f"no writer ran while the check read, yet: {outcome}"
+            assert str(_folder(self.root).path) in str(outcome)
+            assert "run again" in str(outcome).lower()
+            return
         assert not isinstance(outcome, Exception), outcome
-        passed, sha256 = outcome
+        passed, sha256, plan = outcome
         assert sha256 in self.versions, "a golden nobody wrote"
         assert passed == (sha256 == hashlib.sha256(_value(0)).hexdigest())
+        value = self.values[sha256]
+        assert plan == _plan(value), (
+            f"a mixed version read: the golden of version {chr(value[0])} judged by the plan of "
+            f"{'none' if plan is None else chr(int(plan.target))}"
+        )
 
     # ---------------------------------------------------------------- invariants
 
@@ -358,9 +407,9 @@ def test_the_golden_store_under_concurrent_update_check_and_kill(monkeypatch):
     current: dict[str, Reader | None] = {"reader": None}
     original_init = Reader.__init__
 
-    def init(self: Reader, *args: Any) -> None:
+    def init(self: Reader, *args: Any, **kwargs: Any) -> None:
         current["reader"] = self
-        original_init(self, *args)
+        original_init(self, *args, **kwargs)
 
     monkeypatch.setattr(Reader, "__init__", init)
     wrap = _pausing(lambda: current["reader"])
@@ -388,9 +437,9 @@ def test_the_machine_finds_the_torn_read_of_a_reader_that_opens_files_by_path(mo
     current: dict[str, Reader | None] = {"reader": None}
     original_init = Reader.__init__
 
-    def init(self: Reader, *args: Any) -> None:
+    def init(self: Reader, *args: Any, **kwargs: Any) -> None:
         current["reader"] = self
-        original_init(self, *args)
+        original_init(self, *args, **kwargs)
 
     real_open_at = manifest_module._open_at
 
@@ -425,6 +474,31 @@ def test_the_machine_finds_a_plan_committed_after_the_golden_swap(monkeypatch):
     (at ``golden-swapped``): the new golden with the old plan."""
     monkeypatch.setattr(GoldenStore, "plans_together", False)
     with pytest.raises(AssertionError, match="mixed version"):
+        run_state_machine_as_test(
+            GoldenStore,
+            settings=settings(
+                max_examples=300,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+                database=None,
+                print_blob=False,
+                phases=[Phase.generate],  # found is enough: no shrinking
+            ),
+        )
+
+
+@pytest.mark.slow
+def test_the_machine_finds_a_plan_read_by_path_after_the_goldens(monkeypatch):
+    """The machine can fail: a check that reads its goldens through the folder but its frozen
+    plan by path, at its first speed_gate (what the plugin did before, #20), is caught judging
+    one version's goldens by another version's plan when a swap falls between the two."""
+
+    def by_path(self: GoldenFolder, plans: PlanBook) -> None:
+        """Nothing: the plans were handed to the folder only for its commit, and read alone."""
+
+    monkeypatch.setattr(GoldenFolder, "hold_plans", by_path)
+    with pytest.raises(AssertionError, match="mixed version read"):
         run_state_machine_as_test(
             GoldenStore,
             settings=settings(

@@ -4,6 +4,7 @@ the manifest's entry hashes that cover each golden's gate."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from pytest_lossless.goldens.plans import (
     MatrixPlan,
     Plan,
     PlanBook,
+    PlanReplaced,
     SpeedPlan,
     entry_sha256,
     lossless_plan,
@@ -394,6 +396,126 @@ def test_a_conflicting_golden_update_writes_no_plan_either(tmp_path, kinds):
         mine.commit()
     assert book.commit() == []
     assert _snapshot(mine.path) == committed
+
+
+# ------------------------------------------------------------------ one version read (#20)
+
+
+def _version(goldens: Path, tmp_path: Path, kinds: KindRegistry, value: float, target: float):
+    """Another session's update: a golden of [value] and a plan of ``target``, one swap."""
+    folder = _golden_folder(goldens, kinds)
+    _stage_golden(folder, tmp_path, [value])
+    book = _book(goldens, update=True)
+    book.check("speed", "5s", _speed(target=target))
+    folder.plans = book
+    folder.commit()
+
+
+def _reader(goldens: Path, kinds: KindRegistry, tmp_path: Path) -> tuple[GoldenFolder, PlanBook]:
+    """A check's golden folder holding the test's plans, as the golden fixture makes them."""
+    folder = GoldenFolder(
+        goldens, "test_mod", "test_y", TEST_ID, kinds, digest_above=1 << 20, workdir=tmp_path / "r"
+    )
+    book = _book(goldens, update=False)
+    folder.hold_plans(book)
+    return folder, book
+
+
+def test_a_test_is_judged_by_the_plan_read_with_its_goldens_not_a_newer_one(tmp_path, kinds):
+    """#20: another session swaps the folder between a check's goldens and its first
+    speed_gate: the plan judged is the one read with the goldens (was: the new one, by path)."""
+    goldens = tmp_path / "goldens"
+    _version(goldens, tmp_path, kinds, 1.0, target=0.3)
+    folder, book = _reader(goldens, kinds, tmp_path)
+    compared = folder.manifest()["a.npy"].sha256
+    _version(goldens, tmp_path, kinds, 2.0, target=0.5)
+    assert read_plans(folder.path)[("speed", "5s")] == _speed(target=0.5)  # the live one
+    record = book.check("speed", "5s", _speed(target=0.3))
+    assert record.frozen
+    assert record.plan == _speed(target=0.3)  # frozen with the goldens compared
+    assert book.unused() == []
+    assert read_manifest(folder.path)["a.npy"].sha256 != compared
+
+
+def test_a_plan_read_first_reads_the_goldens_of_its_version(tmp_path, kinds):
+    """#20: the first speed_gate comes before the golden check: the plan is read through the
+    golden folder's version, and the goldens compared later are that version's."""
+    goldens = tmp_path / "goldens"
+    _version(goldens, tmp_path, kinds, 1.0, target=0.3)
+    folder, book = _reader(goldens, kinds, tmp_path)
+    assert book.check("speed", "5s", _speed(target=0.3)).frozen
+    _version(goldens, tmp_path, kinds, 2.0, target=0.5)
+    old = np.load(folder._copies["a.npy"], allow_pickle=False)
+    assert old.tolist() == [1.0]  # the copy read with the plan, before the swap
+    assert folder.manifest()["a.npy"].sha256 != read_manifest(folder.path)["a.npy"].sha256
+
+
+def test_a_plan_of_another_version_than_the_goldens_fails_naming_the_folder(tmp_path, kinds):
+    """#20: a plan read by its path before the golden folder was read, and another session's
+    swap between the two: the test fails, naming the folder, never judged by a mix."""
+    goldens = tmp_path / "goldens"
+    _version(goldens, tmp_path, kinds, 1.0, target=0.3)
+    book = _book(goldens, update=False)
+    assert book.check("speed", "5s", _speed(target=0.3)).frozen
+    _version(goldens, tmp_path, kinds, 2.0, target=0.5)
+    folder = _golden_folder(goldens, kinds)
+    folder.hold_plans(book)
+    with pytest.raises(PlanReplaced) as caught:
+        folder.manifest()
+    message = str(caught.value)
+    assert str(folder.path) in message
+    assert "replaced by another session during this test" in message
+    assert "Run again" in message
+
+
+def test_a_swap_that_keeps_the_plan_is_no_mix(tmp_path, kinds):
+    """Goldens of another version with the very same plan.json: the test is judged by the plan
+    frozen with them all the same, so nothing fails."""
+    goldens = tmp_path / "goldens"
+    _version(goldens, tmp_path, kinds, 1.0, target=0.3)
+    book = _book(goldens, update=False)
+    assert book.check("speed", "5s", _speed(target=0.3)).frozen
+    _version(goldens, tmp_path, kinds, 2.0, target=0.3)
+    folder = _golden_folder(goldens, kinds)
+    folder.hold_plans(book)
+    assert set(folder.manifest()) == {"a.npy"}
+
+
+def test_a_folder_of_plans_only_is_read_through_the_folder(tmp_path, kinds):
+    """A test that checks no golden but freezes plans: its folder has no manifest, and the plan
+    read through it is its plan.json (never "no plan" for want of a manifest)."""
+    _freeze(tmp_path, {("speed", "5s"): _speed()})
+    folder, book = _reader(tmp_path, kinds, tmp_path)
+    assert book.check("speed", "5s", _speed()).frozen
+    assert folder.manifest() == {}
+
+
+def test_a_plan_that_cannot_be_read_through_the_folder_is_named_where_used(tmp_path, kinds):
+    goldens = tmp_path / "goldens"
+    _version(goldens, tmp_path, kinds, 1.0, target=0.3)
+    folder, book = _reader(goldens, kinds, tmp_path)
+    (folder.path / PLAN).unlink()
+    os.mkfifo(folder.path / PLAN)
+    assert set(folder.manifest()) == {"a.npy"}  # the goldens still read
+    with pytest.raises(ManifestError, match=r"plan\.json"):
+        book.check("speed", "5s", _speed(target=0.3))
+
+
+def test_reading_the_plan_with_the_goldens_costs_no_copy_and_no_fsync(tmp_path, kinds):
+    """The plan is read in memory through the folder's descriptor: no copy beside the stored
+    goldens' copies, and nothing flushed to disk by a check."""
+    goldens = tmp_path / "goldens"
+    _version(goldens, tmp_path, kinds, 1.0, target=0.3)
+    folder, book = _reader(goldens, kinds, tmp_path)
+
+    def no_fsync(fd: int) -> None:
+        raise AssertionError("a check flushed a file to disk")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", no_fsync)
+        assert book.check("speed", "5s", _speed(target=0.3)).frozen
+        assert set(folder.manifest()) == {"a.npy"}
+    assert sorted(p.name for p in (tmp_path / "r").rglob("*") if p.is_file()) == ["a.npy"]
 
 
 # ------------------------------------------------------------------ manifest entry hashes
