@@ -89,8 +89,12 @@ def source_states(config: pytest.Config) -> SourceStates:
 def session_writes(config: pytest.Config) -> tuple[Path, ...]:
     """What the session itself writes besides its receipts, export and store (which no tree's
     state ever includes): the goldens folder, the lock folder, pytest's cache and temporary
-    folders. Where one lies inside a source tree, the session's end leaves it out when it asks
-    whether the tree changed (:meth:`~..evidence.provenance.SourceStates.changes`)."""
+    folders, and the report files pytest and its usual plugins write where the command line
+    says (``--junitxml``, pytest-html's ``--html``, pytest-reportlog's ``--report-log``).
+    Other tools' outputs in a checkout are gitignored there, or the session's end counts
+    them as new untracked files (docs/receipts.md). Where one lies inside a source tree, the
+    session's end leaves it out when it asks whether the tree changed
+    (:meth:`~..evidence.provenance.SourceStates.changes`)."""
     import getpass
     import os
     import re
@@ -100,6 +104,10 @@ def session_writes(config: pytest.Config) -> tuple[Path, ...]:
     found = [resolved.goldens, resolved.lock_dir]
     if config.pluginmanager.hasplugin("cacheprovider"):  # its ini key exists only then
         found.append(config.rootpath / os.path.expandvars(str(config.getini("cache_dir"))))
+    for dest in ("xmlpath", "htmlpath", "report_log"):  # report files: junit, html, reportlog
+        written = getattr(config.option, dest, None)
+        if isinstance(written, str) and written:
+            found.append(config.invocation_params.dir / os.path.expanduser(written))
     basetemp = getattr(config.option, "basetemp", None)
     if basetemp:
         found.append(config.invocation_params.dir / os.path.expandvars(str(basetemp)))

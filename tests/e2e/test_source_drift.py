@@ -141,6 +141,16 @@ def test_the_sessions_own_writes_are_no_source_change(project: Path, tmp_path: P
     assert not _git(project, "status", "--porcelain", "--", "model.py", "goldens")
 
 
+def test_report_files_pytest_writes_into_the_tree_are_no_source_change(
+    project: Path, tmp_path: Path
+) -> None:
+    """CI's usual report files, written into the (not ignored) checkout by pytest itself."""
+    done = _pytest(project, "--lossless", *WRITES, "--junitxml", "reports/junit.xml")
+    assert done.returncode == 0, done.stdout
+    assert (project / "reports" / "junit.xml").is_file()
+    _clean(project, done, _keys(tmp_path))
+
+
 def test_a_failing_session_exporting_into_the_tree_is_no_source_change(
     project: Path, tmp_path: Path
 ) -> None:
