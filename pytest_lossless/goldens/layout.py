@@ -21,7 +21,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -260,12 +260,20 @@ def golden_folders(goldens: Path) -> list[Path]:
 
 
 def orphans(
-    goldens: Path, rootdir: Path, *, collected: set[Path], modules: set[str]
+    goldens: Path,
+    rootdir: Path,
+    *,
+    collected: set[Path],
+    modules: set[str],
+    left_out: Callable[[str], bool] | None = None,
 ) -> list[Orphan]:
     """The test folders under ``goldens`` that no collected test uses (``collected``: the folders
     of the tests collected, default scope), judged only where this session can tell: the test's
     module was collected (``modules``: their files, as test ids name them) without the test, or
-    its file no longer exists. A folder whose module exists but was not collected is not judged.
+    its file no longer exists. A folder whose module exists but was not collected is not judged,
+    nor one whose test its collected module still defines but this session's collection left out
+    without saying so (``left_out``: an ini setting such as ``python_functions`` or a plugin
+    narrowed it, #20).
     """
     expected = collected | {f.with_name(f.name + _DEVICE) for f in collected}
     found: list[Orphan] = []
@@ -291,6 +299,8 @@ def orphans(
             continue
         file = test.split("::", 1)[0]
         if file in modules:
+            if left_out is not None and left_out(test):
+                continue  # still defined, left out by a narrowed collection: not judged
             why = f"{file} no longer has this test (renamed or deleted)"
         elif not os.path.lexists(rootdir / file):
             why = f"{file} no longer exists"

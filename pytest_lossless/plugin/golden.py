@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -847,17 +848,47 @@ class OrphanWatch:
     """Golden folders of renamed or deleted tests: reported by every lossless session that can
     tell (:func:`..goldens.layout.orphans`), removed only by ``--update-goldens`` in a session
     that collected everything (no ``-k``, ``-m``, deselection, path arguments, ``--lf``, shard
-    or xdist) and finished (no collection error, not stopped early nor interrupted)."""
+    or xdist) and finished (no collection error, not stopped early nor interrupted). A test its
+    module still defines but the collection left out (``python_functions``, ``python_classes``:
+    ini or ``-o``) is neither reported nor removed (:meth:`left_out`)."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.tests: list[str] = []
+        #: The collected test ids without their parameters (``f.py::test_p[1]`` -> ``test_p``).
+        self.bases: set[str] = set()
         self.modules: set[str] = set()
+        #: The module collectors by file, to ask whether a test left out is still defined.
+        self.module_nodes: dict[str, pytest.Module] = {}
         self.deselected = False
         self.collection_errors = False
         self.found: list[Any] = []
         self.removed: list[Any] = []
         self.problems: list[str] = []
+
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        if isinstance(collector, pytest.Module):
+            self.module_nodes[collector.nodeid] = collector
+
+    def left_out(self, test: str) -> bool:
+        """Whether ``test`` is still defined by its collected module but this session's
+        collection left it out without saying so: ``python_functions``, ``python_classes`` (an
+        ini setting or ``-o``) or a plugin's hook narrowed it (#20). A case of a parametrized
+        test whose other cases were collected is not left out: that case is gone."""
+        file, _, name = test.partition("::")
+        node = self.module_nodes.get(file)
+        if node is None or not name:
+            return False
+        base = test.split("[", 1)[0]
+        if base in self.bases:
+            return False
+        missing = object()
+        found: Any = node.obj  # imported already: the module was collected
+        for part in base.split("::")[1:]:
+            found = inspect.getattr_static(found, part, missing)
+            if found is missing:
+                return False
+        return True
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         nodeid = report.nodeid
@@ -871,9 +902,11 @@ class OrphanWatch:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected = True
         self.tests += [item.nodeid for item in items]
+        self.bases.update(item.nodeid.split("[", 1)[0] for item in items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.tests += [item.nodeid for item in session.items]
+        self.bases.update(item.nodeid.split("[", 1)[0] for item in session.items)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -899,7 +932,11 @@ class OrphanWatch:
         if boundary != resolved.goldens:
             return  # the goldens folder leads out of the rootdir: refused where it is used
         self.found = orphans(
-            resolved.goldens, resolved.rootdir, collected=collected, modules=self.modules
+            resolved.goldens,
+            resolved.rootdir,
+            collected=collected,
+            modules=self.modules,
+            left_out=self.left_out,
         )
         why_not = self._why_not_removed(session, int(exitstatus))
         if why_not:
