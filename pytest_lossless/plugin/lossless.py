@@ -291,7 +291,7 @@ class LosslessFixture:
             verdict = compare_control_candidate(
                 control,
                 candidate,
-                runs=runs or self._settings.control_runs,
+                runs=self._settings.control_runs if runs is None else runs,
                 kinds=self._kinds,
                 workdir=self._workdir / safe_name(name, default="compare"),
                 gate=gates,
@@ -384,7 +384,7 @@ class LosslessFixture:
             grid = run_matrix(
                 make_run,
                 axes,
-                runs=runs or self._settings.control_runs,
+                runs=self._settings.control_runs if runs is None else runs,
                 kinds=self._kinds,
                 workdir=self._workdir / safe_name(name, default="matrix"),
                 reference=reference,
