@@ -6,6 +6,7 @@
     DIR/artifacts/<test>/<name>      the obtained artifact (of a producer: its first run again)
     DIR/receipts/<session>/...       a copy of each exported test's receipt (and its diff)
     DIR/report/                      a copy of the session's HTML report
+    DIR/.lossless-export.lock        held by the session writing DIR (removed when it ends)
 
 An entry names the test, the artifact, the gate, the kind and fingerprint, the runs that
 produced it (a producer whose artifact mismatched ran again: the control-run count) and whether
@@ -18,6 +19,9 @@ Also here: what a GitHub Actions job shows of a session, the verdict table as Ma
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import os
 import secrets
@@ -29,15 +33,18 @@ from typing import Any
 from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_json_atomic
+from ..core.paths import open_regular, read_regular
 from ..core.text import printable
-from ..errors import ReceiptError
+from ..errors import ConfigError, ReceiptError
 from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA
 from .index import HostIdentity
 
 __all__ = [
     "ARTIFACTS",
+    "CLAIM",
     "RECEIPTS",
     "REPORT",
+    "ExportClaim",
     "ExportFolder",
     "annotation",
     "append_step_summary",
@@ -47,6 +54,94 @@ __all__ = [
 ARTIFACTS = "artifacts"
 RECEIPTS = "receipts"
 REPORT = "report"
+#: The lock file of the session writing an export folder.
+CLAIM = ".lossless-export.lock"
+
+
+class ExportClaim:
+    """One session's hold on an export folder, from its start to its end. ``export.json`` names
+    one session (its host, settings, receipts), so two sessions writing one folder at once
+    would leave the last writer's entries listed and the other's artifacts unlisted beside
+    them: the second is refused at its start instead, naming the pid of the first (#20). An
+    exclusive ``flock`` on ``DIR/.lossless-export.lock`` (its own file, never a device lock),
+    which names its holder's pid and is removed by it at release; a process that dies drops
+    its flock with it, so a stale file never refuses anyone."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.path = root / CLAIM
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Hold the folder, or a :class:`ConfigError` naming the session that holds it."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                "--lossless-export", str(self.root), f"cannot be made ({exc.strerror or exc})"
+            ) from None
+        while True:
+            try:
+                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise ConfigError(
+                    "--lossless-export",
+                    str(self.root),
+                    f"its lock file {CLAIM} cannot be opened ({exc.strerror or exc}): remove it",
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise ConfigError(
+                        "--lossless-export",
+                        str(self.root),
+                        f"its lock file {CLAIM} cannot be locked ({exc.strerror or exc})",
+                    ) from None
+                raise ConfigError(
+                    "--lossless-export",
+                    str(self.root),
+                    f"is being written by another session ({self._holder()}): two sessions "
+                    "cannot share one export (export.json names one session); give each its "
+                    "own folder, or run this one after that one ended",
+                ) from None
+            if _names(self.path, fd):
+                break
+            os.close(fd)  # removed by its holder after this open: lock the path anew
+        self._fd = fd
+        with contextlib.suppress(OSError):  # the pid only names the holder (a full disk: not)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+
+    def _holder(self) -> str:
+        try:
+            text = read_regular(self.path, limit=64).decode("ascii", "replace").strip()
+        except OSError:
+            text = ""
+        return f"pid {text}" if text.isdigit() else "pid unknown"
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if _names(self.path, fd):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)  # closing the descriptor drops the flock
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        named = os.lstat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 class ExportFolder:

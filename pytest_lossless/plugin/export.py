@@ -22,6 +22,7 @@ import pytest
 
 from ..core import faults, records
 from ..core.digests import canonical_sha256, sha256_file
+from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
 from ..goldens.manifest import Environment
 from .config import session as session_of
@@ -30,7 +31,7 @@ from .evidence import receipt_for, redacted_command, source_revision
 from .golden import CHECKS_KEY, Call, Failed
 
 if TYPE_CHECKING:
-    from ..evidence.export_index import ExportFolder
+    from ..evidence.export_index import ExportClaim, ExportFolder
     from ..gates import Gate
     from ..goldens.checks import Golden
     from .golden import Record
@@ -49,11 +50,17 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     plugin = config.stash[EXPORT_KEY] = ExportPlugin(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
+    if not hasattr(config, "workerinput"):  # the controller holds it for its workers
+        try:
+            plugin.claim.acquire()
+        except LosslessError as exc:
+            raise pytest.UsageError(printable(f"pytest-lossless: {exc}")) from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     plugin = config.stash.get(EXPORT_KEY, None)
     if plugin is not None:
+        plugin.claim.release()
         config.pluginmanager.unregister(plugin, _PLUGIN_NAME)
         del config.stash[EXPORT_KEY]
 
@@ -184,12 +191,14 @@ class ExportPlugin:
     """Settles each test's checks after its call; the controller writes the export."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from ..evidence.export_index import ExportFolder
+        from ..evidence.export_index import ExportClaim, ExportFolder
 
         self.config = config
         resolved = settings(config)
         assert resolved.export is not None
         self.folder: ExportFolder = ExportFolder(resolved.export)
+        #: This session's hold on the folder (taken by the controller, or pytest alone).
+        self.claim: ExportClaim = ExportClaim(resolved.export)
         #: The exported entries of every test, and each test's receipt, by test id.
         self.entries: dict[str, list[ExportEntry]] = {}
         self.receipts: dict[str, str] = {}
