@@ -52,6 +52,16 @@ def test_narrowing_overrides_keep_goldens_of_tests_that_exist(pytester: pytest.P
         result = pytester.runpytest_subprocess("--update-goldens", "-o", override)
         assert "no longer has this test" not in result.stdout.str(), override
         assert _folders(pytester) == folders, override
+    # A plugin's hook that drops tests without deselecting them.
+    conftest = pytester.makeconftest(
+        "def pytest_collection_modifyitems(items):\n"
+        "    items[:] = [i for i in items if 'test_one' in i.nodeid]\n"
+    )
+    result = pytester.runpytest_subprocess("--update-goldens")
+    result.assert_outcomes(passed=1)
+    assert "no longer has this test" not in result.stdout.str()
+    assert _folders(pytester) == folders
+    conftest.unlink()
     # The same narrowing written in the ini file.
     pytester.makeini("[pytest]\npython_functions = test_o*\n")
     result = pytester.runpytest_subprocess("--update-goldens")
