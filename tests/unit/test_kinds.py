@@ -378,13 +378,28 @@ def test_container_and_audio_fingerprints_read_and_write_old_ones_unchanged() ->
     assert _typed_record(made[2]["fingerprint"]).image_format == "gif"
 
 
+#: The ffmpeg the fingerprints above were made with (imageio-ffmpeg 0.8.1). A lossy audio
+#: decoder's samples (AAC) differ between ffmpeg releases (priming and padding), so those
+#: files are compared only under this ffmpeg; every other file under any.
+_MADE_WITH_FFMPEG = "n9.0.2"
+
+
 def test_the_media_kinds_write_the_fingerprints_the_code_before_them_wrote() -> None:
     """Today's code fingerprints the same files into the very JSON the earlier code wrote."""
+    import imageio_ffmpeg
+
     made = json.loads((_FINGERPRINTS / "made_before_typed_records.json").read_text())
+    same_ffmpeg = imageio_ffmpeg.get_ffmpeg_version().startswith(_MADE_WITH_FFMPEG)
     registry = KindRegistry()
+    compared = 0
     for case in made:
+        decoded_aac = '"codec": "aac"' in json.dumps(case["fingerprint"])
+        if decoded_aac and not same_ffmpeg:
+            continue  # another ffmpeg's AAC decoder: other samples, not another serialiser
         path = _FINGERPRINTS / case["file"]
         if not path.exists():
             path = _ROOT / "fixtures" / "ref2va" / case["file"]
         found = registry.fingerprint(case["kind"], path)
         assert json.dumps(found) == json.dumps(case["fingerprint"]), case["file"]
+        compared += 1
+    assert compared >= (len(made) if same_ffmpeg else 4)
