@@ -20,8 +20,6 @@ Also here: what a GitHub Actions job shows of a session, the verdict table as Ma
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import os
 import secrets
@@ -33,10 +31,11 @@ from typing import Any
 from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_json_atomic
-from ..core.paths import open_regular, read_regular
+from ..core.paths import read_regular
 from ..core.text import printable
 from ..errors import ConfigError, ReceiptError
 from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA
+from ..goldens.swap import FolderLock, GoldenUpdateError
 from .index import HostIdentity
 
 __all__ = [
@@ -70,7 +69,7 @@ class ExportClaim:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.path = root / CLAIM
-        self._fd: int | None = None
+        self._lock: FolderLock | None = None
 
     def acquire(self) -> None:
         """Hold the folder, or a :class:`ConfigError` naming the session that holds it."""
@@ -80,39 +79,24 @@ class ExportClaim:
             raise ConfigError(
                 "--lossless-export", str(self.root), f"cannot be made ({exc.strerror or exc})"
             ) from None
-        while True:
-            try:
-                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise ConfigError(
-                    "--lossless-export",
-                    str(self.root),
-                    f"its lock file {CLAIM} cannot be opened ({exc.strerror or exc}): remove it",
-                ) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise ConfigError(
-                        "--lossless-export",
-                        str(self.root),
-                        f"its lock file {CLAIM} cannot be locked ({exc.strerror or exc})",
-                    ) from None
-                raise ConfigError(
-                    "--lossless-export",
-                    str(self.root),
-                    f"is being written by another session ({self._holder()}): two sessions "
-                    "cannot share one export (export.json names one session); give each its "
-                    "own folder, or run this one after that one ended",
-                ) from None
-            if _names(self.path, fd):
-                break
-            os.close(fd)  # removed by its holder after this open: lock the path anew
-        self._fd = fd
+        lock = FolderLock(self.path, timeout=0, writable=True, of="the export folder")
+        try:
+            held = lock.acquire(wait=False)
+        except GoldenUpdateError as exc:  # a link, a FIFO, an unlockable file: named
+            raise ConfigError("--lossless-export", str(self.root), str(exc)) from None
+        if not held:
+            raise ConfigError(
+                "--lossless-export",
+                str(self.root),
+                f"is being written by another session ({self._holder()}): two sessions "
+                "cannot share one export (export.json names one session); give each its "
+                "own folder, or run this one after that one ended",
+            )
+        self._lock = lock
         with contextlib.suppress(OSError):  # the pid only names the holder (a full disk: not)
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            assert lock.fd is not None
+            os.ftruncate(lock.fd, 0)
+            os.write(lock.fd, f"{os.getpid()}\n".encode())
 
     def _holder(self) -> str:
         try:
@@ -122,26 +106,9 @@ class ExportClaim:
         return f"pid {text}" if text.isdigit() else "pid unknown"
 
     def release(self) -> None:
-        if self._fd is None:
-            return
-        fd, self._fd = self._fd, None
-        try:
-            if _names(self.path, fd):
-                os.unlink(self.path)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)  # closing the descriptor drops the flock
-
-
-def _names(path: Path, fd: int) -> bool:
-    """Whether ``path`` still names the file open as ``fd``."""
-    try:
-        named = os.lstat(path)
-    except OSError:
-        return False
-    held = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()  # removes its file, and closing it drops the flock
 
 
 class ExportFolder:

@@ -142,25 +142,42 @@ def fault(point: str) -> None:
 
 
 class FolderLock:
-    """An exclusive ``flock`` on the lock file beside a golden folder, waited for up to
-    ``timeout`` seconds. The file is opened like a device lock (``O_NOFOLLOW | O_NONBLOCK``,
-    a regular file or an error: a planted link or FIFO is named, never followed or waited on),
-    and removed by its holder at release."""
+    """An exclusive ``flock`` on the lock file beside a golden folder (or the folder ``of``
+    names: the export folder's claim uses it too), waited for up to ``timeout`` seconds. The
+    file is opened like a device lock (``O_NOFOLLOW | O_NONBLOCK``, a regular file or an
+    error: a planted link or FIFO is named, never followed or waited on), and removed by its
+    holder at release. ``writable``: opened for writing, so its holder can name itself in it
+    (:attr:`fd`)."""
 
-    def __init__(self, path: Path, *, timeout: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        timeout: float,
+        writable: bool = False,
+        of: str = "the golden folder beside it",
+    ) -> None:
         self.path = path
         self.timeout = timeout
+        self.writable = writable
+        self.of = of
         self._fd: int | None = None
+
+    @property
+    def fd(self) -> int | None:
+        """The held lock file's descriptor (None: not held)."""
+        return self._fd
 
     def acquire(self, *, wait: bool = True) -> bool:
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                fd = open_regular(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+                mode = os.O_RDWR if self.writable else os.O_RDONLY
+                fd = open_regular(self.path, mode | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise GoldenUpdateError(
                     self.path,
-                    f"{exc.strerror or exc}: it is the lock file of the golden folder beside it, "
+                    f"{exc.strerror or exc}: it is the lock file of {self.of}, "
                     "and pytest-lossless neither follows nor waits on what it finds there. "
                     "Remove it (it is made again)",
                 ) from None
