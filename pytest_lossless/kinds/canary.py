@@ -149,8 +149,40 @@ def beyond(value: Any, dtype: np.dtype[Any], bound: float, step: int = 1) -> Any
                 y = dtype.type(x + sign * d)
                 yw = wide(y)
                 if np.isfinite(yw) and abs(yw - x) > bound:
-                    return y
+                    return _nearest_past(y, x, bound) if dtype.kind == "f" else y
     return None
+
+
+def _nearest_past(y: Any, x: Any, bound: float) -> Any:
+    """The float nearest ``x`` that is more than ``bound`` from it, on ``y``'s side: ``y``
+    passes, and the floats between are searched by bisection in their order (float64's
+    rounding of a distance can leave the first value the ladder found many steps too far:
+    past zero, the distances of all denormals round to the same number)."""
+    import numpy as np
+
+    dtype = y.dtype
+    ints = np.dtype(f"i{dtype.itemsize}")
+    low = np.iinfo(ints).min
+
+    def order(v: Any) -> int:  # the floats' order as integers (negatives mirrored)
+        bits = int(np.array(v, dtype=dtype).view(ints))
+        return bits if bits >= 0 else low - bits
+
+    def value(n: int) -> Any:
+        bits = n if n >= 0 else low - n
+        return np.array(bits, dtype=ints).view(dtype)[()]
+
+    def passes(n: int) -> bool:
+        return bool(abs(np.float64(value(n)) - x) > bound)
+
+    near, far = order(dtype.type(x)), order(y)  # near fails (distance 0), far passes
+    while abs(far - near) > 1:
+        mid = (near + far) // 2
+        if passes(mid):
+            far = mid
+        else:
+            near = mid
+    return value(far)
 
 
 def middle_out(count: int, limit: int = 4096) -> Iterator[int]:
