@@ -30,7 +30,19 @@ import types
 import typing
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import PurePath
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
+
+if typing.TYPE_CHECKING:
+    #: A JSON value as :func:`json.loads` returns it, to the type checker: where JSON of a shape
+    #: another party owns is handed on (a user kind's fingerprint, a receipt read raw so that
+    #: ``verify`` can re-derive it), a reader must narrow each value before using it.
+    JsonValue: TypeAlias = (
+        "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
+    )
+else:  # at run time a record field so typed is raw JSON, copied as it is
+    JsonValue = Any
+#: A JSON object (see :data:`JsonValue`): the type of JSON whose keys this code does not own.
+JsonObject: TypeAlias = dict[str, JsonValue]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R", bound="Record")
