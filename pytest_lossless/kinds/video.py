@@ -740,8 +740,8 @@ def _seek_window(
     came cannot be placed in the fingerprint's digests."""
     from collections import deque
 
+    from ..core.digests import sha256_hex
     from ..media.frames import iter_video_frames
-    from ..media.hashing import sha256_hex
 
     tb = Fraction(stream.pts_time_base or "0")
     first_pts, pts = stream.frames[0].pts, stream.frames[start].pts

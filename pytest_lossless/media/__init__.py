@@ -13,7 +13,7 @@ The modules follow the data: ``limits`` (how much work one untrusted file may co
 (parsers of ffmpeg's text) and ``ffmpeg`` (the runner, under the time limit, and every command
 line), ``signatures`` and ``detect``, then the readers: ``container`` (the framehash of every
 stream), ``frames`` (decoded video frames, PNG), ``pcm`` (audio samples), ``npy`` (arrays),
-with the shared digests in ``hashing`` and what a test hands over in ``artifacts``. Every reader
+with what a test hands over in ``artifacts`` (the digests are :mod:`..core.digests`). Every reader
 takes ``limits`` (:class:`~.limits.MediaLimits`); without them it reads the defaults and the
 environment.
 """
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from .detect import detect_kind, has_container_signature, is_audio_header, is_tensor_file
     from .ffmpeg import ffmpeg_exe, probe
     from .frames import iter_video_frames, load_video_frames, sample_dtype, sample_peak, write_png
-    from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest
     from .limits import DecodeLimitExceeded, FFmpegTimeout, MediaLimits
     from .npy import check_declared_tensor, check_npz_member, load_tensor
     from .pcm import (
@@ -63,9 +62,6 @@ _LAZY = {
     "read_head": "artifacts",
     "ffmpeg_exe": "ffmpeg",
     "probe": "ffmpeg",
-    "CHUNK_BYTES": "hashing",
-    "FINGERPRINT_VERSION": "hashing",
-    "file_digest": "hashing",
     "DecodeLimitExceeded": "limits",
     "FFmpegTimeout": "limits",
     "MediaLimits": "limits",
@@ -101,8 +97,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CHUNK_BYTES",
-    "FINGERPRINT_VERSION",
     "HEAD_BYTES",
     "DecodeLimitExceeded",
     "FFmpegTimeout",
@@ -118,7 +112,6 @@ __all__ = [
     "check_wav_complete",
     "detect_kind",
     "ffmpeg_exe",
-    "file_digest",
     "fingerprint_container",
     "has_container_signature",
     "is_audio_header",
