@@ -61,7 +61,7 @@ class AudioKind(BuiltinKind):
     def check_declared(self, path: Path, limits: MediaLimits) -> None:
         """Refuse, from its header alone, a file that declares more decoded PCM than
         ``limits`` allow (a container: its streams' declared sizes)."""
-        from ..media.artifacts import read_head
+        from ..core.artifact import read_head
         from ..media.container import check_declared_container
         from ..media.detect import is_audio_header
         from ..media.pcm import check_declared_audio_file
@@ -161,8 +161,8 @@ def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> 
 
     import numpy as np
 
+    from ..core.artifact import read_head
     from ..core.digests import file_digest, parallel_digests
-    from ..media.artifacts import read_head
     from ..media.detect import RIFF_IDS
     from ..media.limits import MediaLimits
     from ..media.pcm import check_declared_pcm, check_wav_complete, lossless_dtype, open_sound
@@ -254,7 +254,7 @@ def fingerprint_audio(
     path: Path, *, limits: MediaLimits | None = None
 ) -> AudioFingerprint | ContainerFingerprint:
     """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
-    from ..media.artifacts import read_head
+    from ..core.artifact import read_head
     from ..media.container import fingerprint_container
     from ..media.detect import is_audio_header
 
@@ -443,7 +443,7 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
     import numpy as np
     import soundfile
 
-    from ..media.artifacts import read_head
+    from ..core.artifact import read_head
     from ..media.detect import is_audio_header
     from ..media.pcm import load_audio
     from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show

@@ -206,9 +206,9 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> Tens
     member's declared size is checked before it is read (:func:`check_npz_member`)."""
     import zipfile
 
+    from ..core.artifact import read_head
     from ..core.digests import file_digest
     from ..errors import ArtifactError
-    from ..media.artifacts import read_head
     from ..media.detect import NPY_MAGIC
     from ..media.limits import MediaLimits
     from ..media.npy import check_npz_member
@@ -427,7 +427,7 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     name, index, value, what = found
     arrays[name][index] = value
     with open(out, "wb") as fh:  # a file object: numpy adds no suffix to it
-        from ..media.artifacts import read_head
+        from ..core.artifact import read_head
 
         if read_head(path, 6) == b"\x93NUMPY":
             np.save(fh, arrays[""], allow_pickle=False)
