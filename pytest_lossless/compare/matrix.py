@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core.artifact import materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.digests import safe_name
+from ..core.paths import safe_name
 from ..core.records import Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..core.verdict import Verdict

@@ -23,8 +23,8 @@ from typing import Any
 
 from ..core.artifact import materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.digests import safe_name
 from ..core.expect import Media
+from ..core.paths import safe_name
 from ..core.records import Record, from_json, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError

@@ -287,7 +287,7 @@ def trace_artifacts(
     import numpy as np
 
     from ..compare.divergence import Trace, load_trace, trace_folder
-    from ..core.digests import safe_name
+    from ..core.paths import safe_name
     from ..errors import ArtifactError, ConfigError
     from ..gates import parse_gate
 

@@ -513,7 +513,7 @@ def listing(
     key: str,
 ) -> list[str]:
     """A text listing of the first differing elements or samples (the audio kind's too)."""
-    from ..core.digests import safe_name
+    from ..core.paths import safe_name
 
     if result.passed or expected.path is None or obtained.path is None:
         return []

@@ -869,7 +869,7 @@ def frame_pictures(
     result: GateResult, expected: Artifact, obtained: Artifact, folder: Path, limits: MediaLimits
 ) -> list[str]:
     """The first differing frame, expected and obtained as PNG, and an amplified difference."""
-    from ..core.digests import safe_name
+    from ..core.paths import safe_name
 
     loc = FrameLocation.named_by(result)
     if result.passed or expected.path is None or obtained.path is None or loc is None:
