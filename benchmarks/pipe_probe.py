@@ -19,9 +19,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from pytest_lossless import kinds, media  # noqa: E402
+from pytest_lossless.core.digests import digest_frames, hash_threads  # noqa: E402
 from pytest_lossless.media import container  # noqa: E402
 from pytest_lossless.media.ffmpeg import RAW_PIPE_BYTES, OutputPipe  # noqa: E402
-from pytest_lossless.media.hashing import digest_frames, hash_threads  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..core.artifact import materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.digests import safe_name
+from ..core.paths import safe_name
 from ..core.records import Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate
 from ..kinds.registry import Artifact, KindRegistry
-from ..media.artifacts import materialize_all
 from . import divergence as tracing
 from .repeatability import (
     Comparison,

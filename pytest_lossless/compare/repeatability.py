@@ -21,15 +21,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..core.artifact import materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.digests import safe_name
 from ..core.expect import Media
+from ..core.paths import safe_name
 from ..core.records import Record, from_json, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
-from ..media.artifacts import materialize_all
 from . import coverage
 from . import divergence as tracing
 from . import proof as dispatch

@@ -1,21 +1,26 @@
-"""SHA-256 of files and JSON values, atomic writes, safe file names, bounded JSON parsing:
-defined once, used by all."""
+"""The digests, defined once and used by all: SHA-256 of files and JSON values, and those every
+fingerprint is made of (whole file, per chunk, in parallel over a memory map; per frame, as the
+frames come), with :class:`Fingerprint`, the base of a built-in kind's fingerprint (the kinds
+put them together, :mod:`~..kinds`). Files are written atomically in :mod:`.paths`; JSON is
+read with a bound on its depth in :mod:`.records`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
-import tempfile
+import queue
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from ..errors import ArtifactError
+from .records import Record, from_json
 
 CHUNK = 1 << 20
-#: How deep a JSON document the plugin reads (a manifest, a receipt) may nest. Ours nest about
-#: a dozen levels; a hostile one of 100,000 would otherwise end in a RecursionError.
-MAX_JSON_DEPTH = 64
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def sha256_file(path: Path | str, chunk: int = CHUNK) -> str:
@@ -37,126 +42,170 @@ def canonical_sha256(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
-def safe_name(text: str, *, default: str = "_", max_length: int = 150) -> str:
-    """A file name for ``text``: letters, digits, ``.``, ``_`` and ``-`` only, never hidden.
+#: Version of the fingerprint layout, stored in every fingerprint.
+FINGERPRINT_VERSION = 1
+#: Chunk size of the per-chunk digests of bytes and tensors (localisation in digest-only goldens).
+CHUNK_BYTES = 1 << 20
 
-    Runs of other characters become one ``_``; a name longer than ``max_length`` keeps its
-    start and gains a hash of the whole text, so distinct texts keep distinct names.
-    """
-    stem = _UNSAFE.sub("_", text).strip("._") or default
-    if len(stem) > max_length:
-        stem = f"{stem[: max_length - 20]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    return stem
+_F = TypeVar("_F", bound="Fingerprint")
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Write ``data`` to a temporary file beside ``path``, flush it to disk, rename it into place.
+@dataclass(frozen=True, slots=True)
+class Fingerprint(Record):
+    """A built-in kind's fingerprint, as a manifest keeps it: ``fingerprint_version`` first,
+    then the kind's fields in their order (:mod:`.records`).
 
-    A reader sees the old file or the whole new one, never half of it; a failure leaves no
-    temporary file behind. The file is private (0600, as the temporary file is made) unless
-    ``mode`` says otherwise (0644 for what is committed beside the goldens).
-    """
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed before the rename
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
-    )
-    try:
-        with handle:
-            if mode is not None:
-                os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)  # replaces a link or FIFO at ``path``, never follows it
-    except OSError as exc:
-        Path(handle.name).unlink(missing_ok=True)
-        if exc.filename is None:  # a write's error names no file: name the one meant
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
-        raise
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    Read leniently, as the code before the typed records read it: a gate reads any kind's
+    fingerprint (a plugin's may lack fields) and a manifest's (checked for integrity before),
+    so a missing or mistyped value reads as absent and the comparison names the difference."""
+
+    fingerprint_version: int = field(default=FINGERPRINT_VERSION, kw_only=True)
+
+    @classmethod
+    def from_json(cls: type[_F], data: object) -> _F:
+        return from_json(cls, data, problems=[])
 
 
-def write_new(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Create ``path`` (never an existing file, never through a link) with ``data``, flushed to
-    disk: a file of a folder being staged, which is renamed into place whole afterwards."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.filename is None:  # a write's error names no file: name the one meant
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
-        raise
-    finally:
-        os.close(fd)
+#: Frames smaller than this are hashed by the reading thread itself (a hand-over costs more).
+PARALLEL_FRAME_BYTES = 256 << 10
+#: The frame buffers in flight between the reader and the hashing threads take at most this.
+FRAME_BUFFER_BYTES = 64 << 20
+#: At most this many hashing threads (SHA-256 runs at 1-2 GB/s a core; a decoder rarely feeds more).
+MAX_HASH_THREADS = 8
 
 
-def fsync_file(path: Path | str) -> None:
-    """Flush a file just written (a copy) to disk before it is renamed or swapped into place."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def hash_threads() -> int:
+    """Hashing threads for raw frames: none (hash while reading) on one core, else half the
+    cores this process may use, at most :data:`MAX_HASH_THREADS` (the decoder needs the rest)."""
+    cores = _cores()
+    return 0 if cores < 2 else max(1, min(MAX_HASH_THREADS, cores // 2))
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (best effort: some file systems refuse)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def raw_stripes() -> int:
+    """Raw pipes for one decode: one per four cores, at most four (one ffmpeg writer thread
+    and one reading thread each); one below eight cores, where the CPU, not the pipe, binds."""
+    return max(1, min(4, _cores() // 4))
 
 
-def write_json_atomic(
-    path: Path, value: Any, *, indent: int | None = 2, default: Any = None
-) -> None:
-    """:func:`write_atomic` of ``value`` as JSON with sorted keys and a final newline."""
-    text = json.dumps(value, indent=indent, sort_keys=True, default=default)
-    write_atomic(path, (text + "\n").encode("utf-8"))
-
-
-def loads_bounded(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads`` of UTF-8 ``data`` that nests at most ``max_depth`` levels.
-
-    ``ValueError`` (a ``JSONDecodeError``, a ``UnicodeDecodeError``, or one naming the depth
-    limit) for anything else: never a ``RecursionError``, whatever the document holds.
-    """
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise ValueError(f"nested deeper than the limit of {max_depth} levels") from None
-    if json_depth(value, stop_above=max_depth) > max_depth:
-        raise ValueError(f"nested deeper than the limit of {max_depth} levels")
-    return value
-
-
-def json_depth(value: Any, *, stop_above: int | None = None) -> int:
-    """How many levels of lists and objects ``value`` nests (a scalar is 0), without recursion;
-    counting stops once it passes ``stop_above``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        if stop_above is not None and deepest > stop_above:
+def _fill(read_into: Callable[[memoryview], int], view: memoryview) -> int:
+    """Read into all of ``view`` unless the stream ends first; the bytes read."""
+    got = 0
+    while got < len(view):
+        n = read_into(view[got:])
+        if not n:
             break
-        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest
+        got += n
+    return got
+
+
+def digest_frames(
+    read_into: Callable[[memoryview], int],
+    frame_bytes: int,
+    *,
+    threads: int | None = None,
+    on_frame: Callable[[int], None] | None = None,
+) -> tuple[list[str], int]:
+    """The SHA-256 of each consecutive ``frame_bytes`` of a stream read with ``read_into`` (a
+    raw pipe's ``readinto``), and how many bytes were left after the last whole frame.
+
+    Frames are read into a few reused buffers (never one ``bytes`` object per frame) and hashed
+    on ``threads`` threads (:func:`hash_threads` when None): hashlib releases the GIL on large
+    buffers, so reading and hashing overlap the decoder and each other. ``on_frame(size)`` is
+    called before each frame is hashed and may raise to stop (a decode budget). The buffers in
+    flight take at most :data:`FRAME_BUFFER_BYTES` (or two frames), whatever the clip's length.
+    """
+    workers = hash_threads() if threads is None else threads
+    if workers < 1 or frame_bytes < PARALLEL_FRAME_BYTES:
+        return _digest_inline(read_into, frame_bytes, on_frame)
+    slots = max(2, min(2 * workers + 1, FRAME_BUFFER_BYTES // frame_bytes))
+    free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+    for _ in range(slots):
+        free.put(bytearray(frame_bytes))
+
+    def digest(buffer: bytearray) -> str:
+        try:
+            return hashlib.sha256(buffer).hexdigest()
+        finally:
+            free.put(buffer)
+
+    pending: list[Future[str]] = []
+    with ThreadPoolExecutor(max_workers=min(workers, slots - 1)) as pool:
+        while True:
+            buffer = free.get()
+            got = _fill(read_into, memoryview(buffer))
+            if got < frame_bytes:
+                break
+            if on_frame is not None:
+                on_frame(frame_bytes)
+            pending.append(pool.submit(digest, buffer))
+    return [future.result() for future in pending], got
+
+
+def _digest_inline(
+    read_into: Callable[[memoryview], int],
+    frame_bytes: int,
+    on_frame: Callable[[int], None] | None,
+) -> tuple[list[str], int]:
+    view = memoryview(bytearray(frame_bytes))
+    digests: list[str] = []
+    while (got := _fill(read_into, view)) == frame_bytes:
+        if on_frame is not None:
+            on_frame(frame_bytes)
+        digests.append(hashlib.sha256(view).hexdigest())
+    return digests, got
+
+
+def sha256_hex(data: Any) -> str:
+    """Hex SHA-256 of a bytes-like object."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def block_digests(data: memoryview, block: int, *, threads: int = 1) -> list[str]:
+    """SHA-256 of each ``block`` bytes of ``data``, in order, on up to ``threads`` threads
+    (each takes a run of whole blocks)."""
+    starts = range(0, len(data), block)
+    if threads <= 1 or len(starts) < 2 * threads:
+        return [sha256_hex(data[i : i + block]) for i in starts]
+    per = -(-len(starts) // threads)
+    runs = [starts[k : k + per] for k in range(0, len(starts), per)]
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        parts = pool.map(lambda run: [sha256_hex(data[i : i + block]) for i in run], runs)
+        return [digest for part in parts for digest in part]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def parallel_digests(
+    data: memoryview, block: int, file_view: memoryview
+) -> tuple[str, list[str], str]:
+    """SHA-256 of ``data``, of each ``block`` bytes of it, and of the whole file.
+
+    hashlib releases the GIL on large buffers, so the passes overlap on several cores: each
+    whole digest is one thread (SHA-256 is sequential), the blocks share the other cores."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        whole = pool.submit(sha256_hex, data)
+        file_sha = pool.submit(sha256_hex, file_view)
+        blocks = block_digests(data, block, threads=max(1, _cores() - 2))
+        return whole.result(), blocks, file_sha.result()
+
+
+def whole_and_blocks(data: memoryview, block: int) -> tuple[str, list[str]]:
+    """SHA-256 of ``data`` and of each ``block`` bytes of it, in parallel as
+    :func:`parallel_digests` (for a file that is all data: the bytes kind)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        whole = pool.submit(sha256_hex, data)
+        blocks = block_digests(data, block, threads=max(1, _cores() - 1))
+        return whole.result(), blocks
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """Size and SHA-256 of the file's bytes."""
+    try:
+        return path.stat().st_size, sha256_file(path, CHUNK_BYTES)
+    except OSError as exc:
+        raise ArtifactError(path, f"cannot be read: {exc.strerror or exc}") from None

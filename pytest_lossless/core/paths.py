@@ -1,4 +1,6 @@
-"""Paths inside the project stay inside it; files are opened without following or blocking.
+"""Paths inside the project stay inside it; files are opened without following or blocking,
+written whole or not at all (:func:`write_atomic`, :func:`write_new`, with the fsyncs that make
+a rename durable), and named safely (:func:`safe_name`).
 
 A pull request can commit symbolic links: a module folder under ``goldens/`` that points at
 ``../../../elsewhere``, a ``lossless-receipts`` that points at a folder outside. Before the
@@ -18,13 +20,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
+import json
 import os
+import re
 import secrets
 import stat
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..errors import LosslessError
 from .text import printable
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
@@ -268,3 +277,92 @@ def flock_problem(folder: Path | str) -> str | None:
         with contextlib.suppress(OSError):
             os.unlink(probe)
         os.close(first)
+
+
+def safe_name(text: str, *, default: str = "_", max_length: int = 150) -> str:
+    """A file name for ``text``: letters, digits, ``.``, ``_`` and ``-`` only, never hidden.
+
+    Runs of other characters become one ``_``; a name longer than ``max_length`` keeps its
+    start and gains a hash of the whole text, so distinct texts keep distinct names.
+    """
+    stem = _UNSAFE.sub("_", text).strip("._") or default
+    if len(stem) > max_length:
+        stem = f"{stem[: max_length - 20]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return stem
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Write ``data`` to a temporary file beside ``path``, flush it to disk, rename it into place.
+
+    A reader sees the old file or the whole new one, never half of it; a failure leaves no
+    temporary file behind. The file is private (0600, as the temporary file is made) unless
+    ``mode`` says otherwise (0644 for what is committed beside the goldens).
+    """
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed before the rename
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    )
+    try:
+        with handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)  # replaces a link or FIFO at ``path``, never follows it
+    except OSError as exc:
+        Path(handle.name).unlink(missing_ok=True)
+        if exc.filename is None:  # a write's error names no file: name the one meant
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_new(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Create ``path`` (never an existing file, never through a link) with ``data``, flushed to
+    disk: a file of a folder being staged, which is renamed into place whole afterwards."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.filename is None:  # a write's error names no file: name the one meant
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path | str) -> None:
+    """Flush a file just written (a copy) to disk before it is renamed or swapped into place."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (best effort: some file systems refuse)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(
+    path: Path, value: Any, *, indent: int | None = 2, default: Any = None
+) -> None:
+    """:func:`write_atomic` of ``value`` as JSON with sorted keys and a final newline."""
+    text = json.dumps(value, indent=indent, sort_keys=True, default=default)
+    write_atomic(path, (text + "\n").encode("utf-8"))

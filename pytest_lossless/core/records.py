@@ -18,7 +18,9 @@ differently from the fields is said per field with :func:`spec`:
 another key, a value left out (when None, empty, or by a rule of the record), a nested record
 whose keys sit beside the others (``flatten``), a key an older writer used, a field that is
 not part of the JSON at all, a key derived from the other fields (``derive``: written, never
-read). Standard library only, no I/O.
+read). A JSON document the plugin reads is parsed by :func:`loads_bounded`, which bounds how
+deep it nests (a hostile one is a ValueError, never a RecursionError). Standard library only,
+no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import json
 import types
 import typing
 from collections.abc import Callable, Hashable, Mapping
@@ -447,3 +450,44 @@ class Record:
     def from_json(cls: type[_R], data: object) -> _R:
         """The record read strictly (:class:`RecordError` naming the field)."""
         return from_json(cls, data)
+
+
+#: How deep a JSON document the plugin reads (a manifest, a receipt) may nest. Ours nest about
+#: a dozen levels; a hostile one of 100,000 would otherwise end in a RecursionError.
+MAX_JSON_DEPTH = 64
+
+
+def loads_bounded(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` of UTF-8 ``data`` that nests at most ``max_depth`` levels.
+
+    ``ValueError`` (a ``JSONDecodeError``, a ``UnicodeDecodeError``, or one naming the depth
+    limit) for anything else: never a ``RecursionError``, whatever the document holds.
+    """
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than the limit of {max_depth} levels") from None
+    if json_depth(value, stop_above=max_depth) > max_depth:
+        raise ValueError(f"nested deeper than the limit of {max_depth} levels")
+    return value
+
+
+def json_depth(value: Any, *, stop_above: int | None = None) -> int:
+    """How many levels of lists and objects ``value`` nests (a scalar is 0), without recursion;
+    counting stops once it passes ``stop_above``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if stop_above is not None and deepest > stop_above:
+            break
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest

@@ -85,7 +85,7 @@ class LockFileError(AllocationError):
 def _file_stem(lock_key: str) -> str:
     """The lock's file name stem: each character outside ``[A-Za-z0-9._-]`` becomes ``_``.
 
-    Not :func:`~pytest_lossless.core.digests.safe_name`, which folds runs, strips ``_`` and
+    Not :func:`~pytest_lossless.core.paths.safe_name`, which folds runs, strips ``_`` and
     trailing dots and shortens long names: every pytest-lossless on a host must name one
     device's lock file alike, or two releases would hold one device at once.
     """
@@ -373,7 +373,7 @@ class Flock:
 def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
     """Replace ``path`` with ``record`` as one JSON line, readable by every user.
 
-    Not :func:`~pytest_lossless.core.digests.write_json_atomic`: its temporary file, and so
+    Not :func:`~pytest_lossless.core.paths.write_json_atomic`: its temporary file, and so
     the record, is private to its owner (mode 0600), and other users' jobs on the host read
     these records to see who holds a device and whether a lock file was replaced. The
     temporary file is made with ``O_EXCL``; the rename replaces a planted link, never

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.digests import loads_bounded, write_atomic
-from ..core.paths import inside_root, read_regular
-from ..core.records import Record, spec
+from ..core.paths import inside_root, read_regular, write_atomic
+from ..core.records import Record, loads_bounded, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError

@@ -30,8 +30,8 @@ from typing import Any
 
 from ..core import faults
 from ..core.clock import utc_iso
-from ..core.digests import fsync_dir, fsync_file, safe_name, sha256_file, write_json_atomic
-from ..core.paths import read_regular
+from ..core.digests import sha256_file
+from ..core.paths import fsync_dir, fsync_file, read_regular, safe_name, write_json_atomic
 from ..core.text import printable
 from ..errors import ConfigError, ReceiptError
 from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA

@@ -26,9 +26,8 @@ from typing import Any
 
 from ..core import faults
 from ..core.clock import utc_iso
-from ..core.digests import loads_bounded, safe_name, write_json_atomic
-from ..core.paths import open_regular, read_regular
-from ..core.records import Record, spec
+from ..core.paths import open_regular, read_regular, safe_name, write_json_atomic
+from ..core.records import Record, loads_bounded, spec
 from ..core.records import from_json as read_record
 from ..core.text import has_control, printable
 from ..errors import ConfigError, ReceiptError

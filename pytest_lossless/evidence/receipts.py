@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 from ..core import faults
 from ..core.clock import utc_iso
-from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
-from ..core.paths import inside_root, read_regular
-from ..core.records import Record
+from ..core.digests import canonical_sha256
+from ..core.paths import inside_root, read_regular, safe_name, write_atomic
+from ..core.records import Record, loads_bounded
 from ..core.records import from_json as read_record
 from ..core.redact import Redactor
 from ..core.verdict import Verdict, outcome_verdict

@@ -637,8 +637,8 @@ def signed_session_ids(places: list[Path]) -> tuple[set[str], str | None]:
     import json
     import os
 
-    from ..core.digests import loads_bounded
     from ..core.paths import read_regular
+    from ..core.records import loads_bounded
     from .attest import MAX_BUNDLE_BYTES, statement_session
 
     ids: set[str] = set()

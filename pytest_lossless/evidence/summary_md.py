@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import faults
-from ..core.digests import write_atomic
-from ..core.paths import inside_root, open_regular, read_regular
+from ..core.paths import inside_root, open_regular, read_regular, write_atomic
 from ..core.text import printable
 from ..errors import ReceiptError
 from .index import INDEX_NAME, SUMMARY_NAME

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.digests import canonical_sha256, loads_bounded, sha256_file
+from ..core.digests import canonical_sha256, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
-from ..core.records import Record, RecordError, from_json, spec
+from ..core.records import Record, RecordError, from_json, loads_bounded, spec
 from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds.registry import Artifact, KindRegistry

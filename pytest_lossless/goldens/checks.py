@@ -95,8 +95,8 @@ class Golden:
     ) -> GateResult | None:
         """Compare (or stage) one artifact; with ``expect``, a miss of the request is added to
         :attr:`misses` and, under --update-goldens, nothing of that run is staged."""
+        from ..core.artifact import is_producer, materialize, produce
         from ..gates import parse_gate
-        from ..media.artifacts import is_producer, materialize, produce
 
         name = artifact_name(name)
         chosen = parse_gate(gate)
@@ -145,8 +145,8 @@ class Golden:
         """Under --update-goldens, stage every artifact of a producer's run, once it has run
         at least twice with identical results, each run holding what ``expect`` asks for;
         returns None in compare mode (nothing done)."""
+        from ..core.artifact import is_producer, named_artifacts
         from ..gates import parse_gate
-        from ..media.artifacts import is_producer, named_artifacts
 
         if not self.update:
             return None
@@ -287,7 +287,7 @@ def trace_artifacts(
     import numpy as np
 
     from ..compare.divergence import Trace, load_trace, trace_folder
-    from ..core.digests import safe_name
+    from ..core.paths import safe_name
     from ..errors import ArtifactError, ConfigError
     from ..gates import parse_gate
 
@@ -345,7 +345,7 @@ def trace_artifacts(
 def _named_well(producer: Any) -> Any:
     """``producer``, whose every run's artifact names are checked before anything compares or
     records them (a name that is not UTF-8 is refused, named: :func:`.manifest.artifact_name`)."""
-    from ..media.artifacts import named_artifacts, produce
+    from ..core.artifact import named_artifacts, produce
 
     def run() -> Any:
         result = produce(producer)

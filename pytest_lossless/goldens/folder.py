@@ -33,8 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from ..core import faults
-from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
-from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
+from ..core.digests import canonical_sha256, sha256_file
+from ..core.paths import (
+    PathOutsideRoot,
+    folder_problem,
+    fsync_file,
+    inside_root,
+    is_under,
+    write_new,
+)
 from ..core.records import Record
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult

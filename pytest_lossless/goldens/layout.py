@@ -26,8 +26,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..core.digests import fsync_dir, loads_bounded
-from ..core.paths import inside_root, read_regular
+from ..core.paths import fsync_dir, inside_root, read_regular
+from ..core.records import loads_bounded
 from ..core.text import printable
 from ..errors import ArtifactError, GoldenError
 from .manifest import MANIFEST, MAX_MANIFEST_BYTES, PLAN, safe_component

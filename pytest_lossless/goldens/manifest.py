@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import faults
-from ..core.digests import canonical_sha256, loads_bounded
+from ..core.digests import canonical_sha256
 from ..core.paths import inside_root, open_regular, read_regular
-from ..core.records import Record, RecordError, from_json, meta, spec
+from ..core.records import Record, RecordError, from_json, loads_bounded, meta, spec
 from ..core.text import has_control, printable
 from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, LosslessError, ManifestError
 

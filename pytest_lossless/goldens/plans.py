@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core import faults
-from ..core.digests import canonical_sha256, loads_bounded, write_atomic, write_new
-from ..core.paths import folder_problem, inside_root, read_regular
-from ..core.records import Record, RecordError, from_json, spec
+from ..core.digests import canonical_sha256
+from ..core.paths import folder_problem, inside_root, read_regular, write_atomic, write_new
+from ..core.records import Record, RecordError, from_json, loads_bounded, spec
 from ..core.text import has_control, printable
 from ..errors import GateChanged, GoldenError, GoldenIntegrityError, LosslessError, ManifestError
 from .manifest import MAX_PLAN_BYTES as MAX_PLAN_BYTES  # the largest plan.json read

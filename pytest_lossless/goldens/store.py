@@ -22,8 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..core.digests import fsync_dir
-from ..core.paths import open_regular
+from ..core.paths import fsync_dir, open_regular
 from ..core.text import printable
 from ..errors import GoldenError
 

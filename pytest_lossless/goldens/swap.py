@@ -48,9 +48,9 @@ from typing import Any
 
 from ..core import faults
 from ..core.clock import utc_iso
-from ..core.digests import fsync_dir, loads_bounded
-from ..core.paths import open_regular, read_regular
+from ..core.paths import fsync_dir, open_regular, read_regular
 from ..core.procfs import process_stat
+from ..core.records import loads_bounded
 from ..core.text import printable
 from ..errors import GoldenError
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
+from ..core.digests import Fingerprint
 from ..core.records import meta
 from ..gates.gate import Figure, first_difference, new_result, note_meta, settle
-from ..media.hashing import Fingerprint
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind
 
@@ -61,7 +61,7 @@ class AudioKind(BuiltinKind):
     def check_declared(self, path: Path, limits: MediaLimits) -> None:
         """Refuse, from its header alone, a file that declares more decoded PCM than
         ``limits`` allow (a container: its streams' declared sizes)."""
-        from ..media.artifacts import read_head
+        from ..core.artifact import read_head
         from ..media.container import check_declared_container
         from ..media.detect import is_audio_header
         from ..media.pcm import check_declared_audio_file
@@ -161,9 +161,9 @@ def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> 
 
     import numpy as np
 
-    from ..media.artifacts import read_head
+    from ..core.artifact import read_head
+    from ..core.digests import file_digest, parallel_digests
     from ..media.detect import RIFF_IDS
-    from ..media.hashing import file_digest, parallel_digests
     from ..media.limits import MediaLimits
     from ..media.pcm import check_declared_pcm, check_wav_complete, lossless_dtype, open_sound
 
@@ -209,8 +209,8 @@ def _decode_pcm_digests(
     """Decode with libsndfile block by block: sample count, PCM digest, per-block digests."""
     import hashlib
 
+    from ..core.digests import sha256_hex
     from ..errors import ArtifactError, TruncatedArtifact
-    from ..media.hashing import sha256_hex
     from ..media.limits import refuse
 
     declared = int(snd.frames)
@@ -254,7 +254,7 @@ def fingerprint_audio(
     path: Path, *, limits: MediaLimits | None = None
 ) -> AudioFingerprint | ContainerFingerprint:
     """Fingerprint audio: WAV/FLAC through libsndfile, other containers through ffmpeg."""
-    from ..media.artifacts import read_head
+    from ..core.artifact import read_head
     from ..media.container import fingerprint_container
     from ..media.detect import is_audio_header
 
@@ -443,7 +443,7 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
     import numpy as np
     import soundfile
 
-    from ..media.artifacts import read_head
+    from ..core.artifact import read_head
     from ..media.detect import is_audio_header
     from ..media.pcm import load_audio
     from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show

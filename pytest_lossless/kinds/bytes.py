@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.digests import CHUNK_BYTES, Fingerprint, sha256_hex, whole_and_blocks
 from ..errors import ArtifactError
 from ..gates.gate import first_difference, new_result, note_meta, settle
 from ..hookspecs import hookimpl
-from ..media.hashing import CHUNK_BYTES, Fingerprint, sha256_hex, whole_and_blocks
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class BytesFingerprint(Fingerprint):
     @classmethod
     def of(cls, path: Path) -> BytesFingerprint:
         """The file's digests: memory-mapped, the chunks hashed in parallel
-        (:func:`~..media.hashing.whole_and_blocks`); bytes are read as they are, never decoded."""
+        (:func:`~..core.digests.whole_and_blocks`); bytes are read as they are, never decoded."""
         try:
             with open(path, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size

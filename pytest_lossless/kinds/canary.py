@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from ..core.digests import Fingerprint
     from ..gates import Gate, GateResult
     from ..gates.gate import LocationValue
-    from ..media.hashing import Fingerprint
     from .registry import KindRegistry
 
 

@@ -60,7 +60,7 @@ class ImageKind(BuiltinKind):
         return image_format(head) is not None
 
     def fingerprint(self, path: Path) -> dict[str, Any]:
-        from ..media.artifacts import read_head
+        from ..core.artifact import read_head
         from ..media.container import fingerprint_container
 
         found = fingerprint_container(path, video=True, limits=self.limits())

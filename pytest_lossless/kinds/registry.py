@@ -82,7 +82,7 @@ def builtin_kind(
 def fingerprint(kind: str, path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
     """The fingerprint (as JSON) of a file of the built-in kind ``kind``, outside a session: its
     work bounded by ``limits`` (the defaults and the environment without them)."""
-    from ..media.artifacts import read_head
+    from ..core.artifact import read_head
 
     found = builtin_kind(kind, limits=limits)
     if found is None:
@@ -237,7 +237,7 @@ class KindRegistry:
         unless it holds audio only) is then not asked to probe such a file: when no kind
         before it in detection order claims it, the answer is ``expected`` and the fingerprint
         decides."""
-        from ..media.artifacts import read_head
+        from ..core.artifact import read_head
 
         path = Path(path)
         head = read_head(path)
@@ -287,7 +287,7 @@ class KindRegistry:
 
     def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
         """The fingerprint of ``path`` as ``kind``; ArtifactError for a damaged file."""
-        from ..media.artifacts import read_head
+        from ..core.artifact import read_head
 
         path = Path(path)
         read_head(path, 1)  # a missing file is named as such, whatever the kind

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
 
+from ..core.digests import Fingerprint
 from ..core.records import Record, meta, spec
 from ..gates.gate import first_difference, new_result, note_meta, settle
-from ..media.hashing import Fingerprint
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _tensor_fp_from_stream(
 
     import numpy as np
 
-    from ..media.hashing import CHUNK_BYTES, sha256_hex
+    from ..core.digests import CHUNK_BYTES, sha256_hex
     from ..media.npy import (
         check_npy_member,
         descr,
@@ -171,7 +171,7 @@ def _npy_c_order_fp(path: Path) -> TensorFingerprint | None:
     import mmap
     import os
 
-    from ..media.hashing import CHUNK_BYTES, parallel_digests
+    from ..core.digests import CHUNK_BYTES, parallel_digests
     from ..media.npy import descr, element_count, read_npy_header, truncated_tensor
 
     with open(path, "rb") as fh:
@@ -206,10 +206,10 @@ def fingerprint_tensor(path: Path, *, limits: MediaLimits | None = None) -> Tens
     member's declared size is checked before it is read (:func:`check_npz_member`)."""
     import zipfile
 
+    from ..core.artifact import read_head
+    from ..core.digests import file_digest
     from ..errors import ArtifactError
-    from ..media.artifacts import read_head
     from ..media.detect import NPY_MAGIC
-    from ..media.hashing import file_digest
     from ..media.limits import MediaLimits
     from ..media.npy import check_npz_member
 
@@ -427,7 +427,7 @@ def perturb_tensor(path: Path, out: Path, gate: Gate, limits: MediaLimits | None
     name, index, value, what = found
     arrays[name][index] = value
     with open(out, "wb") as fh:  # a file object: numpy adds no suffix to it
-        from ..media.artifacts import read_head
+        from ..core.artifact import read_head
 
         if read_head(path, 6) == b"\x93NUMPY":
             np.save(fh, arrays[""], allow_pickle=False)
@@ -513,7 +513,7 @@ def listing(
     key: str,
 ) -> list[str]:
     """A text listing of the first differing elements or samples (the audio kind's too)."""
-    from ..core.digests import safe_name
+    from ..core.paths import safe_name
 
     if result.passed or expected.path is None or obtained.path is None:
         return []

@@ -740,8 +740,8 @@ def _seek_window(
     came cannot be placed in the fingerprint's digests."""
     from collections import deque
 
+    from ..core.digests import sha256_hex
     from ..media.frames import iter_video_frames
-    from ..media.hashing import sha256_hex
 
     tb = Fraction(stream.pts_time_base or "0")
     first_pts, pts = stream.frames[0].pts, stream.frames[start].pts
@@ -869,7 +869,7 @@ def frame_pictures(
     result: GateResult, expected: Artifact, obtained: Artifact, folder: Path, limits: MediaLimits
 ) -> list[str]:
     """The first differing frame, expected and obtained as PNG, and an amplified difference."""
-    from ..core.digests import safe_name
+    from ..core.paths import safe_name
 
     loc = FrameLocation.named_by(result)
     if result.passed or expected.path is None or obtained.path is None or loc is None:

@@ -13,9 +13,9 @@ The modules follow the data: ``limits`` (how much work one untrusted file may co
 (parsers of ffmpeg's text) and ``ffmpeg`` (the runner, under the time limit, and every command
 line), ``signatures`` and ``detect``, then the readers: ``container`` (the framehash of every
 stream), ``frames`` (decoded video frames, PNG), ``pcm`` (audio samples), ``npy`` (arrays),
-with the shared digests in ``hashing`` and what a test hands over in ``artifacts``. Every reader
-takes ``limits`` (:class:`~.limits.MediaLimits`); without them it reads the defaults and the
-environment.
+each reading the head of a file with :func:`..core.artifact.read_head` and its digests with
+:mod:`..core.digests`. Every reader takes ``limits`` (:class:`~.limits.MediaLimits`); without
+them it reads the defaults and the environment.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .artifacts import HEAD_BYTES, read_head
     from .container import check_declared_container, fingerprint_container
     from .detect import detect_kind, has_container_signature, is_audio_header, is_tensor_file
     from .ffmpeg import ffmpeg_exe, probe
     from .frames import iter_video_frames, load_video_frames, sample_dtype, sample_peak, write_png
-    from .hashing import CHUNK_BYTES, FINGERPRINT_VERSION, file_digest
     from .limits import DecodeLimitExceeded, FFmpegTimeout, MediaLimits
     from .npy import check_declared_tensor, check_npz_member, load_tensor
     from .pcm import (
@@ -55,17 +53,12 @@ _LAZY = {
     "parse_wav_layout": "pcm",
     "check_declared_container": "container",
     "fingerprint_container": "container",
-    "HEAD_BYTES": "artifacts",
     "detect_kind": "detect",
     "has_container_signature": "detect",
     "is_audio_header": "detect",
     "is_tensor_file": "detect",
-    "read_head": "artifacts",
     "ffmpeg_exe": "ffmpeg",
     "probe": "ffmpeg",
-    "CHUNK_BYTES": "hashing",
-    "FINGERPRINT_VERSION": "hashing",
-    "file_digest": "hashing",
     "DecodeLimitExceeded": "limits",
     "FFmpegTimeout": "limits",
     "MediaLimits": "limits",
@@ -101,9 +94,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CHUNK_BYTES",
-    "FINGERPRINT_VERSION",
-    "HEAD_BYTES",
     "DecodeLimitExceeded",
     "FFmpegTimeout",
     "FramehashStream",
@@ -118,7 +108,6 @@ __all__ = [
     "check_wav_complete",
     "detect_kind",
     "ffmpeg_exe",
-    "file_digest",
     "fingerprint_container",
     "has_container_signature",
     "is_audio_header",
@@ -133,7 +122,6 @@ __all__ = [
     "parse_probe",
     "parse_wav_layout",
     "probe",
-    "read_head",
     "sample_dtype",
     "sample_peak",
     "write_png",

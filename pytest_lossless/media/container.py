@@ -15,6 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
+from ..core.digests import Fingerprint, digest_frames, file_digest, raw_stripes
 from ..core.records import Record, spec
 from ..errors import ArtifactError
 from .ffmpeg import (
@@ -31,7 +32,6 @@ from .ffmpeg import (
     run_ffmpeg,
     stderr_tail,
 )
-from .hashing import Fingerprint, digest_frames, file_digest, raw_stripes
 from .limits import MediaLimits, refuse
 from .probe import (
     SAMPLE_FORMATS,
@@ -452,7 +452,7 @@ def _fast_fingerprint(
     general way reports why), the file has several video streams, the frame size is not known
     in advance, or the frames ffmpeg timed differ in size from those read. The declared sizes
     are checked while ffmpeg starts, before a frame is read. ``stripes``: raw pipes
-    (:func:`~.hashing.raw_stripes` when None)."""
+    (:func:`~..core.digests.raw_stripes` when None)."""
     raws = [OutputPipe(size=RAW_PIPE_BYTES, drain=False) for _ in range(stripes or raw_stripes())]
     timing = OutputPipe()
     counter = DecodeCounter(path, limits)

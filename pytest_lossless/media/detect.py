@@ -9,9 +9,9 @@ import os
 import zipfile
 from pathlib import Path
 
+from ..core.artifact import read_head
 from ..core.paths import read_regular
 from ..errors import GoldenError
-from .artifacts import read_head
 from .ffmpeg import try_probe
 from .limits import MediaLimits
 from .signatures import CONTAINER_BRANDS, CONTAINER_SUFFIXES

@@ -15,8 +15,8 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..core.artifact import read_head
 from ..errors import ArtifactError, TruncatedArtifact
-from .artifacts import read_head
 from .detect import NPY_MAGIC
 from .limits import MediaLimits, refuse
 

@@ -13,8 +13,8 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..core.artifact import read_head
 from ..errors import ArtifactError, TruncatedArtifact
-from .artifacts import read_head
 from .detect import RIFF_IDS
 from .ffmpeg import pcm_args, probe, run_ffmpeg, stderr_tail
 from .limits import MediaLimits, refuse

@@ -235,7 +235,7 @@ class ExportPlugin:
 
     def _settle(self, item: pytest.Item, watched: list[Call], records: list[Record]) -> None:
         """Each check that mismatched or had no golden: exported (a producer's run again)."""
-        from ..media.artifacts import is_producer
+        from ..core.artifact import is_producer
 
         failed = [r for r in records if isinstance(r, Failed)]
         done: set[tuple[int, str]] = set()
@@ -321,7 +321,7 @@ class ExportPlugin:
 
     def _single(self, item: pytest.Item, golden: Golden, check: Call, status: str) -> None:
         """A file or data handed over (not a producer): exported as the one run it was."""
-        from ..media.artifacts import materialize
+        from ..core.artifact import materialize
 
         name = str(check.name)
         obtained = _obtained(golden, name) if status == "changed" else None

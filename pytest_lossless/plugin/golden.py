@@ -452,8 +452,8 @@ class GoldenFixture:
             self._add_staged(golden.staged[before:])
             self._fail_misses(golden.misses[missed:])
             return []
+        from ..core.artifact import is_producer, named_artifacts, produce
         from ..goldens.checks import UnrepeatableProducer
-        from ..media.artifacts import is_producer, named_artifacts, produce
 
         unrepeatable: UnrepeatableProducer | None = None
         with self._recording_failures("(run)", gate):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import report
-from ..core.digests import safe_name
+from ..core.paths import safe_name
 from ..core.verdict import Status, status_of
 from ..errors import LosslessError
 from ..settings import Settings

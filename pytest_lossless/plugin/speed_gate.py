@@ -105,7 +105,7 @@ class SpeedGateFixture:
         stages = None
         if trace:  # before the timed arms, so that no sample counts a traced run
             from ..compare.divergence import traced_stage_times
-            from ..core.digests import safe_name
+            from ..core.paths import safe_name
 
             with failing_on_errors(f"speed gate {name}: "):
                 stages = traced_stage_times(

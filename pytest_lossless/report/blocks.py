@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..core.digests import safe_name
-from ..core.paths import read_regular
+from ..core.paths import read_regular, safe_name
 from .raster import encode_png
 from .table import Row
 

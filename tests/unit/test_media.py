@@ -14,10 +14,10 @@ import pytest
 import soundfile
 
 from pytest_lossless import kinds, media
+from pytest_lossless.core.digests import CHUNK_BYTES, block_digests, digest_frames
 from pytest_lossless.errors import ArtifactError, TruncatedArtifact
 from pytest_lossless.kinds.registry import FingerprintCache
 from pytest_lossless.media import container
-from pytest_lossless.media.hashing import block_digests, digest_frames
 from pytest_lossless.media.probe import raw_frame_bytes
 
 pytestmark = pytest.mark.slow
@@ -448,7 +448,7 @@ def test_npy_chunks_localise(tmp_path: Path) -> None:
     np.save(path, array)
     fp = kinds.fingerprint("tensor", path)
     assert len(fp["chunk_sha256"]) == 3
-    assert fp["chunk_elements"] == media.CHUNK_BYTES // 4
+    assert fp["chunk_elements"] == CHUNK_BYTES // 4
     # Fortran order goes through the streaming path: same digests for the same C-order bytes.
     grid = np.arange(600_000, dtype=np.float32).reshape(1000, 600)
     np.save(tmp_path / "c.npy", grid)
@@ -522,7 +522,7 @@ def test_bytes_fingerprint(tmp_path: Path) -> None:
     fp = kinds.fingerprint("bytes", path)
     assert fp["size"] == len(payload)
     assert fp["sha256"] == hashlib.sha256(payload).hexdigest()
-    assert fp["chunk_sha256"][0] == hashlib.sha256(payload[: media.CHUNK_BYTES]).hexdigest()
+    assert fp["chunk_sha256"][0] == hashlib.sha256(payload[:CHUNK_BYTES]).hexdigest()
     assert len(fp["chunk_sha256"]) == 2
 
 
@@ -694,12 +694,12 @@ def test_digest_frames_stops_when_the_budget_says_so(threads: int) -> None:
 
 def test_bytes_fingerprint_in_parallel_blocks(tmp_path: Path) -> None:
     path = tmp_path / "b.bin"
-    payload = np.random.default_rng(1).integers(0, 256, 37 * media.CHUNK_BYTES + 3, np.uint8)
+    payload = np.random.default_rng(1).integers(0, 256, 37 * CHUNK_BYTES + 3, np.uint8)
     path.write_bytes(payload.tobytes())
     fp = kinds.fingerprint("bytes", path)
     data = payload.tobytes()
     assert fp["sha256"] == hashlib.sha256(data).hexdigest()
-    step = media.CHUNK_BYTES
+    step = CHUNK_BYTES
     assert fp["chunk_sha256"] == [
         hashlib.sha256(data[i : i + step]).hexdigest() for i in range(0, len(data), step)
     ]

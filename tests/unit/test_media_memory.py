@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 #: The fingerprint of a 15 s 640x480 clip (460,800 bytes a frame, 216 MB decoded) in a fresh
-#: interpreter; the frame buffers in flight take at most media.hashing.FRAME_BUFFER_BYTES.
+#: interpreter; the frame buffers in flight take at most core.digests.FRAME_BUFFER_BYTES.
 _PEAK = """
 import json, resource, sys
 from pathlib import Path
