@@ -1,0 +1,108 @@
+"""End to end (#20 leftovers): an output that lost everything (a video none of whose frames
+decodes, audio with no sample, a tensor with no element) compared with a golden that has them is
+a FAIL naming both counts, never an ERROR: in the table, the receipt and JUnit. A shortened audio
+track inside a container FAILS naming its samples and duration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.e2e.mediagen import FFMPEG, gray_frames, tone, write_video, write_wav
+
+pytestmark = pytest.mark.slow
+
+CHECKS = """
+import numpy as np
+import pytest
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_clip(golden):
+    golden.check("clip.mp4", HERE / "clip.mp4")
+
+@pytest.mark.lossless
+def test_audio(golden):
+    golden.check("audio.wav", HERE / "audio.wav")
+
+@pytest.mark.lossless
+def test_tensor(golden):
+    golden.check("latent.npy", np.load(HERE / "latent.npy", allow_pickle=False))
+"""
+
+
+def no_frame_decodes(source: Path, out: Path) -> Path:
+    """``source`` remuxed with its index first (faststart) and cut just after the media data
+    began: ffmpeg opens it and finds its video stream, but no frame of it decodes."""
+    moved = out.with_name("faststart.mp4")
+    args = ["-y", "-v", "error", "-i", str(source), "-c", "copy", "-movflags", "+faststart"]
+    subprocess.run([FFMPEG, *args, str(moved)], check=True)
+    data = moved.read_bytes()
+    out.write_bytes(data[: data.index(b"mdat") + 12])
+    moved.unlink()
+    return out
+
+
+def _receipt(root: Path, name: str) -> dict[str, Any]:
+    found = max((root / "lossless-receipts").rglob(f"*{name}.json"))
+    data: dict[str, Any] = json.loads(found.read_text())
+    return data
+
+
+def _junit_verdicts(path: Path) -> dict[str, str]:
+    return {
+        str(case.get("name")): str(prop.get("value"))
+        for case in ET.parse(path).iter("testcase")
+        for prop in case.iter("property")
+        if prop.get("name") == "lossless_verdict"
+    }
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> Path:
+    root = pytester.path
+    write_video(root / "clip.mp4", gray_frames())
+    write_wav(root / "audio.wav", tone())
+    np.save(root / "latent.npy", np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8))
+    pytester.makepyfile(test_empty=CHECKS)
+    assert pytester.runpytest("--update-goldens").ret == 0
+    return root
+
+
+def test_an_output_that_lost_everything_is_a_fail_naming_both_counts(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    no_frame_decodes(project / "clip.mp4", project / "cut.mp4")
+    (project / "cut.mp4").replace(project / "clip.mp4")
+    write_wav(project / "audio.wav", tone()[:0])
+    np.save(project / "latent.npy", np.zeros((0, 8), dtype=np.float32))
+    result = pytester.runpytest("--lossless", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    assert "frame count: expected 12, obtained 0" in out
+    assert "sample count: expected 1600, obtained 0" in out
+    assert "shape: expected (8, 8), obtained (0, 8)" in out
+    table = out[out.index("gates and verdicts") :]
+    result.stdout.fnmatch_lines_random(
+        [
+            "FAIL *test_clip*clip.mp4*",
+            "FAIL *test_audio*audio.wav*",
+            "FAIL *test_tensor*latent.npy*",
+        ]
+    )
+    assert "ERROR" not in table, table
+    for name in ("test_clip", "test_audio", "test_tensor"):
+        receipt = _receipt(project, name)
+        (gate,) = receipt["gates"]
+        assert "error" not in gate, gate
+        assert gate["passed"] is False
+        assert receipt["verdicts"]["overall"] == "FAIL"
+    assert set(_junit_verdicts(project / "junit.xml").values()) == {"FAIL"}
