@@ -52,9 +52,13 @@ def no_frame_decodes(source: Path, out: Path) -> Path:
 
 
 def _receipt(root: Path, name: str) -> dict[str, Any]:
-    found = max((root / "lossless-receipts").rglob(f"*{name}.json"))
-    data: dict[str, Any] = json.loads(found.read_text())
-    return data
+    """The latest session's receipt of the test whose id ends with ``name``."""
+    session = max(p for p in (root / "lossless-receipts").iterdir() if p.is_dir())
+    for path in session.glob("*.json"):
+        data: dict[str, Any] = json.loads(path.read_text())
+        if str(data.get("test_id", "")).endswith(name):
+            return data
+    raise AssertionError(f"no receipt of {name} in {session}")
 
 
 def _junit_verdicts(path: Path) -> dict[str, str]:
@@ -106,3 +110,50 @@ def test_an_output_that_lost_everything_is_a_fail_naming_both_counts(
         assert gate["passed"] is False
         assert receipt["verdicts"]["overall"] == "FAIL"
     assert set(_junit_verdicts(project / "junit.xml").values()) == {"FAIL"}
+
+
+def mux(video: Path, audio: Path, out: Path, codec: str) -> Path:
+    """``video``'s frames (copied) with ``audio`` encoded by ``codec``, in ``out``'s container."""
+    args = ["-y", "-v", "error", "-i", str(video), "-i", str(audio), "-map", "0:v", "-map", "1:a"]
+    args += ["-c:v", "copy", "-c:a", codec, "-threads", "1", "-bitexact", "-map_metadata", "-1"]
+    subprocess.run([FFMPEG, *args, str(out)], check=True)
+    return out
+
+
+TRACKS = """
+import pytest
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+@pytest.mark.parametrize("name", ["aac.mp4", "pcm.mov"])
+def test_track(golden, name):
+    golden.check(name, HERE / name)
+"""
+
+
+def test_a_shortened_audio_track_in_a_container_fails_naming_samples_and_duration(
+    pytester: pytest.Pytester,
+) -> None:
+    """The mission's first audit failure: a validator that let a truncated audio track pass.
+    The video is the same, the AAC (or PCM) track beside it lost its second half."""
+    root = pytester.path
+    clip = write_video(root / "frames.mp4", gray_frames())
+    whole, half = tone(8000), tone(8000)[:4000]
+    for name, codec in (("aac.mp4", "aac"), ("pcm.mov", "pcm_s16le")):
+        mux(clip, write_wav(root / "whole.wav", whole), root / name, codec)
+    pytester.makepyfile(test_tracks=TRACKS)
+    assert pytester.runpytest("--update-goldens").ret == 0
+    for name, codec in (("aac.mp4", "aac"), ("pcm.mov", "pcm_s16le")):
+        mux(clip, write_wav(root / "half.wav", half), root / name, codec)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "audio stream 0: sample count: expected 8000, obtained 4000" in out
+    assert "audio stream 0: duration: expected 0.5, obtained 0.25" in out
+    for name in ("aac.mp4", "pcm.mov"):
+        receipt = _receipt(root, f"test_track[{name}]")
+        (gate,) = receipt["gates"]
+        assert gate["passed"] is False
+        assert "error" not in gate
