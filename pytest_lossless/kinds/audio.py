@@ -82,6 +82,15 @@ class AudioKind(BuiltinKind):
         out = folder / f"changed{artifact.path.suffix}"
         return perturb_audio(artifact.path, out, gate, self.limits())
 
+    def emptiness(self, artifact: Artifact) -> str | None:
+        if "streams" in artifact.fingerprint:
+            from ..media.container import ContainerFingerprint
+            from .video import container_emptiness
+
+            return container_emptiness(ContainerFingerprint.from_json(artifact.fingerprint))
+        count = AudioFingerprint.from_json(artifact.fingerprint).sample_count
+        return "no sample (0 samples)" if count == 0 else None
+
     def pictures(
         self, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
     ) -> list[str]:

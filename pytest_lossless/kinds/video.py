@@ -98,10 +98,26 @@ class VideoKind(BuiltinKind):
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         return plan_frames(self, gate, artifact, folder, self.limits())
 
+    def emptiness(self, artifact: Artifact) -> str | None:
+        return container_emptiness(ContainerFingerprint.from_json(artifact.fingerprint))
+
     def pictures(
         self, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
     ) -> list[str]:
         return frame_pictures(result, expected, obtained, folder, self.limits())
+
+
+def container_emptiness(fingerprint: ContainerFingerprint) -> str | None:
+    """What a container lacks when a decoded stream of it holds nothing: ``no frame decodes
+    (video stream #0: 0 frames)``, ``no sample (audio stream #1: 0 samples)``; None when every
+    stream holds something (a cover picture counts as a frame)."""
+    empty = [f"video stream #{s.index}: 0 frames" for s in fingerprint.video() if not s.frames]
+    silent = [f"audio stream #{s.index}: 0 samples" for s in fingerprint.audio() if not s.packets]
+    if empty:
+        return f"no frame decodes ({'; '.join(empty + silent)})"
+    if silent:
+        return f"no sample ({'; '.join(silent)})"
+    return None
 
 
 # ------------------------------------------------------------------ decoded: the exact gate

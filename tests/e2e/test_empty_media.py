@@ -157,3 +157,52 @@ def test_a_shortened_audio_track_in_a_container_fails_naming_samples_and_duratio
         (gate,) = receipt["gates"]
         assert gate["passed"] is False
         assert "error" not in gate
+
+
+ALLOWED = """
+import numpy as np
+import pytest
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_clip(golden):
+    golden.check("clip.mp4", HERE / "clip.mp4", allow_empty=True)
+
+@pytest.mark.lossless
+def test_audio(golden):
+    golden.check("audio.wav", HERE / "audio.wav", allow_empty=True)
+
+@pytest.mark.lossless
+def test_tensor(golden):
+    golden.check("latent.npy", np.load(HERE / "latent.npy", allow_pickle=False), allow_empty=True)
+"""
+
+
+def test_an_empty_output_is_never_stored_as_a_golden_unless_allowed(
+    pytester: pytest.Pytester,
+) -> None:
+    """A golden with no frame (no sample, no element) would let every later output that lost
+    everything PASS: --update-goldens refuses it, naming the file and what it lacks, as it
+    refuses an empty file; ``allow_empty=True`` says an empty output is what the test expects."""
+    root = pytester.path
+    no_frame_decodes(write_video(root / "whole.mp4", gray_frames()), root / "clip.mp4")
+    write_wav(root / "audio.wav", tone()[:0])
+    np.save(root / "latent.npy", np.zeros((0, 8), dtype=np.float32))
+    pytester.makepyfile(test_empty=CHECKS)
+    result = pytester.runpytest("--update-goldens")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*clip.mp4: no frame decodes (video stream #0: 0 frames): refusing to store it as "
+            "the golden 'clip.mp4'. If an empty output is what the test expects, pass "
+            "allow_empty=True*",
+            "*audio.wav: no sample (0 samples): refusing to store it as the golden 'audio.wav'*",
+            "*: no element (shape (0, 8)): refusing to store it as the golden 'latent.npy'*",
+        ]
+    )
+    assert not (root / "goldens").exists()
+    pytester.makepyfile(test_empty=ALLOWED)
+    assert pytester.runpytest("--update-goldens").ret == 0
+    assert pytester.runpytest("--lossless").ret == 0
