@@ -96,7 +96,22 @@ class VideoKind(BuiltinKind):
         return compare_tolerance(gate, expected, obtained, self.name, limits=self.limits())
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
-        return plan_frames(self, gate, artifact, folder, self.limits())
+        """One byte of a frame changed; and, when the container has audio, one sample of it
+        changed in a copy of its own (``also``): the comparator must fail on both."""
+        from dataclasses import replace
+
+        from .audio import perturb_container_audio
+        from .canary import Unavailable
+
+        frames = plan_frames(self, gate, artifact, folder, self.limits())
+        fingerprint = ContainerFingerprint.from_json(artifact.fingerprint)
+        if not any(s.packets for s in fingerprint.audio()):
+            return frames
+        try:
+            sound = perturb_container_audio(self.name, gate, artifact, folder, self.limits())
+        except Unavailable as exc:
+            return replace(frames, unit=f"{frames.unit} (audio not changed: {exc})")
+        return replace(frames, also=(sound,))
 
     def emptiness(self, artifact: Artifact) -> str | None:
         return container_emptiness(ContainerFingerprint.from_json(artifact.fingerprint))

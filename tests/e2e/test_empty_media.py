@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.e2e.mediagen import FFMPEG, gray_frames, tone, write_video, write_wav
+from tests.e2e.mediagen import FFMPEG, gray_frames, mux, tone, write_video, write_wav
 
 pytestmark = pytest.mark.slow
 
@@ -110,14 +110,6 @@ def test_an_output_that_lost_everything_is_a_fail_naming_both_counts(
         assert gate["passed"] is False
         assert receipt["verdicts"]["overall"] == "FAIL"
     assert set(_junit_verdicts(project / "junit.xml").values()) == {"FAIL"}
-
-
-def mux(video: Path, audio: Path, out: Path, codec: str) -> Path:
-    """``video``'s frames (copied) with ``audio`` encoded by ``codec``, in ``out``'s container."""
-    args = ["-y", "-v", "error", "-i", str(video), "-i", str(audio), "-map", "0:v", "-map", "1:a"]
-    args += ["-c:v", "copy", "-c:a", codec, "-threads", "1", "-bitexact", "-map_metadata", "-1"]
-    subprocess.run([FFMPEG, *args, str(out)], check=True)
-    return out
 
 
 TRACKS = """
