@@ -357,6 +357,13 @@ class GoldenFolder:
             )
         if artifact is None:
             artifact = self.kinds.artifact(name, path)
+        lacking = None if allow_empty else self.kinds.emptiness(artifact)
+        if lacking is not None:
+            raise ArtifactError(
+                path,
+                f"{lacking}: refusing to store it as the golden {name!r}. If an empty output "
+                "is what the test expects, pass allow_empty=True",
+            )
         kind, fingerprint = artifact.kind, artifact.fingerprint
         resolved = gate if gate is not None else self.kinds.default_gate(kind)
         size = path.stat().st_size

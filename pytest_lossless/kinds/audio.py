@@ -2,7 +2,9 @@
 for bit under ``decoded`` (in the file's own sample format), or within ``tolerance``.
 
 The canary writes a copy with libsndfile in the same format and subtype, one sample changed by
-one LSB (or just beyond the tolerance); a failed comparison lists the first differing samples.
+one LSB (or just beyond the tolerance); audio in a container is decoded, and a window of it
+written twice as PCM, once with one sample changed (:func:`perturb_container_audio`). A failed
+comparison lists the first differing samples.
 """
 
 from __future__ import annotations
@@ -79,8 +81,19 @@ class AudioKind(BuiltinKind):
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
         assert artifact.path is not None
+        if "streams" in artifact.fingerprint:  # audio in a container: AAC in MP4, ...
+            return perturb_container_audio(self.name, gate, artifact, folder, self.limits())
         out = folder / f"changed{artifact.path.suffix}"
         return perturb_audio(artifact.path, out, gate, self.limits())
+
+    def emptiness(self, artifact: Artifact) -> str | None:
+        if "streams" in artifact.fingerprint:
+            from ..media.container import ContainerFingerprint
+            from .video import container_emptiness
+
+            return container_emptiness(ContainerFingerprint.from_json(artifact.fingerprint))
+        count = AudioFingerprint.from_json(artifact.fingerprint).sample_count
+        return "no sample (0 samples)" if count == 0 else None
 
     def pictures(
         self, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
@@ -500,3 +513,118 @@ def perturb_audio(path: Path, out: Path, gate: Gate, limits: MediaLimits | None)
         location={"sample": i},
         prefix=f"{i} (channel 0",
     )
+
+
+#: Samples a container-audio canary copies at most, around the middle of the stream.
+AUDIO_WINDOW = 4096
+
+
+def perturb_container_audio(
+    kind: str, gate: Gate, artifact: Artifact, folder: Path, limits: MediaLimits
+) -> Plan:
+    """Audio in a container (AAC in MP4, PCM in MOV, ...): the first audio stream with samples
+    decoded in its own sample format, a window of it around the middle written losslessly twice
+    (PCM in NUT), as decoded and with one sample of channel 0 changed by its last bit (or moved
+    just beyond the tolerance). The copies are judged against each other by the kind's own
+    comparator, as the video canary's frames are: its audio side must FAIL at that sample. The
+    unchanged copy must decode to the very samples written, or no copy is made."""
+    import numpy as np
+
+    from ..media.container import ContainerFingerprint, fingerprint_container
+    from ..media.pcm import load_container_audio
+    from .canary import Plan, Unavailable, Unfailable, beyond, flip_lsb, middle_out, show
+
+    assert artifact.path is not None
+    fingerprint = ContainerFingerprint.from_json(artifact.fingerprint)
+    stream = next((s for s in fingerprint.audio() if s.packets and s.sample_count), None)
+    if stream is None:
+        raise Unavailable("the container has no audio sample to change")
+    data, rate = load_container_audio(artifact.path, stream.index, limits=limits)
+    if not data.size:
+        raise Unavailable(f"audio stream #{stream.index} decodes to no sample")
+    start = max(0, len(data) // 2 - AUDIO_WINDOW // 2)
+    window = np.ascontiguousarray(data[start : start + AUDIO_WINDOW])
+    found = None
+    for i in middle_out(len(window)):
+        x = window[i, 0]
+        if gate.name == "tolerance":
+            y = beyond(x, window.dtype, gate.atol + gate.rtol * abs(float(x)))
+        elif window.dtype.kind == "f":
+            y = flip_lsb(window[i : i + 1, 0])[0] if np.isfinite(x) else None
+        else:
+            y = beyond(x, window.dtype, 0)
+        if y is not None:
+            found = (i, x, y)
+            break
+    if found is None:
+        if gate.name == "tolerance":
+            raise Unfailable(
+                f"no sample of audio stream #{stream.index} can move beyond {gate.spec}"
+            )
+        raise Unavailable(f"no sample of audio stream #{stream.index} can be changed")
+    i, x, y = found
+    changed = window.copy()
+    changed[i, 0] = y
+    same, other = folder / "same-audio.nut", folder / "changed-audio.nut"
+    copies = ((window, same), (changed, other))
+
+    def write(job: tuple[npt.NDArray[Any], Path]) -> ContainerFingerprint:
+        samples, out = job
+        _write_pcm(samples, rate, out, limits)
+        return fingerprint_container(out, video=False, limits=limits, declared=False)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        same_fp, other_fp = pool.map(write, copies)
+    back, _ = load_container_audio(same, limits=limits)
+    if back.dtype != window.dtype or back.tobytes() != window.tobytes():
+        raise Unavailable(
+            f"a PCM copy of audio stream #{stream.index} does not decode to the same samples"
+        )
+    at = start + i
+    what = "its last bit" if gate.name != "tolerance" else f"beyond {gate.spec}"
+    prefix = f"audio sample {i} (channel 0" if gate.name == "tolerance" else f"{i} (channel 0"
+    return Plan(
+        obtained=other,
+        expected=same,
+        expected_fingerprint=same_fp,
+        obtained_fingerprint=other_fp,
+        kind=kind,
+        unit=(
+            f"audio stream #{stream.index} sample {at} of channel 0 ({stream.sample_fmt}): "
+            f"{show(x)} -> {show(y)}, {what} (a PCM copy of samples {start}-"
+            f"{start + len(window) - 1})"
+        ),
+        prefix=prefix,
+    )
+
+
+def _write_pcm(samples: npt.NDArray[Any], rate: int, out: Path, limits: MediaLimits) -> None:
+    """``(frames, channels)`` samples written losslessly as PCM of their own type in NUT."""
+    from ..errors import LosslessError
+    from ..media.ffmpeg import run_ffmpeg, stderr_tail
+    from ..media.probe import SAMPLE_FORMATS
+
+    dtype = samples.dtype.newbyteorder("<") if samples.dtype.itemsize > 1 else samples.dtype
+    encoder = next((enc for enc, _w, name in SAMPLE_FORMATS.values() if dtype == name), None)
+    if encoder is None:
+        from .canary import Unavailable
+
+        raise Unavailable(f"no PCM encoder writes {dtype} samples")
+    raw = encoder.removeprefix("pcm_")
+    args = [
+        *("-v", "error", "-f", raw, "-ar", str(rate), "-ac", str(samples.shape[1])),
+        *("-i", "-", "-c:a", encoder, "-f", "nut", "-y", str(out)),
+    ]
+    proc = run_ffmpeg(
+        args,
+        path=out,
+        limits=limits,
+        what="canary copy",
+        input_bytes=samples.astype(dtype, copy=False).tobytes(),
+    )
+    if proc.returncode != 0:
+        raise LosslessError(
+            f"ffmpeg could not write {out} as {encoder}: {stderr_tail(proc.stderr)}"
+        )

@@ -187,6 +187,14 @@ class BuiltinKind(Kind):
             check(path, limits)
         return self.fingerprint(path)
 
+    def emptiness(self, artifact: Artifact) -> str | None:
+        """What ``artifact`` lacks when it holds nothing of its kind's content (a video none of
+        whose frames decodes, audio with no sample, a tensor with no element), in a few words;
+        None when it holds something. ``--update-goldens`` refuses such an output as the golden
+        unless ``allow_empty=True``: a golden of nothing would let every later output that lost
+        everything PASS."""
+        return None
+
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Any:
         """The canary's perturbed copy (a :class:`~.canary.Plan`) of ``artifact`` under a gate
         other than ``bytes``."""

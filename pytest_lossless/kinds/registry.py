@@ -306,6 +306,13 @@ class KindRegistry:
             )
         return result
 
+    def emptiness(self, artifact: Artifact) -> str | None:
+        """What a built-in kind's ``artifact`` lacks when it holds nothing of its content
+        (:meth:`~.interface.BuiltinKind.emptiness`); None for one that holds something, and
+        for a plugin's kind (its own fingerprint says what it holds)."""
+        own = self.builtin(artifact.kind)
+        return own.emptiness(artifact) if own is not None else None
+
     def default_gate(self, kind: str) -> Gate:
         """The gate used when a test names none."""
         from ..gates.gate import Gate, parse_gate

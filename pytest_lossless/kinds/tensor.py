@@ -64,6 +64,17 @@ class TensorKind(BuiltinKind):
         out = folder / f"changed{artifact.path.suffix}"
         return perturb_tensor(artifact.path, out, gate, self.limits())
 
+    def emptiness(self, artifact: Artifact) -> str | None:
+        """A ``.npy`` with no element, an ``.npz`` with no array or none with an element."""
+        members = TensorFingerprint.from_json(artifact.fingerprint).members
+        if any(array.element_count for array in members.values()):
+            return None
+        shapes = "; ".join(
+            f"{name + ': ' if name else ''}shape {tuple(array.shape)}"
+            for name, array in members.items()
+        )
+        return f"no element ({shapes or 'no array'})"
+
     def pictures(
         self, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
     ) -> list[str]:

@@ -96,12 +96,43 @@ class VideoKind(BuiltinKind):
         return compare_tolerance(gate, expected, obtained, self.name, limits=self.limits())
 
     def plan(self, gate: Gate, artifact: Artifact, folder: Path) -> Plan:
-        return plan_frames(self, gate, artifact, folder, self.limits())
+        """One byte of a frame changed; and, when the container has audio, one sample of it
+        changed in a copy of its own (``also``): the comparator must fail on both."""
+        from dataclasses import replace
+
+        from .audio import perturb_container_audio
+        from .canary import Unavailable
+
+        frames = plan_frames(self, gate, artifact, folder, self.limits())
+        fingerprint = ContainerFingerprint.from_json(artifact.fingerprint)
+        if not any(s.packets for s in fingerprint.audio()):
+            return frames
+        try:
+            sound = perturb_container_audio(self.name, gate, artifact, folder, self.limits())
+        except Unavailable as exc:
+            return replace(frames, unit=f"{frames.unit} (audio not changed: {exc})")
+        return replace(frames, also=(sound,))
+
+    def emptiness(self, artifact: Artifact) -> str | None:
+        return container_emptiness(ContainerFingerprint.from_json(artifact.fingerprint))
 
     def pictures(
         self, result: GateResult, expected: Artifact, obtained: Artifact, folder: Path
     ) -> list[str]:
         return frame_pictures(result, expected, obtained, folder, self.limits())
+
+
+def container_emptiness(fingerprint: ContainerFingerprint) -> str | None:
+    """What a container lacks when a decoded stream of it holds nothing: ``no frame decodes
+    (video stream #0: 0 frames)``, ``no sample (audio stream #1: 0 samples)``; None when every
+    stream holds something (a cover picture counts as a frame)."""
+    empty = [f"video stream #{s.index}: 0 frames" for s in fingerprint.video() if not s.frames]
+    silent = [f"audio stream #{s.index}: 0 samples" for s in fingerprint.audio() if not s.packets]
+    if empty:
+        return f"no frame decodes ({'; '.join(empty + silent)})"
+    if silent:
+        return f"no sample ({'; '.join(silent)})"
+    return None
 
 
 # ------------------------------------------------------------------ decoded: the exact gate

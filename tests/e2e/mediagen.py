@@ -62,6 +62,19 @@ def write_video(
     return path
 
 
+def mux(video: Path | None, audio: Path, out: Path, codec: str) -> Path:
+    """``video``'s frames (copied; none: audio alone) with ``audio`` encoded by ``codec``
+    (one thread, bit-exact), in ``out``'s container."""
+    args = ["-y", "-v", "error"]
+    if video is not None:
+        args += ["-i", str(video), "-i", str(audio), "-map", "0:v", "-map", "1:a", "-c:v", "copy"]
+    else:
+        args += ["-i", str(audio)]
+    args += ["-c:a", codec, "-threads", "1", "-bitexact", "-map_metadata", "-1"]
+    subprocess.run([FFMPEG, *args, str(out)], check=True)
+    return out
+
+
 def write_wav(path: Path, samples: np.ndarray, rate: int = 16000) -> Path:
     sf.write(path, samples, rate, subtype="PCM_16")
     return path

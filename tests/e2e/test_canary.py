@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.e2e.mediagen import gray_frames, tone, write_video, write_wav
+from tests.e2e.mediagen import gray_frames, mux, tone, write_video, write_wav
 
 pytestmark = pytest.mark.slow
 
@@ -226,3 +226,83 @@ def test_every_builtin_kind_and_gate_in_use_is_proved_once_per_session(
     assert "canary" not in receipts["test_again"]  # video/decoded was proved already
     done = _verify(root)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+AAC_TESTS = """
+import pytest
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+@pytest.mark.lossless
+def test_clip(golden):
+    golden.check("clip.mp4", HERE / "clip.mp4")
+
+@pytest.mark.lossless
+def test_song(golden):
+    golden.check("song.m4a", HERE / "song.m4a")
+"""
+
+#: A conftest that makes the container gate blind to audio: its audio streams are not compared.
+DEAF = """
+import pytest_lossless.kinds.video as video
+
+video._compare_audio_streams = lambda *args, **kwargs: None
+"""
+
+
+def _aac_project(pytester: pytest.Pytester) -> Path:
+    root = pytester.path
+    frames = write_video(root / "frames.mp4", gray_frames())
+    sound = write_wav(root / "sound.wav", tone(8000))
+    mux(frames, sound, root / "clip.mp4", "aac")
+    mux(None, sound, root / "song.m4a", "aac")
+    pytester.makepyfile(test_aac=AAC_TESTS)
+    assert pytester.runpytest_subprocess("--update-goldens").ret == 0
+    return root
+
+
+def test_the_canary_proves_the_audio_side_of_an_mp4_with_aac(pytester: pytest.Pytester) -> None:
+    """Audio in a container is perturbed too (a PCM copy of a window of its decoded samples,
+    one sample's last bit changed): the audio kind's (an .m4a) and the video kind's, whose
+    canary must fail on a changed frame and on a changed audio sample."""
+    root = _aac_project(pytester)
+    result = pytester.runpytest_subprocess("--lossless")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*audio/decoded: FAIL as required ('song.m4a': audio stream #0 sample * of channel 0 "
+            "(fltp): * its last bit (a PCM copy of samples *); * s)",
+            "*video/decoded: FAIL as required ('clip.mp4': frame 6: byte * (a rawvideo copy of "
+            "frames 5-7); and audio stream #1 sample * of channel 0 (fltp): *; * s)",
+        ]
+    )
+    receipts = _receipts(root)
+    for test, kind in (("test_clip", "video"), ("test_song", "audio")):
+        (record,) = receipts[test]["canary"]
+        assert (record["kind"], record["status"], record["verdict"]) == (kind, "proved", "FAIL")
+        assert "audio stream #" in record["unit"]
+    done = _verify(root)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_gate_blind_to_audio_is_caught_by_the_canary(pytester: pytest.Pytester) -> None:
+    """The container gate with its audio comparison taken out still fails on a changed frame:
+    only the audio copy shows it blind, and both kinds' tests are errors naming the sample."""
+    root = _aac_project(pytester)
+    pytester.makeconftest(DEAF)
+    result = pytester.runpytest_subprocess("--lossless")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*CanaryError: canary: the video gate decoded cannot fail: in a copy of 'clip.mp4' "
+            "with one unit changed (audio stream #1 sample *), the comparator said PASS*",
+            "*CanaryError: canary: the audio gate decoded cannot fail: in a copy of 'song.m4a' "
+            "with one unit changed (audio stream #0 sample *), the comparator said PASS*",
+            "*video/decoded: CANNOT FAIL, an ERROR ('clip.mp4': audio stream #1 sample *: said "
+            "PASS; * s)",
+        ]
+    )
+    (record,) = _receipts(root)["test_clip"]["canary"]
+    assert (record["status"], record["verdict"]) == ("cannot-fail", "PASS")
+    assert record["unit"].startswith("audio stream #1 sample ")

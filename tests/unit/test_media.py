@@ -301,6 +301,26 @@ def test_corrupted_mp4_raises(tmp_path: Path) -> None:
         kinds.fingerprint("video", bad)
 
 
+@pytest.mark.parametrize("muxer", ["mp4", "matroska"])
+@pytest.mark.parametrize("into_frame", [0, 8])
+def test_a_file_that_ends_before_its_first_frame_has_no_frame(
+    tmp_path: Path, muxer: str, into_frame: int
+) -> None:
+    """Cut where its first frame's data begins (or inside it): its stream is described, no
+    frame of it decodes. That is a video of no frame (a golden with frames FAILS against it,
+    naming both counts), not damage (a file damaged inside a frame still raises, above)."""
+    source = make_clip(tmp_path / "c.mp4", seconds=0.5, audio=None)
+    whole = tmp_path / f"whole.{muxer[:3]}"
+    ffmpeg("-i", str(source), "-c", "copy", "-movflags", "+faststart", "-f", muxer, str(whole))
+    data = whole.read_bytes()
+    start = data.index(b"mdat") + 4 if muxer == "mp4" else data.index(b"\x1f\x43\xb6\x75") + 32
+    cut = tmp_path / f"cut{whole.suffix}"
+    cut.write_bytes(data[: start + into_frame])
+    fingerprint = container.fingerprint_container(cut, video=True)
+    (stream,) = fingerprint.video()
+    assert (stream.frame_count, stream.frames) == (0, ())
+
+
 # ------------------------------------------------------------------ audio files
 
 
