@@ -480,7 +480,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print(f"pytest-lossless summary: {args.directory}: no such folder", file=sys.stderr)
             return 2
         if args.write:
-            print(write_summary(args.directory))
+            try:
+                written = write_summary(args.directory)
+            except (LosslessError, OSError) as exc:  # a read-only folder, a lock it cannot take
+                print(printable(f"pytest-lossless summary: {exc}"), file=sys.stderr)
+                return 2
+            print(written)
         else:
             print("\n".join(summary_lines(args.directory)))
         return 0

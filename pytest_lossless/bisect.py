@@ -562,11 +562,8 @@ def _run(request: BisectRequest, ini_goldens: Callable[[Path], str | None], stre
     goldens_default = request.good if request.sources is None else "HEAD"
     goldens_rev = _commit(tests_repo, request.goldens or goldens_default, "--goldens")
     relative = os.path.relpath(request.cwd, tests_repo)
-    out = request.out or Path(tempfile.mkdtemp(prefix="pytest-lossless-bisect-"))
-    out.mkdir(parents=True, exist_ok=True)
-    if any(out.iterdir()):
-        raise BisectError(f"--out {out} is not empty: give a new folder (the log goes there)")
-    scratch = Path(tempfile.mkdtemp(prefix="pytest-lossless-bisect-worktrees-"))
+    out = _out_folder(request.out)
+    scratch = _temporary("pytest-lossless-bisect-worktrees-")
     try:
         with _worktree(tests_repo, scratch / "goldens", goldens_rev) as golden_tree:
             folder = ini_goldens(golden_tree) or "goldens"
@@ -586,6 +583,37 @@ def _run(request: BisectRequest, ini_goldens: Callable[[Path], str | None], stre
                     return _bisect(bisection, good, bad)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _out_folder(given: Path | None) -> Path:
+    """The new (or empty) folder for the log: ``--out``, else a new temporary one. One that
+    cannot be made or read (a file, a folder below a file, a read-only place) is a refusal
+    naming it, never a traceback (#20)."""
+    if given is None:
+        return _temporary("pytest-lossless-bisect-")
+    try:
+        given.mkdir(parents=True, exist_ok=True)
+        empty = not any(given.iterdir())
+    except OSError as exc:
+        raise BisectError(
+            f"--out {given}: cannot be made a folder ({exc.strerror or exc}): give a new "
+            "folder where you can write"
+        ) from None
+    if not empty:
+        raise BisectError(f"--out {given} is not empty: give a new folder (the log goes there)")
+    return given
+
+
+def _temporary(prefix: str) -> Path:
+    """A new temporary folder; none where ``TMPDIR`` leads to no writable folder is a refusal
+    naming it."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    except OSError as exc:
+        raise BisectError(
+            f"cannot make a temporary folder ({exc.strerror or exc}): point TMPDIR at a "
+            "folder you can write, or give --out"
+        ) from None
 
 
 def _bisect(bisection: Bisection, good: str, bad: str) -> int:

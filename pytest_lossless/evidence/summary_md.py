@@ -278,9 +278,13 @@ def write_summary(
     try:
         fd = open_regular(lock, os.O_RDONLY | os.O_CREAT, 0o666)
     except OSError as exc:
+        fix = (
+            f"the folder {folder} is not writable here: copy the receipts where you can write"
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+            else "remove it (the plugin creates it as a plain file)"
+        )
         raise ReceiptError(
-            f"{lock}: cannot open the summary's lock: {exc.strerror or exc}; remove it "
-            "(the plugin creates it as a plain file)",
+            f"{lock}: cannot open the summary's lock: {exc.strerror or exc}; {fix}",
             path=lock,
         ) from None
     try:

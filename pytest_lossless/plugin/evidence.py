@@ -101,7 +101,11 @@ def session_writes(config: pytest.Config) -> tuple[Path, ...]:
     import tempfile
 
     resolved = settings(config)
-    found = [resolved.goldens, resolved.lock_dir]
+    # An updating session writes its goldens; a comparing one only recovers what a killed
+    # update left (hidden work folders beside test folders), and its goldens are source like
+    # any file: a golden a test wrote while its session compared vouches for no commit (#20).
+    found = [resolved.goldens] if resolved.update_goldens else _work_folders(resolved.goldens)
+    found.append(resolved.lock_dir)
     if config.pluginmanager.hasplugin("cacheprovider"):  # its ini key exists only then
         found.append(config.rootpath / os.path.expandvars(str(config.getini("cache_dir"))))
     for dest in ("xmlpath", "htmlpath", "report_log"):  # report files: junit, html, reportlog
@@ -119,6 +123,20 @@ def session_writes(config: pytest.Config) -> tuple[Path, ...]:
             user = "unknown"
         found.append(Path(temproot) / ("pytest-of-" + re.sub(r"[\W]", "_", user)))
     return tuple(found)
+
+
+def _work_folders(goldens: Path) -> list[Path]:
+    """The hidden entries under the goldens folder (``.<test>.tmp-*``, ``.<test>.old-*``,
+    ``.<test>.lock``: what golden updates leave while they run or when killed), which a
+    comparing session's recovery may remove."""
+    import os
+
+    found = []
+    for folder, names, files in os.walk(goldens):
+        hidden = [n for n in names if n.startswith(".")]
+        found += [Path(folder, n) for n in (*hidden, *(f for f in files if f.startswith(".")))]
+        names[:] = [n for n in names if not n.startswith(".")]
+    return found
 
 
 def source_state(config: pytest.Config) -> SourceState:

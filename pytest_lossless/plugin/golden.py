@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import os
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +249,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from ..goldens.layout import folder_of
 
+    _refuse_outside_rootdir(item)
     group = item.stash.get(SHARED_FOLDER_KEY, None)
     if not group:
         return
@@ -260,6 +262,29 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             f"{' and '.join(group)} share the golden folder {folder} once their ids are made "
             "file names: each would overwrite the others' goldens. Give them ids that differ "
             "in letters, digits or '._-[]=,+@' (pytest.param(..., id=...), or ids=)"
+        ),
+        pytrace=False,
+    )
+
+
+def _refuse_outside_rootdir(item: pytest.Item) -> None:
+    """A test that keeps goldens or plans in a file outside the rootdir (``-c ci/other.ini``
+    makes ``ci/`` the rootdir) has no path under it to key them by: pytest names such a file by
+    how the command line reached it, so ``tests/x/test_d.py`` and ``tests/y/test_d.py`` became
+    one id and one golden folder, each overwriting the other's goldens (#20)."""
+    if not _FOLDER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return
+    rootdir = settings(item.config).rootdir
+    path = Path(item.path)
+    if path.is_relative_to(rootdir) or path.resolve().is_relative_to(rootdir.resolve()):
+        return
+    shown = os.path.relpath(path, item.config.invocation_params.dir)
+    pytest.fail(
+        printable(
+            f"{shown} is outside the rootdir {rootdir}: its goldens are kept by its path under "
+            "the rootdir, and it has none (pytest names it by how the command line reached it, "
+            "so files of one name in two folders would share a golden folder). Give "
+            "--rootdir=<the project's root>, or keep the ini file there"
         ),
         pytrace=False,
     )
