@@ -32,7 +32,7 @@ from typing import Any
 
 from ..core.digests import loads_bounded, write_atomic
 from ..core.paths import inside_root, read_regular
-from ..core.records import Record, spec
+from ..core.records import Record, json_object, json_objects, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError
@@ -185,7 +185,7 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
         outputs = {
             str(entry.get("path")): entry.get("sha256")
             for run in receipt.block("runs")
-            for entry in (run.get("outputs") or {}).values()
+            for entry in json_object(run.get("outputs")).values()
             if isinstance(entry, Mapping)
         }
         for gate in receipt.block("gates"):
@@ -196,10 +196,10 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
                 found[name] = Subject(name, {"sha256": str(obtained["sha256"])})
         for entry in receipt.block("lossless"):
             label = entry.get("label") or "lossless"
-            for run in entry.get("runs") or []:
-                if not isinstance(run, Mapping) or run.get("role") != "candidate":
+            for run in json_objects(entry.get("runs")):
+                if run.get("role") != "candidate":
                     continue
-                for artifact, recorded in (run.get("artifacts") or {}).items():
+                for artifact, recorded in json_object(run.get("artifacts")).items():
                     path = recorded.get("path") if isinstance(recorded, Mapping) else None
                     digest = outputs.get(str(path)) if path else None
                     if digest:
@@ -241,7 +241,8 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
                 if relative is None:
                     problems.append(f"{name}: golden folder {golden['folder']} outside {rootdir}")
                     continue
-                files.setdefault(relative, ("manifest", golden.get("manifest_sha256")))
+                digest = golden.get("manifest_sha256")
+                files.setdefault(relative, ("manifest", None if digest is None else str(digest)))
         for block in ("lossless", "speed"):
             for entry in receipt.block(block):
                 plan = entry.get("gate_plan")
