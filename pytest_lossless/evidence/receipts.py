@@ -21,14 +21,14 @@ from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256, loads_bounded, safe_name, write_atomic
 from ..core.paths import inside_root, read_regular
-from ..core.records import JsonObject, Record, json_object, json_objects, spec
+from ..core.records import JsonObject, Record, json_objects, spec
 from ..core.records import from_json as read_record
 from ..core.redact import Redactor
 from ..core.verdict import Verdict, outcome_verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
 from .index import INDEX_NAME, HostIdentity
-from .provenance import redact_runspec
+from .provenance import RunSpec
 
 SCHEMA = "pytest-lossless.receipt"
 #: 2: lossless and speed entries record their frozen plan (``gate_plan``), speed samples what
@@ -494,7 +494,7 @@ class Receipt:
         #: The session's redaction rules (``lossless_redact``), applied to the RunSpec.
         self.redactor = redactor if redactor is not None else Redactor()
         self.created_at = utc_iso()
-        self.runspec: JsonObject | None = None
+        self.runspec: RunSpec | None = None
         self._allocation: _ReadLate | None = None
         #: Each list block's entries, as the fixtures add them: ``runs``, ``gates``,
         #: ``lossless``, ``speed``; the canaries that ran (:mod:`..kinds.canary`, or were
@@ -527,9 +527,11 @@ class Receipt:
         """The allocation block, read when asked, so a late read shows its release."""
         return None if self._allocation is None else self._allocation.to_dict()
 
-    def set_runspec(self, runspec: JsonObject) -> None:
-        """The RunSpec, redacted as it is stored: no secret of argv, knobs or the diff."""
-        self.runspec = redact_runspec(runspec, self.redactor)
+    def set_runspec(self, runspec: RunSpec | JsonObject) -> None:
+        """The RunSpec (or a recorded one's JSON), redacted as it is stored: no secret of
+        argv, knobs or the diff."""
+        spec = runspec if isinstance(runspec, RunSpec) else RunSpec.read(runspec)
+        self.runspec = spec.redacted(self.redactor)
 
     def set_allocation(self, allocation: _ReadLate | None) -> None:
         self._allocation = allocation
@@ -575,25 +577,19 @@ class Receipt:
     def _stored_diff(self) -> tuple[str, bytes] | None:
         """The diff as stored (already redacted by :meth:`set_runspec`) and its file name
         in the session folder, named by the SHA-256 of those bytes; None for a clean tree."""
-        text = str(self._source().get("diff") or "")
+        text = self.runspec.source.diff if self.runspec is not None else ""
         if not text:
             return None
         data = text.encode("utf-8", errors="surrogateescape")
         return stored_diff_name(hashlib.sha256(data).hexdigest()), data
 
-    def _source(self) -> JsonObject:
-        return json_object((self.runspec or {}).get("source"))
-
     def _runspec_block(self) -> JsonObject | None:
+        """The RunSpec as written: its diff's file named in place of its text."""
         if self.runspec is None:
             return None
-        block = dict(self.runspec)
-        source = dict(self._source())
-        source.pop("diff", "")
         stored = self._stored_diff()
-        source["diff_file"] = stored[0] if stored else None
-        block["source"] = source
-        return block
+        source = self.runspec.source.as_stored(stored[0] if stored else None)
+        return replace(self.runspec, source=source).to_json()
 
     def record(self) -> ReceiptRecord:
         """The receipt as it would be written now: raw blocks as JSON (what a reader will
@@ -652,9 +648,8 @@ class Receipt:
         return path
 
     def _rootdir(self) -> str | None:
-        invocation = (self.runspec or {}).get("invocation")
-        rootdir = invocation.get("rootdir") if isinstance(invocation, dict) else None
-        return str(rootdir) if rootdir else None
+        invocation = self.runspec.invocation if self.runspec is not None else None
+        return invocation.rootdir if invocation is not None and invocation.rootdir else None
 
 
 def _store_diff(folder: Path, name: str, data: bytes, *, root: Path | str | None) -> None:
