@@ -31,6 +31,7 @@ from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
 
+from .core.records import json_object  # noqa: E402
 from .core.text import printable  # noqa: E402
 from .errors import ConfigError, LosslessError  # noqa: E402
 from .evidence.index import INDEX_NAME  # noqa: E402
@@ -51,7 +52,7 @@ def _describe(record: ReceiptRecord) -> str:
     """A receipt's line: its runs, their lifecycle and its overall verdict, as recorded."""
     verdicts = record.recorded_verdicts or {}
     runs = len(record.block("runs"))
-    clean = (verdicts.get("lifecycle") or {}).get("clean")
+    clean = json_object(verdicts.get("lifecycle")).get("clean")
     parts = [f"{runs} run{'s' if runs != 1 else ''}"]
     if runs:
         parts.append("lifecycle clean" if clean else "lifecycle NOT clean")

@@ -47,6 +47,18 @@ else:  # at run time a record field so typed is raw JSON, copied as it is
 #: A JSON object (see :data:`JsonValue`): the type of JSON whose keys this code does not own.
 JsonObject: TypeAlias = dict[str, JsonValue]
 
+
+def json_object(value: object) -> JsonObject:
+    """``value`` if it is a JSON object, else an empty one (a block missing or of another
+    shape reads as holding nothing)."""
+    return value if isinstance(value, dict) else {}
+
+
+def json_objects(value: object) -> list[JsonObject]:
+    """The JSON objects of a list (entries of another shape left out); empty for a non-list."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 _T = TypeVar("_T")
 _R = TypeVar("_R", bound="Record")
 

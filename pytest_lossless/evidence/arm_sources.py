@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..core.records import json_objects
 from ..core.text import printable
 from .provenance import SourceState
 from .receipts import ReceiptRecord
@@ -45,15 +46,11 @@ def arm_sources(receipts: Iterable[ReceiptRecord]) -> dict[str, dict[str, list[S
     return dict(sorted(found.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
 
 
-def _maps(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
 def _arms_of(receipt: ReceiptRecord, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """Run name -> the arm that ran it, from the speed and lossless entries (first one wins)."""
     arm_of: dict[str, str] = {}
     for entry in receipt.block("speed"):
-        for sample in _maps(entry.get("samples")):
+        for sample in json_objects(entry.get("samples")):
             listed = sample.get("runs")
             names: list[Any] = list(listed) if isinstance(listed, list) else []
             if isinstance(sample.get("run"), str):
@@ -68,7 +65,7 @@ def _arms_of(receipt: ReceiptRecord, runs: Mapping[str, Mapping[str, Any]]) -> d
         if isinstance(output, Mapping) and output.get("path")
     }
     for entry in receipt.block("lossless"):
-        for compared in _maps(entry.get("runs")):
+        for compared in json_objects(entry.get("runs")):
             artifacts = compared.get("artifacts")
             for artifact in artifacts.values() if isinstance(artifacts, Mapping) else ():
                 name = (

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.paths import inside_root, read_regular, write_atomic
-from ..core.records import Record, loads_bounded, spec
+from ..core.records import JsonObject, Record, json_object, json_objects, loads_bounded, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError
@@ -184,7 +184,7 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
         outputs = {
             str(entry.get("path")): entry.get("sha256")
             for run in receipt.block("runs")
-            for entry in (run.get("outputs") or {}).values()
+            for entry in json_object(run.get("outputs")).values()
             if isinstance(entry, Mapping)
         }
         for gate in receipt.block("gates"):
@@ -195,10 +195,10 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
                 found[name] = Subject(name, {"sha256": str(obtained["sha256"])})
         for entry in receipt.block("lossless"):
             label = entry.get("label") or "lossless"
-            for run in entry.get("runs") or []:
-                if not isinstance(run, Mapping) or run.get("role") != "candidate":
+            for run in json_objects(entry.get("runs")):
+                if run.get("role") != "candidate":
                     continue
-                for artifact, recorded in (run.get("artifacts") or {}).items():
+                for artifact, recorded in json_object(run.get("artifacts")).items():
                     path = recorded.get("path") if isinstance(recorded, Mapping) else None
                     digest = outputs.get(str(path)) if path else None
                     if digest:
@@ -240,7 +240,8 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
                 if relative is None:
                     problems.append(f"{name}: golden folder {golden['folder']} outside {rootdir}")
                     continue
-                files.setdefault(relative, ("manifest", golden.get("manifest_sha256")))
+                digest = golden.get("manifest_sha256")
+                files.setdefault(relative, ("manifest", None if digest is None else str(digest)))
         for block in ("lossless", "speed"):
             for entry in receipt.block(block):
                 plan = entry.get("gate_plan")
@@ -516,7 +517,8 @@ class Opened:
     given key verified, and what is wrong with it."""
 
     line: int
-    statement: Mapping[str, Any] | None
+    #: As the envelope's payload holds it: each reader narrows what it reads.
+    statement: JsonObject | None
     signed: bool
     problem: str | None = None
 
@@ -525,19 +527,19 @@ class Opened:
         return statement_session(self.statement) if self.statement is not None else None
 
 
-def statement_session(statement: Mapping[str, Any]) -> str | None:
+def statement_session(statement: JsonObject) -> str | None:
     """The session a Statement is about: from its ``INDEX.json`` configuration (Test Result)
     or its ``session.id`` (the lossless detail)."""
     predicate = statement.get("predicate")
-    if not isinstance(predicate, Mapping):
+    if not isinstance(predicate, dict):
         return None
     if statement.get("predicateType") == LOSSLESS_TYPE:
         session = predicate.get("session")
-        return str(session.get("id")) if isinstance(session, Mapping) else None
-    for descriptor in predicate.get("configuration") or []:
-        if isinstance(descriptor, Mapping) and descriptor.get("name") == INDEX_NAME:
+        return str(session.get("id")) if isinstance(session, dict) else None
+    for descriptor in json_objects(predicate.get("configuration")):
+        if descriptor.get("name") == INDEX_NAME:
             annotations = descriptor.get("annotations")
-            if isinstance(annotations, Mapping) and annotations.get("session_id"):
+            if isinstance(annotations, dict) and annotations.get("session_id"):
                 return str(annotations["session_id"])
     return None
 
@@ -555,7 +557,7 @@ def open_envelope(line: int, data: Any, public_key: Any) -> Opened:
         statement = loads_bounded(payload)
     except ValueError as exc:
         return Opened(line, None, False, f"its payload cannot be read ({exc})")
-    if not isinstance(statement, Mapping) or statement.get("_type") != STATEMENT_TYPE:
+    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         return Opened(line, None, False, "the payload is not an in-toto Statement v1")
     signed = False
     for signature in data["signatures"]:
@@ -748,7 +750,7 @@ def check_bundle(
     folders: Sequence[Path],
     single_receipts: Sequence[Path],
     project: Path,
-) -> tuple[list[BundleFinding], list[Mapping[str, Any]]]:
+) -> tuple[list[BundleFinding], list[JsonObject]]:
     """Every session folder and loose receipt against the signed Statements of ``bundle``:
     each envelope verifies with ``public_key``; each session on disk is signed once, under its
     own name, and its subjects and configuration re-derived from disk equal the signed ones;
@@ -756,7 +758,7 @@ def check_bundle(
     export's copy) is one a signed session lists. Returns the findings and the signed Test
     Result Statements that verified."""
     found: list[BundleFinding] = []
-    signed: dict[str, dict[str, Mapping[str, Any]]] = {}
+    signed: dict[str, dict[str, JsonObject]] = {}
     for opened in read_bundle(bundle, public_key):
         where = f"{bundle}:{opened.line}"
         if opened.problem is not None:
@@ -837,8 +839,7 @@ def check_bundle(
         str(r.get("sha256"))
         for slot in signed.values()
         if LOSSLESS_TYPE in slot
-        for r in slot[LOSSLESS_TYPE]["predicate"].get("receipts") or []
-        if isinstance(r, Mapping)
+        for r in json_objects(json_object(slot[LOSSLESS_TYPE].get("predicate")).get("receipts"))
     }
     for path in single_receipts:
         try:
@@ -927,21 +928,16 @@ def signed_receipts(bundle: Path, public_key: Any) -> dict[str, str]:
             or statement.get("predicateType") != (LOSSLESS_TYPE)
         ):
             continue
-        for entry in statement["predicate"].get("receipts") or []:
-            if isinstance(entry, Mapping) and entry.get("sha256"):
+        for entry in json_objects(json_object(statement.get("predicate")).get("receipts")):
+            if entry.get("sha256"):
                 found[str(entry["sha256"])] = str(opened.session_id)
     return found
 
 
-def revisions_of(statement: Mapping[str, Any]) -> set[str]:
+def revisions_of(statement: JsonObject) -> set[str]:
     """The ``gitCommit`` digests a Statement's subjects name."""
-    return {
-        str(s["digest"]["gitCommit"])
-        for s in statement.get("subject") or []
-        if isinstance(s, Mapping)
-        and isinstance(s.get("digest"), Mapping)
-        and "gitCommit" in s["digest"]
-    }
+    digests = [json_object(s.get("digest")) for s in json_objects(statement.get("subject"))]
+    return {str(d["gitCommit"]) for d in digests if "gitCommit" in d}
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..core.records import json_objects
 from .receipts import ReceiptRecord
 
 #: How far a sample's start may lie from its run's start (the two clocks are read apart).
@@ -21,10 +22,6 @@ _START_SLACK_SECONDS = 0.5
 #: Run records give their start to the millisecond (ISO-8601), samples theirs in full.
 _ROUNDING_SECONDS = 0.002
 _RUN_NAME = re.compile(r"^(command|server)-(\d+)$")
-
-
-def _maps(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
 def _epoch(value: object) -> float | None:
@@ -106,7 +103,7 @@ def check_run_requests(block: Any, receipt: ReceiptRecord, context: Any) -> list
 
 def _request_totals(name: str, run: Mapping[str, Any], totals: Mapping[str, Any]) -> list[str]:
     found: list[str] = []
-    records = _maps(run.get("requests"))
+    records = json_objects(run.get("requests"))
     kept, omitted = totals.get("kept"), totals.get("omitted")
     if not isinstance(kept, Mapping) or not isinstance(omitted, Mapping):
         return [f"{name}: request_totals has no kept and omitted parts to add up"]
@@ -170,7 +167,7 @@ def _request_totals(name: str, run: Mapping[str, Any], totals: Mapping[str, Any]
 
 def _device_memory(name: str, memory: Mapping[str, Any]) -> list[str]:
     peak = memory.get("peak_mib")
-    peaks = [p.get("peak_mib") for p in _maps(memory.get("processes"))]
+    peaks = [p.get("peak_mib") for p in json_objects(memory.get("processes"))]
     numbers = [float(p) for p in peaks if isinstance(p, (int, float))]
     if not isinstance(peak, (int, float)) or not numbers:
         return []
@@ -227,7 +224,7 @@ def check_speed_runs(block: Any, receipt: ReceiptRecord, context: Any) -> list[s
     claimed: dict[str, str] = {}
     for number, entry in enumerate(receipt.block("speed")):
         label = f"speed[{number}]" + (f" {entry['workload']!r}" if entry.get("workload") else "")
-        samples = _maps(entry.get("samples"))
+        samples = json_objects(entry.get("samples"))
         found += _sample_order(label, samples, str(entry.get("design")))
         linked = [s for s in samples if isinstance(s.get("run"), str)]
         for sample in linked:
@@ -244,7 +241,9 @@ def check_speed_runs(block: Any, receipt: ReceiptRecord, context: Any) -> list[s
         # Which runs each arm started is recorded by the plugin (``runs``): with it, a run that
         # started while the gate ran but belongs to no sample was dropped with its sample.
         if samples and all(isinstance(s.get("runs"), list) for s in samples):
-            started = {str(name) for s in samples for name in s["runs"]}
+            started = {
+                str(n) for s in samples for r in [s["runs"]] if isinstance(r, list) for n in r
+            }
             found += _unsampled_runs(label, samples, runs, started)
     return found
 
@@ -316,7 +315,7 @@ def check_lossless_outputs(block: Any, receipt: ReceiptRecord, context: Any) -> 
                     outputs[str(entry["path"])] = (str(run.get("name")), entry)
     found: list[str] = []
     for number, entry in enumerate(receipt.block("lossless")):
-        for compared in _maps(entry.get("runs")):
+        for compared in json_objects(entry.get("runs")):
             artifacts = compared.get("artifacts")
             if not isinstance(artifacts, Mapping):
                 continue

@@ -22,12 +22,11 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.clock import utc_iso
 from ..core.paths import open_regular, read_regular, safe_name, write_json_atomic
-from ..core.records import Record, loads_bounded, spec
+from ..core.records import JsonObject, Record, loads_bounded, spec
 from ..core.records import from_json as read_record
 from ..core.text import has_control, printable
 from ..errors import ConfigError, ReceiptError
@@ -229,8 +228,9 @@ class SessionIndex(Record):
     schema and lists.
 
     ``source`` and ``shard`` are the JSON of the records that made them (the provenance's
-    source identity, the shard split); ``hmac`` is only read, from an index an older
-    pytest-lossless signed with a key inside the session."""
+    source identity, the shard split), kept as read: ``verify`` judges what the file says;
+    ``hmac`` is only read, from an index an older pytest-lossless signed with a key inside the
+    session."""
 
     schema: str = spec(derive=lambda _: INDEX_SCHEMA)
     schema_version: int = spec(derive=lambda _: INDEX_VERSION)
@@ -244,13 +244,13 @@ class SessionIndex(Record):
     mode: str | None
     workers: int
     rootdir: str | None
-    source: dict[str, Any] | None
+    source: JsonObject | None
     tests: tuple[IndexTest, ...]
     receipts: tuple[IndexFile, ...]
     summary: SummaryFile | None
     unsignable: str | None = spec(None, omit="empty")
-    shard: dict[str, Any] | None = spec(None, omit="empty")
-    hmac: dict[str, Any] | None = spec(None, omit="none")
+    shard: JsonObject | None = spec(None, omit="empty")
+    hmac: JsonObject | None = spec(None, omit="none")
     #: The trees that changed while the session ran (:class:`SourceChange`); written when any.
     source_changes: tuple[SourceChange, ...] = spec((), omit="empty")
 
@@ -269,7 +269,7 @@ def build_index(
     started_at: str | None = None,
     ended_at: str | None = None,
     rootdir: str | None = None,
-    source: Mapping[str, Any] | None = None,
+    source: JsonObject | None = None,
     tests: Iterable[IndexTest] = (),
     exitstatus: int = 0,
     state: str | None = None,
@@ -277,7 +277,7 @@ def build_index(
     workers: int = 0,
     digests: Mapping[str, str] | None = None,
     unsignable: str | None = None,
-    shard: Mapping[str, Any] | None = None,
+    shard: JsonObject | None = None,
     source_changes: Iterable[SourceChange] = (),
 ) -> SessionIndex:
     """The index of ``folder`` as it is now: every receipt in it hashed, the ``SUMMARY.md``

@@ -10,7 +10,7 @@ Publication is read from local knowledge only (``git for-each-ref --contains`` o
 ``refs/remotes/``, bounded in time): nothing is fetched and no remote is contacted, so a
 remote-tracking branch says what the remote held at the last fetch, not now.
 
-What is stored is redacted (:func:`redact_runspec`): secret values in pytest's argv, in the
+What is stored is redacted (:meth:`RunSpec.redacted`): secret values in pytest's argv, in the
 knobs and in the diff become markers; ``diff_sha256`` stays the hash of the diff as git gave
 it, and ``diff_stored_sha256`` is the hash of the redacted text stored beside the receipt.
 """
@@ -32,12 +32,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core.digests import canonical_sha256
-from ..core.records import Record, spec, to_json
+from ..core.records import JsonObject, Record, spec, to_json
 from ..core.records import from_json as read_record
 from ..core.redact import Redactor
 from ..core.text import printable
 from ..errors import ConfigError
-from ..run import hash_inputs
+from ..run.launcher import digest_inputs
+from ..run.record import FileDigest
 from .index import HostIdentity, SourceChange
 
 #: Distributions whose versions every receipt records.
@@ -95,7 +96,8 @@ class Publication(Record):
     remote_urls: dict[str, str] = field(default_factory=dict)
     local_remotes: tuple[str, ...] = ()
     remote_branches: tuple[str, ...] = ()
-    published_branches: tuple[str, ...] = ()
+    #: None: a block written before this key existed (any remote branch counted then).
+    published_branches: tuple[str, ...] | None = spec((), omit="none", absent=None)
     remote_branch: str | None = None
     remote_url: str | None = None
     #: None: could not be told (git failed); ``publication`` is then ``"unknown"``.
@@ -117,13 +119,22 @@ class SourceState(Record):
     diff_sha256: str | None = None
     diff_bytes: int = 0
     #: The exact bytes of ``git diff HEAD --binary``, decoded with ``surrogateescape``.
-    diff: str = ""
+    diff: str = spec("", omit=lambda state: state.stored)
     changed_files: int = 0
     untracked: tuple[str, ...] = ()
     publication: Publication = spec(default_factory=Publication, flatten=True)
     git_error: str | None
     #: How many untracked files a compact block (:meth:`compact`) counted; it lists none.
     untracked_count: int | None = spec(None, omit="none")
+    #: Once the diff is redacted to be stored (:meth:`redacted`): whether values were hidden,
+    #: how many, and the SHA-256 of the text now held (the stored ``.diff``).
+    diff_redacted: bool | None = spec(None, omit="none")
+    diff_redactions: int | None = spec(None, omit="none")
+    diff_stored_sha256: str | None = spec(None, omit="none")
+    #: As a receipt holds the block (:meth:`stored`): the diff's file in the session folder
+    #: (None: no diff), written instead of the diff's text.
+    diff_file: str | None = spec(None, omit=lambda state: not state.stored)
+    stored: bool = spec(False, json=False)
 
     @classmethod
     def read(cls, block: object) -> SourceState | None:
@@ -181,25 +192,33 @@ class SourceState(Record):
             return printable(f"published ({where})" if where else "published")
         return "unpublished" if publication == "unpublished" else "publication unknown"
 
+    def redacted(self, redactor: Redactor) -> SourceState:
+        """The block whose ``diff`` is redacted, saying so (``diff_redacted``,
+        ``diff_redactions``, ``diff_stored_sha256``); ``diff_sha256`` and ``diff_bytes`` keep
+        describing ``git diff HEAD --binary`` itself, the source identity manifests record too.
+        Done once: a block already redacted is returned as it is."""
+        if self.diff_redacted is not None:
+            return self
+        text, count, _ = redactor.diff(self.diff)
+        stored = hashlib.sha256(text.encode("utf-8", errors="surrogateescape")).hexdigest()
+        return replace(
+            self,
+            diff=text,
+            diff_redacted=count > 0,
+            diff_redactions=count,
+            diff_stored_sha256=stored,
+        )
+
+    def as_stored(self, diff_file: str | None) -> SourceState:
+        """The block as a receipt holds it: the (redacted) diff's file named, its text not."""
+        return replace(self, diff_file=diff_file, stored=True)
+
     def to_json(self) -> dict[str, Any]:
+        data = to_json(self)
         if self.revision is not None:
-            return to_json(self)
+            return data
         # Not a git revision: the shorter block receipts have always written for it.
-        return {
-            "revision": None,
-            "dirty": None,
-            "diff_sha256": None,
-            "diff": "",
-            "untracked": [],
-            "published": None,
-            "remote_branches": [],
-            "published_branches": [],
-            "remote_branch": None,
-            "remote_url": None,
-            "publication": self.publication.publication,
-            "publication_detail": self.publication.publication_detail,
-            "git_error": self.git_error,
-        }
+        return {key: data[key] for key in (*_NOT_GIT, *_STORING) if key in data}
 
     def compact(self) -> dict[str, Any]:
         """The compact source identity for manifests and the session's index: revision,
@@ -211,6 +230,14 @@ class SourceState(Record):
         compact = {key: state.get(key) for key in keys}
         compact["untracked_count"] = self.untracked_files
         return compact
+
+
+#: The keys of the block of a tree that is not a git revision (all but the last three empty).
+_NOT_GIT: tuple[str, ...] = ("revision", "dirty", "diff_sha256", "diff", "untracked", "published")
+_NOT_GIT += ("remote_branches", "published_branches", "remote_branch", "remote_url")
+_NOT_GIT += ("publication", "publication_detail", "git_error")
+#: The keys redacting (:meth:`SourceState.redacted`) and storing the diff add to a block.
+_STORING = ("diff_redacted", "diff_redactions", "diff_stored_sha256", "diff_file")
 
 
 def source_state(root: Path, *, ignore: Sequence[Path] = ()) -> SourceState:
@@ -592,24 +619,27 @@ def publication_problem(source: SourceState) -> str | None:
     return source.problem()
 
 
-def publication_contradictions(source: Mapping[str, Any], label: str) -> list[str]:
+def publication_contradictions(source: JsonObject, label: str) -> list[str]:
     """Where a recorded ``published``/``publication`` disagrees with the branches recorded
-    beside it (``verify``). Receipts written before ``published_branches`` existed counted any
-    remote-tracking branch; a ``publication`` of ``"unknown"`` (git failed) claims nothing."""
+    beside it (``verify``, on the block as the file holds it). Receipts written before
+    ``published_branches`` existed counted any remote-tracking branch; a ``publication`` of
+    ``"unknown"`` (git failed) claims nothing."""
     if not source.get("revision") or source.get("publication") == "unknown":
         return []
-    branches, holding = source.get("remote_branches"), source.get("published_branches")
-    if holding is None and branches is None:
+    branches, recorded = source.get("remote_branches"), source.get("published_branches")
+    if recorded is None and branches is None:
         return []
-    holding = list((branches if holding is None else holding) or [])
+    listed = branches if recorded is None else recorded
+    holding = list(listed) if isinstance(listed, list) else []
     found = [
         f"{label}: published branch {b} is not among the remote branches {branches!r}"
         for b in holding
-        if branches is not None and b not in branches
+        if isinstance(branches, list) and b not in branches
     ]
     if source.get("remote_branch") not in (None, *holding):
         found.append(f"{label}: remote branch {source['remote_branch']} is not a published one")
-    local = source.get("local_remotes") or []
+    local = source.get("local_remotes")
+    local = local if isinstance(local, list) else []
     found += [
         f"{label}: published branch {b} counts, but {r} is a local remote (a clone here)"
         for b in holding
@@ -675,7 +705,7 @@ class SessionFacts:
     versions: dict[str, str | None]
     platform: dict[str, str | int | None]
     #: The scheduler job (:func:`scheduler_identity`), as the scheduler module records it.
-    scheduler: dict[str, Any] | None = None
+    scheduler: JsonObject | None = None
 
 
 def session_facts() -> SessionFacts:
@@ -715,7 +745,7 @@ def session_facts() -> SessionFacts:
     )
 
 
-def scheduler_identity(env: Mapping[str, str]) -> dict[str, Any] | None:
+def scheduler_identity(env: Mapping[str, str]) -> JsonObject | None:
     """The scheduler job this session runs in (Slurm: job id, array task, node, and the
     allocation as Slurm gave it), or None outside one. Recorded in each receipt's RunSpec,
     outside the environment fingerprint: job ids differ on every run."""
@@ -724,18 +754,72 @@ def scheduler_identity(env: Mapping[str, str]) -> dict[str, Any] | None:
     try:
         job = slurm_job(env)
     except ConfigError as exc:  # a damaged variable is recorded as it is, with the problem
-        given = {n: env[n] for n in RECORDED if n in env}
+        given: JsonObject = {n: env[n] for n in RECORDED if n in env}
         return {"name": "slurm", "allocation": given, "problem": str(exc)}
     return job.record() if job is not None else None
 
 
-def environment(knobs: Sequence[str], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Invocation(Record):
+    """How pytest was started: its arguments (redacted as stored), directory and rootdir."""
+
+    argv: tuple[str, ...] = ()
+    cwd: str | None = None
+    rootdir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs(Record):
+    """The determinism knobs present (with values, redacted as stored) and absent; in a
+    RunSpec with the environment fingerprint (:func:`runspec`)."""
+
+    knobs: dict[str, str | None] = spec(default_factory=dict)
+    knobs_unset: tuple[str, ...] = ()
+    fingerprint_sha256: str | None = spec(None, omit="none")
+
+
+def environment(knobs: Sequence[str], env: Mapping[str, str] | None = None) -> Knobs:
     """The determinism knobs present (with values) and absent, from ``env`` (default: ours)."""
     env = os.environ if env is None else env
-    return {
-        "knobs": {k: env[k] for k in knobs if k in env},
-        "knobs_unset": [k for k in knobs if k not in env],
-    }
+    return Knobs({k: env[k] for k in knobs if k in env}, tuple(k for k in knobs if k not in env))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSpec(Record):
+    """A receipt's ``runspec`` block (:func:`runspec`): what exactly ran. The fields a recorded
+    one lacks (an older or a hand-made one, :meth:`read`) read as absent."""
+
+    invocation: Invocation | None = spec(None, omit="none")
+    source: SourceState = spec(default_factory=lambda: SourceState(revision=None, git_error=None))
+    versions: dict[str, str | None] = spec(default_factory=dict)
+    platform: dict[str, str | int | None] = spec(default_factory=dict)
+    environment: Knobs = spec(default_factory=Knobs)
+    inputs: dict[str, FileDigest] = spec(default_factory=dict)
+    #: The scheduler's job, as :mod:`..devices.scheduler` records it (:func:`scheduler_identity`).
+    scheduler: JsonObject | None = spec(None, omit="none")
+    host: HostIdentity | None = spec(None, omit="none")
+    session_id: str | None = spec(None, omit="none")
+
+    @classmethod
+    def read(cls, block: object) -> RunSpec:
+        """A RunSpec as recorded (JSON), read leniently: what does not fit reads as absent."""
+        return read_record(cls, block, problems=[])
+
+    def redacted(self, redactor: Redactor) -> RunSpec:
+        """The RunSpec as a receipt stores it: secrets in pytest's argv, the knobs' values (a
+        knob named like a secret) and the diff hidden by ``redactor``. The environment
+        fingerprint was computed from the values as they were, so it still tells conditions
+        apart."""
+        invocation = self.invocation
+        if invocation is not None:
+            invocation = replace(invocation, argv=tuple(redactor.argv(invocation.argv)[0]))
+        knobs, _ = redactor.env(self.environment.knobs)
+        return replace(
+            self,
+            invocation=invocation,
+            environment=replace(self.environment, knobs=knobs),
+            source=self.source.redacted(redactor),
+        )
 
 
 def runspec(
@@ -748,7 +832,7 @@ def runspec(
     host: HostIdentity | None = None,
     session_id: str | None = None,
     sources: SourceStates | None = None,
-) -> dict[str, Any]:
+) -> RunSpec:
     """The RunSpec block of a receipt.
 
     ``facts`` is :func:`session_facts` computed once; ``inputs`` are hashed now. The
@@ -762,69 +846,31 @@ def runspec(
     env = environment(knobs)
     fingerprint = canonical_sha256(
         {
-            "environment": env,
+            "environment": env.to_json(),
             "versions": facts.versions,
             "platform": {k: v for k, v in facts.platform.items() if k != "hostname"},
         }
     )
-    spec: dict[str, Any] = {
-        "invocation": {"argv": list(sys.argv), "cwd": os.getcwd(), "rootdir": str(rootdir)},
-        "source": (sources or SourceStates()).state(rootdir, ignore=ignore).to_json(),
-        "versions": facts.versions,
-        "platform": facts.platform,
-        "environment": {**env, "fingerprint_sha256": fingerprint},
-        "inputs": hash_inputs(inputs or {}),
-    }
-    if facts.scheduler is not None:
-        spec["scheduler"] = dict(facts.scheduler)
-    if host is not None:
-        spec["host"] = host.to_json()
-    if session_id is not None:
-        spec["session_id"] = session_id
-    return spec
-
-
-def redact_source(source: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """A ``source`` block whose ``diff`` is redacted, saying so: ``diff_redacted``,
-    ``diff_redactions`` (values hidden) and ``diff_stored_sha256`` (of the text now held, the
-    ``.diff`` a receipt stores). ``diff_sha256`` and ``diff_bytes`` keep describing ``git diff
-    HEAD --binary`` itself, the source identity manifests record too. Done once: a block that
-    already says ``diff_redacted`` is returned as it is."""
-    block = dict(source)
-    if "diff_redacted" in block or "diff" not in block:
-        return block
-    text, count, _ = redactor.diff(str(block.get("diff") or ""))
-    block["diff"] = text
-    block["diff_redacted"] = count > 0
-    block["diff_redactions"] = count
-    block["diff_stored_sha256"] = hashlib.sha256(
-        text.encode("utf-8", errors="surrogateescape")
-    ).hexdigest()
-    return block
-
-
-def redact_runspec(spec: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """The RunSpec as a receipt stores it: secrets in pytest's argv, the knobs' values (a knob
-    named like a secret) and the diff hidden by ``redactor``. The environment fingerprint was
-    computed from the values as they were, so it still tells conditions apart."""
-    block = dict(spec)
-    invocation = block.get("invocation")
-    if isinstance(invocation, Mapping) and isinstance(invocation.get("argv"), list):
-        argv, _ = redactor.argv([str(a) for a in invocation["argv"]])
-        block["invocation"] = {**invocation, "argv": argv}
-    environment = block.get("environment")
-    if isinstance(environment, Mapping) and isinstance(environment.get("knobs"), Mapping):
-        knobs, _ = redactor.env(environment["knobs"])
-        block["environment"] = {**environment, "knobs": knobs}
-    if isinstance(block.get("source"), Mapping):
-        block["source"] = redact_source(block["source"], redactor)
-    return block
+    return RunSpec(
+        invocation=Invocation(tuple(sys.argv), os.getcwd(), str(rootdir)),
+        source=(sources or SourceStates()).state(rootdir, ignore=ignore),
+        versions=facts.versions,
+        platform=facts.platform,
+        environment=replace(env, fingerprint_sha256=fingerprint),
+        inputs=digest_inputs(inputs or {}),
+        scheduler=facts.scheduler,
+        host=host,
+        session_id=session_id,
+    )
 
 
 __all__ = [
     "PACKAGES",
     "PUBLISH_FIX",
+    "Invocation",
+    "Knobs",
     "Publication",
+    "RunSpec",
     "SessionFacts",
     "SourceChange",
     "SourceState",
@@ -834,8 +880,6 @@ __all__ = [
     "publication",
     "publication_contradictions",
     "publication_problem",
-    "redact_runspec",
-    "redact_source",
     "redact_url",
     "runspec",
     "scheduler_identity",

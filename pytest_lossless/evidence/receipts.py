@@ -21,14 +21,14 @@ from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import canonical_sha256
 from ..core.paths import inside_root, read_regular, safe_name, write_atomic
-from ..core.records import Record, loads_bounded
+from ..core.records import JsonObject, Record, json_objects, loads_bounded, spec
 from ..core.records import from_json as read_record
 from ..core.redact import Redactor
 from ..core.verdict import Verdict, outcome_verdict
 from ..errors import ReceiptError
 from ..run import lifecycle_verdict
 from .index import INDEX_NAME, HostIdentity
-from .provenance import redact_runspec
+from .provenance import RunSpec
 
 SCHEMA = "pytest-lossless.receipt"
 #: 2: lossless and speed entries record their frozen plan (``gate_plan``), speed samples what
@@ -63,19 +63,10 @@ def stored_diff_name(digest: str) -> str:
     return f"{DIFFS_DIR}/{digest}.diff"
 
 
-class _HasToDict(Protocol):
-    def to_dict(self) -> dict[str, Any]: ...
+class _ReadLate(Protocol):
+    """An allocation, read when the receipt is written (so its block shows the release)."""
 
-
-def _plain(value: _HasToDict | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        return dict(value)
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        result = to_dict()
-        if isinstance(result, Mapping):
-            return dict(result)
-    raise TypeError(f"expected a mapping or an object with to_dict(), got {value!r}")
+    def to_dict(self) -> JsonObject: ...
 
 
 def receipt_name(test_id: str) -> str:
@@ -96,20 +87,17 @@ def receipt_name(test_id: str) -> str:
     return f"{name}_" if name.upper() == "INDEX" else name  # the session's INDEX.json
 
 
-def raw_sha256(receipt: Mapping[str, Any]) -> str:
+def raw_sha256(receipt: JsonObject) -> str:
     """The hash of a receipt's raw blocks, with each run's derived ``lifecycle`` left out."""
     raw = {name: receipt.get(name) for name in RAW_BLOCKS}
     raw.update({name: receipt[name] for name in OPTIONAL_BLOCKS if name in receipt})
-    if isinstance(raw["runs"], list):
+    runs = raw["runs"]
+    if isinstance(runs, list):
         raw["runs"] = [
-            {k: v for k, v in run.items() if k != "lifecycle"} if isinstance(run, Mapping) else run
-            for run in raw["runs"]
+            {k: v for k, v in run.items() if k != "lifecycle"} if isinstance(run, dict) else run
+            for run in runs
         ]
     return canonical_sha256(raw)
-
-
-def _maps(value: object) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +119,7 @@ class GateRow(Record):
         return Verdict.PASS if self.lossless is True else Verdict.LOSSY_PASS
 
     @classmethod
-    def read(cls, entry: Mapping[str, Any]) -> GateRow:
+    def read(cls, entry: object) -> GateRow:
         """The row read leniently: a value of the wrong type reads as None (not said)."""
         return read_record(cls, entry, problems=[])
 
@@ -160,7 +148,7 @@ class CheckRow:
         return self.expect_verdict is not None and self.word in self.expect_verdict
 
     @classmethod
-    def from_json(cls, block: str, entry: Mapping[str, Any]) -> CheckRow:
+    def from_json(cls, block: str, entry: JsonObject) -> CheckRow:
         lossy, asserted = entry.get("lossy"), entry.get("expect_verdict")
         return cls(
             block=block,
@@ -190,39 +178,32 @@ class GateCounts(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class Verdicts:
-    """The derived ``verdicts`` block (:meth:`ReceiptParts.verdicts`), serialised here only.
+class Lifecycle(Record):
+    """``verdicts.lifecycle``: whether every run was clean (None: no runs), and each run's."""
+
+    clean: bool | None
+    runs: tuple[RunLifecycle, ...]
+
+
+def _before_outcome(verdicts: Verdicts) -> bool:
+    return not verdicts.counts_outcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdicts(Record):
+    """The derived ``verdicts`` block (:meth:`ReceiptParts.verdicts`).
     ``test`` and ``expected`` exist from :data:`OUTCOME_COUNTS_FROM` on (``counts_outcome``);
     ``matrix`` only in a receipt with a determinism matrix."""
 
-    lifecycle_clean: bool | None
-    runs: tuple[RunLifecycle, ...]
+    lifecycle: Lifecycle
     gates: GateCounts
     lossless: tuple[str, ...]
     speed: tuple[str, ...]
     overall: str | None
-    matrix: tuple[str, ...] | None
-    counts_outcome: bool
-    test: str | None
-    expected: bool
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "lifecycle": {
-                "clean": self.lifecycle_clean,
-                "runs": [run.to_json() for run in self.runs],
-            },
-            "gates": self.gates.to_json(),
-            "lossless": list(self.lossless),
-            "speed": list(self.speed),
-            "overall": self.overall,
-        }
-        if self.matrix is not None:
-            data["matrix"] = list(self.matrix)
-        if self.counts_outcome:
-            data["test"] = self.test
-            data["expected"] = self.expected
-        return data
+    matrix: tuple[str, ...] | None = spec(None, omit="none")
+    counts_outcome: bool = spec(True, json=False)
+    test: str | None = spec(None, omit=_before_outcome)
+    expected: bool = spec(False, omit=_before_outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,12 +221,12 @@ class ReceiptParts:
     matrix: tuple[str, ...] | None
 
     @classmethod
-    def from_json(cls, receipt: Mapping[str, Any]) -> ReceiptParts:
+    def from_json(cls, receipt: JsonObject) -> ReceiptParts:
         """The parts of a receipt as JSON (one being written, or a checker's receipt)."""
         return cls._of(
             receipt.get("schema_version"),
             receipt.get("outcome"),
-            {name: _maps(receipt.get(name)) for name in (*LIST_BLOCKS, "matrix")},
+            {name: json_objects(receipt.get(name)) for name in (*LIST_BLOCKS, "matrix")},
             has_matrix="matrix" in receipt,
         )
 
@@ -261,14 +242,15 @@ class ReceiptParts:
         cls,
         version: object,
         outcome: object,
-        blocks: Mapping[str, Sequence[Mapping[str, Any]]],
+        blocks: Mapping[str, Sequence[JsonObject]],
         *,
         has_matrix: bool,
     ) -> ReceiptParts:
         runs = []
         for record in blocks.get("runs", ()):
             lifecycle = lifecycle_verdict(record)
-            runs.append(RunLifecycle(record.get("name"), lifecycle.clean, lifecycle.summary))
+            name = record.get("name")
+            runs.append(RunLifecycle(_text(name), lifecycle.clean, lifecycle.summary))
         return cls(
             schema_version=version,
             outcome=outcome,
@@ -312,8 +294,7 @@ class ReceiptParts:
         test = outcome_verdict(self.outcome) if counts_outcome else None
         worst = Verdict.worst(parts + ([test.value] if test is not None else []))
         return Verdicts(
-            lifecycle_clean=all(r.clean for r in self.runs) if self.runs else None,
-            runs=self.runs,
+            lifecycle=Lifecycle(all(r.clean for r in self.runs) if self.runs else None, self.runs),
             gates=GateCounts(
                 passed=sum(1 for w in gate_words if w != Verdict.FAIL),
                 failed=gate_words.count(Verdict.FAIL.value),
@@ -353,17 +334,14 @@ class ReceiptParts:
 
 
 @dataclass(frozen=True, slots=True)
-class Integrity:
+class Integrity(Record):
     """The ``integrity`` block: the SHA-256 of the raw blocks named in ``covers``."""
 
     raw_sha256: str
     covers: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"raw_sha256": self.raw_sha256, "covers": list(self.covers)}
-
     @classmethod
-    def from_json(cls, block: object) -> Integrity | None:
+    def read(cls, block: object) -> Integrity | None:
         """The block as recorded; None when it is missing or not of this shape."""
         if not isinstance(block, Mapping) or not isinstance(block.get("raw_sha256"), str):
             return None
@@ -381,8 +359,9 @@ class ReceiptRecord:
 
     The evidence layer's own blocks are typed: the test's outcome, the derived verdicts
     (:attr:`parts`, re-derived from the raw blocks) and the integrity block. The blocks other
-    layers record stay the JSON those layers write (the RunSpec, the allocation, each run
-    record, gate result, lossless and speed verdict, canary, matrix, export and update event):
+    layers record are kept as the JSON read (:data:`JsonObject`: the RunSpec, the allocation,
+    each run record, gate result, lossless and speed verdict, canary, matrix, export and update
+    event), since ``verify`` judges what the file says, edited or not, and re-derives from it:
     ``entries`` holds each list block present, by name, in the order it is written."""
 
     schema_version: int
@@ -390,15 +369,15 @@ class ReceiptRecord:
     created_at: str | None
     written_at: str | None
     outcome: dict[str, str]
-    runspec: dict[str, Any] | None
-    allocation: dict[str, Any] | None
-    entries: dict[str, list[dict[str, Any]]]
+    runspec: JsonObject | None
+    allocation: JsonObject | None
+    entries: dict[str, list[JsonObject]]
     #: As recorded: ``verify`` compares it with the one the raw blocks give now.
-    recorded_verdicts: dict[str, Any] | None
+    recorded_verdicts: JsonObject | None
     integrity: Integrity | None
 
     @property
-    def source(self) -> dict[str, Any] | None:
+    def source(self) -> JsonObject | None:
         """The RunSpec's ``source`` block: the rootdir's revision, diff and publication."""
         source = (self.runspec or {}).get("source")
         return source if isinstance(source, dict) else None
@@ -408,7 +387,7 @@ class ReceiptRecord:
         """The RunSpec's ``host``: the host its session ran on (:func:`.index.host_identity`)."""
         return HostIdentity.read((self.runspec or {}).get("host"))
 
-    def block(self, name: str) -> list[dict[str, Any]]:
+    def block(self, name: str) -> list[JsonObject]:
         """The entries of a list block (``runs``, ``gates``, ``lossless``, ``speed``,
         ``canary``, ``export``, ``matrix``, ``updates``), in order; empty when absent."""
         return self.entries.get(name, [])
@@ -426,44 +405,51 @@ class ReceiptRecord:
         """Its verdicts, re-derived from its raw blocks (not the recorded ones)."""
         return self.parts.verdicts()
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        data: JsonObject = {
             "schema": SCHEMA,
             "schema_version": self.schema_version,
             "test_id": self.test_id,
             "created_at": self.created_at,
             "written_at": self.written_at,
-            "outcome": dict(self.outcome),
+            "outcome": {**self.outcome},
             "runspec": self.runspec,
             "allocation": self.allocation,
         }
-        data.update({name: self.entries.get(name, []) for name in LIST_BLOCKS})
-        data.update({name: self.entries[name] for name in OPTIONAL_BLOCKS if name in self.entries})
+        for name in (*LIST_BLOCKS, *OPTIONAL_BLOCKS):
+            if name in LIST_BLOCKS or name in self.entries:
+                data[name] = [*self.entries.get(name, [])]
         data["verdicts"] = self.recorded_verdicts
         data["integrity"] = None if self.integrity is None else self.integrity.to_json()
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ReceiptRecord:
+    def from_json(cls, data: JsonObject) -> ReceiptRecord:
         """A receipt :func:`load` read; :class:`ReceiptError` when a block has the wrong
         shape (a list block that is not a list of objects, an outcome that is not words)."""
 
-        def block(name: str) -> dict[str, Any] | None:
+        def block(name: str) -> JsonObject | None:
             value = data.get(name)
             if value is not None and not isinstance(value, dict):
                 raise ReceiptError(f"{name} is not an object")
             return value
 
-        entries: dict[str, list[dict[str, Any]]] = {}
+        entries: dict[str, list[JsonObject]] = {}
         for name in (*LIST_BLOCKS, *OPTIONAL_BLOCKS):
             value = data.get(name)
             if value is None and (name in LIST_BLOCKS or name not in data):
                 continue
-            if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+            if not isinstance(value, list):
                 raise ReceiptError(f"{name} is not a list of objects")
-            entries[name] = value
+            objects = [e for e in value if isinstance(e, dict)]
+            if len(objects) != len(value):
+                raise ReceiptError(f"{name} is not a list of objects")
+            entries[name] = objects
         outcome = data.get("outcome") or {}
-        if not isinstance(outcome, dict) or not all(isinstance(w, str) for w in outcome.values()):
+        if not isinstance(outcome, dict):
+            raise ReceiptError("outcome is not an object of words")
+        words = {phase: w for phase, w in outcome.items() if isinstance(w, str)}
+        if len(words) != len(outcome):
             raise ReceiptError("outcome is not an object of words")
         version, test_id = data.get("schema_version"), data.get("test_id")
         return cls(
@@ -471,12 +457,12 @@ class ReceiptRecord:
             test_id=str(test_id),
             created_at=_text(data.get("created_at")),
             written_at=_text(data.get("written_at")),
-            outcome=outcome,
+            outcome=words,
             runspec=block("runspec"),
             allocation=block("allocation"),
             entries=entries,
             recorded_verdicts=block("verdicts"),
-            integrity=Integrity.from_json(data.get("integrity")),
+            integrity=Integrity.read(data.get("integrity")),
         )
 
 
@@ -484,16 +470,15 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def derive_verdicts(receipt: Mapping[str, Any]) -> dict[str, Any]:
+def derive_verdicts(receipt: JsonObject) -> JsonObject:
     """The ``verdicts`` block of a receipt as JSON, derived from its raw blocks only
     (:meth:`ReceiptParts.verdicts`)."""
     return ReceiptParts.from_json(receipt).verdicts().to_json()
 
 
-def _matrix_verdict(grid: Mapping[str, Any]) -> str:
+def _matrix_verdict(grid: JsonObject) -> str:
     """A determinism matrix counts as its worst cell (each cell re-derived by ``verify``)."""
-    cells = [c.get("verdict") for c in grid.get("cells") or [] if isinstance(c, Mapping)]
-    worst = Verdict.worst(cells)
+    worst = Verdict.worst([_text(c.get("verdict")) for c in json_objects(grid.get("cells"))])
     return Verdict.FAIL.value if worst is None else worst.value  # a grid of no cells: FAIL
 
 
@@ -509,14 +494,14 @@ class Receipt:
         #: The session's redaction rules (``lossless_redact``), applied to the RunSpec.
         self.redactor = redactor if redactor is not None else Redactor()
         self.created_at = utc_iso()
-        self.runspec: dict[str, Any] | None = None
-        self._allocation: _HasToDict | Mapping[str, Any] | None = None
+        self.runspec: RunSpec | None = None
+        self._allocation: _ReadLate | None = None
         #: Each list block's entries, as the fixtures add them: ``runs``, ``gates``,
         #: ``lossless``, ``speed``; the canaries that ran (:mod:`..kinds.canary`, or were
         #: skipped); ``export``, the producers run again for ``--lossless-export`` (per artifact,
         #: its runs and whether they agreed: what ``accept`` requires); ``matrix``, the
         #: determinism matrices of the test (``lossless.matrix``: every cell's evidence).
-        self.entries: dict[str, list[dict[str, Any]]] = {
+        self.entries: dict[str, list[JsonObject]] = {
             name: [] for name in (*LIST_BLOCKS, "canary", "export", "matrix")
         }
         self.outcome: dict[str, str] = {}
@@ -528,47 +513,51 @@ class Receipt:
         return receipt_name(self.test_id)
 
     @property
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[JsonObject]:
         """The run records so far, in the order the runs started."""
         return self.entries["runs"]
 
     @property
-    def gates(self) -> list[dict[str, Any]]:
+    def gates(self) -> list[JsonObject]:
         """The golden gate entries so far (``GateResult.to_dict()`` with its evidence)."""
         return self.entries["gates"]
 
     @property
-    def allocation(self) -> dict[str, Any] | None:
+    def allocation(self) -> JsonObject | None:
         """The allocation block, read when asked, so a late read shows its release."""
-        return None if self._allocation is None else _plain(self._allocation)
+        return None if self._allocation is None else self._allocation.to_dict()
 
-    def set_runspec(self, runspec: Mapping[str, Any]) -> None:
-        """The RunSpec, redacted as it is stored: no secret of argv, knobs or the diff."""
-        self.runspec = redact_runspec(runspec, self.redactor)
+    def set_runspec(self, runspec: RunSpec | JsonObject) -> None:
+        """The RunSpec (or a recorded one's JSON), redacted as it is stored: no secret of
+        argv, knobs or the diff."""
+        spec = runspec if isinstance(runspec, RunSpec) else RunSpec.read(runspec)
+        self.runspec = spec.redacted(self.redactor)
 
-    def set_allocation(self, allocation: _HasToDict | Mapping[str, Any] | None) -> None:
+    def set_allocation(self, allocation: _ReadLate | None) -> None:
         self._allocation = allocation
 
-    def add_run(self, record: Mapping[str, Any]) -> None:
+    # Each entry is the JSON of its producer's record (``RunRecord``, ``GateResult`` with its
+    # evidence, a lossless or speed verdict, ...), written as it is.
+    def add_run(self, record: JsonObject) -> None:
         self.entries["runs"].append(dict(record))
 
-    def add_gate(self, result: _HasToDict | Mapping[str, Any]) -> None:
-        self.entries["gates"].append(_plain(result))
+    def add_gate(self, result: JsonObject) -> None:
+        self.entries["gates"].append(dict(result))
 
-    def add_lossless(self, verdict: _HasToDict | Mapping[str, Any]) -> None:
-        self.entries["lossless"].append(_plain(verdict))
+    def add_lossless(self, verdict: JsonObject) -> None:
+        self.entries["lossless"].append(dict(verdict))
 
-    def add_speed(self, verdict: _HasToDict | Mapping[str, Any]) -> None:
-        self.entries["speed"].append(_plain(verdict))
+    def add_speed(self, verdict: JsonObject) -> None:
+        self.entries["speed"].append(dict(verdict))
 
-    def add_canary(self, record: _HasToDict | Mapping[str, Any]) -> None:
-        self.entries["canary"].append(_plain(record))
+    def add_canary(self, record: JsonObject) -> None:
+        self.entries["canary"].append(dict(record))
 
-    def add_export(self, record: Mapping[str, Any]) -> None:
-        self.entries["export"].append(_plain(record))
+    def add_export(self, record: JsonObject) -> None:
+        self.entries["export"].append(dict(record))
 
-    def add_matrix(self, grid: _HasToDict | Mapping[str, Any]) -> None:
-        self.entries["matrix"].append(_plain(grid))
+    def add_matrix(self, grid: JsonObject) -> None:
+        self.entries["matrix"].append(dict(grid))
 
     def set_updates(self, events: Sequence[Mapping[str, str]]) -> None:
         self.updates = [dict(e) for e in events]
@@ -588,22 +577,19 @@ class Receipt:
     def _stored_diff(self) -> tuple[str, bytes] | None:
         """The diff as stored (already redacted by :meth:`set_runspec`) and its file name
         in the session folder, named by the SHA-256 of those bytes; None for a clean tree."""
-        text = str(((self.runspec or {}).get("source") or {}).get("diff") or "")
+        text = self.runspec.source.diff if self.runspec is not None else ""
         if not text:
             return None
         data = text.encode("utf-8", errors="surrogateescape")
         return stored_diff_name(hashlib.sha256(data).hexdigest()), data
 
-    def _runspec_block(self) -> dict[str, Any] | None:
+    def _runspec_block(self) -> JsonObject | None:
+        """The RunSpec as written: its diff's file named in place of its text."""
         if self.runspec is None:
             return None
-        block = dict(self.runspec)
-        source = dict(block.get("source") or {})
-        source.pop("diff", "")
         stored = self._stored_diff()
-        source["diff_file"] = stored[0] if stored else None
-        block["source"] = source
-        return block
+        source = self.runspec.source.as_stored(stored[0] if stored else None)
+        return replace(self.runspec, source=source).to_json()
 
     def record(self) -> ReceiptRecord:
         """The receipt as it would be written now: raw blocks as JSON (what a reader will
@@ -634,7 +620,7 @@ class Receipt:
             integrity=Integrity(raw_sha256(data), covers),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return self.record().to_json()
 
     def write(self, directory: Path | str, *, root: Path | str | None = None) -> Path:
@@ -662,9 +648,8 @@ class Receipt:
         return path
 
     def _rootdir(self) -> str | None:
-        invocation = (self.runspec or {}).get("invocation")
-        rootdir = invocation.get("rootdir") if isinstance(invocation, Mapping) else None
-        return str(rootdir) if rootdir else None
+        invocation = self.runspec.invocation if self.runspec is not None else None
+        return invocation.rootdir if invocation is not None and invocation.rootdir else None
 
 
 def _store_diff(folder: Path, name: str, data: bytes, *, root: Path | str | None) -> None:
@@ -700,7 +685,7 @@ def _json_default(value: object) -> Any:
 # ------------------------------------------------------------------ reading
 
 
-def load_json(path: Path | str) -> dict[str, Any]:
+def load_json(path: Path | str) -> JsonObject:
     """A receipt's JSON as written, its schema and version checked (``verify`` hashes it as it
     is); :class:`ReceiptError` naming the file when it cannot be used."""
     path = Path(path)

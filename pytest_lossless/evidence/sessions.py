@@ -669,7 +669,7 @@ def signed_session_ids(places: list[Path]) -> tuple[set[str], str | None]:
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     return ids, f"{path} cannot be read ({exc}), so no session is pruned"
                 for statement in statements:
-                    if isinstance(statement, Mapping) and (sid := statement_session(statement)):
+                    if isinstance(statement, dict) and (sid := statement_session(statement)):
                         ids.add(sid)
     return ids, None
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core import faults
 from ..core.paths import inside_root, open_regular, read_regular, write_atomic
+from ..core.records import json_object, json_objects
 from ..core.text import printable
 from ..errors import ReceiptError
 from .index import INDEX_NAME, SUMMARY_NAME
@@ -37,7 +38,7 @@ def _row(path: Path, receipt: ReceiptRecord | ReceiptError) -> tuple[tuple[str, 
     derived = receipt.verdicts()
     outcome = receipt.outcome
     phases = ", ".join(f"{k} {v}" for k, v in outcome.items() if v != "passed") or "passed"
-    clean = derived.lifecycle_clean
+    clean = derived.lifecycle.clean
     gates = derived.gates
     overall = derived.overall or "-"
     if derived.expected:  # what the test asserted (expect=), as the table says
@@ -155,12 +156,11 @@ def _matrix_lines(receipts: list[ReceiptRecord]) -> list[str]:
             test, label = _cell(receipt.test_id), _cell(grid.get("label"))
             rows.append(f"| {test} | {label} | (grid) | {_cell(grid.get('verdict'))} | "
                         f"{_cell(grid.get('explanation'))} |")  # fmt: skip
-            for cell in grid.get("cells") or []:
-                if isinstance(cell, Mapping):
-                    rows.append(
-                        f"| {test} | {label} | {_cell(cell.get('name'))} | "
-                        f"{_cell(cell.get('verdict'))} | {_cell(_cell_detail(cell))} |"
-                    )
+            for cell in json_objects(grid.get("cells")):
+                rows.append(
+                    f"| {test} | {label} | {_cell(cell.get('name'))} | "
+                    f"{_cell(cell.get('verdict'))} | {_cell(_cell_detail(cell))} |"
+                )
     if not rows:
         return []
     head = ["Determinism matrices:", "", "| test | matrix | cell | verdict | detail |"]
@@ -226,7 +226,7 @@ def _request_lines(receipts: list[ReceiptRecord]) -> list[str]:
             totals = run.get("request_totals")
             if not isinstance(totals, Mapping) or not totals.get("failed"):
                 continue
-            statuses = totals.get("statuses") or {}
+            statuses = json_object(totals.get("statuses"))
             shown = ", ".join(
                 f"{code}: {count}" for code, count in sorted(statuses.items(), key=str)
             )

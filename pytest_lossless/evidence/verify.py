@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.artifact import Artifact
 from ..core.digests import sha256_file
+from ..core.records import JsonObject, json_object
 from ..core.redact import MARKER_RE
 from ..errors import ReceiptError
 from ..kinds.registry import KindRegistry
@@ -62,7 +63,7 @@ MARKER_BYTES = re.compile(MARKER_RE.pattern.encode())
 #: contradictions. A plugin's checker is one; the built-in ones read the receipt's record
 #: (:data:`RecordChecker`, adapted by :func:`on_record`) except the integrity hash, which
 #: hashes the JSON as written.
-Checker = Callable[[Any, Mapping[str, Any], Context], list[str]]
+Checker = Callable[[Any, JsonObject, Context], list[str]]
 #: A built-in re-derivation: (the block's value as JSON, the receipt's record, its context).
 RecordChecker = Callable[[Any, ReceiptRecord, Context], list[str]]
 
@@ -71,7 +72,7 @@ def on_record(check: RecordChecker) -> Checker:
     """``check`` as the checkers table holds it: given the receipt's JSON, it reads the record
     :func:`verify_receipt` made of it (or makes one: a caller outside verify)."""
 
-    def checker(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+    def checker(block: Any, receipt: JsonObject, context: Context) -> list[str]:
         record = context.record if context.record is not None else ReceiptRecord.from_json(receipt)
         return check(block, record, context)
 
@@ -80,9 +81,9 @@ def on_record(check: RecordChecker) -> Checker:
     return checker
 
 
-def check_integrity(block: Any, receipt: Mapping[str, Any], context: Context) -> list[str]:
+def check_integrity(block: Any, receipt: JsonObject, context: Context) -> list[str]:
     """The raw blocks still hash to what was recorded when the receipt was written."""
-    recorded = Integrity.from_json(block)
+    recorded = Integrity.read(block)
     if recorded is None:
         return ["integrity block missing: the raw blocks cannot be checked for edits"]
     actual = raw_sha256(receipt)
@@ -119,7 +120,7 @@ def check_runspec(block: Any, receipt: ReceiptRecord, context: Context) -> list[
             )
         found += publication_contradictions(source, "runspec")
     for run in receipt.block("runs"):  # each run's sources=[...] trees, as recorded
-        for tree, state in (run.get("sources") or {}).items():
+        for tree, state in json_object(run.get("sources")).items():
             if isinstance(state, Mapping):
                 found += publication_contradictions(state, f"runs {run.get('name')} {tree}")
     found += _check_hashes("runspec input", block.get("inputs"))
@@ -591,7 +592,7 @@ def verify_receipt(
     path: Path | str,
     checkers: Mapping[str, Checker] | None = None,
     *,
-    receipt: Mapping[str, Any] | None = None,
+    receipt: JsonObject | None = None,
     kinds: KindRegistry | None = None,
 ) -> list[str]:
     """Contradictions in one receipt (empty: consistent); unreadable raises ReceiptError.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..core import faults
+from ..core.records import json_object, json_objects
 from ..errors import LosslessError
 from .config import session, settings
 
@@ -164,9 +165,10 @@ def write_receipt(item: pytest.Item, receipt: Receipt) -> Path:
     if allocation is not None:
         receipt.set_allocation(allocation)
     inputs = {
-        f"{run.get('name')}:{name}": entry["path"]
+        f"{run.get('name')}:{name}": str(entry["path"])
         for run in receipt.runs
-        for name, entry in (run.get("inputs") or {}).items()
+        for name, entry in json_object(run.get("inputs")).items()
+        if isinstance(entry, dict)
     }
     session_id, host = session(config)
     receipt.set_runspec(
@@ -227,8 +229,8 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
     report.lossless_unended = [  # type: ignore[attr-defined]
         [p.get("pid"), p.get("comm")]
         for run in receipt.runs
-        for p in run.get("processes") or []
-        if isinstance(p, dict) and p.get("exit_code") is None and p.get("signal") is None
+        for p in json_objects(run.get("processes"))
+        if p.get("exit_code") is None and p.get("signal") is None
     ]
     # The overall verdict as the receipt derives it (its outcome included), not a second rule.
     verdicts = receipt.verdicts

@@ -22,6 +22,7 @@ import pytest
 
 from ..core import faults, records
 from ..core.digests import canonical_sha256, sha256_file
+from ..core.records import JsonValue
 from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
 from ..goldens.manifest import Environment
@@ -413,7 +414,7 @@ class ExportPlugin:
                 records.append(RunDigest.of("checked", checked[name]))
             # The receipt vouches for the runs (its integrity hash covers the block): accept
             # takes their agreement from it, never from export.json alone.
-            runs_json = [r.to_json() for r in records]
+            runs_json: list[JsonValue] = [r.to_json() for r in records]
             receipt_for(item).add_export({"artifact": name, "runs": runs_json, "agreed": agreed})
             entry = self._golden_entry(
                 item,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from .. import report
+from ..core.records import JsonObject
 from ..core.text import printable
 from ..core.verdict import Status, Update, status_of
 from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
@@ -101,7 +102,7 @@ class Failed:
     def file(self, item: pytest.Item) -> None:
         detail = f"{self.label}: {self.message.splitlines()[0]}"
         add_row(item, report.Row(item.nodeid, self.artifact, self.gate, Status.ERROR, detail))
-        entry = {
+        entry: JsonObject = {
             "artifact": self.artifact,
             "error": self.label,
             "message": self.message,

@@ -21,6 +21,7 @@ import pytest
 
 from .. import report
 from ..core.paths import safe_name
+from ..core.records import JsonObject
 from ..core.verdict import Status, status_of
 from ..errors import LosslessError
 from ..settings import Settings
@@ -301,7 +302,7 @@ class LosslessFixture:
                 trace=bool(trace),
             )
         gate_text = ", ".join(sorted(set(verdict.gates.values())))
-        asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
+        asserted: JsonObject = {} if wanted is None else {"expect_verdict": [*sorted(wanted)]}
         receipt_for(self._item).add_lossless(
             {**verdict.to_json(), "gate_plan": plan.to_json(), **asserted}
         )

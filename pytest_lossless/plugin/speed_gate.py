@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import report
+from ..core.records import JsonObject
 from ..settings import Settings
 from .config import settings
 from .evidence import receipt_for
@@ -126,7 +127,7 @@ class SpeedGateFixture:
                 proof=proof,
                 before_arm=hooks,
             )
-        asserted = {} if wanted is None else {"expect_verdict": sorted(wanted)}
+        asserted: JsonObject = {} if wanted is None else {"expect_verdict": [*sorted(wanted)]}
         receipt.add_speed(
             {
                 **verdict.to_json(),

@@ -147,13 +147,14 @@ def test_runspec_knobs_inputs_and_fingerprint(
     facts = session_facts()
     assert facts.versions["pytest-lossless"]
     assert str(facts.versions["ffmpeg"]).startswith("ffmpeg version")
-    spec = runspec(repo, knobs=["PYTHONHASHSEED", "NCCL_ALGO"], inputs={"w": weights}, facts=facts)
+    knobs = ["PYTHONHASHSEED", "NCCL_ALGO"]
+    spec = runspec(repo, knobs=knobs, inputs={"w": weights}, facts=facts).to_json()
     assert spec["environment"]["knobs"] == {"PYTHONHASHSEED": "0"}
     assert spec["environment"]["knobs_unset"] == ["NCCL_ALGO"]
     assert spec["inputs"]["w"]["sha256"] == hashlib.sha256(b"123").hexdigest()
     assert spec["source"]["revision"] == git(repo, "rev-parse", "HEAD")
     monkeypatch.setenv("NCCL_ALGO", "Ring")
-    again = runspec(repo, knobs=["PYTHONHASHSEED", "NCCL_ALGO"], facts=facts)
+    again = runspec(repo, knobs=["PYTHONHASHSEED", "NCCL_ALGO"], facts=facts).to_json()
     assert again["environment"]["fingerprint_sha256"] != spec["environment"]["fingerprint_sha256"]
     with pytest.raises(ArtifactError, match="declared input 'gone'"):
         runspec(repo, knobs=[], inputs={"gone": tmp_path / "gone"}, facts=facts)
