@@ -113,6 +113,21 @@ class ListedRun(Record):
     role: str = field(metadata=meta(absent="descendant"))
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A live process of a run, as the launcher reports it to the runs record (pgid, sid and
+    ppid None where not known)."""
+
+    pid: int
+    start: int
+    pgid: int | None
+    sid: int | None
+    ppid: int | None
+    comm: str = "?"
+    argv: tuple[str, ...] = ()
+    role: str = "descendant"
+
+
 @dataclass(frozen=True)
 class RunsRecord:
     """A runs record as read: who wrote it (``owner``, the file's uid), for which test, and
@@ -328,9 +343,9 @@ class RunsLedger:
         with self._lock:
             self._write(strict=True)
 
-    def note(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None:
+    def note(self, run: str, processes: Sequence[Member]) -> None:
         """Replace the live processes of ``run`` (pid, start, pgid, sid, comm, argv)."""
-        entries = [e for e in (_entry(run, p) for p in processes) if e is not None]
+        entries = [_entry(run, p) for p in processes]
         with self._lock:
             if self._closed or self._runs.get(run, []) == entries:
                 return
@@ -375,20 +390,15 @@ def _write_problem(path: Path, exc: OSError) -> str:
     return f"cannot be written ({exc.strerror})"
 
 
-def _entry(run: str, process: Mapping[str, Any]) -> ListedRun | None:
-    pid, start = _int(process.get("pid")), _int(process.get("start"))
-    if pid is None or start is None:
-        return None
-    argv = process.get("argv")
-    command = " ".join(str(a) for a in argv) if isinstance(argv, list) and argv else ""
+def _entry(run: str, process: Member) -> ListedRun:
     return ListedRun(
-        pid=pid,
-        start=start,
-        pgid=_int(process.get("pgid")),
-        sid=_int(process.get("sid")),
-        ppid=_int(process.get("ppid")),
-        comm=str(process.get("comm", "?"))[:64],
-        command=command[:COMMAND_LIMIT],
+        pid=process.pid,
+        start=process.start,
+        pgid=process.pgid,
+        sid=process.sid,
+        ppid=process.ppid,
+        comm=process.comm[:64],
+        command=" ".join(process.argv)[:COMMAND_LIMIT],
         run=run,
-        role=str(process.get("role", "descendant")),
+        role=process.role,
     )

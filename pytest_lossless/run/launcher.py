@@ -25,6 +25,7 @@ from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
 from ..core.redact import Redactor, scrub, scrub_all
 from ..devices.backends import DeviceMemoryMeter, MemoryReader, memory_reader_for
+from ..devices.runs import Member
 from ..errors import ArtifactError, ConfigError, RunError
 from ..trace import TRACE_DIR
 from .arguments import check_argv, check_seconds, fill_placeholders
@@ -33,7 +34,7 @@ from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
 from .kernel import child_subreaper
 from .lifecycle import Lifecycle, lifecycle_verdict
 from .progress import Progress, waiting
-from .record import FileDigest, Member, OutputRecord, RunEnv, RunRecord, ServerPart
+from .record import FileDigest, OutputRecord, RunEnv, RunRecord, ServerPart
 from .server import REQUEST_RECORDS, Server, request_totals
 
 
@@ -121,7 +122,7 @@ class AllocationLike(Protocol):
 
     def add_finalizer(self, fn: Callable[[], None]) -> None: ...
 
-    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None: ...  # JSON
+    def note_processes(self, run: str, processes: Sequence[Member]) -> None: ...
 
 
 def free_port() -> int:
@@ -402,7 +403,7 @@ class Launcher:
         for member in members:
             argv, _ = self.redactor.argv(list(member.argv))
             shown.append(replace(member, argv=tuple(scrub(a, secrets) for a in argv)[:8]))
-        allocation.note_processes(run, [m.to_json() for m in shown])
+        allocation.note_processes(run, shown)
 
     def _emit(self, record: RunRecord) -> RunRecord:
         """The finished record with every secret hidden, handed on; returned."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.records import Record, from_json, meta, spec, to_json
+from ..devices.backends import DeviceMemory
 
 
 def _unless_ended(run: RunRecord) -> bool:
@@ -88,20 +89,6 @@ class ProcessRecord(Record):
     def was_forced(self) -> bool:
         """Marked forced, or it received a forced signal."""
         return self.forced or any(s.forced for s in self.signals_received)
-
-
-@dataclass(frozen=True, slots=True)
-class Member(Record):
-    """A live process of a run, as the allocation's runs record lists it (devices/orphans)."""
-
-    pid: int
-    start: int
-    pgid: int
-    sid: int
-    ppid: int
-    comm: str
-    argv: tuple[str, ...]
-    role: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +294,7 @@ class RunRecord(Record):
     signals: tuple[SignalSent, ...] = ()
     leftovers: tuple[Leftover, ...] = ()
     ended_at: str | None = spec(None, omit="none")
-    device_memory: dict[str, Any] | None = spec(None, omit=_unless_ended)
+    device_memory: DeviceMemory | None = spec(None, omit=_unless_ended)
     wall_seconds: float | None = spec(None, omit=_unless_ended)
     exit_code: int | None = spec(None, omit=_unless_ended)
     signal: str | None = spec(None, omit=_unless_ended)
