@@ -24,7 +24,7 @@ from .group import ProcessGroup
 from .lifecycle import lifecycle_verdict
 from .progress import Progress
 from .record import Readiness, RequestRecord, RequestTotals, RunRecord, ServerPart, StopRecord
-from .request_body import CHUNK, encode_body
+from .request_body import CHUNK, FilePart, encode_body
 
 #: Response bodies larger than this are streamed to a file in the run's folder.
 STREAM_TO_FILE_ABOVE = 1 << 20
@@ -114,8 +114,8 @@ class Server:
         self._requests: list[RequestRecord] = []
         self._totals = self._part.request_totals
         self._times: dict[bool, list[float]] = {True: [], False: []}
-        #: The record as emitted when stopped, and its JSON.
-        self._final: tuple[RunRecord, dict[str, Any]] | None = None
+        #: The record as emitted when stopped.
+        self._final: RunRecord | None = None
         #: Whether an unclean stop raises (as ``model_run(check=True)`` does for a command).
         self.check = check
         self._on_stopped = on_stopped
@@ -142,7 +142,7 @@ class Server:
     def run(self) -> RunRecord:
         """The record as it stands: its requests so far; once stopped, as emitted."""
         if self._final is not None:
-            return self._final[0]
+            return self._final
         with self._requests_lock:
             return replace(
                 self._run,
@@ -159,7 +159,7 @@ class Server:
     def record(self) -> dict[str, Any]:
         """:attr:`run` as JSON (with its ``lifecycle`` once stopped: the receipt's record)."""
         if self._final is not None:
-            return self._final[1]
+            return self._final.to_json()
         return self.run.to_json(lifecycle=False)
 
     def _tick(self, stage: str | None = None, **counts: int) -> None:
@@ -269,7 +269,7 @@ class Server:
         path: str,
         *,
         json: Any = None,
-        files: Mapping[str, Any] | None = None,
+        files: Mapping[str, FilePart] | None = None,
         data: bytes | str | Mapping[str, str] | None = None,
         timeout: float | None = None,
         warmup: bool = False,
@@ -446,5 +446,5 @@ class Server:
         group.settle(max(0.0, grace - (group.now() - started)))
         group.finish(reason="left running after the server exited")
         run = self._on_stopped(self, group)  # the launcher closes the record and emits it
-        self._final = (run, run.to_json())
+        self._final = run
         return run

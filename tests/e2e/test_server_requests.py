@@ -426,7 +426,11 @@ def test_cpu_slots_say_so_and_never_call_a_tool(tmp_path: Path, fake_smi: Path) 
     assert reason == "cpu slots have no device memory to read"
     assert memory_reader_for("tpu") == "the tpu backend offers no device memory reading"
     off = DeviceMemoryMeter(reason)
-    assert (off.reading, off.tick([1], 0.0), off.close()) == (False, False, {"unavailable": reason})
+    assert (off.reading, off.tick([1], 0.0), off.close().to_json()) == (
+        False,
+        False,
+        {"unavailable": reason},
+    )
     run = _launcher(tmp_path, device_memory=reason)
     try:
         result = run(sleeping(0.3), env={FAKE_MIB: "1"})
