@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
+from ..core.records import JsonObject
 from ..core.redact import Redactor, scrub, scrub_all
 from ..devices.backends import DeviceMemoryMeter, MemoryReader, memory_reader_for
 from ..devices.runs import Member
@@ -169,7 +170,7 @@ class Launcher:
         sample_interval: float = SAMPLE_INTERVAL,
         adopt_orphans: bool = True,
         redactor: Redactor | None = None,
-        describe_source: Callable[[Path], Mapping[str, Any]] | None = None,
+        describe_source: Callable[[Path], JsonObject] | None = None,
         device_memory: MemoryReader | str | None = None,
         memory_interval: float | None = None,
         memory_timeout: float | None = None,
@@ -250,7 +251,7 @@ class Launcher:
     # -- shared by commands and servers
     def _describe_sources(
         self, sources: Sequence[str | os.PathLike[str]] | None
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, JsonObject] | None:
         """What each named source tree is as the run is about to start (before it can change).
 
         Read before the run is numbered or prepared: a tree refused here (not a folder; dirty or
@@ -260,7 +261,7 @@ class Launcher:
             return None
         if isinstance(sources, (str, os.PathLike)):
             sources = [sources]
-        described: dict[str, dict[str, Any]] = {}
+        described: dict[str, JsonObject] = {}
         for source in sources:
             path = Path(os.fspath(source)).resolve()
             if not path.is_dir():

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.records import Record, from_json, meta, spec, to_json
+from ..core.records import JsonObject, Record, from_json, meta, spec, to_json
 from ..devices.backends import DeviceMemory
 
 
@@ -283,7 +283,8 @@ class RunRecord(Record):
     trace_dir: str | None = spec(None, omit="none")
     timeout_seconds: float | None = spec(None, omit="none")
     grace_seconds: float | None = spec(None, omit="none")
-    sources: dict[str, dict[str, Any]] | None = spec(None, omit="none")
+    #: Each source tree of ``sources=`` as the evidence layer describes it (its JSON).
+    sources: dict[str, JsonObject] | None = spec(None, omit="none")
     #: A server's part, its keys beside the others.
     server: ServerPart | None = spec(None, flatten=True, read_when=("kind", "server"))
     started_at: str | None = None

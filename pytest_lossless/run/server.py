@@ -114,8 +114,8 @@ class Server:
         self._requests: list[RequestRecord] = []
         self._totals = self._part.request_totals
         self._times: dict[bool, list[float]] = {True: [], False: []}
-        #: The record as emitted when stopped.
-        self._final: RunRecord | None = None
+        #: The record as emitted when stopped, and its JSON.
+        self._final: tuple[RunRecord, dict[str, Any]] | None = None
         #: Whether an unclean stop raises (as ``model_run(check=True)`` does for a command).
         self.check = check
         self._on_stopped = on_stopped
@@ -142,7 +142,7 @@ class Server:
     def run(self) -> RunRecord:
         """The record as it stands: its requests so far; once stopped, as emitted."""
         if self._final is not None:
-            return self._final
+            return self._final[0]
         with self._requests_lock:
             return replace(
                 self._run,
@@ -159,7 +159,7 @@ class Server:
     def record(self) -> dict[str, Any]:
         """:attr:`run` as JSON (with its ``lifecycle`` once stopped: the receipt's record)."""
         if self._final is not None:
-            return self._final.to_json()
+            return self._final[1]
         return self.run.to_json(lifecycle=False)
 
     def _tick(self, stage: str | None = None, **counts: int) -> None:
@@ -446,5 +446,5 @@ class Server:
         group.settle(max(0.0, grace - (group.now() - started)))
         group.finish(reason="left running after the server exited")
         run = self._on_stopped(self, group)  # the launcher closes the record and emits it
-        self._final = run
+        self._final = (run, run.to_json())
         return run
