@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..core.records import JsonObject, Record, spec
+from ..core.records import JsonObject, Record, from_json, spec
 
 #: Seconds one call of ``nvidia-smi`` / ``npu-smi`` may take before the backend gives up.
 TOOL_TIMEOUT = 30.0
@@ -141,26 +141,12 @@ class ForeignProcess(Record):
 
 
 def foreign_processes(backend: Backend, devices: Sequence[Device]) -> list[ForeignProcess]:
-    """What ``backend`` lists on ``devices``, each a :class:`ForeignProcess`; a plugin's
-    JSON entry is read by the keys it has (``name`` for ``process``), a value of another type
-    as None."""
-    found = []
-    for entry in backend.foreign_processes(devices):
-        if isinstance(entry, ForeignProcess):
-            found.append(entry)
-            continue
-        device, uuid, pid = entry.get("device"), entry.get("uuid"), entry.get("pid")
-        name, mib = entry.get("process") or entry.get("name"), entry.get("used_memory_mib")
-        found.append(
-            ForeignProcess(
-                device=None if device is None else str(device),
-                uuid=uuid if isinstance(uuid, str) else None,
-                pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-                process=name if isinstance(name, str) else None,
-                used_memory_mib=mib if isinstance(mib, (int, float)) and mib is not True else None,
-            )
-        )
-    return found
+    """What ``backend`` lists on ``devices``; a plugin's JSON entry is read leniently (a value
+    of another type reads as None)."""
+    return [
+        p if isinstance(p, ForeignProcess) else from_json(ForeignProcess, p, problems=[])
+        for p in backend.foreign_processes(devices)
+    ]
 
 
 class ToolError(Exception):
