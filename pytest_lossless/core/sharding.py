@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from .records import JsonObject, Record, spec
 
 _FORM = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
@@ -40,8 +41,22 @@ class Shard:
     def label(self) -> str:
         return f"{self.index}/{self.count}"
 
-    def record(self) -> dict[str, Any]:
-        return {"index": self.index, "count": self.count, "source": self.source}
+    def record(self) -> ShardSplit:
+        return ShardSplit(self.index, self.count, self.source)
+
+
+@dataclass(frozen=True)
+class ShardSplit(Record):
+    """What a session's index records of its shard (``shard``): which one, decided where, and,
+    once collected, of what selection (its size, the SHA-256 of its test ids, how many this
+    shard kept)."""
+
+    index: int
+    count: int
+    source: str
+    selected: int | None = spec(None, omit="none")
+    kept: int | None = spec(None, omit="none")
+    selection_sha256: str | None = spec(None, omit="none")
 
 
 def parse_shard(text: str) -> Shard:
@@ -72,26 +87,27 @@ def selection_sha256(test_ids: Iterable[str]) -> str:
     return hashlib.sha256(joined.encode("utf-8", errors="surrogateescape")).hexdigest()
 
 
-def split_record(shard: Shard, test_ids: Sequence[str], kept: int) -> dict[str, Any]:
+def split_record(shard: Shard, test_ids: Sequence[str], kept: int) -> ShardSplit:
     """What a session's index records of its shard: which one, and of what selection."""
-    return {
-        **shard.record(),
-        "selected": len(set(test_ids)),
-        "kept": kept,
-        "selection_sha256": selection_sha256(test_ids),
-    }
+    return ShardSplit(
+        shard.index, shard.count, shard.source, len(set(test_ids)), kept, selection_sha256(test_ids)
+    )
 
 
-def shard_from_record(record: Mapping[str, Any]) -> Shard | None:
-    """The shard an index records, or None when the record is not one."""
+def shard_from_record(record: JsonObject) -> Shard | None:
+    """The shard an index records (its JSON, maybe hand-edited), or None when it is not one."""
+    index, count, source = record.get("index"), record.get("count"), record.get("source", "")
     try:
-        return Shard(int(record["index"]), int(record["count"]), str(record.get("source", "")))
-    except (KeyError, TypeError, ValueError):
-        return None
+        if isinstance(index, (int, float, str)) and isinstance(count, (int, float, str)):
+            return Shard(int(index), int(count), str(source))
+    except ValueError:
+        pass
+    return None
 
 
 __all__ = [
     "Shard",
+    "ShardSplit",
     "assign",
     "parse_shard",
     "selection_sha256",

@@ -8,24 +8,24 @@ a device is granted while any of them still runs, whatever happened to this proc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.records import Record, spec
 from ..errors import AllocationError
-from .base import Device, DeviceIdentity
+from .base import Device, DeviceIdentity, ForeignProcess
 from .locks import Flock, LockDir
 from .orphans import OrphanEntry
-from .runs import ListedRun, RunsLedger
+from .runs import ListedRun, Member, RunsLedger
 
 
 @dataclass(frozen=True)
 class IdleProof(Record):
     """What the devices showed when an allocation was granted (``idle_before``) or released
     (``idle_after``): memory in use and utilisation per device id, and the processes the
-    backend lists on them (as its ``foreign_processes`` wrote them). ``observed`` False: the
+    backend lists on them (:class:`ForeignProcess`). ``observed`` False: the
     backend cannot tell (``note``) or its tool failed (``error``)."""
 
     observed: bool = spec(absent=False)
@@ -34,7 +34,7 @@ class IdleProof(Record):
     error: str | None = spec(None, omit="none")
     memory_used_mib: dict[str, float | None] | None = spec(None, omit="none")
     utilization_pct: dict[str, float | None] | None = spec(None, omit="none")
-    foreign_processes: tuple[dict[str, Any], ...] | None = spec(None, omit="none")
+    foreign_processes: tuple[ForeignProcess, ...] | None = spec(None, omit="none")
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class Allocation:
         stays held while any run process keeps its copy, even after this process is gone."""
         return tuple(fd for _, lock in self._locks for fd in lock.filenos)
 
-    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None:
+    def note_processes(self, run: str, processes: Sequence[Member]) -> None:
         """The live processes of ``run`` now (``pid``, ``start``, ``pgid``, ``sid``, ``comm``,
         ``argv``), into the runs record; a run that ended reports none."""
         if self._ledger is not None and not self.released:

@@ -10,17 +10,16 @@ from __future__ import annotations
 import os
 import random
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..errors import AllocationError, AllocationTimeout, ConfigError
 from ..settings import BUSY_POLICIES, ORPHAN_POLICIES
 from .allocation import Allocation, IdleProof
-from .base import Backend, Device, ToolError, match_device
+from .base import Backend, Device, ForeignProcess, ToolError, foreign_processes, match_device
 from .locks import Flock, HolderRecord, LockDir, LockFileError, holder_record
 from .orphans import ORPHAN_GRACE, Orphan, OrphanWatch, describe_orphans, find_orphans, is_alive
 from .runs import RunsLedger, clear_stale, read_runs, runs_problem
@@ -34,7 +33,7 @@ class _Attempt:
 
     held: list[Device] = field(default_factory=list)
     unusable: list[tuple[Device, LockFileError]] = field(default_factory=list)
-    busy: list[dict[str, Any]] = field(default_factory=list)
+    busy: list[ForeignProcess] = field(default_factory=list)
     orphaned: list[tuple[Device, list[Orphan]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     guarded: list[tuple[Device, str]] = field(default_factory=list)
@@ -210,7 +209,7 @@ class Allocator:
         announced = False
         busy_keys: set[str] = set()
         failing: set[str] = set()  # under busy="fail": every device seen busy so far
-        busy_seen: list[dict[str, Any]] = []
+        busy_seen: list[ForeignProcess] = []
         watch = OrphanWatch(self.orphans, grace=self.orphan_grace, clock=self.clock)
         delay = 0.01
         try:
@@ -239,9 +238,7 @@ class Allocator:
                         lock_dir=str(self.lock_dir.path),
                     )
                 seen_busy = {
-                    d.lock_key
-                    for label, d in pool
-                    if any(p.get("device") == d.id for p in result.busy)
+                    d.lock_key for label, d in pool if any(p.device == d.id for p in result.busy)
                 }
                 if result.busy and self.busy == "fail":
                     # Refuse only when the devices not seen busy cannot cover the request; else
@@ -253,7 +250,7 @@ class Allocator:
                             f"{holder}: {backend.name} device(s) busy with a process that is "
                             f"not a pytest-lossless holder: {_describe_busy(busy_seen)}; end "
                             "it, or run with --lossless-busy=wait",
-                            processes=busy_seen,
+                            processes=[p.to_json() for p in busy_seen],
                         )
                     busy_keys = set(failing)
                     continue
@@ -464,7 +461,7 @@ class Allocator:
         try:
             now = {d.lock_key: d for d in backend.discover()}
             me = os.getpid()  # a test's own process is not foreign to its allocation
-            foreign = [p for p in backend.foreign_processes(devices) if p.get("pid") != me]
+            foreign = [p for p in foreign_processes(backend, devices) if p.pid != me]
         except ToolError as exc:
             return IdleProof(observed=False, at=utc_iso(self.clock.wall()), error=str(exc))
         return IdleProof(
@@ -516,19 +513,13 @@ class Allocator:
 class _Busy(Exception):
     """Foreign processes found on freshly locked devices: the attempt lets them go again."""
 
-    def __init__(self, processes: list[dict[str, Any]]) -> None:
+    def __init__(self, processes: list[ForeignProcess]) -> None:
         super().__init__("busy")
         self.processes = processes
 
 
-def _describe_busy(processes: Iterable[Mapping[str, Any]]) -> str:
-    """``device 0: pid 4242 (python3, 900 MiB)``, for the wait line and the errors."""
-    return ", ".join(
-        f"device {p.get('device')}: pid {p.get('pid')} ({p.get('process') or '?'}"
-        + (f", {p['used_memory_mib']:g} MiB" if p.get("used_memory_mib") is not None else "")
-        + ")"
-        for p in processes
-    )
+def _describe_busy(processes: Iterable[ForeignProcess]) -> str:
+    return ", ".join(p.describe() for p in processes)
 
 
 def _pool_index(pool: Sequence[tuple[str, Device]], device: Device) -> int:

@@ -8,12 +8,13 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.records import JsonObject, Record, spec
 from ..errors import ConfigError
 from ..settings import parse_device_list
-from .base import Backend, Device, Runner, ToolError, run_tool, visible_filter
+from .base import Backend, Device, ForeignProcess, Runner, ToolError, run_tool, visible_filter
 from .smi import (
     CUDA_APPS_QUERY,
     CUDA_QUERY,
@@ -111,15 +112,15 @@ class CudaBackend(_ToolBackend):
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         }
 
-    def foreign_processes(self, devices: Sequence[Device]) -> list[dict[str, Any]]:
+    def foreign_processes(self, devices: Sequence[Device]) -> list[ForeignProcess]:
         text = self.runner(
             [self.smi, f"--query-compute-apps={CUDA_APPS_QUERY}", "--format=csv,noheader,nounits"]
         )
         by_uuid = {d.uuid: d for d in devices if d.uuid}
         return [
-            {"device": by_uuid[app["uuid"]].id, **app}
+            replace(app, device=by_uuid[app.uuid].id)
             for app in parse_nvidia_smi_apps(text)
-            if app["uuid"] in by_uuid
+            if app.uuid in by_uuid
         ]
 
     def memory_reader(self) -> MemoryReader:
@@ -223,7 +224,7 @@ class NpuBackend(_ToolBackend):
         )
         return {"ASCEND_RT_VISIBLE_DEVICES": ",".join(ids)}
 
-    def foreign_processes(self, devices: Sequence[Device]) -> list[dict[str, Any]]:
+    def foreign_processes(self, devices: Sequence[Device]) -> list[ForeignProcess]:
         _, processes, logic = self._table()
         wanted = {d.id for d in devices}
         found = []
@@ -231,12 +232,7 @@ class NpuBackend(_ToolBackend):
             logical = logic.get((proc.npu, proc.chip))
             if logical is not None and str(logical) in wanted:
                 found.append(
-                    {
-                        "device": str(logical),
-                        "pid": proc.pid,
-                        "process": proc.process,
-                        "used_memory_mib": proc.memory_mib,
-                    }
+                    ForeignProcess(str(logical), None, proc.pid, proc.process, proc.memory_mib)
                 )
         return found
 
@@ -283,7 +279,7 @@ class CpuBackend:
     def visibility_env(self, devices: Sequence[Device]) -> dict[str, str]:
         return {self.ENV: ",".join(d.id for d in devices)}
 
-    def foreign_processes(self, devices: Sequence[Device]) -> list[dict[str, Any]]:
+    def foreign_processes(self, devices: Sequence[Device]) -> list[ForeignProcess]:
         return []
 
 
@@ -299,6 +295,42 @@ def memory_reader_for(backend: str | None) -> MemoryReader | str:
     if backend == CpuBackend.name:
         return "cpu slots have no device memory to read"
     return f"the {backend} backend offers no device memory reading"
+
+
+@dataclass(frozen=True)
+class PidPeak(Record):
+    """The most device memory one process of a run held at one read."""
+
+    pid: int
+    peak_mib: float
+
+
+def _unread(memory: DeviceMemory) -> bool:
+    return memory.unavailable is not None
+
+
+@dataclass(frozen=True)
+class DeviceMemory(Record):
+    """A run's ``device_memory``: the peak MiB its processes held, or why it was not read
+    (``unavailable``; with ``source``, ``samples`` 0 and ``failed_reads`` when the tool was
+    asked but no read succeeded). Keys as :class:`DeviceMemoryMeter` has always written them:
+    an unread record names its ``source`` before ``samples`` (``tool``), a read one after."""
+
+    unavailable: str | None = spec(None, omit="none")
+    tool: str | None = spec(
+        key="source", omit="none", derive=lambda m: m.source if _unread(m) else None
+    )
+    peak_mib: float | None = spec(None, omit=_unread)
+    samples: int | None = spec(None, omit="none")
+    source: str | None = spec(None, omit=lambda m: _unread(m) or m.source is None)
+    peak_at_seconds: float | None = spec(None, omit=_unread)
+    samples_with_run_processes: int | None = spec(None, omit=_unread)
+    failed_reads: int | None = spec(None, omit="none")
+    interval_seconds: float | None = spec(None, omit=_unread)
+    timeout_seconds: float | None = spec(None, omit=_unread)
+    processes: tuple[PidPeak, ...] = spec((), omit=_unread)
+    last_error: str | None = spec(None, omit="none")
+    note: str | None = spec(None, omit="none")
 
 
 class DeviceMemoryMeter:
@@ -378,10 +410,10 @@ class DeviceMemoryMeter:
         finally:
             self._idle.set()
 
-    def close(self, wait: float = 0.5) -> dict[str, Any]:
+    def close(self, wait: float = 0.5) -> DeviceMemory:
         """The run's ``device_memory`` record; a read in flight gets up to ``wait`` s to end."""
         if isinstance(self.reader, str):
-            return {"unavailable": self.reader}
+            return DeviceMemory(self.reader)
         self._idle.wait(max(0.0, wait))
         with self._lock:
             self._closed = True
@@ -392,33 +424,25 @@ class DeviceMemoryMeter:
                     if self.failed
                     else f"the run ended before a read of {source} finished"
                 )
-                return {
-                    "unavailable": why,
-                    "source": source,
-                    "samples": 0,
-                    "failed_reads": self.failed,
-                }
-            record: dict[str, Any] = {
-                "peak_mib": self.peak_mib,
-                "samples": self.samples,
-                "source": source,
-                "peak_at_seconds": None if self.peak_at is None else round(self.peak_at, 6),
-                "samples_with_run_processes": self.matched,
-                "failed_reads": self.failed,
-                "interval_seconds": self.interval,
-                "timeout_seconds": self.timeout,
-                "processes": [
-                    {"pid": pid, "peak_mib": mib} for pid, mib in sorted(self._per_pid.items())
-                ],
-            }
-            if self.last_error is not None:
-                record["last_error"] = self.last_error
-            if not self.matched:
-                record["note"] = (
+                return DeviceMemory(why, source=source, samples=0, failed_reads=self.failed)
+            return DeviceMemory(
+                peak_mib=self.peak_mib,
+                samples=self.samples,
+                source=source,
+                peak_at_seconds=None if self.peak_at is None else round(self.peak_at, 6),
+                samples_with_run_processes=self.matched,
+                failed_reads=self.failed,
+                interval_seconds=self.interval,
+                timeout_seconds=self.timeout,
+                processes=tuple(PidPeak(pid, mib) for pid, mib in sorted(self._per_pid.items())),
+                last_error=self.last_error,
+                note=None
+                if self.matched
+                else (
                     f"{source} listed no process of the run: none held device memory when read, "
                     "or the tool reports pids of another pid namespace"
-                )
-            return record
+                ),
+            )
 
 
 def builtin_backends() -> list[Backend]:
@@ -494,6 +518,6 @@ class CompletedBackend:
         env: dict[str, str] = self.backend.visibility_env(devices)
         return env
 
-    def foreign_processes(self, devices: Sequence[Device]) -> list[dict[str, Any]]:
-        processes: list[dict[str, Any]] = self.backend.foreign_processes(devices)
+    def foreign_processes(self, devices: Sequence[Device]) -> Sequence[ForeignProcess | JsonObject]:
+        processes: Sequence[ForeignProcess | JsonObject] = self.backend.foreign_processes(devices)
         return processes

@@ -7,9 +7,9 @@ import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from ..core.records import Record, spec
+from ..core.records import JsonObject, Record, from_json, spec
 
 #: Seconds one call of ``nvidia-smi`` / ``npu-smi`` may take before the backend gives up.
 TOOL_TIMEOUT = 30.0
@@ -117,9 +117,36 @@ class Backend(Protocol):
         """The environment that makes a child process see exactly ``devices``."""
         ...
 
-    def foreign_processes(self, devices: Sequence[Device]) -> list[dict[str, Any]]:
-        """Processes now running on ``devices`` (``device``, ``pid``, ``process``, memory)."""
+    def foreign_processes(self, devices: Sequence[Device]) -> Sequence[ForeignProcess | JsonObject]:
+        """Processes now running on ``devices``; a plugin's backend may give each as the JSON
+        object of a :class:`ForeignProcess` (read by :func:`foreign_processes`)."""
         ...
+
+
+@dataclass(frozen=True)
+class ForeignProcess(Record):
+    """A process a backend lists on a device (the busy check, an idle proof): the device id,
+    the GPU's uuid (cuda), pid, name and the device memory it holds, None where not told."""
+
+    device: str | None = spec(None, omit="none")
+    uuid: str | None = spec(None, omit="none")
+    pid: int | None = None
+    process: str | None = None
+    used_memory_mib: float | None = None
+
+    def describe(self) -> str:
+        """``device 0: pid 4242 (python3, 900 MiB)``, for the wait line and the errors."""
+        memory = "" if self.used_memory_mib is None else f", {self.used_memory_mib:g} MiB"
+        return f"device {self.device}: pid {self.pid} ({self.process or '?'}{memory})"
+
+
+def foreign_processes(backend: Backend, devices: Sequence[Device]) -> list[ForeignProcess]:
+    """What ``backend`` lists on ``devices``; a plugin's JSON entry is read leniently (a value
+    of another type reads as None)."""
+    return [
+        p if isinstance(p, ForeignProcess) else from_json(ForeignProcess, p, problems=[])
+        for p in backend.foreign_processes(devices)
+    ]
 
 
 class ToolError(Exception):

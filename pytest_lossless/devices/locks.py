@@ -30,14 +30,13 @@ import random
 import re
 import socket
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core.clock import utc_iso
 from ..core.procfs import process_stat
-from ..core.records import Record, spec
+from ..core.records import JsonObject, Record, spec
 from ..errors import AllocationError
 
 #: Every open of a lock file or record: never through a symlink, never waiting on a FIFO,
@@ -370,7 +369,7 @@ class Flock:
 # ------------------------------------------------------------------ holder records
 
 
-def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
+def _write_json_atomic(path: Path, record: Record) -> None:
     """Replace ``path`` with ``record`` as one JSON line, readable by every user.
 
     Not :func:`~pytest_lossless.core.paths.write_json_atomic`: its temporary file, and so
@@ -379,7 +378,7 @@ def _write_json_atomic(path: Path, record: Mapping[str, Any]) -> None:
     temporary file is made with ``O_EXCL``; the rename replaces a planted link, never
     follows it.
     """
-    data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    data = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode("utf-8")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{random.getrandbits(32):08x}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _SAFE, RECORD_MODE)
     try:
@@ -428,8 +427,9 @@ _JSON_KIND = {
 }
 
 
-def read_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(record, None), (None, None) when there is none, or (None, why it is ignored).
+def read_record(path: Path) -> tuple[JsonObject | None, str | None]:
+    """(record, None), (None, None) when there is none, or (None, why it is ignored). The
+    record is another process's JSON, anyone's to forge: each value is checked where used.
 
     Bounded: a FIFO is never waited on, no more than :data:`RECORD_LIMIT` bytes are read, and
     nesting past :data:`RECORD_DEPTH` is refused before it reaches the JSON parser.
@@ -440,7 +440,7 @@ def read_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 
 def read_owned_record(
     path: Path, limit: int = RECORD_LIMIT
-) -> tuple[dict[str, Any] | None, str | None, int | None]:
+) -> tuple[JsonObject | None, str | None, int | None]:
     """:func:`read_record`, up to ``limit`` bytes, with the uid that owns the file read (by
     its descriptor, so the owner is the one of the bytes read)."""
     try:
@@ -670,13 +670,13 @@ class LockDir:
 
     def write_record(self, lock_key: str, record: HolderRecord) -> None:
         with contextlib.suppress(OSError):  # a description only: never fail a test over it
-            _write_json_atomic(self.record_path(lock_key), record.to_json())
+            _write_json_atomic(self.record_path(lock_key), record)
 
     def clear_record(self, lock_key: str) -> None:
         with contextlib.suppress(OSError):
             self.record_path(lock_key).unlink()
 
-    def _holds(self, record: Mapping[str, Any], inode: int, host: str) -> bool:
+    def _holds(self, record: JsonObject, inode: int, host: str) -> bool:
         """Whether ``record``'s process, on this host, holds a flock on file ``inode`` now:
         by ``/proc/locks`` where it can be read, else by its pid and start time."""
         pid = record.get("pid")

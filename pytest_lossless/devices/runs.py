@@ -24,10 +24,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..core.clock import utc_iso
-from ..core.records import Record, meta
+from ..core.records import JsonObject, Record, meta
 from ..errors import AllocationError
 from .locks import (
     FULL,
@@ -113,6 +112,47 @@ class ListedRun(Record):
     role: str = field(metadata=meta(absent="descendant"))
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A live process of a run, as the launcher reports it to the runs record (pgid, sid and
+    ppid None where not known)."""
+
+    pid: int
+    start: int
+    pgid: int | None
+    sid: int | None
+    ppid: int | None
+    comm: str = "?"
+    argv: tuple[str, ...] = ()
+    role: str = "descendant"
+
+
+@dataclass(frozen=True)
+class RunsHolder(Record):
+    """The process that holds the allocation a runs record belongs to."""
+
+    pid: int
+    pid_start: int | None
+
+
+@dataclass(frozen=True)
+class RunsDocument(Record):
+    """A runs record as this account writes it (read back by :func:`parse_runs`, which trusts
+    none of it)."""
+
+    host: str
+    holder: RunsHolder
+    test: str
+    since: str
+    locks: tuple[str, ...]
+    uid: int
+    released_at: str | None
+    processes: tuple[ListedRun, ...]
+    not_listed: int
+    schema: str = RUNS_SCHEMA
+    version: int = 1
+
+
 @dataclass(frozen=True)
 class RunsRecord:
     """A runs record as read: who wrote it (``owner``, the file's uid), for which test, and
@@ -153,7 +193,7 @@ def _listed(entry: object) -> Listed | None:
     )
 
 
-def parse_runs(path: Path, owner: int, value: Mapping[str, Any]) -> RunsRecord | str:
+def parse_runs(path: Path, owner: int, value: JsonObject) -> RunsRecord | str:
     """A :class:`RunsRecord` from a record's JSON, or why it is not one."""
     if value.get("schema") != RUNS_SCHEMA:
         return f"is not a runs record (schema {value.get('schema')!r})"
@@ -278,8 +318,8 @@ class RunsLedger:
         self._released_at: str | None = None
         self.problems: list[str] = []
 
-    def _document(self) -> dict[str, Any]:
-        listed: list[dict[str, Any]] = []
+    def _document(self) -> RunsDocument:
+        listed: list[ListedRun] = []
         seen: set[tuple[int, int]] = set()
         size = 0
         left_out = 0
@@ -291,25 +331,23 @@ class RunsLedger:
                 seen.add(identity)
                 # A reader reads at most RUNS_LIMIT bytes: past half of it, processes are
                 # counted, not listed (their sessions and groups are still searched).
-                written = entry.to_json()
-                size += len(json.dumps(written)) + 2
+                size += len(json.dumps(entry.to_json())) + 2
                 if len(listed) >= MAX_LISTED or size > RUNS_LIMIT // 2:
                     left_out += 1
                 else:
-                    listed.append(written)
-        return {
-            "schema": RUNS_SCHEMA,
-            "version": 1,
-            "host": self._holder.host,
-            "holder": {"pid": self._holder.pid, "pid_start": self._holder.pid_start},
-            "test": self._holder.test,
-            "since": self._holder.since,
-            "locks": list(self.keys),
-            "uid": self.uid,
-            "released_at": self._released_at,
-            "processes": listed,
-            "not_listed": left_out,
-        }
+                    listed.append(entry)
+        holder = self._holder
+        return RunsDocument(
+            host=holder.host,
+            holder=RunsHolder(holder.pid, holder.pid_start),
+            test=holder.test,
+            since=holder.since,
+            locks=self.keys,
+            uid=self.uid,
+            released_at=self._released_at,
+            processes=tuple(listed),
+            not_listed=left_out,
+        )
 
     def _write(self, *, strict: bool) -> None:
         document = self._document()
@@ -328,9 +366,9 @@ class RunsLedger:
         with self._lock:
             self._write(strict=True)
 
-    def note(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None:
+    def note(self, run: str, processes: Sequence[Member]) -> None:
         """Replace the live processes of ``run`` (pid, start, pgid, sid, comm, argv)."""
-        entries = [e for e in (_entry(run, p) for p in processes) if e is not None]
+        entries = [_entry(run, p) for p in processes]
         with self._lock:
             if self._closed or self._runs.get(run, []) == entries:
                 return
@@ -375,20 +413,15 @@ def _write_problem(path: Path, exc: OSError) -> str:
     return f"cannot be written ({exc.strerror})"
 
 
-def _entry(run: str, process: Mapping[str, Any]) -> ListedRun | None:
-    pid, start = _int(process.get("pid")), _int(process.get("start"))
-    if pid is None or start is None:
-        return None
-    argv = process.get("argv")
-    command = " ".join(str(a) for a in argv) if isinstance(argv, list) and argv else ""
+def _entry(run: str, process: Member) -> ListedRun:
     return ListedRun(
-        pid=pid,
-        start=start,
-        pgid=_int(process.get("pgid")),
-        sid=_int(process.get("sid")),
-        ppid=_int(process.get("ppid")),
-        comm=str(process.get("comm", "?"))[:64],
-        command=command[:COMMAND_LIMIT],
+        pid=process.pid,
+        start=process.start,
+        pgid=process.pgid,
+        sid=process.sid,
+        ppid=process.ppid,
+        comm=process.comm[:64],
+        command=" ".join(process.argv)[:COMMAND_LIMIT],
         run=run,
-        role=str(process.get("role", "descendant")),
+        role=process.role,
     )

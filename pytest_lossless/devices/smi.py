@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from .base import Device, normalize_bus_id
+from .base import Device, ForeignProcess, normalize_bus_id
 
 #: The ``--query-gpu`` columns :func:`parse_nvidia_smi_gpus` reads, in its order.
 CUDA_QUERY = "index,uuid,pci.bus_id,memory.used,utilization.gpu,name"
@@ -54,8 +53,9 @@ def parse_nvidia_smi_gpus(text: str) -> list[Device]:
     return devices
 
 
-def parse_nvidia_smi_apps(text: str) -> list[dict[str, Any]]:
-    """Rows of ``--query-compute-apps=gpu_uuid,pid,process_name,used_memory``."""
+def parse_nvidia_smi_apps(text: str) -> list[ForeignProcess]:
+    """Rows of ``--query-compute-apps=gpu_uuid,pid,process_name,used_memory`` (no device id
+    yet: the backend names it by the uuid)."""
     apps = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.split(",", 2)]
@@ -64,14 +64,8 @@ def parse_nvidia_smi_apps(text: str) -> list[dict[str, Any]]:
         # A process name may itself hold commas: the last cell is the memory.
         name, _, memory = (c.strip() for c in cells[2].rpartition(","))
         pid = int(cells[1]) if cells[1].isdigit() else None
-        apps.append(
-            {
-                "uuid": cells[0],
-                "pid": pid,
-                "process": None if name.startswith("[") or not name else name,
-                "used_memory_mib": _number(memory),
-            }
-        )
+        process = None if name.startswith("[") or not name else name
+        apps.append(ForeignProcess(None, cells[0], pid, process, _number(memory)))
     return apps
 
 
@@ -210,7 +204,7 @@ def memory_by_pid(rows: Iterable[tuple[int | None, float | None]]) -> dict[int, 
 def nvidia_memory_by_pid(text: str) -> dict[int, float]:
     """MiB per pid from the ``--query-compute-apps`` rows that :func:`parse_nvidia_smi_apps`
     reads (one row per process and GPU)."""
-    return memory_by_pid((a["pid"], a["used_memory_mib"]) for a in parse_nvidia_smi_apps(text))
+    return memory_by_pid((a.pid, a.used_memory_mib) for a in parse_nvidia_smi_apps(text))
 
 
 def npu_memory_by_pid(text: str) -> dict[int, float]:

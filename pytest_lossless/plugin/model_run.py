@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
+from ..core.records import JsonObject
 from ..core.text import printable
 from .config import settings
 from .devices import holds_devices, interruption
@@ -81,7 +82,7 @@ def model_run(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[Launc
 
 def _describe_source(
     path: Path, *, required: bool = False, states: SourceStates | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """A source tree of a run, as the RunSpec describes the rootdir's (revision, dirty, diff,
     remote URL and branch, publication). With ``required`` (``--lossless-require-published``)
     a dirty or unpublished tree is a :class:`RunError` before the run starts. ``states``: the

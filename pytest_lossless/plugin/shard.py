@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ..core.sharding import Shard, assign, split_record
+from ..core.sharding import Shard, ShardSplit, assign, split_record
 from ..errors import ConfigError
 from .config import settings
 
@@ -31,7 +31,7 @@ class Sharding:
     """The shard and, once collected, what it split: the index's ``shard`` block."""
 
     shard: Shard
-    split: dict[str, Any] | None = None
+    split: ShardSplit | None = None
     deselected: list[str] = field(default_factory=list)
 
 
@@ -94,7 +94,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
         return []
     split = found.split
     return [
-        f"lossless: shard {found.shard.label} runs {split['kept']} of the {split['selected']} "
+        f"lossless: shard {found.shard.label} runs {split.kept} of the {split.selected} "
         "selected tests"
     ]
 
@@ -108,11 +108,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None and found.split is not None:
-        workeroutput[WORKEROUTPUT_SHARD] = found.split
+        workeroutput[WORKEROUTPUT_SHARD] = found.split.to_json()
     if (
         session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
         and found.split is not None
-        and found.split["selected"] > 0
+        and (found.split.selected or 0) > 0
     ):
         session.exitstatus = pytest.ExitCode.OK
 
@@ -123,7 +123,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     found = sharding(node.config)
     split = (getattr(node, "workeroutput", None) or {}).get(WORKEROUTPUT_SHARD)
     if found is not None and isinstance(split, dict) and found.split is None:
-        found.split = dict(split)
+        found.split = ShardSplit.from_json(split)
 
 
 def record(config: pytest.Config) -> dict[str, Any] | None:
@@ -132,4 +132,4 @@ def record(config: pytest.Config) -> dict[str, Any] | None:
     found = sharding(config)
     if found is None:
         return None
-    return found.split if found.split is not None else found.shard.record()
+    return (found.split or found.shard.record()).to_json()

@@ -20,13 +20,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..core.clock import Clock, utc_iso
 from ..core.procfs import ProcStat, process_stat, read_cmdline, read_memory_kib, scan_proc
-from ..devices.backends import DeviceMemoryMeter
+from ..devices.backends import DeviceMemory, DeviceMemoryMeter
+from ..devices.runs import Member
 from .kernel import describe_status
-from .record import Leftover, Member, ProcessRecord, SignalReceived, SignalSent
+from .record import Leftover, ProcessRecord, SignalReceived, SignalSent
 
 #: Seconds between two samples of ``/proc`` while a process group runs.
 SAMPLE_INTERVAL = 0.05
@@ -210,7 +210,7 @@ class ProcessGroup:
         self.clock = clock
         self._meter = device_memory
         #: The ``device_memory`` record, once :meth:`finish` closed the meter.
-        self.device_memory: dict[str, Any] | None = None
+        self.device_memory: DeviceMemory | None = None
         self._interval = interval
         self._adoptions = adoptions if adoptions is not None else Adoptions()
         self._on_members = on_members

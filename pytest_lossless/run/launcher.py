@@ -23,8 +23,10 @@ from typing import Any, Protocol
 from ..core import faults
 from ..core.clock import SYSTEM_CLOCK, Clock, utc_iso
 from ..core.digests import sha256_file
+from ..core.records import JsonObject
 from ..core.redact import Redactor, scrub, scrub_all
 from ..devices.backends import DeviceMemoryMeter, MemoryReader, memory_reader_for
+from ..devices.runs import Member
 from ..errors import ArtifactError, ConfigError, RunError
 from ..trace import TRACE_DIR
 from .arguments import check_argv, check_seconds, fill_placeholders
@@ -33,7 +35,7 @@ from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
 from .kernel import child_subreaper
 from .lifecycle import Lifecycle, lifecycle_verdict
 from .progress import Progress, waiting
-from .record import FileDigest, Member, OutputRecord, RunEnv, RunRecord, ServerPart
+from .record import FileDigest, OutputRecord, RunEnv, RunRecord, ServerPart
 from .server import REQUEST_RECORDS, Server, request_totals
 
 
@@ -121,7 +123,7 @@ class AllocationLike(Protocol):
 
     def add_finalizer(self, fn: Callable[[], None]) -> None: ...
 
-    def note_processes(self, run: str, processes: Sequence[Mapping[str, Any]]) -> None: ...  # JSON
+    def note_processes(self, run: str, processes: Sequence[Member]) -> None: ...
 
 
 def free_port() -> int:
@@ -168,7 +170,7 @@ class Launcher:
         sample_interval: float = SAMPLE_INTERVAL,
         adopt_orphans: bool = True,
         redactor: Redactor | None = None,
-        describe_source: Callable[[Path], Mapping[str, Any]] | None = None,
+        describe_source: Callable[[Path], JsonObject] | None = None,
         device_memory: MemoryReader | str | None = None,
         memory_interval: float | None = None,
         memory_timeout: float | None = None,
@@ -249,7 +251,7 @@ class Launcher:
     # -- shared by commands and servers
     def _describe_sources(
         self, sources: Sequence[str | os.PathLike[str]] | None
-    ) -> dict[str, dict[str, Any]] | None:
+    ) -> dict[str, JsonObject] | None:
         """What each named source tree is as the run is about to start (before it can change).
 
         Read before the run is numbered or prepared: a tree refused here (not a folder; dirty or
@@ -259,7 +261,7 @@ class Launcher:
             return None
         if isinstance(sources, (str, os.PathLike)):
             sources = [sources]
-        described: dict[str, dict[str, Any]] = {}
+        described: dict[str, JsonObject] = {}
         for source in sources:
             path = Path(os.fspath(source)).resolve()
             if not path.is_dir():
@@ -402,7 +404,7 @@ class Launcher:
         for member in members:
             argv, _ = self.redactor.argv(list(member.argv))
             shown.append(replace(member, argv=tuple(scrub(a, secrets) for a in argv)[:8]))
-        allocation.note_processes(run, [m.to_json() for m in shown])
+        allocation.note_processes(run, shown)
 
     def _emit(self, record: RunRecord) -> RunRecord:
         """The finished record with every secret hidden, handed on; returned."""

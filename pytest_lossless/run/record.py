@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.records import Record, from_json, meta, spec, to_json
+from ..core.records import JsonObject, Record, from_json, meta, spec, to_json
+from ..devices.backends import DeviceMemory
 
 
 def _unless_ended(run: RunRecord) -> bool:
@@ -88,20 +89,6 @@ class ProcessRecord(Record):
     def was_forced(self) -> bool:
         """Marked forced, or it received a forced signal."""
         return self.forced or any(s.forced for s in self.signals_received)
-
-
-@dataclass(frozen=True, slots=True)
-class Member(Record):
-    """A live process of a run, as the allocation's runs record lists it (devices/orphans)."""
-
-    pid: int
-    start: int
-    pgid: int
-    sid: int
-    ppid: int
-    comm: str
-    argv: tuple[str, ...]
-    role: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +283,8 @@ class RunRecord(Record):
     trace_dir: str | None = spec(None, omit="none")
     timeout_seconds: float | None = spec(None, omit="none")
     grace_seconds: float | None = spec(None, omit="none")
-    sources: dict[str, dict[str, Any]] | None = spec(None, omit="none")
+    #: Each source tree of ``sources=`` as the evidence layer describes it (its JSON).
+    sources: dict[str, JsonObject] | None = spec(None, omit="none")
     #: A server's part, its keys beside the others.
     server: ServerPart | None = spec(None, flatten=True, read_when=("kind", "server"))
     started_at: str | None = None
@@ -307,7 +295,7 @@ class RunRecord(Record):
     signals: tuple[SignalSent, ...] = ()
     leftovers: tuple[Leftover, ...] = ()
     ended_at: str | None = spec(None, omit="none")
-    device_memory: dict[str, Any] | None = spec(None, omit=_unless_ended)
+    device_memory: DeviceMemory | None = spec(None, omit=_unless_ended)
     wall_seconds: float | None = spec(None, omit=_unless_ended)
     exit_code: int | None = spec(None, omit=_unless_ended)
     signal: str | None = spec(None, omit=_unless_ended)

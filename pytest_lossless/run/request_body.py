@@ -5,22 +5,26 @@ multipart form whose files are streamed from disk, each with its exact Content-L
 from __future__ import annotations
 
 import json as jsonlib
+import os
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..errors import ConfigError
 
 #: Bytes read at a time from an uploaded file or a response.
 CHUNK = 1 << 16
+_Content = str | os.PathLike[str] | bytes
+#: One file of a multipart form: its path, or (filename, path or bytes[, content type]).
+FilePart: TypeAlias = str | os.PathLike[str] | tuple[str, _Content] | tuple[str, _Content, str]
 
 
 def encode_body(
     *,
     json: Any,
-    files: Mapping[str, Any] | None,
+    files: Mapping[str, FilePart] | None,
     data: bytes | str | Mapping[str, str] | None,
 ) -> tuple[Iterable[bytes] | bytes | None, int, dict[str, str]]:
     """The request body (streamed for files), its length and its content headers."""
@@ -43,10 +47,11 @@ def encode_body(
             head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
             parts.append((head.encode(), str(value).encode()))
         for name, spec in files.items():
+            ctype = "application/octet-stream"
             if isinstance(spec, tuple):
-                filename, content, ctype = (*spec, "application/octet-stream")[:3]
+                filename, content, ctype = (*spec, ctype)[:3]
             else:
-                filename, content, ctype = Path(spec).name, spec, "application/octet-stream"
+                filename, content = Path(spec).name, spec
             payload_obj: Path | bytes = content if isinstance(content, bytes) else Path(content)
             head = (
                 f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '

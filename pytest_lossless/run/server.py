@@ -24,7 +24,7 @@ from .group import ProcessGroup
 from .lifecycle import lifecycle_verdict
 from .progress import Progress
 from .record import Readiness, RequestRecord, RequestTotals, RunRecord, ServerPart, StopRecord
-from .request_body import CHUNK, encode_body
+from .request_body import CHUNK, FilePart, encode_body
 
 #: Response bodies larger than this are streamed to a file in the run's folder.
 STREAM_TO_FILE_ABOVE = 1 << 20
@@ -269,7 +269,7 @@ class Server:
         path: str,
         *,
         json: Any = None,
-        files: Mapping[str, Any] | None = None,
+        files: Mapping[str, FilePart] | None = None,
         data: bytes | str | Mapping[str, str] | None = None,
         timeout: float | None = None,
         warmup: bool = False,

@@ -18,13 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.procfs import process_stat
-from ..core.records import Record
+from ..core.records import Record, spec
 from ..errors import AllocationError, ConfigError
 
 #: ``before_arm=``: one callable given (arm name, sample index), or a sequence of them.
@@ -91,6 +91,8 @@ def _plain(result: object) -> Any:
     """A hook's result as a receipt keeps it: None is ``"done"``; JSON values as they are."""
     if result is None:
         return "done"
+    if isinstance(result, Record):
+        result = result.to_json()
     if isinstance(result, str):
         return result[:_RESULT_CHARS]
     try:
@@ -164,34 +166,48 @@ class DevicesIdle:
             return self
         return replace(self, backend=backend)
 
-    def __call__(self, arm: str | None = None, index: int | None = None) -> dict[str, Any]:
-        from ..devices.base import ToolError
+    def __call__(self, arm: str | None = None, index: int | None = None) -> IdleCheck:
+        from ..devices.base import ToolError, foreign_processes
 
         backend = self.backend
         devices = tuple(getattr(self.allocation, "devices", ()) or ())
-        ids = [str(d.id) for d in devices]
+        ids = tuple(str(d.id) for d in devices)
         if backend is None:
-            return {"observed": False, "devices": ids, "note": "no backend given to ask"}
+            return IdleCheck(False, ids, note="no backend given to ask")
         if not backend.observes_usage:
-            note = f"{backend.name} devices report no processes"
-            return {"observed": False, "devices": ids, "note": note}
+            return IdleCheck(False, ids, note=f"{backend.name} devices report no processes")
         deadline = self.clock.monotonic() + max(0.0, self.wait)
         while True:
             try:
-                listed = list(backend.foreign_processes(devices))
+                listed = foreign_processes(backend, devices)
             except ToolError as exc:
-                return {"observed": False, "devices": ids, "error": str(exc)}
-            foreign = [p for p in listed if not _own(p.get("pid"))]
+                return IdleCheck(False, ids, error=str(exc))
+            foreign = [p for p in listed if not _own(p.pid)]
             if not foreign:
-                own = len(listed)
-                return {"observed": True, "idle": True, "devices": ids, "own_processes": own}
+                return IdleCheck(True, ids, idle=True, own_processes=len(listed))
             if self.clock.monotonic() >= deadline:
                 raise AllocationError(
                     f"devices_idle: device(s) {', '.join(ids)} are not idle before the {arm} arm: "
-                    + "; ".join(_describe(p) for p in foreign[:4]),
-                    processes=foreign,
+                    + "; ".join(
+                        f"pid {p.pid} ({p.process or '?'}) on device {p.device}"
+                        for p in foreign[:4]
+                    ),
+                    processes=[p.to_json() for p in foreign],
                 )
             self.clock.sleep(self.poll)
+
+
+@dataclass(frozen=True)
+class IdleCheck(Record):
+    """What :class:`DevicesIdle` recorded before one arm: whether the devices were observed,
+    and idle (with how many processes were this test's own), or why they were not observed."""
+
+    observed: bool
+    devices: tuple[str, ...]
+    idle: bool | None = spec(None, omit="none")
+    own_processes: int | None = spec(None, omit="none")
+    note: str | None = spec(None, omit="none")
+    error: str | None = spec(None, omit="none")
 
 
 def devices_idle(
@@ -221,8 +237,3 @@ def _own(pid: object) -> bool:
             return False
         pid, seen = found.ppid, seen + 1
     return False
-
-
-def _describe(process: Mapping[str, Any]) -> str:
-    name = process.get("process") or process.get("name") or "?"
-    return f"pid {process.get('pid')} ({name}) on device {process.get('device')}"

@@ -159,7 +159,7 @@ class Sample(Record):
     warmup_seconds: float | tuple[float, ...] | None = spec(None, omit="none")
     measured_requests: tuple[float, ...] | None = spec(None, omit="none")
     run: str | None = spec(None, omit="none")
-    proof: dict[str, Any] | None = spec(None, omit="none")
+    proof: dispatch.Finding | None = spec(None, omit="none")
     error: str | None = spec(None, omit="none")
     arm_seconds: float | None = spec(None, omit="none")
     runs: tuple[str, ...] | None = spec(None, omit="none")
@@ -350,9 +350,7 @@ def derive(
         reason = f"{errors[0]}; a speed verdict needs every arm to complete"
     if proof is not None:
         findings = [
-            dispatch.Finding.from_json(
-                s.proof or {"run": s.run, "found": False, "evidence": "not examined"}
-            )
+            s.proof or dispatch.Finding(s.run, False, "not examined")
             for s in samples
             if s.arm == stats.CANDIDATE and s.error is None
         ]
@@ -395,30 +393,28 @@ def derive(
     )
 
 
-def _rule(d: Mapping[str, Any]) -> dict[str, Any]:
+def _recorded(d: Mapping[str, Any]) -> SpeedVerdict:
+    """The verdict a recorded speed gate's raw samples give under its recorded rule."""
     plan = d.get("plan") or {}
-    return {
-        "target": float(d["target"]),
-        "pairs": int(d["pairs"]),
-        "design": str(d["design"]),
-        "seed": int(d["seed"]),
-        "confidence": float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
-        "min_blocks": plan.get("min_blocks"),
-        "looks": [int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
+    return derive(
+        [Sample.from_json(s) for s in d.get("samples", [])],
+        target=float(d["target"]),
+        pairs=int(d["pairs"]),
+        design=str(d["design"]),
+        seed=int(d["seed"]),
+        confidence=float(d.get("confidence", stats.DEFAULT_CONFIDENCE)),
+        min_blocks=plan.get("min_blocks"),
+        looks=[int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
         # Receipts written before the robust block summary were derived with the mean.
-        "block_summary": str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
-        "proof": d.get("proof"),
-        "workload": d.get("workload"),
-    }
-
-
-def _samples(d: Mapping[str, Any]) -> list[Sample]:
-    return [Sample.from_json(s) for s in d.get("samples", [])]
+        block_summary=str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
+        proof=d.get("proof"),
+        workload=d.get("workload"),
+    )
 
 
 def rederive(d: Mapping[str, Any]) -> str:
     """Recompute the verdict of a recorded speed gate (``to_json`` form) from its raw samples."""
-    return derive(_samples(d), **_rule(d)).verdict
+    return _recorded(d).verdict
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -440,7 +436,7 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     """What a recorded speed gate says that its raw samples do not support (empty: consistent)."""
     found: list[str] = []
     try:
-        again = derive(_samples(d), **_rule(d))
+        again = _recorded(d)
     except (KeyError, TypeError, ValueError, ConfigError) as exc:
         return [f"speed verdict cannot be re-derived: {exc}"]
     label = f"speed gate {d.get('workload')!r}" if d.get("workload") else "speed gate"
@@ -638,7 +634,7 @@ def _run_arm(
         result = arm()
         sample = sample_extras(replace(sample, seconds=measured_seconds(result)), result)
         if proof is not None:
-            sample = replace(sample, proof=dispatch.examine(proof, result).to_json())
+            sample = replace(sample, proof=dispatch.examine(proof, result))
     except Exception as exc:  # any failure of the user's arm is recorded, never raised
         sample = replace(sample, seconds=None, error=short(f"{type(exc).__name__}: {exc}"))
     return replace(sample, arm_seconds=clock.monotonic() - start)

@@ -353,7 +353,7 @@ def test_the_meter_reads_at_most_once_per_interval_and_never_waits_on_a_read() -
     assert meter.tick([10], 1.5) is True
     meter._idle.wait(2)
     assert reader.calls == 2
-    record = meter.close()
+    record = meter.close().to_json()
     assert record["peak_mib"] == 150.0  # both processes at one read; pid 99 left out
     assert record["samples"] == 2
     assert record["source"] == "fake-smi"
@@ -365,7 +365,7 @@ def test_the_meter_gives_up_on_a_hung_tool_within_its_wait() -> None:
     meter = DeviceMemoryMeter(MemoryReader("fake-smi", reader.read), timeout=30)
     assert meter.tick([1], 0.0)
     began = time.monotonic()
-    record = meter.close(wait=0.2)
+    record = meter.close(wait=0.2).to_json()
     assert time.monotonic() - began < 1
     assert record["unavailable"] == "the run ended before a read of fake-smi finished"
     reader.release.set()
@@ -426,7 +426,11 @@ def test_cpu_slots_say_so_and_never_call_a_tool(tmp_path: Path, fake_smi: Path) 
     assert reason == "cpu slots have no device memory to read"
     assert memory_reader_for("tpu") == "the tpu backend offers no device memory reading"
     off = DeviceMemoryMeter(reason)
-    assert (off.reading, off.tick([1], 0.0), off.close()) == (False, False, {"unavailable": reason})
+    assert (off.reading, off.tick([1], 0.0), off.close().to_json()) == (
+        False,
+        False,
+        {"unavailable": reason},
+    )
     run = _launcher(tmp_path, device_memory=reason)
     try:
         result = run(sleeping(0.3), env={FAKE_MIB: "1"})

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from pytest_lossless.core import faults
+from pytest_lossless.devices.runs import Member
 
 SERVERS = Path(__file__).resolve().parent.parent / "data" / "servers"
 SERVER = [sys.executable, str(SERVERS / "worker_server.py"), "{port}"]
@@ -806,9 +807,8 @@ def test_what_a_release_leaves_running_stays_listed_and_blocks_the_next_allocati
 
     stuck = sleepers()
     allocation = allocator(tmp_path).acquire(1, "t::first")
-    allocation.note_processes(
-        "command-01", [{"pid": stuck.pid, "start": start_of(stuck.pid), "argv": ["stuck"]}]
-    )
+    stuck_member = Member(stuck.pid, start_of(stuck.pid), None, None, None, argv=("stuck",))
+    allocation.note_processes("command-01", [stuck_member])
     allocation.release()
     assert [p.pid for p in allocation.left_running] == [stuck.pid]
     with pytest.raises(AllocationTimeout, match="left running when its allocation was released"):
@@ -827,7 +827,7 @@ def test_a_run_of_many_processes_keeps_its_record_readable(tmp_path: Path) -> No
 
     with allocator(tmp_path).acquire(1, "t::many") as allocation:
         many = [
-            {"pid": 10_000 + i, "start": 1, "argv": ["\u00e9\u4e2d" * 400], "comm": "w"}
+            Member(10_000 + i, 1, None, None, None, comm="w", argv=("\u00e9\u4e2d" * 400,))
             for i in range(2000)
         ]
         allocation.note_processes("server-01", many)

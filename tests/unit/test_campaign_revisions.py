@@ -19,7 +19,7 @@ def _session(root: Path, name: str, revision: str, shard: int | None = None) -> 
     folder = root / name
     folder.mkdir(parents=True)
     write_summary(folder)
-    record = None if shard is None else split_record(Shard(shard, 2), TESTS, kept=1)
+    record = None if shard is None else split_record(Shard(shard, 2), TESTS, kept=1).to_json()
     write_index(
         folder,
         build_index(

@@ -110,10 +110,10 @@ def test_cuda_parse_captured_busy_gpu_and_its_process() -> None:
     assert parse_nvidia_smi_apps(smi("nvidia_smi_compute_apps_idle.csv")) == []
     assert apps, "the busy capture lists the process holding memory"
     app = apps[0]
-    assert app["uuid"] in idle
-    assert isinstance(app["pid"], int)
-    held = next(d for d in busy if d.uuid == app["uuid"])
-    before = idle[app["uuid"]].memory_used_mib
+    assert app.uuid in idle
+    assert isinstance(app.pid, int)
+    held = next(d for d in busy if d.uuid == app.uuid)
+    before = idle[app.uuid].memory_used_mib
     assert held.memory_used_mib is not None
     assert before is not None
     assert held.memory_used_mib > before + 500  # about 1 GiB was held during the capture
@@ -140,15 +140,15 @@ def test_cuda_parse_is_defensive() -> None:
         "GPU-66666666-7777-8888-9999-000000000000, 4242, /opt/my, app/bin, [N/A]\n"
         "GPU-66666666-7777-8888-9999-000000000000, [N/A], [Not Found], 20\nbogus\n"
     )
-    assert apps[0] == {
+    assert apps[0].to_json() == {
         "uuid": "GPU-66666666-7777-8888-9999-000000000000",
         "pid": 4242,
         "process": "/opt/my, app/bin",
         "used_memory_mib": None,
     }
-    assert apps[1]["pid"] is None
-    assert apps[1]["process"] is None
-    assert apps[1]["used_memory_mib"] == 20
+    assert apps[1].pid is None
+    assert apps[1].process is None
+    assert apps[1].used_memory_mib == 20
 
 
 def test_device_memory_per_pid_from_captured_and_reconstructed_tables() -> None:
@@ -218,8 +218,8 @@ def test_cuda_backend_env_discovery_and_processes_from_captures() -> None:
     assert all(u.startswith("GPU-") for u in env["CUDA_VISIBLE_DEVICES"].split(","))
     procs = backend.foreign_processes(devices)
     apps = parse_nvidia_smi_apps(smi("nvidia_smi_compute_apps_busy.csv"))
-    assert [p["pid"] for p in procs] == [a["pid"] for a in apps]
-    assert procs[0]["device"] == next(d.id for d in devices if d.uuid == apps[0]["uuid"])
+    assert [p.pid for p in procs] == [a.pid for a in apps]
+    assert procs[0].device == next(d.id for d in devices if d.uuid == apps[0].uuid)
     assert backend.foreign_processes([]) == []
 
 
@@ -301,7 +301,7 @@ def test_npu_backend_discovery_env_and_processes() -> None:
     env = backend.visibility_env([devices[7], devices[1], devices[3]])
     assert env == {"ASCEND_RT_VISIBLE_DEVICES": "1,3,7"}
     procs = backend.foreign_processes(devices[1:4])
-    assert procs == [
+    assert [p.to_json() for p in procs] == [
         {"device": "2", "pid": 2345678, "process": "python3.10", "used_memory_mib": 45056}
     ]
     assert backend.foreign_processes([devices[0]]) == []
@@ -328,7 +328,7 @@ def test_npu_dual_die_uses_chip_logic_ids() -> None:
     ]
     assert devices[1].utilization_pct == 95
     assert devices[1].memory_used_mib == 40000
-    assert backend.foreign_processes(devices) == [
+    assert [p.to_json() for p in backend.foreign_processes(devices)] == [
         {"device": "1", "pid": 777, "process": "vllm", "used_memory_mib": 36000}
     ]
 
@@ -854,8 +854,8 @@ def test_cuda_real_foreign_process_is_named(tmp_path: Path) -> None:
         backend = CudaBackend()
         procs = backend.foreign_processes(backend.discover())
         assert procs
-        assert procs[0]["used_memory_mib"]
-        assert procs[0]["used_memory_mib"] >= 1000
+        assert procs[0].used_memory_mib
+        assert procs[0].used_memory_mib >= 1000
         allocator = Allocator([backend], backend="cuda", lock_dir=tmp_path, timeout=5, busy="fail")
         with pytest.raises(AllocationError, match=r"pid \d+") as info:
             allocator.acquire(1, "t::cuda_busy")

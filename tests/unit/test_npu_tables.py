@@ -207,7 +207,7 @@ def test_a_chip_held_by_a_foreign_process_is_named_and_refused(
     fake_npu_smi("field_a3_26.0.rc2_vllm-ascend-12980.txt", A3_MAP)
     backend = NpuBackend()
     devices = backend.discover()
-    assert backend.foreign_processes(devices) == [
+    assert [p.to_json() for p in backend.foreign_processes(devices)] == [
         {"device": "0", "pid": 632268, "process": "python3.1", "used_memory_mib": 197}
     ]
 

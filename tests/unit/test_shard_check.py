@@ -20,7 +20,7 @@ def _session(index: int, count: int = 4, *, finished: bool = True, tests=TESTS) 
     index_: dict[str, Any] = {
         "finished": finished,
         "state": "finished" if finished else "interrupted",
-        "shard": split_record(Shard(index, count), tests, kept=kept),
+        "shard": split_record(Shard(index, count), tests, kept=kept).to_json(),
     }
     return ShardedSession(f"s{index}", SessionIndex.read(index_))
 

@@ -443,7 +443,7 @@ def test_devices_idle_records_idle_devices_and_counts_this_tests_own_processes()
 
     own = {"device": "0", "pid": os.getpid(), "process": "python"}
     check = devices_idle(_allocation(), backend=_Backend([[own]]))
-    assert check("control", 0) == {
+    assert check("control", 0).to_json() == {
         "observed": True,
         "idle": True,
         "devices": ["0"],
@@ -475,22 +475,22 @@ def test_devices_idle_waits_for_a_process_that_goes() -> None:
         devices_idle(_allocation(), backend=_Backend([[foreign], []]), wait=5.0),
         clock=FakeClock(),
     )
-    assert check("candidate", 1)["idle"] is True
+    assert check("candidate", 1).idle is True
 
 
 def test_devices_idle_says_when_it_cannot_observe() -> None:
     from pytest_lossless.speed.before_arm import bind_backend, devices_idle
 
     blind = _Backend([[]], name="cpu", observes_usage=False)
-    assert devices_idle(_allocation(), backend=blind)("control", 0) == {
+    assert devices_idle(_allocation(), backend=blind)("control", 0).to_json() == {
         "observed": False,
         "devices": ["0"],
         "note": "cpu devices report no processes",
     }
     unbound = devices_idle(_allocation())
-    assert unbound("control", 0)["observed"] is False
+    assert unbound("control", 0).observed is False
     (bound,) = bind_backend([unbound], blind)
-    assert bound("control", 0)["note"] == "cpu devices report no processes"
+    assert bound("control", 0).note == "cpu devices report no processes"
 
 
 def _committed_speed_entries() -> list[dict[str, Any]]:
