@@ -141,12 +141,22 @@ class ForeignProcess(Record):
 
 
 def foreign_processes(backend: Backend, devices: Sequence[Device]) -> list[ForeignProcess]:
-    """What ``backend`` lists on ``devices``; a plugin's JSON entry is read leniently (a value
-    of another type reads as None)."""
+    """What ``backend`` lists on ``devices``; a plugin's JSON entry is read leniently (a device
+    id given as a number is its text, as the built-in backends write it; a value of another
+    type reads as None)."""
     return [
-        p if isinstance(p, ForeignProcess) else from_json(ForeignProcess, p, problems=[])
+        p
+        if isinstance(p, ForeignProcess)
+        else from_json(ForeignProcess, _device_text(p), problems=[])
         for p in backend.foreign_processes(devices)
     ]
+
+
+def _device_text(entry: JsonObject) -> JsonObject:
+    device = entry.get("device") if isinstance(entry, dict) else None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return {**entry, "device": str(device)}
+    return entry
 
 
 class ToolError(Exception):

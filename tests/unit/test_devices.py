@@ -906,3 +906,19 @@ def test_an_inherited_visibility_prefix_must_name_one_gpu() -> None:
     assert _visible_filter(gpus, "GPU-") == []
     assert [d.id for d in _visible_filter(gpus, "GPU-b")] == ["1"]
     assert [d.id for d in _visible_filter(gpus, "0,GPU-bbbb")] == ["0", "1"]
+
+
+def test_a_plugin_backends_process_entries_are_read_as_records() -> None:
+    """A plugin's backend may list processes as JSON: a numeric device id keeps its value (as
+    text, the way the built-in backends write it), a value of a wrong type reads as None."""
+    from pytest_lossless.devices.base import foreign_processes
+
+    class Listing:
+        def foreign_processes(self, devices: object) -> list[dict[str, object]]:
+            return [{"device": 3, "pid": 42, "process": "llm"}, {"device": True, "pid": "x"}]
+
+    read = foreign_processes(Listing(), [])  # type: ignore[arg-type]
+    assert [p.to_json() for p in read] == [
+        {"device": "3", "pid": 42, "process": "llm", "used_memory_mib": None},
+        {"pid": None, "process": None, "used_memory_mib": None},
+    ]
