@@ -149,7 +149,7 @@ def gate_test(entry: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> Ga
 
 def _gate_message(gate: Mapping[str, Any]) -> str:
     try:
-        return GateResult.from_dict(dict(gate)).message()
+        return GateResult.from_dict(gate).message()
     except (LosslessError, TypeError):
         return f"artifact {gate.get('artifact')!r}: FAIL"
 
