@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import trace as _format
-from ..core.records import Record, meta, spec, to_json
+from ..core.records import Record, meta, spec
 from ..errors import ArtifactError
 from ..gates.lossy import abs_diff
 from ..gates.ulps import FORMATS, INFINITE_STEPS, ulp_distance
@@ -159,7 +159,9 @@ def load_trace(folder: Path | str) -> Trace:
                         )
                     data = root / str(record.get("data") or _format.DATA)
                 elif kind == "tensor":
-                    entries.append(_entry(record))
+                    if "nbytes" not in record:  # a manifest's line says it (a record need not)
+                        raise KeyError("nbytes")
+                    entries.append(TraceEntry.from_json(record))
                 elif kind == "stage":
                     stages.append(
                         StageTime(str(record["stage"]), float(record["start"]),
@@ -180,13 +182,6 @@ def load_trace(folder: Path | str) -> Trace:
 def _last_line(path: Path) -> int:
     with open(path, "rb") as handle:
         return handle.read().count(b"\n") + 1
-
-
-def _entry(record: Mapping[str, Any]) -> TraceEntry:
-    """A manifest's tensor line: :meth:`TraceEntry.from_json`, its byte count required."""
-    if "nbytes" not in record:
-        raise KeyError("nbytes")
-    return TraceEntry.from_json(record)
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any] | None:
@@ -308,11 +303,6 @@ class TensorDifference(Record):
             parts.append(self.note)
         return ", ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
-        """NaN is no JSON number: a NaN ``max_abs`` is written as null (unknown)."""
-        nan = self.max_abs is not None and math.isnan(self.max_abs)
-        return {**to_json(self), **({"max_abs": None} if nan else {})}
-
 
 def _measure(left: Trace, a: TraceEntry, right: Trace, b: TraceEntry) -> TensorDifference:
     total = math.prod(a.shape)
@@ -373,7 +363,9 @@ def _figures(dtype: str, ra: bytes, rb: bytes) -> tuple[int, int | None, float |
 
 
 def _largest(diff: npt.NDArray[np.float64]) -> float | None:
-    return float(diff.max()) if diff.size else None
+    """The largest ``|diff|``; None (unknown) for none, or NaN: no JSON number, no figure."""
+    largest = float(diff.max()) if diff.size else math.nan
+    return None if math.isnan(largest) else largest
 
 
 # ------------------------------------------------------------------ two traces
@@ -586,35 +578,38 @@ def stage_rows(control: Trace | Path | str, candidate: Trace | Path | str) -> li
     return [StageRow(n, c.get(n), d.get(n)) for n in names]
 
 
+@dataclass(frozen=True)
+class StageTimes(ReadsAsJson):
+    """The ``stages`` record of a speed gate: the stage times of one traced run of each arm
+    (``traces``: where each traced, None when it left no trace), or the ``error`` that kept
+    them from being compared."""
+
+    note: str = "from one traced run of each arm, apart from the timed runs"
+    traces: dict[str, str | None] = field(default_factory=dict)
+    error: str | None = spec(None, omit="none")
+    rows: tuple[StageRow, ...] | None = spec(None, omit="none")
+
+
 def traced_stage_times(
     control: Callable[[], Any], candidate: Callable[[], Any], folder: Path
-) -> dict[str, Any]:
-    """Run ``control`` and ``candidate`` once each, traced, and compare their stage times: the
-    ``stages`` record of a speed gate (``rows``: :class:`StageRow` records). These runs are
-    separate from the timed ones, whose times they never enter: a traced run pays for tracing.
-    A run without stage records is an ``error`` in the record, never an exception."""
+) -> StageTimes:
+    """Run ``control`` and ``candidate`` once each, traced, and compare their stage times.
+    These runs are separate from the timed ones, whose times they never enter: a traced run
+    pays for tracing. A run without stage records is an ``error`` in the record, never an
+    exception."""
     found: dict[str, Path | None] = {}
     for name, arm in (("control", control), ("candidate", candidate)):
         where = folder / f"stages-{name}"
         with tracing_into(where):
             result = arm()
         found[name] = run_trace(result, where)
-    record: dict[str, Any] = {
-        "note": "from one traced run of each arm, apart from the timed runs",
-        "traces": {k: None if v is None else str(v) for k, v in found.items()},
-    }
-    missing = [k for k, v in found.items() if v is None]
-    if missing:
-        record["error"] = (
-            f"no trace from the {' and '.join(missing)} run: the model recorded no "
-            "trace.stage (see docs/trace.md)"
-        )
-        return record
+    traces = {k: None if v is None else str(v) for k, v in found.items()}
     control_trace, candidate_trace = found["control"], found["candidate"]
-    assert control_trace is not None
-    assert candidate_trace is not None
+    if control_trace is None or candidate_trace is None:
+        missing = " and ".join(k for k, v in found.items() if v is None)
+        why = "the model recorded no trace.stage (see docs/trace.md)"
+        return StageTimes(traces=traces, error=f"no trace from the {missing} run: {why}")
     try:
-        record["rows"] = [r.to_json() for r in stage_rows(control_trace, candidate_trace)]
+        return StageTimes(traces=traces, rows=tuple(stage_rows(control_trace, candidate_trace)))
     except ArtifactError as exc:
-        record["error"] = str(exc)
-    return record
+        return StageTimes(traces=traces, error=str(exc))
