@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.records import Record, from_json, spec
 from ..core.text import printable
 from ..core.verdict import VERDICT_WORDS, Status, Update, Verdict, status_of
 
@@ -31,10 +32,11 @@ def _coerce(status: Status | Update | str) -> Status | Update:
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(Record):
     """One line of the verdict table: which test, what was checked, under which gate, and its
     status (a :class:`Status`, or an :class:`Update` under ``--update-goldens``), derived once
-    where the check was made; ``expected``: the test asserted that verdict (``expect=``)."""
+    where the check was made; ``expected``: the test asserted that verdict (``expect=``).
+    Its JSON (:meth:`to_dict`, how an xdist worker hands it on) also says :attr:`verdict`."""
 
     test: str
     check: str
@@ -42,9 +44,11 @@ class Row:
     status: Status | Update
     detail: str = ""
     expected: bool = False
+    shown: str = spec(key="verdict", derive=lambda row: row.verdict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", _coerce(self.status))
+        super().__post_init__()
 
     @property
     def verdict(self) -> str:
@@ -76,27 +80,11 @@ class Row:
             return (-Status.FAIL.severity, 1) if self.status is Update.CONFLICT else (1, 0)
         return -self.status.severity, 0 if self.status.value in VERDICT_WORDS else 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "test": self.test,
-            "check": self.check,
-            "gate": self.gate,
-            "status": self.status.value,
-            "expected": self.expected,
-            "verdict": self.verdict,
-            "detail": self.detail,
-        }
+    to_dict = Record.to_json
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Row:
-        return cls(
-            str(data["test"]),
-            str(data["check"]),
-            str(data["gate"]),
-            _coerce(str(data["status"])),
-            str(data.get("detail", "")),
-            data.get("expected") is True,
-        )
+    def from_dict(cls, data: object) -> Row:
+        return from_json(cls, data)
 
 
 def counts_line(rows: Iterable[Row]) -> str:
