@@ -23,6 +23,7 @@ from .. import report
 from ..core import faults
 from ..core.verdict import Verdict
 from ..errors import LosslessError
+from ..report import events_from as report_events
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
@@ -32,6 +33,7 @@ from .shard import record as shard_record
 
 if TYPE_CHECKING:
     from ..evidence.index import HostIdentity, IndexTest, SourceChange
+    from ..goldens.swap import UpdateEvent
     from ..run.reaper import Reaper  # noqa: F401 - named in a StashKey below
 
 _PLUGIN_NAME = "lossless-summary"
@@ -99,7 +101,7 @@ class SummaryPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.rows: list[report.Row] = []
-        self.events: list[dict[str, str]] = []
+        self.events: list[UpdateEvent] = []
         self.inconclusive: list[tuple[str, str]] = []
         self.receipts = 0
         #: Why lossless gates were skipped, with how many: a skipped gate compared nothing.
@@ -327,7 +329,7 @@ class SummaryPlugin:
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
         for row in getattr(report, "lossless_rows", None) or []:
             self.rows.append(_row_from(row))
-        self.events.extend(getattr(report, "lossless_golden_events", None) or [])
+        self.events += report_events(getattr(report, "lossless_golden_events", None))
         if report.when == "teardown":
             self.receipts += sum(
                 1 for key, _ in report.user_properties if key == "lossless_receipt"

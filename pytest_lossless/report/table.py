@@ -9,11 +9,14 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.records import Record, from_json, spec
 from ..core.text import printable
 from ..core.verdict import VERDICT_WORDS, Status, Update, Verdict, status_of
+
+if TYPE_CHECKING:
+    from ..goldens.swap import UpdateEvent
 
 #: The narrowest the test and detail columns get before a line may exceed the width.
 _MIN_TEST, _MIN_DETAIL = 16, 24
@@ -310,21 +313,29 @@ _UPDATE_ACTIONS = (
 )
 
 
-def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:
+def events_from(transported: Iterable[Mapping[str, str]] | None) -> list[UpdateEvent]:
+    """The golden updates a test report carries (``UpdateEvent.to_dict()`` each, the form an
+    xdist worker hands on) as records again."""
+    from ..goldens.swap import UpdateEvent
+
+    return [UpdateEvent(**event) for event in transported or []]
+
+
+def update_lines(events: Iterable[UpdateEvent]) -> list[str]:
     """What ``--update-goldens`` did, grouped by action, one artifact (or, for a recovery, one
     golden folder) per line."""
-    groups: dict[str, list[Mapping[str, str]]] = {}
+    groups: dict[str, list[UpdateEvent]] = {}
     for event in events:
-        groups.setdefault(event["action"], []).append(event)
+        groups.setdefault(event.action, []).append(event)
     lines: list[str] = []
     for action in (*_UPDATE_ACTIONS, *sorted(set(groups) - set(_UPDATE_ACTIONS))):
         items = groups.get(action, [])
         if not items:
             continue
         lines.append(printable(f"{action}: {len(items)}"))
-        for item in sorted(items, key=lambda e: (e["folder"], e["name"])):
-            where = f"{item['folder']}/{item['name']}" if item.get("name") else item["folder"]
-            detail = f" ({item['detail']})" if item.get("detail") else ""
+        for item in sorted(items, key=lambda e: (e.folder, e.name)):
+            where = f"{item.folder}/{item.name}" if item.name else item.folder
+            detail = f" ({item.detail})" if item.detail else ""
             lines.append(printable(f"  {where}{detail}"))
     return lines
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_lossless.report import Row, evidence_line, update_lines, verdict_table
+from pytest_lossless.report import Row, events_from, evidence_line, update_lines, verdict_table
 
 
 def test_table_puts_failures_first_and_counts():
@@ -110,8 +110,8 @@ def test_update_lines_group_by_action():
             "action": "changed",
             "detail": "sha256 ab -> cd",
         },
-    ]
-    assert update_lines(events) == [
+    ]  # as a test report carries them
+    assert update_lines(events_from(events)) == [
         "created: 1",
         "  goldens/m/t/a.wav",
         "changed: 1",
