@@ -27,7 +27,13 @@ from ..report import events_from as report_events
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .evidence import session_folder, source_revision, source_states, write_interrupted
+from .evidence import (
+    session_folder,
+    source_revision,
+    source_state,
+    source_states,
+    write_interrupted,
+)
 from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
 
@@ -397,7 +403,7 @@ class SummaryPlugin:
             write(f"pytest-lossless: {texts}; verify names it and sign refuses it", red=True)
         if self.written is not None:
             line = report.evidence_line(
-                self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
+                self.receipts, _shown(self.written, resolved.rootdir), source_state(self.config)
             )
             tail = f"; merged summary: {self.not_written}" if self.not_written else ""
             missing = sorted({r.test for r in self.rows} - self.tests.with_receipt())

@@ -16,6 +16,7 @@ from ..core.text import printable
 from ..core.verdict import VERDICT_WORDS, Status, Update, Verdict, status_of
 
 if TYPE_CHECKING:
+    from ..evidence.provenance import SourceState
     from ..goldens.swap import UpdateEvent
 
 #: The narrowest the test and detail columns get before a line may exceed the width.
@@ -279,16 +280,16 @@ def _wrapped(text: str, width: int, indent: str = "    ") -> list[str]:
     return [indent + line for line in textwrap.wrap(text, room, break_on_hyphens=False)] or [indent]
 
 
-def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
+def evidence_line(count: int, folder: str, source: SourceState) -> str:
     """Where the receipts went and what they can be traced to: a baseline on a dirty or
     unpublished revision is the first thing an auditor asks about."""
-    revision = str(source.get("revision") or "")[:12] or "no git revision"
+    revision = (source.revision or "")[:12] or "no git revision"
     state = []
-    if source.get("diff_bytes"):
-        state.append(f"dirty, diff sha256 {str(source.get('diff_sha256') or '')[:12]}")
-    elif source.get("dirty"):
-        state.append(f"dirty: {source.get('untracked_count') or 'some'} untracked files")
-    if source.get("publication") == "unpublished":
+    if source.diff_bytes:
+        state.append(f"dirty, diff sha256 {(source.diff_sha256 or '')[:12]}")
+    elif source.dirty:
+        state.append(f"dirty: {source.untracked_files or 'some'} untracked files")
+    if source.publication.publication == "unpublished":
         state.append("unpublished: in no remote-tracking branch of a non-local remote")
     where = f" ({'; '.join(state)})" if state else ""
     noun = "receipt" if count == 1 else "receipts"
