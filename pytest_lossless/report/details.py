@@ -20,7 +20,7 @@ from ..compare.divergence import Departure, StageRow, TensorDifference
 from ..compare.matrix import Grid
 from ..compare.repeatability import Comparison, LosslessVerdict, RunRecord
 from ..core.digests import sha256_file
-from ..core.records import Record
+from ..core.records import JsonObject, Record
 from ..core.records import from_json as read_record
 from ..core.verdict import Verdict
 from ..errors import LosslessError
@@ -570,7 +570,7 @@ def same_file(path: Path, sha256: object) -> bool:
         return False
 
 
-def stored_side(store: Path | None, sha256: str, fingerprint: Mapping[str, Any]) -> Side:
+def stored_side(store: Path | None, sha256: str, fingerprint: JsonObject) -> Side:
     """The golden side of a digest-only golden: its file from the content store, hashed first."""
     if store is None:
         why = "kept as digests only: the golden pixels were not kept (no lossless_store)"
@@ -619,7 +619,7 @@ def _where(comparison: Comparison, result: GateResult) -> tuple[str, ...]:
     return _pair(comparison), result.artifact, first or "differs", count
 
 
-def _digest(fingerprint: Mapping[str, Any]) -> str:
+def _digest(fingerprint: JsonObject) -> str:
     for key in ("pcm_sha256", "data_sha256", "sha256"):
         value = fingerprint.get(key)
         if isinstance(value, str):
