@@ -23,6 +23,7 @@ The API, for ``lossless.compare`` and ``lossless.matrix`` alike::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -306,34 +307,23 @@ class TensorDifference(Record):
 
 def _measure(left: Trace, a: TraceEntry, right: Trace, b: TraceEntry) -> TensorDifference:
     total = math.prod(a.shape)
+    of_a = functools.partial(
+        TensorDifference, a.name, a.occurrence, a.order, a.stage, a.dtype, a.shape, total=total
+    )
     same_meta = a.dtype == b.dtype and a.shape == b.shape
-    base = {
-        "name": a.name,
-        "occurrence": a.occurrence,
-        "order": a.order,
-        "stage": a.stage,
-        "dtype": a.dtype,
-        "shape": a.shape,
-        "total": total,
-    }
     if same_meta and a.sha256 == b.sha256:
-        return TensorDifference(identical=True, differing=0, **base)  # type: ignore[arg-type]
+        return of_a(identical=True, differing=0)
+    if a.dtype != b.dtype:
+        return of_a(identical=False, note=f"dtype {a.dtype} against {b.dtype}")
     if not same_meta:
-        note = (
-            f"dtype {a.dtype} against {b.dtype}"
-            if a.dtype != b.dtype
-            else f"shape {list(a.shape)} against {list(b.shape)}"
-        )
-        return TensorDifference(identical=False, note=note, **base)  # type: ignore[arg-type]
+        return of_a(identical=False, note=f"shape {list(a.shape)} against {list(b.shape)}")
     ra, rb = left.raw(a), right.raw(b)
     if ra is None or rb is None:
-        note = f"digest only: more than the raw limit ({a.nbytes} bytes)"
-        return TensorDifference(identical=False, note=note, **base)  # type: ignore[arg-type]
+        return of_a(
+            identical=False, note=f"digest only: more than the raw limit ({a.nbytes} bytes)"
+        )
     differing, max_ulp, max_abs, note = _figures(a.dtype, ra, rb)
-    return TensorDifference(
-        identical=False, differing=differing, max_ulp=max_ulp, max_abs=max_abs, note=note,
-        **base,  # type: ignore[arg-type]
-    )  # fmt: skip
+    return of_a(identical=False, differing=differing, max_ulp=max_ulp, max_abs=max_abs, note=note)
 
 
 def _figures(dtype: str, ra: bytes, rb: bytes) -> tuple[int, int | None, float | None, str]:
@@ -521,19 +511,15 @@ def first_divergence(
     growth: list[TensorDifference] = []
     differing = 0
     for ea, eb in aligned:
-        if first is None:
-            if ea.sha256 == eb.sha256 and ea.dtype == eb.dtype and ea.shape == eb.shape:
-                last_identical = ea
-                continue
-            first = _measure(a, ea, b, eb)
-            growth.append(first)
-            differing += 1
-            continue
-        if len(growth) < growth_limit:
+        same = ea.sha256 == eb.sha256 and ea.dtype == eb.dtype and ea.shape == eb.shape
+        if first is None and same:
+            last_identical = ea
+        elif first is None or len(growth) < growth_limit:  # measured: the growth curve
             point = _measure(a, ea, b, eb)
+            first = point if first is None else first
             growth.append(point)
-            differing += 0 if point.identical else 1
-        elif not (ea.sha256 == eb.sha256 and ea.dtype == eb.dtype and ea.shape == eb.shape):
+            differing += not point.identical
+        elif not same:
             differing += 1
     return Divergence(
         left=left_label,
