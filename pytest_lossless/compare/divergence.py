@@ -566,14 +566,14 @@ def stage_rows(control: Trace | Path | str, candidate: Trace | Path | str) -> li
 
 @dataclass(frozen=True)
 class StageTimes(ReadsAsJson):
-    """The ``stages`` record of a speed gate: the stage times of one traced run of each arm
-    (``traces``: where each traced, None when it left no trace), or the ``error`` that kept
-    them from being compared."""
+    """The ``stages`` record of a speed gate (``speed_gate(trace=True)``): one row per stage,
+    from one traced run of each arm (``traces``: where each traced, None when it left no
+    trace), or the ``error`` that kept them from being compared."""
 
     note: str = "from one traced run of each arm, apart from the timed runs"
     traces: dict[str, str | None] = field(default_factory=dict)
     error: str | None = spec(None, omit="none")
-    rows: tuple[StageRow, ...] | None = spec(None, omit="none")
+    rows: tuple[StageRow, ...] = spec((), omit=lambda times: times.error is not None)
 
 
 def traced_stage_times(

@@ -326,7 +326,7 @@ class GateResult(Record):
             same = "identical" if self.lossless else "within tolerance"
             lines.append(f"  {self.total} {plural} {same}")
         if self.diagnostics:
-            shown = ", ".join(f"{k}={_show(v)}" for k, v in self.diagnostics.items())
+            shown = ", ".join(f"{k}={_figure(v)}" for k, v in self.diagnostics.items())
             lines.append(f"  diagnostics (not gates): {shown}")
         if self.diagnostic_files:
             lines.append("  diagnostics written to:")
@@ -346,12 +346,6 @@ class GateResult(Record):
             return from_json(cls, data)
         except RecordError as exc:
             raise LosslessError(f"gate result: {exc}: {data!r}") from None
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.6g}"
-    return str(value)
 
 
 def new_result(expected: Artifact, gate: Gate, kind: str, unit: str) -> GateResult:

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from .. import media
-from ..compare.divergence import Departure, StageRow, TensorDifference
+from ..compare.divergence import Departure, StageTimes, TensorDifference
 from ..compare.matrix import Grid
 from ..compare.repeatability import Comparison, LosslessVerdict, RunRecord
 from ..core.digests import sha256_file
-from ..core.records import JsonObject, Record
+from ..core.records import JsonObject
 from ..core.records import from_json as read_record
 from ..core.verdict import Verdict
 from ..errors import LosslessError
@@ -49,14 +49,6 @@ class GateEntry:
     evidence: CheckEvidence | None = None
     error: str | None = None
     message: str = ""
-
-
-@dataclass(frozen=True)
-class StageTimes(Record):
-    """A speed gate's ``stages`` (``speed_gate(trace=True)``): one row per stage, or why not."""
-
-    rows: tuple[StageRow, ...] = ()
-    error: str | None = None
 
 
 @dataclass(frozen=True)
