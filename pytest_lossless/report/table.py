@@ -6,10 +6,11 @@ pytest-xdist, workers attach them to their reports and the controller gathers th
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.records import Record, from_json, spec
 from ..core.text import printable
@@ -17,7 +18,9 @@ from ..core.verdict import VERDICT_WORDS, Status, Update, Verdict, status_of
 
 if TYPE_CHECKING:
     from ..evidence.provenance import SourceState
+    from ..gates.gate import GateResult
     from ..goldens.swap import UpdateEvent
+    from ..speed.runner import SpeedVerdict
 
 #: The narrowest the test and detail columns get before a line may exceed the width.
 _MIN_TEST, _MIN_DETAIL = 16, 24
@@ -109,7 +112,7 @@ def outcome_row(test: str, outcome: str, why: str) -> Row:
     return Row(test, "test outcome", "-", status, why)
 
 
-def gate_row(test: str, result: Any) -> Row:
+def gate_row(test: str, result: GateResult) -> Row:
     """The row of one golden comparison (a ``GateResult``)."""
     figure = None if result.lossless else _lossy_figure(result)
     word = Verdict.PASS if result.passed else Verdict.FAIL
@@ -135,7 +138,7 @@ def gate_row(test: str, result: Any) -> Row:
     return Row(test, result.artifact, result.gate, status, detail)
 
 
-def _lossy_figure(result: Any) -> str | None:
+def _lossy_figure(result: GateResult) -> str | None:
     """The key figure of a lossy result (``max 1 ulp at [3, 7], p99 0 ulp, 0 beyond 1``)."""
     from ..errors import LosslessError
     from ..gates.gate import lossy_figure, parse_gate
@@ -147,7 +150,7 @@ def _lossy_figure(result: Any) -> str | None:
     return lossy_figure(gate, result.diagnostics) if gate is not None else None
 
 
-def speed_row(test: str, name: str, verdict: Any) -> Row:
+def speed_row(test: str, name: str, verdict: SpeedVerdict) -> Row:
     """The row of one speed gate (a ``SpeedVerdict``): ratio, interval, pairs used, seed."""
     if verdict.ci is not None and verdict.ratio is not None:
         detail = f"{verdict.ratio:.2f} [{verdict.ci[0]:.2f}, {verdict.ci[1]:.2f}]"
@@ -185,13 +188,9 @@ def _split_id(test_id: str) -> tuple[str, str, str]:
 
 def _common_prefix(names: set[str]) -> str:
     """The start that every name shares, up to its last ``_`` (empty for one name)."""
-    if len(names) < 2:
-        return ""
-    first, last = min(names), max(names)
-    size = 0
-    while size < min(len(first), len(last)) and first[size] == last[size]:
-        size += 1
-    return first[: first.rfind("_", 0, size) + 1]
+    # Test names, not paths: the character-by-character prefix is the one meant.
+    common = os.path.commonprefix(list(names)) if len(names) > 1 else ""  # noqa: RUF071
+    return common[: common.rfind("_") + 1]
 
 
 def clip_test_id(test_id: str, width: int, others: Iterable[str] = ()) -> str:
