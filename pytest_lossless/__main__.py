@@ -48,6 +48,12 @@ from .evidence.verify import verify_folder, verify_receipt  # noqa: E402
 from .kinds.registry import KindRegistry, plugin_manager  # noqa: E402
 
 
+def _usage(command: str, problem: object) -> int:
+    """Say on stderr why ``command`` did not run; its exit status, 2 (a usage error)."""
+    print(f"pytest-lossless {command}: {problem}", file=sys.stderr)
+    return 2
+
+
 def _describe(record: ReceiptRecord) -> str:
     """A receipt's line: its runs, their lifecycle and its overall verdict, as recorded."""
     verdicts = record.recorded_verdicts or {}
@@ -85,15 +91,12 @@ def verify_command(
     stream = sys.stdout if out is None else out
     for directory in directories:
         if not directory.exists():
-            print(f"pytest-lossless verify: {directory}: no such folder", file=sys.stderr)
-            return 2
+            return _usage("verify", f"{directory}: no such folder")
     if (attestation is None) != (key is None):
-        print(
-            "pytest-lossless verify: --attestation FILE and --key PUBKEY go together: the "
-            "bundle sign wrote, and the public key its signatures must verify with",
-            file=sys.stderr,
-        )
-        return 2
+        return _usage(
+            "verify", "--attestation FILE and --key PUBKEY go together: the bundle sign wrote, "
+            "and the public key its signatures must verify with"
+        )  # fmt: skip
     public_key = None
     if key is not None:
         from .evidence.attest import AttestationError, load_public_key
@@ -101,20 +104,16 @@ def verify_command(
         try:
             public_key = load_public_key(key)
         except AttestationError as exc:
-            print(f"pytest-lossless verify: {exc}", file=sys.stderr)
-            return 2
+            return _usage("verify", exc)
     if revision is not None and not _is_revision(revision):
-        print(
-            f"pytest-lossless verify: --revision {printable(revision)}: give a commit SHA "
-            "(at least 7 hex digits), e.g. --revision $(git rev-parse HEAD)",
-            file=sys.stderr,
-        )
-        return 2
+        return _usage(
+            "verify", f"--revision {printable(revision)}: give a commit SHA (at least 7 hex "
+            "digits), e.g. --revision $(git rev-parse HEAD)"
+        )  # fmt: skip
     try:
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
     except LosslessError as exc:
-        print(f"pytest-lossless verify: {exc}", file=sys.stderr)
-        return 2
+        return _usage("verify", exc)
     # An export's export.json is its table of contents, not a receipt.
     checked = {
         directory: verify_folder(directory, kinds=kinds, skip=lambda p: p.name == EXPORT_JSON)
@@ -125,11 +124,7 @@ def verify_command(
     indexes = any(d.is_dir() and any(d.rglob(INDEX_NAME)) for d in directories)
     if not total and not indexes:  # an index without receipts still has a session to check
         names = ", ".join(str(d) for d in directories)
-        print(
-            f"pytest-lossless verify: no receipts (*.json) in {names}: nothing was verified",
-            file=sys.stderr,
-        )
-        return 2
+        return _usage("verify", f"no receipts (*.json) in {names}: nothing was verified")
     bad = 0
     summaries: list[str] = []
     for directory, loaded in loaded_by_folder.items():
@@ -243,11 +238,7 @@ def accept_command(
 
     stream = sys.stdout if out is None else out
     if (attestation is None) != (key is None):
-        print(
-            "pytest-lossless accept: --attestation FILE and --key PUBKEY go together",
-            file=sys.stderr,
-        )
-        return 2
+        return _usage("accept", "--attestation FILE and --key PUBKEY go together")
     signed: dict[str, str] | None = None
     if attestation is not None and key is not None:
         from .evidence.attest import AttestationError, load_public_key, signed_receipts
@@ -255,8 +246,7 @@ def accept_command(
         try:
             signed = signed_receipts(attestation, load_public_key(key))
         except AttestationError as exc:
-            print(f"pytest-lossless accept: {exc}", file=sys.stderr)
-            return 2
+            return _usage("accept", exc)
 
     def receipt_problems(path: Path) -> list[str]:
         problems = verify_receipt(path, kinds=kinds)
@@ -297,8 +287,7 @@ def accept_command(
             store=store,
         )
     except (ValueError, ExportError, LosslessError) as exc:
-        print(f"pytest-lossless accept: {exc}", file=sys.stderr)
-        return 2
+        return _usage("accept", exc)
     if not decisions:
         what = f"matches -k {keyword!r}" if keyword else "is in it"
         print(f"pytest-lossless accept: {directory}: no exported artifact {what}", file=stream)
@@ -478,8 +467,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         )
     if args.command == "summary":
         if not args.directory.is_dir():
-            print(f"pytest-lossless summary: {args.directory}: no such folder", file=sys.stderr)
-            return 2
+            return _usage("summary", f"{args.directory}: no such folder")
         if args.write:
             try:
                 written = write_summary(args.directory)
@@ -618,22 +606,16 @@ def sign_command(
 
     stream = sys.stdout if stream is None else stream
     if not directory.is_dir():
-        print(f"pytest-lossless sign: {directory}: no such folder", file=sys.stderr)
-        return 2
+        return _usage("sign", f"{directory}: no such folder")
     if not session_folders(directory):
-        print(
-            f"pytest-lossless sign: no session (no {INDEX_NAME}) under {directory}: a session "
-            "writes its index when it ends",
-            file=sys.stderr,
-        )
-        return 2
+        why = "a session writes its index when it ends"
+        return _usage("sign", f"no session (no {INDEX_NAME}) under {directory}: {why}")
     try:
         private_key = load_private_key(key) if key is not None else None
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)
         done = sign(directory, out=out, project=Path.cwd(), private_key=private_key, kinds=kinds)
     except (AttestationError, LosslessError, OSError) as exc:
-        print(f"pytest-lossless sign: {exc}", file=sys.stderr)
-        return 2
+        return _usage("sign", exc)
     for problem in done.refused:
         print(printable(f"REFUSED {problem}"), file=stream)
     for session_id, result in done.sessions:
@@ -719,11 +701,9 @@ def _bisect_command(args: argparse.Namespace, pytest_args: Sequence[str]) -> int
     try:
         build = parse_build(args.build)
     except BisectError as exc:
-        print(f"pytest-lossless bisect: {exc}", file=sys.stderr)
-        return 2
+        return _usage("bisect", exc)
     if args.control_runs is not None and args.control_runs < 2:
-        print("pytest-lossless bisect: --control-runs must be at least 2", file=sys.stderr)
-        return 2
+        return _usage("bisect", "--control-runs must be at least 2")
     request = BisectRequest(
         good=args.good,
         bad=args.bad,

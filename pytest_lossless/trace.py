@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,44 @@ def _raw_limit() -> int:
     return value
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Header:
+    """A manifest's first line: its format, and which data file its offsets point into."""
+
+    format: str = FORMAT
+    version: int = VERSION
+    type: str = "header"
+    pid: int
+    raw_limit: int
+    data: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TensorLine:
+    """One tensor, in call order (``sha256`` and ``offset`` are set by the writer thread)."""
+
+    type: str = "tensor"
+    order: int
+    name: str
+    occurrence: int
+    stage: str
+    dtype: str
+    shape: list[int]
+    nbytes: int
+    sha256: str | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StageLine:
+    """One closed stage: its path, its start (from the tracer's start) and its wall time."""
+
+    type: str = "stage"
+    stage: str
+    start: float
+    seconds: float
+
+
 class Tracer:
     """The writer of one trace folder: the manifest and the raw bytes, appended in call order.
 
@@ -157,7 +196,9 @@ class Tracer:
         self._manifest: Any = None
         self._data: Any = None
         #: Work for the writer thread, in call order: (record, bytes or None), None to stop.
-        self._queue: queue.Queue[tuple[dict[str, Any], bytes | None] | None] = queue.Queue(8)
+        self._queue: queue.Queue[tuple[_TensorLine | _StageLine, bytes | None] | None] = (
+            queue.Queue(8)
+        )
         self._worker: threading.Thread | None = None
         self._failure: BaseException | None = None
 
@@ -172,26 +213,18 @@ class Tracer:
                 continue
             self._manifest = os.fdopen(fd, "w", encoding="utf-8")
             self._data = open(self.folder / data, "wb")  # noqa: SIM115 - lives with the tracer
-            header = {
-                "format": FORMAT,
-                "version": VERSION,
-                "type": "header",
-                "pid": os.getpid(),
-                "raw_limit": self.raw_limit,
-                "data": data,
-            }
-            self._line(header)
+            self._line(_Header(pid=os.getpid(), raw_limit=self.raw_limit, data=data))
             return
         raise FileExistsError(
             f"trace folder {self.folder} already holds a trace of this process "
             f"(manifest.{os.getpid()}.jsonl): give each run a folder of its own"
         )
 
-    def _line(self, record: dict[str, Any]) -> None:
-        self._manifest.write(json.dumps(record, separators=(",", ":")) + "\n")
+    def _line(self, record: _Header | _TensorLine | _StageLine) -> None:
+        self._manifest.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
         self._manifest.flush()
 
-    def _submit(self, record: dict[str, Any], data: bytes | None) -> None:
+    def _submit(self, record: _TensorLine | _StageLine, data: bytes | None) -> None:
         """Hand one record to the writer thread (started on first use); under ``_lock``."""
         if self._failure is not None:
             raise self._failure
@@ -211,12 +244,12 @@ class Tracer:
             try:
                 if self._manifest is None:
                     self._open()
-                if data is not None:
-                    record["sha256"] = hashlib.sha256(data).hexdigest()
+                if isinstance(record, _TensorLine) and data is not None:
+                    record = replace(record, sha256=hashlib.sha256(data).hexdigest())
                     if len(data) <= self.raw_limit:
                         self._data.write(data)
                         self._data.flush()
-                        record["offset"] = self._offset
+                        record = replace(record, offset=self._offset)
                         self._offset += len(data)
                 self._line(record)
             except BaseException as exc:  # raised in the model's thread, by the next call
@@ -247,18 +280,15 @@ class Tracer:
         with self._lock:
             occurrence = self._occurrences.get(name, 0)
             self._occurrences[name] = occurrence + 1
-            record: dict[str, Any] = {
-                "type": "tensor",
-                "order": self._order,
-                "name": name,
-                "occurrence": occurrence,
-                "stage": "/".join(self._stages),
-                "dtype": dtype,
-                "shape": list(shape),
-                "nbytes": len(owned),
-                "sha256": None,
-                "offset": None,
-            }
+            record = _TensorLine(
+                order=self._order,
+                name=name,
+                occurrence=occurrence,
+                stage="/".join(self._stages),
+                dtype=dtype,
+                shape=list(shape),
+                nbytes=len(owned),
+            )
             self._order += 1
             self._submit(record, owned)
 
@@ -277,13 +307,8 @@ class Tracer:
         with self._lock:
             if self._stages:
                 self._stages.pop()
-            record = {
-                "type": "stage",
-                "stage": path,
-                "start": round(started - self._started, 9),
-                "seconds": round(ended - started, 9),
-            }
-            self._submit(record, None)
+            start, seconds = round(started - self._started, 9), round(ended - started, 9)
+            self._submit(_StageLine(stage=path, start=start, seconds=seconds), None)
 
 
 def raw_bytes(array: Any) -> tuple[bytes | memoryview, str, tuple[int, ...]]:

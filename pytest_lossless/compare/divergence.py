@@ -23,6 +23,7 @@ The API, for ``lossless.compare`` and ``lossless.matrix`` alike::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -36,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import trace as _format
-from ..core.records import Record, meta, spec, to_json
+from ..core.records import Record, meta, spec
 from ..errors import ArtifactError
 from ..gates.lossy import abs_diff
 from ..gates.ulps import FORMATS, INFINITE_STEPS, ulp_distance
@@ -159,7 +160,9 @@ def load_trace(folder: Path | str) -> Trace:
                         )
                     data = root / str(record.get("data") or _format.DATA)
                 elif kind == "tensor":
-                    entries.append(_entry(record))
+                    if "nbytes" not in record:  # a manifest's line says it (a record need not)
+                        raise KeyError("nbytes")
+                    entries.append(TraceEntry.from_json(record))
                 elif kind == "stage":
                     stages.append(
                         StageTime(str(record["stage"]), float(record["start"]),
@@ -180,13 +183,6 @@ def load_trace(folder: Path | str) -> Trace:
 def _last_line(path: Path) -> int:
     with open(path, "rb") as handle:
         return handle.read().count(b"\n") + 1
-
-
-def _entry(record: Mapping[str, Any]) -> TraceEntry:
-    """A manifest's tensor line: :meth:`TraceEntry.from_json`, its byte count required."""
-    if "nbytes" not in record:
-        raise KeyError("nbytes")
-    return TraceEntry.from_json(record)
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any] | None:
@@ -308,42 +304,26 @@ class TensorDifference(Record):
             parts.append(self.note)
         return ", ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
-        """NaN is no JSON number: a NaN ``max_abs`` is written as null (unknown)."""
-        nan = self.max_abs is not None and math.isnan(self.max_abs)
-        return {**to_json(self), **({"max_abs": None} if nan else {})}
-
 
 def _measure(left: Trace, a: TraceEntry, right: Trace, b: TraceEntry) -> TensorDifference:
     total = math.prod(a.shape)
+    of_a = functools.partial(
+        TensorDifference, a.name, a.occurrence, a.order, a.stage, a.dtype, a.shape, total=total
+    )
     same_meta = a.dtype == b.dtype and a.shape == b.shape
-    base = {
-        "name": a.name,
-        "occurrence": a.occurrence,
-        "order": a.order,
-        "stage": a.stage,
-        "dtype": a.dtype,
-        "shape": a.shape,
-        "total": total,
-    }
     if same_meta and a.sha256 == b.sha256:
-        return TensorDifference(identical=True, differing=0, **base)  # type: ignore[arg-type]
+        return of_a(identical=True, differing=0)
+    if a.dtype != b.dtype:
+        return of_a(identical=False, note=f"dtype {a.dtype} against {b.dtype}")
     if not same_meta:
-        note = (
-            f"dtype {a.dtype} against {b.dtype}"
-            if a.dtype != b.dtype
-            else f"shape {list(a.shape)} against {list(b.shape)}"
-        )
-        return TensorDifference(identical=False, note=note, **base)  # type: ignore[arg-type]
+        return of_a(identical=False, note=f"shape {list(a.shape)} against {list(b.shape)}")
     ra, rb = left.raw(a), right.raw(b)
     if ra is None or rb is None:
-        note = f"digest only: more than the raw limit ({a.nbytes} bytes)"
-        return TensorDifference(identical=False, note=note, **base)  # type: ignore[arg-type]
+        return of_a(
+            identical=False, note=f"digest only: more than the raw limit ({a.nbytes} bytes)"
+        )
     differing, max_ulp, max_abs, note = _figures(a.dtype, ra, rb)
-    return TensorDifference(
-        identical=False, differing=differing, max_ulp=max_ulp, max_abs=max_abs, note=note,
-        **base,  # type: ignore[arg-type]
-    )  # fmt: skip
+    return of_a(identical=False, differing=differing, max_ulp=max_ulp, max_abs=max_abs, note=note)
 
 
 def _figures(dtype: str, ra: bytes, rb: bytes) -> tuple[int, int | None, float | None, str]:
@@ -373,7 +353,9 @@ def _figures(dtype: str, ra: bytes, rb: bytes) -> tuple[int, int | None, float |
 
 
 def _largest(diff: npt.NDArray[np.float64]) -> float | None:
-    return float(diff.max()) if diff.size else None
+    """The largest ``|diff|``; None (unknown) for none, or NaN: no JSON number, no figure."""
+    largest = float(diff.max()) if diff.size else math.nan
+    return None if math.isnan(largest) else largest
 
 
 # ------------------------------------------------------------------ two traces
@@ -529,19 +511,15 @@ def first_divergence(
     growth: list[TensorDifference] = []
     differing = 0
     for ea, eb in aligned:
-        if first is None:
-            if ea.sha256 == eb.sha256 and ea.dtype == eb.dtype and ea.shape == eb.shape:
-                last_identical = ea
-                continue
-            first = _measure(a, ea, b, eb)
-            growth.append(first)
-            differing += 1
-            continue
-        if len(growth) < growth_limit:
+        same = ea.sha256 == eb.sha256 and ea.dtype == eb.dtype and ea.shape == eb.shape
+        if first is None and same:
+            last_identical = ea
+        elif first is None or len(growth) < growth_limit:  # measured: the growth curve
             point = _measure(a, ea, b, eb)
+            first = point if first is None else first
             growth.append(point)
-            differing += 0 if point.identical else 1
-        elif not (ea.sha256 == eb.sha256 and ea.dtype == eb.dtype and ea.shape == eb.shape):
+            differing += not point.identical
+        elif not same:
             differing += 1
     return Divergence(
         left=left_label,
@@ -586,35 +564,38 @@ def stage_rows(control: Trace | Path | str, candidate: Trace | Path | str) -> li
     return [StageRow(n, c.get(n), d.get(n)) for n in names]
 
 
+@dataclass(frozen=True)
+class StageTimes(ReadsAsJson):
+    """The ``stages`` record of a speed gate (``speed_gate(trace=True)``): one row per stage,
+    from one traced run of each arm (``traces``: where each traced, None when it left no
+    trace), or the ``error`` that kept them from being compared."""
+
+    note: str = "from one traced run of each arm, apart from the timed runs"
+    traces: dict[str, str | None] = field(default_factory=dict)
+    error: str | None = spec(None, omit="none")
+    rows: tuple[StageRow, ...] = spec((), omit=lambda times: times.error is not None)
+
+
 def traced_stage_times(
     control: Callable[[], Any], candidate: Callable[[], Any], folder: Path
-) -> dict[str, Any]:
-    """Run ``control`` and ``candidate`` once each, traced, and compare their stage times: the
-    ``stages`` record of a speed gate (``rows``: :class:`StageRow` records). These runs are
-    separate from the timed ones, whose times they never enter: a traced run pays for tracing.
-    A run without stage records is an ``error`` in the record, never an exception."""
+) -> StageTimes:
+    """Run ``control`` and ``candidate`` once each, traced, and compare their stage times.
+    These runs are separate from the timed ones, whose times they never enter: a traced run
+    pays for tracing. A run without stage records is an ``error`` in the record, never an
+    exception."""
     found: dict[str, Path | None] = {}
     for name, arm in (("control", control), ("candidate", candidate)):
         where = folder / f"stages-{name}"
         with tracing_into(where):
             result = arm()
         found[name] = run_trace(result, where)
-    record: dict[str, Any] = {
-        "note": "from one traced run of each arm, apart from the timed runs",
-        "traces": {k: None if v is None else str(v) for k, v in found.items()},
-    }
-    missing = [k for k, v in found.items() if v is None]
-    if missing:
-        record["error"] = (
-            f"no trace from the {' and '.join(missing)} run: the model recorded no "
-            "trace.stage (see docs/trace.md)"
-        )
-        return record
+    traces = {k: None if v is None else str(v) for k, v in found.items()}
     control_trace, candidate_trace = found["control"], found["candidate"]
-    assert control_trace is not None
-    assert candidate_trace is not None
+    if control_trace is None or candidate_trace is None:
+        missing = " and ".join(k for k, v in found.items() if v is None)
+        why = "the model recorded no trace.stage (see docs/trace.md)"
+        return StageTimes(traces=traces, error=f"no trace from the {missing} run: {why}")
     try:
-        record["rows"] = [r.to_json() for r in stage_rows(control_trace, candidate_trace)]
+        return StageTimes(traces=traces, rows=tuple(stage_rows(control_trace, candidate_trace)))
     except ArtifactError as exc:
-        record["error"] = str(exc)
-    return record
+        return StageTimes(traces=traces, error=str(exc))

@@ -31,7 +31,7 @@ from typing import Any
 from ..core.artifact import materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.paths import safe_name
-from ..core.records import Record, RecordError, from_json, spec
+from ..core.records import JsonObject, JsonValue, Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import ConfigError
@@ -197,7 +197,7 @@ class CellResult(Record):
     reference_comparison: Comparison | None
     #: What the cell ran under, besides its axes (the devices it was given): the JSON that
     #: the ``cell_context`` manager yielded, recorded as it is.
-    context: dict[str, Any] = field(default_factory=dict)
+    context: JsonObject = field(default_factory=dict)
     #: With ``trace=True``: where the two runs that explain the verdict first part
     #: (:func:`.divergence.between`'s record): the reference's first run and the cell's first
     #: (FAIL), or the cell's first run and the first of its own that differs (not repeatable);
@@ -312,11 +312,11 @@ class Grid(Record):
 
 
 #: Given a cell, the context its runs happen in; what it yields is recorded with the cell.
-CellContext = Callable[[Cell], AbstractContextManager[Mapping[str, Any]]]
+CellContext = Callable[[Cell], AbstractContextManager[Mapping[str, JsonValue]]]
 
 
 @contextlib.contextmanager
-def _no_context(cell: Cell) -> Iterator[Mapping[str, Any]]:
+def _no_context(cell: Cell) -> Iterator[Mapping[str, JsonValue]]:
     yield {}
 
 
@@ -352,7 +352,7 @@ def run_matrix(
     around = cell_context or _no_context
     fingerprints: dict[str, dict[str, Artifact]] = {}
     records: dict[Cell, list[RunRecord]] = {}
-    contexts: dict[Cell, dict[str, Any]] = {}
+    contexts: dict[Cell, JsonObject] = {}
     traces: dict[str, Path | None] = {}
     # The reference first: every other cell is compared with its first run.
     for index, cell in enumerate([ref, *(c for c in found if c != ref)]):
@@ -462,24 +462,36 @@ def cell_verdict(
 # ------------------------------------------------------------------ re-derived from a receipt
 
 
-def _recorded_identical(comparison: object) -> bool:
+def _items(value: JsonValue) -> list[JsonValue]:
+    """A recorded list's items; any other value but null or empty is one unreadable item."""
+    if isinstance(value, list):
+        return value
+    return [None] if value else []
+
+
+def _objects(value: JsonValue) -> list[JsonObject]:
+    """The objects of a recorded list (what is not an object is left out)."""
+    return [v for v in _items(value) if isinstance(v, Mapping)]
+
+
+def _recorded_identical(comparison: JsonValue) -> bool:
     if not isinstance(comparison, Mapping):
         return False
-    results = comparison.get("results") or []
     return not comparison.get("missing") and all(
-        isinstance(r, Mapping) and r.get("passed") is True for r in results
+        isinstance(r, Mapping) and r.get("passed") is True
+        for r in _items(comparison.get("results"))
     )
 
 
-def rederive(block: Mapping[str, Any]) -> dict[str, Verdict]:
+def rederive(block: Mapping[str, JsonValue]) -> dict[str, Verdict]:
     """Every cell's verdict, recomputed from a receipt's recorded comparisons (``matrix[i]``):
     the same table, fed from the raw records instead of live results."""
-    entries = [c for c in block.get("cells") or [] if isinstance(c, Mapping)]
+    entries = _objects(block.get("cells"))
     reference = next((c for c in entries if c.get("name") == block.get("reference")), None)
 
-    def repeatable(entry: Mapping[str, Any] | None) -> bool:
+    def repeatable(entry: JsonObject | None) -> bool:
         return entry is not None and all(
-            _recorded_identical(c) for c in entry.get("repeat_comparisons") or []
+            _recorded_identical(c) for c in _items(entry.get("repeat_comparisons"))
         )
 
     lossy = block.get("lossy") is not False
@@ -496,15 +508,15 @@ def rederive(block: Mapping[str, Any]) -> dict[str, Verdict]:
     return found
 
 
-def divergence_problems(block: Mapping[str, Any]) -> list[str]:
+def divergence_problems(block: Mapping[str, JsonValue]) -> list[str]:
     """Where a receipt's matrix (``matrix[i]``) records a divergence that its own evidence does
     not call for: on a grid that was not traced, on a cell whose re-derived verdict has no two
     disagreeing runs, or between other runs than :func:`divergence_pair` picks; and a traced
     cell that needs one but records none. The traces themselves may be gone by then, so the
     record is checked for consistency, not re-measured."""
-    entries = [c for c in block.get("cells") or [] if isinstance(c, Mapping)]
+    entries = _objects(block.get("cells"))
     reference = next((c for c in entries if c.get("name") == block.get("reference")), None)
-    ref_runs = [r for r in (reference or {}).get("runs") or [] if isinstance(r, Mapping)]
+    ref_runs = _objects((reference or {}).get("runs"))
     ref_first = str(ref_runs[0].get("name")) if ref_runs else ""
     verdicts = rederive(block)
     traced = block.get("trace") is True
@@ -512,13 +524,12 @@ def divergence_problems(block: Mapping[str, Any]) -> list[str]:
     for entry in entries:
         name = str(entry.get("name"))
         recorded = entry.get("divergence")
-        runs = [r for r in entry.get("runs") or [] if isinstance(r, Mapping)]
+        runs = _objects(entry.get("runs"))
         if not runs:
             continue
         repeats = [
             (str(c.get("right")), _recorded_identical(c))
-            for c in entry.get("repeat_comparisons") or []
-            if isinstance(c, Mapping)
+            for c in _objects(entry.get("repeat_comparisons"))
         ]
         verdict = verdicts.get(name, Verdict.INCONCLUSIVE)
         pair = divergence_pair(str(runs[0].get("name")), ref_first, verdict, repeats)
@@ -533,8 +544,8 @@ def divergence_problems(block: Mapping[str, Any]) -> list[str]:
         elif pair is None:
             why = "passes" if verdict.passed else "has no two runs that disagree"
             found.append(f"cell {name}: a divergence recorded for a cell that {why}")
-        elif list(recorded.get("between") or []) != list(pair):
-            shown = " and ".join(str(x) for x in recorded.get("between") or []) or "no runs"
+        elif _items(recorded.get("between")) != list(pair):
+            shown = " and ".join(str(x) for x in _items(recorded.get("between"))) or "no runs"
             found.append(
                 f"cell {name}: its divergence is between {shown}, not {pair[0]} and {pair[1]}"
             )

@@ -10,11 +10,11 @@ latent rate gives ``audio_quantum=1/40``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from ..errors import ConfigError
+from .records import Record
 
 
 def _fraction(value: float | Fraction | str | None, what: str) -> Fraction | None:
@@ -32,9 +32,10 @@ def _fraction(value: float | Fraction | str | None, what: str) -> Fraction | Non
 
 
 @dataclass(frozen=True)
-class Media:
+class Media(Record):
     """The media a run was asked for; ``None`` fields are not checked (``fps=None``: the
-    stream's own frame rate is taken)."""
+    stream's own frame rate is taken). :meth:`to_dict` is its JSON (in ``plan.json``), an
+    ``audio_quantum`` given as a fraction written exactly (``"1/40"``)."""
 
     seconds: float
     fps: float | None = None
@@ -80,8 +81,4 @@ class Media:
             return None
         return math.ceil(self.audio_seconds() * chosen)
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if isinstance(self.audio_quantum, Fraction):
-            data["audio_quantum"] = str(self.audio_quantum)
-        return data
+    to_dict = Record.to_json

@@ -32,6 +32,7 @@ import json
 import types
 import typing
 from collections.abc import Callable, Hashable, Mapping
+from fractions import Fraction
 from pathlib import PurePath
 from typing import Any, TypeAlias, TypeVar
 
@@ -208,7 +209,7 @@ def _plain(value: object) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, Mapping):
         return {(k.value if isinstance(k, enum.Enum) else k): _plain(v) for k, v in value.items()}
-    if isinstance(value, PurePath):
+    if isinstance(value, (PurePath, Fraction)):  # a fraction exactly, as "1/40"
         return str(value)
     return value
 

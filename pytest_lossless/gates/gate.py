@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
+from ..core.records import Record, RecordError, from_json
 from ..core.verdict import Verdict
 from ..errors import LosslessError
 
@@ -276,8 +277,12 @@ LocationValue = int | str | list[int] | None
 
 
 @dataclass
-class GateResult:
-    """The outcome of one gate on one artifact, with the first mismatch and how many differ."""
+class GateResult(Record):
+    """The outcome of one gate on one artifact, with the first mismatch and how many differ.
+
+    Its JSON (a receipt's gate entry) is its fields in order: :meth:`to_dict` and
+    :meth:`from_dict` are :mod:`..core.records`' pair under the names hooks and receipts know.
+    """
 
     artifact: str
     kind: str
@@ -321,7 +326,7 @@ class GateResult:
             same = "identical" if self.lossless else "within tolerance"
             lines.append(f"  {self.total} {plural} {same}")
         if self.diagnostics:
-            shown = ", ".join(f"{k}={_show(v)}" for k, v in self.diagnostics.items())
+            shown = ", ".join(f"{k}={_figure(v)}" for k, v in self.diagnostics.items())
             lines.append(f"  diagnostics (not gates): {shown}")
         if self.diagnostic_files:
             lines.append("  diagnostics written to:")
@@ -331,22 +336,16 @@ class GateResult:
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    to_dict = Record.to_json
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GateResult:
-        known = {f.name for f in fields(cls)}
-        missing = {"artifact", "kind", "gate", "lossless", "passed"} - set(data)
-        if missing:
-            raise LosslessError(f"gate result lacks {sorted(missing)}: {data!r}")
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.6g}"
-    return str(value)
+    def from_dict(cls, data: object) -> GateResult:
+        """The result a receipt's gate entry holds (unknown keys, such as ``evidence``, are
+        ignored); :class:`LosslessError` naming what is missing or of the wrong type."""
+        try:
+            return from_json(cls, data)
+        except RecordError as exc:
+            raise LosslessError(f"gate result: {exc}: {data!r}") from None
 
 
 def new_result(expected: Artifact, gate: Gate, kind: str, unit: str) -> GateResult:

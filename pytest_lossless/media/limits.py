@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from ..core.records import JsonValue
 from ..errors import ArtifactError, ConfigError
 from ..settings import OPTIONS, Settings
 
@@ -75,14 +75,14 @@ class MediaLimits:
         import os
 
         env = os.environ if env is None else env
-        values: dict[str, Any] = {}
+        limits = cls()
         for spec in OPTIONS:
             if spec.dest in ("ffmpeg_timeout", "decode_limit") and spec.env and env.get(spec.env):
                 try:
-                    values[spec.dest] = spec.parse(env[spec.env])
+                    limits = replace(limits, **{spec.dest: spec.parse(env[spec.env])})
                 except ValueError as exc:
                     raise ConfigError(f"environment {spec.env}", env[spec.env], str(exc)) from None
-        return cls(**values)
+        return limits
 
     def in_memory(self, stored: int) -> int:
         """The decoded bytes a file or member of ``stored`` bytes may expand to when loaded."""
@@ -96,7 +96,7 @@ class MediaLimits:
             f"{size_text(self.decode_limit)}, {self.decode_basis}"
         )
 
-    def for_golden(self, fingerprint: Mapping[str, Any]) -> MediaLimits:
+    def for_golden(self, fingerprint: Mapping[str, JsonValue]) -> MediaLimits:
         """Tighter limits for an obtained artifact compared with a golden of ``fingerprint``: it
         may declare or decode at most :data:`GOLDEN_FACTOR` times what the golden does (and at
         least :data:`GOLDEN_FLOOR_BYTES` / :data:`GOLDEN_FLOOR_PIXELS`). A fingerprint that says
@@ -129,15 +129,15 @@ class MediaLimits:
         return limits
 
 
-def _count(value: Any) -> int:
+def _count(value: JsonValue) -> int:
     """A non-negative whole number from a fingerprint field (anything else counts as 0)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def golden_decoded_size(fp: Mapping[str, Any]) -> tuple[int | None, int | None, str]:
-    """What a fingerprint says its file decodes to: bytes, the largest frame's pixels, and that
-    frame as ``WxH``; None where it says nothing (audio is counted as 4-byte samples, as the
-    container framehash decodes it)."""
+def golden_decoded_size(fp: Mapping[str, JsonValue]) -> tuple[int | None, int | None, str]:
+    """What a fingerprint (of any kind: its values narrowed as read) says its file decodes to:
+    bytes, the largest frame's pixels, and that frame as ``WxH``; None where it says nothing
+    (audio is counted as 4-byte samples, as the container framehash decodes it)."""
     streams = fp.get("streams")
     if isinstance(streams, list):
         decoded = 0

@@ -18,11 +18,13 @@ import pytest
 from .. import report
 from ..core import faults
 from ..errors import LosslessError
+from ..report import events_from as report_events
 from .config import settings
 from .evidence import session_folder, source_state
 
 if TYPE_CHECKING:
     from ..evidence.provenance import SourceState
+    from ..goldens.swap import UpdateEvent
 
 _PLUGIN_NAME = "lossless-html-report"
 _LINK_NAME = "lossless-pytest-html-link"
@@ -72,14 +74,14 @@ class HtmlReport:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.rows: list[report.Row] = []
-        self.events: list[dict[str, str]] = []
+        self.events: list[UpdateEvent] = []
         #: The receipt of each test, by test id (the last one written, if a test ran twice).
         self.receipts: dict[str, str] = {}
         self.path: Path | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.rows += [_row_from(data) for data in getattr(report, "lossless_rows", None) or []]
-        self.events.extend(getattr(report, "lossless_golden_events", None) or [])
+        self.events += report_events(getattr(report, "lossless_golden_events", None))
         for key, value in report.user_properties:
             if key == "lossless_receipt":
                 self.receipts[report.nodeid] = str(value)

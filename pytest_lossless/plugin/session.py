@@ -23,15 +23,23 @@ from .. import report
 from ..core import faults
 from ..core.verdict import Verdict
 from ..errors import LosslessError
+from ..report import events_from as report_events
 from .canary_watch import summary_lines as canary_lines
 from .config import session as session_of
 from .config import settings
-from .evidence import session_folder, source_revision, source_states, write_interrupted
+from .evidence import (
+    session_folder,
+    source_revision,
+    source_state,
+    source_states,
+    write_interrupted,
+)
 from .outcomes import RUN_ONCE_KEY
 from .shard import record as shard_record
 
 if TYPE_CHECKING:
     from ..evidence.index import HostIdentity, IndexTest, SourceChange
+    from ..goldens.swap import UpdateEvent
     from ..run.reaper import Reaper  # noqa: F401 - named in a StashKey below
 
 _PLUGIN_NAME = "lossless-summary"
@@ -99,7 +107,7 @@ class SummaryPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.rows: list[report.Row] = []
-        self.events: list[dict[str, str]] = []
+        self.events: list[UpdateEvent] = []
         self.inconclusive: list[tuple[str, str]] = []
         self.receipts = 0
         #: Why lossless gates were skipped, with how many: a skipped gate compared nothing.
@@ -327,7 +335,7 @@ class SummaryPlugin:
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
         for row in getattr(report, "lossless_rows", None) or []:
             self.rows.append(_row_from(row))
-        self.events.extend(getattr(report, "lossless_golden_events", None) or [])
+        self.events += report_events(getattr(report, "lossless_golden_events", None))
         if report.when == "teardown":
             self.receipts += sum(
                 1 for key, _ in report.user_properties if key == "lossless_receipt"
@@ -395,7 +403,7 @@ class SummaryPlugin:
             write(f"pytest-lossless: {texts}; verify names it and sign refuses it", red=True)
         if self.written is not None:
             line = report.evidence_line(
-                self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
+                self.receipts, _shown(self.written, resolved.rootdir), source_state(self.config)
             )
             tail = f"; merged summary: {self.not_written}" if self.not_written else ""
             missing = sorted({r.test for r in self.rows} - self.tests.with_receipt())

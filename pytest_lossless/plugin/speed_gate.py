@@ -133,7 +133,7 @@ class SpeedGateFixture:
                 **verdict.to_json(),
                 "gate_plan": plan.to_json(),
                 **asserted,
-                **({"stages": stages} if stages else {}),
+                **({"stages": stages.to_json()} if stages else {}),
             }
         )
         row = report.speed_row(self._item.nodeid, name, verdict)  # its status: record_verdict

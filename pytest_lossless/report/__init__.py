@@ -11,6 +11,7 @@ from __future__ import annotations
 from .table import (
     Row,
     counts_line,
+    events_from,
     evidence_line,
     gate_row,
     outcome_row,
@@ -22,6 +23,7 @@ from .table import (
 __all__ = [
     "Row",
     "counts_line",
+    "events_from",
     "evidence_line",
     "gate_row",
     "outcome_row",

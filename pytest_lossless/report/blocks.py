@@ -11,12 +11,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..core.paths import read_regular, safe_name
+from ..core.records import JsonObject
 from .raster import encode_png
 from .table import Row
 
@@ -91,13 +91,14 @@ class Side:
 
     label: str
     path: Path | None
-    fingerprint: Mapping[str, Any]
+    fingerprint: JsonObject
     missing: str = ""
 
 
-def mapping(value: object) -> Mapping[str, Any]:
-    """``value`` when it is a mapping, else an empty one: receipts are read, not trusted."""
-    return value if isinstance(value, Mapping) else {}
+def mapping(value: object) -> JsonObject:
+    """``value`` (a copy) when it is a mapping, else an empty one: receipts are read, not
+    trusted, and each value taken from it is narrowed before use."""
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 class Assets:

@@ -16,17 +16,18 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from .. import media
-from ..compare.divergence import Departure, StageRow, TensorDifference
+from ..compare.divergence import Departure, StageTimes, TensorDifference
 from ..compare.matrix import Grid
 from ..compare.repeatability import Comparison, LosslessVerdict, RunRecord
 from ..core.digests import sha256_file
-from ..core.records import Record
+from ..core.records import JsonObject
 from ..core.records import from_json as read_record
 from ..core.verdict import Verdict
 from ..errors import LosslessError
 from ..evidence.receipts import ReceiptRecord
 from ..gates.gate import GateResult
 from ..goldens.folder import CheckEvidence, GoldenSide, ObtainedSide
+from ..run import record as run_record
 from ..speed.runner import SpeedVerdict
 from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text, mapping
 from .charts import speed_svg
@@ -48,14 +49,6 @@ class GateEntry:
     evidence: CheckEvidence | None = None
     error: str | None = None
     message: str = ""
-
-
-@dataclass(frozen=True)
-class StageTimes(Record):
-    """A speed gate's ``stages`` (``speed_gate(trace=True)``): one row per stage, or why not."""
-
-    rows: tuple[StageRow, ...] = ()
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +106,7 @@ class Found(NamedTuple):
 
     kind: str
     block: ReadBlock | None
-    servers: tuple[Mapping[str, Any], ...] = ()
+    servers: tuple[run_record.RunRecord, ...] = ()
     cell: str | None = None
     problems: tuple[str, ...] = ()
 
@@ -146,7 +139,11 @@ class _Blocks:
         self.lossless = read("lossless", read_lossless, "label")
         self.speed = read("speed", read_speed, "")
         self.matrix = read("matrix", read_grid, "label")
-        self.servers = tuple(r for r in receipt.block("runs") if r.get("kind") == "server")
+        self.servers = tuple(
+            run_record.RunRecord.from_json(r)
+            for r in receipt.block("runs")
+            if r.get("kind") == "server"
+        )
 
     def take(self, row: Row) -> Found | None:
         if is_speed(row):
@@ -510,33 +507,32 @@ def _bytes(value: object) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
-def server_line(run: Mapping[str, Any]) -> str:
+def server_line(run: run_record.RunRecord) -> str:
     """One server run in a line: its requests, failed ones (by status), bytes each way, the
     readiness cadence and the peak device memory, as its record says (read, not trusted)."""
-    totals = mapping(run.get("request_totals"))
-    parts = [str(run.get("name"))]
-    if totals:
-        statuses = mapping(totals.get("statuses"))
-        bad = [f"{k} x{v}" for k, v in sorted(statuses.items()) if not str(k).startswith("2")]
-        failed = f"{totals.get('failed')} failed" + (f" ({', '.join(bad)})" if bad else "")
-        omitted = mapping(totals.get("omitted")).get("requests")
-        kept = f", {omitted} beyond the {totals.get('limit')} kept records" if omitted else ""
+    server = run.server
+    parts = [str(run.name)]
+    totals = None if server is None else server.request_totals
+    if server is not None and totals is not None and (totals.all.requests or not server.requests):
+        bad = [f"{k} x{v}" for k, v in sorted(totals.statuses.items()) if not k.startswith("2")]
+        failed = f"{totals.all.failed} failed" + (f" ({', '.join(bad)})" if bad else "")
+        omitted = totals.omitted.requests
+        kept = f", {omitted} beyond the {totals.limit} kept records" if omitted else ""
         parts.append(
-            f"{totals.get('requests')} requests, {failed}, {_bytes(totals.get('bytes_sent'))} "
-            f"sent, {_bytes(totals.get('bytes_received'))} received{kept}"
+            f"{totals.all.requests} requests, {failed}, {_bytes(totals.all.bytes_sent)} "
+            f"sent, {_bytes(totals.all.bytes_received)} received{kept}"
         )
-    else:
-        requests = run.get("requests")
-        parts.append(f"{len(requests) if isinstance(requests, list) else 0} requests recorded")
-    readiness = mapping(run.get("readiness"))
-    share = _float(readiness.get("probe_share"))
-    if readiness.get("ready_seconds") is not None:
+    else:  # a record older than its totals
+        parts.append(f"{len(server.requests) if server else 0} requests recorded")
+    readiness = None if server is None else server.readiness
+    if readiness is not None and readiness.ready_seconds is not None:
+        share = _float(readiness.probe_share)
         parts.append(
-            f"ready after {_float(readiness.get('ready_seconds')) or 0:.2f} s, "
-            f"{readiness.get('probes')} probes {readiness.get('interval_seconds')} s apart"
+            f"ready after {_float(readiness.ready_seconds) or 0:.2f} s, "
+            f"{readiness.probes} probes {readiness.interval_seconds} s apart"
             + (f" (up to {share:.0%} of the startup is the probe's)" if share is not None else "")
         )
-    memory = mapping(run.get("device_memory"))
+    memory = mapping(run.device_memory)
     if "unavailable" in memory:
         parts.append(f"peak device memory: unavailable ({memory.get('unavailable')})")
     elif _float(memory.get("peak_mib")) is not None:
@@ -566,7 +562,7 @@ def same_file(path: Path, sha256: object) -> bool:
         return False
 
 
-def stored_side(store: Path | None, sha256: str, fingerprint: Mapping[str, Any]) -> Side:
+def stored_side(store: Path | None, sha256: str, fingerprint: JsonObject) -> Side:
     """The golden side of a digest-only golden: its file from the content store, hashed first."""
     if store is None:
         why = "kept as digests only: the golden pixels were not kept (no lossless_store)"
@@ -615,7 +611,7 @@ def _where(comparison: Comparison, result: GateResult) -> tuple[str, ...]:
     return _pair(comparison), result.artifact, first or "differs", count
 
 
-def _digest(fingerprint: Mapping[str, Any]) -> str:
+def _digest(fingerprint: JsonObject) -> str:
     for key in ("pcm_sha256", "data_sha256", "sha256"):
         value = fingerprint.get(key)
         if isinstance(value, str):

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import faults
 from ..core.clock import utc_iso
@@ -26,6 +26,9 @@ from ..evidence.receipts import ReceiptRecord
 from .blocks import Assets, Block, Detail, Figure, Pre, Svg, Table, Text
 from .details import Details, drawn, match_rows
 from .table import _UPDATE_ACTIONS, Row, counts_line
+
+if TYPE_CHECKING:
+    from ..goldens.swap import UpdateEvent
 
 #: The report's folder inside the receipts folder, and its files.
 REPORT_DIR = "report"
@@ -95,11 +98,11 @@ def ordered(rows: Sequence[Row]) -> list[int]:
     return sorted(range(len(rows)), key=lambda i: (rows[i].order(), rows[i].test, rows[i].check))
 
 
-def _event_order(event: Mapping[str, Any]) -> tuple[int, str, str]:
+def _event_order(event: UpdateEvent) -> tuple[int, str, str]:
     """Golden updates in the terminal's order: what needs a look first (a conflict)."""
-    action = str(event.get("action"))
+    action = event.action
     rank = _UPDATE_ACTIONS.index(action) if action in _UPDATE_ACTIONS else len(_UPDATE_ACTIONS)
-    return rank, str(event.get("folder")), str(event.get("name"))
+    return rank, event.folder, event.name
 
 
 def _block(block: Block) -> str:
@@ -145,7 +148,7 @@ def page(
     details: Mapping[int, Detail],
     *,
     context: Iterable[tuple[str, str]] = (),
-    events: Iterable[Mapping[str, Any]] = (),
+    events: Iterable[UpdateEvent] = (),
     generated: str | None = None,
 ) -> str:
     """The page: the verdict table (worst first, each row once) and a section per detail
@@ -199,11 +202,10 @@ def page(
             "<th>detail</th></tr></thead><tbody>"
         )
         for event in sorted(updates, key=_event_order):
-            name = event.get("name")
-            where = f"{event.get('folder')}/{name}" if name else str(event.get("folder"))
+            where = f"{event.folder}/{event.name}" if event.name else event.folder
             out.append(
-                f"<tr><td>{_e(event.get('action'))}</td><td><code>{_e(where)}</code></td>"
-                f"<td>{_e(event.get('detail') or '')}</td></tr>"
+                f"<tr><td>{_e(event.action)}</td><td><code>{_e(where)}</code></td>"
+                f"<td>{_e(event.detail)}</td></tr>"
             )
         out.append("</tbody></table>")
     for i in order:
@@ -227,7 +229,7 @@ def write_report(
     rows: Sequence[Row],
     receipts: Mapping[str, ReceiptRecord],
     *,
-    events: Iterable[Mapping[str, Any]] = (),
+    events: Iterable[UpdateEvent] = (),
     context: Iterable[tuple[str, str]] = (),
     limits: Any = None,
     root: Path | None = None,

@@ -6,13 +6,21 @@ pytest-xdist, workers attach them to their reports and the controller gathers th
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from ..core.records import Record, from_json, spec
 from ..core.text import printable
 from ..core.verdict import VERDICT_WORDS, Status, Update, Verdict, status_of
+
+if TYPE_CHECKING:
+    from ..evidence.provenance import SourceState
+    from ..gates.gate import GateResult
+    from ..goldens.swap import UpdateEvent
+    from ..speed.runner import SpeedVerdict
 
 #: The narrowest the test and detail columns get before a line may exceed the width.
 _MIN_TEST, _MIN_DETAIL = 16, 24
@@ -31,10 +39,11 @@ def _coerce(status: Status | Update | str) -> Status | Update:
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(Record):
     """One line of the verdict table: which test, what was checked, under which gate, and its
     status (a :class:`Status`, or an :class:`Update` under ``--update-goldens``), derived once
-    where the check was made; ``expected``: the test asserted that verdict (``expect=``)."""
+    where the check was made; ``expected``: the test asserted that verdict (``expect=``).
+    Its JSON (:meth:`to_dict`, how an xdist worker hands it on) also says :attr:`verdict`."""
 
     test: str
     check: str
@@ -42,9 +51,11 @@ class Row:
     status: Status | Update
     detail: str = ""
     expected: bool = False
+    shown: str = spec(key="verdict", derive=lambda row: row.verdict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", _coerce(self.status))
+        super().__post_init__()
 
     @property
     def verdict(self) -> str:
@@ -76,27 +87,11 @@ class Row:
             return (-Status.FAIL.severity, 1) if self.status is Update.CONFLICT else (1, 0)
         return -self.status.severity, 0 if self.status.value in VERDICT_WORDS else 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "test": self.test,
-            "check": self.check,
-            "gate": self.gate,
-            "status": self.status.value,
-            "expected": self.expected,
-            "verdict": self.verdict,
-            "detail": self.detail,
-        }
+    to_dict = Record.to_json
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Row:
-        return cls(
-            str(data["test"]),
-            str(data["check"]),
-            str(data["gate"]),
-            _coerce(str(data["status"])),
-            str(data.get("detail", "")),
-            data.get("expected") is True,
-        )
+    def from_dict(cls, data: object) -> Row:
+        return from_json(cls, data)
 
 
 def counts_line(rows: Iterable[Row]) -> str:
@@ -117,7 +112,7 @@ def outcome_row(test: str, outcome: str, why: str) -> Row:
     return Row(test, "test outcome", "-", status, why)
 
 
-def gate_row(test: str, result: Any) -> Row:
+def gate_row(test: str, result: GateResult) -> Row:
     """The row of one golden comparison (a ``GateResult``)."""
     figure = None if result.lossless else _lossy_figure(result)
     word = Verdict.PASS if result.passed else Verdict.FAIL
@@ -143,7 +138,7 @@ def gate_row(test: str, result: Any) -> Row:
     return Row(test, result.artifact, result.gate, status, detail)
 
 
-def _lossy_figure(result: Any) -> str | None:
+def _lossy_figure(result: GateResult) -> str | None:
     """The key figure of a lossy result (``max 1 ulp at [3, 7], p99 0 ulp, 0 beyond 1``)."""
     from ..errors import LosslessError
     from ..gates.gate import lossy_figure, parse_gate
@@ -155,7 +150,7 @@ def _lossy_figure(result: Any) -> str | None:
     return lossy_figure(gate, result.diagnostics) if gate is not None else None
 
 
-def speed_row(test: str, name: str, verdict: Any) -> Row:
+def speed_row(test: str, name: str, verdict: SpeedVerdict) -> Row:
     """The row of one speed gate (a ``SpeedVerdict``): ratio, interval, pairs used, seed."""
     if verdict.ci is not None and verdict.ratio is not None:
         detail = f"{verdict.ratio:.2f} [{verdict.ci[0]:.2f}, {verdict.ci[1]:.2f}]"
@@ -193,13 +188,9 @@ def _split_id(test_id: str) -> tuple[str, str, str]:
 
 def _common_prefix(names: set[str]) -> str:
     """The start that every name shares, up to its last ``_`` (empty for one name)."""
-    if len(names) < 2:
-        return ""
-    first, last = min(names), max(names)
-    size = 0
-    while size < min(len(first), len(last)) and first[size] == last[size]:
-        size += 1
-    return first[: first.rfind("_", 0, size) + 1]
+    # Test names, not paths: the character-by-character prefix is the one meant.
+    common = os.path.commonprefix(list(names)) if len(names) > 1 else ""  # noqa: RUF071
+    return common[: common.rfind("_") + 1]
 
 
 def clip_test_id(test_id: str, width: int, others: Iterable[str] = ()) -> str:
@@ -288,16 +279,16 @@ def _wrapped(text: str, width: int, indent: str = "    ") -> list[str]:
     return [indent + line for line in textwrap.wrap(text, room, break_on_hyphens=False)] or [indent]
 
 
-def evidence_line(count: int, folder: str, source: Mapping[str, Any]) -> str:
+def evidence_line(count: int, folder: str, source: SourceState) -> str:
     """Where the receipts went and what they can be traced to: a baseline on a dirty or
     unpublished revision is the first thing an auditor asks about."""
-    revision = str(source.get("revision") or "")[:12] or "no git revision"
+    revision = (source.revision or "")[:12] or "no git revision"
     state = []
-    if source.get("diff_bytes"):
-        state.append(f"dirty, diff sha256 {str(source.get('diff_sha256') or '')[:12]}")
-    elif source.get("dirty"):
-        state.append(f"dirty: {source.get('untracked_count') or 'some'} untracked files")
-    if source.get("publication") == "unpublished":
+    if source.diff_bytes:
+        state.append(f"dirty, diff sha256 {(source.diff_sha256 or '')[:12]}")
+    elif source.dirty:
+        state.append(f"dirty: {source.untracked_files or 'some'} untracked files")
+    if source.publication.publication == "unpublished":
         state.append("unpublished: in no remote-tracking branch of a non-local remote")
     where = f" ({'; '.join(state)})" if state else ""
     noun = "receipt" if count == 1 else "receipts"
@@ -322,21 +313,29 @@ _UPDATE_ACTIONS = (
 )
 
 
-def update_lines(events: Iterable[Mapping[str, str]]) -> list[str]:
+def events_from(transported: Iterable[Mapping[str, str]] | None) -> list[UpdateEvent]:
+    """The golden updates a test report carries (``UpdateEvent.to_dict()`` each, the form an
+    xdist worker hands on) as records again."""
+    from ..goldens.swap import UpdateEvent
+
+    return [UpdateEvent(**event) for event in transported or []]
+
+
+def update_lines(events: Iterable[UpdateEvent]) -> list[str]:
     """What ``--update-goldens`` did, grouped by action, one artifact (or, for a recovery, one
     golden folder) per line."""
-    groups: dict[str, list[Mapping[str, str]]] = {}
+    groups: dict[str, list[UpdateEvent]] = {}
     for event in events:
-        groups.setdefault(event["action"], []).append(event)
+        groups.setdefault(event.action, []).append(event)
     lines: list[str] = []
     for action in (*_UPDATE_ACTIONS, *sorted(set(groups) - set(_UPDATE_ACTIONS))):
         items = groups.get(action, [])
         if not items:
             continue
         lines.append(printable(f"{action}: {len(items)}"))
-        for item in sorted(items, key=lambda e: (e["folder"], e["name"])):
-            where = f"{item['folder']}/{item['name']}" if item.get("name") else item["folder"]
-            detail = f" ({item['detail']})" if item.get("detail") else ""
+        for item in sorted(items, key=lambda e: (e.folder, e.name)):
+            where = f"{item.folder}/{item.name}" if item.name else item.folder
+            detail = f" ({item.detail})" if item.detail else ""
             lines.append(printable(f"  {where}{detail}"))
     return lines
 

@@ -43,6 +43,7 @@ import numbers
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import median  # the mean of the two middle values for an even count
 from typing import Literal
 
 from ..core.records import Record, spec
@@ -154,17 +155,6 @@ def block_difference(
     return _build_summary([math.log(t) for t in candidate], summary) - _build_summary(
         [math.log(t) for t in control], summary
     )
-
-
-def median(values: Sequence[float]) -> float:
-    """The sample median (mean of the two middle values for an even count)."""
-    if not values:
-        raise ValueError("median of no values")
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[mid]
-    return (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def boundary(target: float) -> float:

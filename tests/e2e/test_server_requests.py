@@ -31,6 +31,7 @@ from pytest_lossless.evidence.receipts import ReceiptRecord
 from pytest_lossless.report.details import Details, match_rows, server_line
 from pytest_lossless.report.table import Row
 from pytest_lossless.run import Launcher
+from pytest_lossless.run.record import RunRecord
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SERVERS = DATA / "servers"
@@ -170,8 +171,8 @@ def test_request_records_are_bounded_and_the_rest_counted(tmp_path: Path) -> Non
     assert totals["omitted"]["failed"] == 1
     assert totals["kept"]["failed"] == 1
     assert _findings(record) == []
-    assert "5 requests, 2 failed (404 x2)" in server_line(record)
-    assert "2 beyond the 3 kept records" in server_line(record)
+    assert "5 requests, 2 failed (404 x2)" in server_line(RunRecord.from_json(record))
+    assert "2 beyond the 3 kept records" in server_line(RunRecord.from_json(record))
 
 
 @pytest.mark.slow
@@ -301,7 +302,7 @@ def test_the_readiness_cadence_and_its_share_of_the_startup_are_recorded(
     assert 0 < window <= 0.4 + readiness["probing_seconds"] + 0.2
     assert readiness["probe_share"] == pytest.approx(window / readiness["ready_seconds"], 1e-3)
     assert readiness["last_error"]
-    assert "probes 0.4 s apart (up to" in server_line(record)
+    assert "probes 0.4 s apart (up to" in server_line(RunRecord.from_json(record))
 
 
 @pytest.mark.slow
@@ -396,7 +397,7 @@ def test_peak_device_memory_of_the_run_from_nvidia_smi_on_path(
     served = record["device_memory"]
     assert served["peak_mib"] == 1400.0
     assert len(served["processes"]) == 2
-    assert "peak device memory 1400 MiB (nvidia-smi" in server_line(record)
+    assert "peak device memory 1400 MiB (nvidia-smi" in server_line(RunRecord.from_json(record))
     assert _findings(record) == []
 
 
@@ -455,7 +456,7 @@ def test_the_receipt_details_get_a_line_per_server_run() -> None:
     row = Row("t.py::test_serve", "speed 5s", "ratio <= 0.700", "INCONCLUSIVE")
     (found,) = match_rows([row], {"t.py::test_serve": ReceiptRecord.from_json(receipt)})
     assert found is not None
-    assert [r["name"] for r in found.servers] == ["server-01", "server-02"]
+    assert [r.name for r in found.servers] == ["server-01", "server-02"]
 
     class _NoAssets:
         def picture(self, *args: Any) -> Any:

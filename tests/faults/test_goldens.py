@@ -27,7 +27,7 @@ from pytest_lossless.goldens import swap as replace
 from pytest_lossless.goldens.folder import GoldenConflict, GoldenFolder, read_manifest
 from pytest_lossless.goldens.swap import GoldenUpdateError
 from pytest_lossless.kinds.registry import KindRegistry
-from pytest_lossless.report import Row, update_lines, verdict_table
+from pytest_lossless.report import Row, events_from, update_lines, verdict_table
 
 # ------------------------------------------------------------------ helpers
 
@@ -169,7 +169,7 @@ def test_a_stale_staging_folder_of_a_dead_owner_is_removed_and_reported(tmp_path
     assert all(str(pid) in e.detail for e in events), [e.detail for e in events]
     assert _hidden(folder.path) == []
     assert _stored(folder.path) == b"one"
-    lines = update_lines(e.to_dict() for e in events)
+    lines = update_lines(events)
     assert lines[0] == "cleaned: 2"
     assert len(lines) == 3, "one line per recovery"
 
@@ -356,7 +356,7 @@ def test_conflict_restored_and_cleaned_are_reported():
         {"test": "t", "folder": "goldens/m/t", "name": "", "action": "restored", "detail": "y"},
         {"test": "t", "folder": "goldens/m/u", "name": "", "action": "cleaned", "detail": "z"},
     ]
-    lines = update_lines(events)
+    lines = update_lines(events_from(events))
     assert lines == [
         "conflict: 1",
         "  goldens/m/t/v.bin (x)",

@@ -35,6 +35,7 @@ from pytest_lossless.goldens.folder import (
     artifact_name,
     read_manifest,
 )
+from pytest_lossless.goldens.swap import UpdateEvent
 from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row, update_lines, verdict_table
 
@@ -309,7 +310,7 @@ def test_the_table_and_update_lines_escape_what_they_print():
     lines = verdict_table(rows, width=100) + verdict_table(rows, width=40)
     assert not any(ESC in line or "\x07" in line for line in lines)
     assert any("\\x1b[31m" in line for line in lines)
-    events = [{"action": "created", "folder": "g/\x1b[1m", "name": "n\x1b", "detail": "\x9b"}]
+    events = [UpdateEvent("t", "g/\x1b[1m", "n\x1b", "created", "\x9b")]
     assert not any(ESC in line or "\x9b" in line for line in update_lines(events))
 
 

@@ -24,6 +24,7 @@ from pytest_lossless.core.paths import PathOutsideRoot
 from pytest_lossless.core.records import from_json
 from pytest_lossless.core.text import printable
 from pytest_lossless.evidence.receipts import ReceiptRecord
+from pytest_lossless.goldens.swap import UpdateEvent
 from pytest_lossless.kinds.registry import KindRegistry
 from pytest_lossless.report import Row
 from pytest_lossless.report.charts import histogram_svg, speed_svg, waveforms_svg
@@ -467,8 +468,8 @@ def test_the_report_needs_no_write_outside_its_folder(tmp_path):
 
 def test_golden_updates_are_listed_what_needs_a_look_first():
     events = [
-        {"action": "created", "folder": "goldens/t/a", "name": "clip.mp4", "detail": ""},
-        {"action": "conflict", "folder": "goldens/t/b", "name": "", "detail": HOSTILE},
+        UpdateEvent("t.py::a", "goldens/t/a", "clip.mp4", "created"),
+        UpdateEvent("t.py::b", "goldens/t/b", "", "conflict", HOSTILE),
     ]
     rows = [Row("t.py::a", "clip.mp4", "decoded", "CREATED"), Row("t.py::b", "x", "-", "CONFLICT")]
     text = page(rows, {}, events=events)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_lossless.report import Row, evidence_line, update_lines, verdict_table
+from pytest_lossless.evidence.provenance import SourceState
+from pytest_lossless.report import Row, events_from, evidence_line, update_lines, verdict_table
 
 
 def test_table_puts_failures_first_and_counts():
@@ -110,8 +111,8 @@ def test_update_lines_group_by_action():
             "action": "changed",
             "detail": "sha256 ab -> cd",
         },
-    ]
-    assert update_lines(events) == [
+    ]  # as a test report carries them
+    assert update_lines(events_from(events)) == [
         "created: 1",
         "  goldens/m/t/a.wav",
         "changed: 1",
@@ -122,20 +123,18 @@ def test_update_lines_group_by_action():
 
 
 def test_evidence_line_names_a_dirty_unpublished_source():
-    line = evidence_line(
-        3,
-        "lossless-receipts",
-        {
-            "revision": "0123456789abcdef",
-            "dirty": True,
-            "diff_sha256": "feedface" * 8,
-            "publication": "unpublished",
-        },
-    )
+    source = {
+        "revision": "0123456789abcdef",
+        "dirty": True,
+        "diff_sha256": "feedface" * 8,
+        "publication": "unpublished",
+    }
+    line = evidence_line(3, "lossless-receipts", SourceState.read(source))
     assert line.startswith("3 receipts in lossless-receipts, source 0123456789ab (dirty")
     assert "unpublished" in line
     assert line.endswith("python -m pytest_lossless verify lossless-receipts")
-    clean = evidence_line(1, "r", {"revision": "abc", "dirty": False, "publication": "published"})
+    published = {"revision": "abc", "dirty": False, "publication": "published"}
+    clean = evidence_line(1, "r", SourceState.read(published))
     assert clean == "1 receipt in r, source abc; audit with: python -m pytest_lossless verify r"
 
 
