@@ -532,13 +532,13 @@ def server_line(run: run_record.RunRecord) -> str:
             f"{readiness.probes} probes {readiness.interval_seconds} s apart"
             + (f" (up to {share:.0%} of the startup is the probe's)" if share is not None else "")
         )
-    memory = mapping(run.device_memory)
-    if "unavailable" in memory:
-        parts.append(f"peak device memory: unavailable ({memory.get('unavailable')})")
-    elif _float(memory.get("peak_mib")) is not None:
+    memory = run.device_memory
+    peak = None if memory is None else _float(memory.peak_mib)
+    if memory is not None and memory.unavailable is not None:
+        parts.append(f"peak device memory: unavailable ({memory.unavailable})")
+    elif memory is not None and peak is not None:
         parts.append(
-            f"peak device memory {_float(memory.get('peak_mib')):.0f} MiB "
-            f"({memory.get('source')}, {memory.get('samples')} samples)"
+            f"peak device memory {peak:.0f} MiB ({memory.source}, {memory.samples} samples)"
         )
     return "; ".join(parts)
 
