@@ -32,6 +32,7 @@ from .failure import failure_message, format_status
 from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
 from .kernel import child_subreaper
 from .lifecycle import Lifecycle, lifecycle_verdict
+from .ports import local_port, port_taken
 from .progress import Progress, waiting
 from .record import FileDigest, Member, OutputRecord, RunEnv, RunRecord, ServerPart
 from .server import REQUEST_RECORDS, Server, request_totals
@@ -556,6 +557,15 @@ class Launcher:
                 "model_run.server(ready=...)",
                 ready,
                 "give a URL such as http://127.0.0.1:{port}/health, or a path such as /health",
+            )
+        ready_port = local_port(url)
+        taken = port_taken(ready_port) if ready_port is not None else None
+        if taken is not None:  # a stranger would answer the probe and every request
+            raise RunError(
+                f"model_run.server: port {ready_port} (ready={url}) is already in use by "
+                f"{taken} before the server started: the readiness probe and every request "
+                "would be answered by that process, not by this server. Stop it, or leave "
+                "port= out and put {port} in argv so that a free port is chosen"
             )
         limit = (
             self.run_timeout
