@@ -270,6 +270,32 @@ class Launcher:
             )
         return described
 
+    def _check_visibility(
+        self,
+        overrides: Mapping[str, str | None],
+        alloc_env: Mapping[str, str],
+        values: Mapping[str, str],
+    ) -> None:
+        """Refuse an ``env=`` that widens what the allocation lets a run see: a visibility
+        variable unset, or naming a device the test does not hold (a subset is fine)."""
+        ids = tuple(getattr(self.allocation, "ids", ()) or ())
+        for key, value in overrides.items():
+            if key not in alloc_env:
+                continue
+            held = alloc_env[key]
+            allowed = {t.strip() for t in held.split(",")} | set(ids)
+            given = None if value is None else fill_placeholders(str(value), values)
+            tokens = [t.strip() for t in (given or "").split(",") if t.strip()]
+            if given is not None and tokens and all(t in allowed for t in tokens):
+                continue
+            raise ConfigError(
+                "model_run(env=...)",
+                {key: given},
+                f"the test's allocation sets {key}={held} (devices {','.join(ids) or held}): "
+                "the run would see devices this test does not hold. Leave it out (every run "
+                "gets the allocation's value), or name a subset of it",
+            )
+
     def _prepare(
         self,
         kind: str,
@@ -303,6 +329,7 @@ class Launcher:
         child_env.update(alloc_env)
         child_env[RUN_TOKEN] = f"{name}-{uuid.uuid4().hex}"
         overrides = dict(env or {})
+        self._check_visibility(overrides, alloc_env, values)
         for key, value in overrides.items():
             if value is None:
                 child_env.pop(key, None)
