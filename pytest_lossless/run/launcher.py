@@ -484,7 +484,8 @@ class Launcher:
         """Run one command to completion; see :mod:`pytest_lossless.run` for what is recorded.
 
         ``outputs`` maps names to paths (``{out}`` is this run's own folder; relative paths
-        are taken inside it); each must exist and be non-empty. ``inputs`` names files the
+        are taken inside it); each must exist, be non-empty and be written by this run (a file at a
+        fixed path that the run left as it was is not its output). ``inputs`` names files the
         run reads, hashed into the record before it starts. ``env`` values of None unset.
         ``grace`` (default: the launcher's) is the wait between SIGTERM and SIGKILL on timeout.
         ``sources`` names the source trees this run was built from (the engine's checkout of
@@ -501,6 +502,7 @@ class Launcher:
         )
         record = replace(record, timeout_seconds=limit, grace_seconds=wait, sources=described)
         out = Path(str(record.out_dir))
+        earlier = _stat_outputs(outputs or {}, out)  # what already stands at an output's path
         record, group = self._spawn(record, args, child_env, cwd_path, run_dir)
         stage = f"run {str(record.name).split('-')[-1]}"
         finished = waiting(self.progress, stage, group.wait_main, limit, self.clock)
@@ -514,7 +516,7 @@ class Launcher:
             group.finish(reason="left running after the main process exited")
         self._groups.remove(group)
         record = self._close_record(replace(record, timed_out=not finished), group)
-        declared, entries, problems = _collect_outputs(outputs or {}, out)
+        declared, entries, problems = _collect_outputs(outputs or {}, out, earlier)
         record = self._emit(replace(record, outputs=entries))
         returncode = group.popen.returncode if group.popen.returncode is not None else -1
         result = RunResult(
@@ -657,19 +659,55 @@ class Launcher:
             raise first
 
 
-def _collect_outputs(
+def _output_path(template: str | os.PathLike[str], out: Path) -> Path:
+    path = Path(fill_placeholders(os.fspath(template), {"out": str(out)}))
+    return path if path.is_absolute() else out / path
+
+
+def _file_identity(path: Path) -> tuple[int, int, int, int, int] | None:
+    """What changes whenever a file is written or replaced (device, inode, size, mtime and
+    ctime in ns), or None when no file is there."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stat_outputs(
     outputs: Mapping[str, str | os.PathLike[str]], out: Path
+) -> dict[str, tuple[int, int, int, int, int]]:
+    """The identity of each declared output file that exists before the run starts (one at a
+    fixed path outside ``{out}``, left by an earlier run)."""
+    found: dict[str, tuple[int, int, int, int, int]] = {}
+    for name, template in outputs.items():
+        identity = _file_identity(_output_path(template, out))
+        if identity is not None:
+            found[name] = identity
+    return found
+
+
+def _collect_outputs(
+    outputs: Mapping[str, str | os.PathLike[str]],
+    out: Path,
+    earlier: Mapping[str, tuple[int, int, int, int, int]] | None = None,
 ) -> tuple[dict[str, Path], dict[str, OutputRecord], list[str]]:
     """Each declared output's path, its record (size and SHA-256, or its problem), and the
-    problems (missing, empty) as sentences."""
+    problems (missing, empty, or left unchanged since before the run: ``earlier``) as
+    sentences."""
     declared: dict[str, Path] = {}
     problems: list[str] = []
     entries: dict[str, OutputRecord] = {}
     for name, template in outputs.items():
-        path = Path(fill_placeholders(os.fspath(template), {"out": str(out)}))
-        if not path.is_absolute():
-            path = out / path
-        if not path.is_file():
+        path = _output_path(template, out)
+        before = (earlier or {}).get(name)
+        if before is not None and _file_identity(path) == before:
+            entries[name] = OutputRecord(str(path), problem="not written by this run")
+            problems.append(
+                f"declared output {name!r} was not written by this run: {path} is the file "
+                "that was there before it started, unchanged"
+            )
+        elif not path.is_file():
             entries[name] = OutputRecord(str(path), problem="missing")
             problems.append(f"declared output {name!r} was not written: {path}")
         elif path.stat().st_size == 0:
