@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.artifact import materialize_all
+from ..core.artifact import KeptFiles, materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.paths import safe_name
 from ..core.records import JsonObject, JsonValue, Record, RecordError, from_json, spec
@@ -351,6 +351,7 @@ def run_matrix(
     )
     around = cell_context or _no_context
     fingerprints: dict[str, dict[str, Artifact]] = {}
+    kept = KeptFiles()
     records: dict[Cell, list[RunRecord]] = {}
     contexts: dict[Cell, JsonObject] = {}
     traces: dict[str, Path | None] = {}
@@ -380,11 +381,13 @@ def run_matrix(
                 folder = place / f"r{n}"
                 paths = materialize_all(result, name, folder)
                 fingerprints[name] = {k: kinds.artifact(k, p) for k, p in paths.items()}
+                kept.note(name, fingerprints[name])
                 records[cell].append(
                     run_record(
                         name, seconds, fingerprints[name], traced=trace, trace_dir=traces.get(name)
                     )
                 )
+    kept.check(lambda name, path: kinds.artifact(name, path).fingerprint)
     reference_first = run_name(ref, 0)
     gates = _resolve_gates(gate, fingerprints[reference_first], kinds)
     lossy = any(not g.lossless for g in gates.values())

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.artifact import materialize_all
+from ..core.artifact import KeptFiles, materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.expect import Media
 from ..core.paths import safe_name
@@ -308,6 +308,7 @@ def compare_control_candidate(
     findings: list[dispatch.Finding] = []
     misses: list[coverage.CoverageMiss] = []
     traces: dict[str, Path | None] = {}
+    kept = KeptFiles()
     for index, (name, arm) in enumerate(arms):
         started = clock.monotonic()
         if trace:
@@ -320,6 +321,7 @@ def compare_control_candidate(
         seconds = clock.monotonic() - started
         paths = materialize_all(result, name, workdir / f"run{index}-{safe_name(name)}")
         fingerprints[name] = {n: kinds.artifact(n, p) for n, p in paths.items()}
+        kept.note(name, fingerprints[name])
         # One Media for the whole run covers its clip and track, not a tensor beside them.
         misses += coverage.run_misses(expect, fingerprints[name], name)
         record = run_record(
@@ -336,6 +338,7 @@ def compare_control_candidate(
         records.append(record)
         if on_run is not None:
             on_run(name, seconds)
+    kept.check(lambda name, path: kinds.artifact(name, path).fingerprint)
     first = fingerprints[arms[0][0]]
     gates = _resolve_gates(gate, first, kinds)
     diagnostics = workdir / "diagnostics"

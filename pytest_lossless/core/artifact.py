@@ -12,8 +12,8 @@ the hook specifications and the gate can speak of :class:`Artifact`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +118,45 @@ def materialize_all(result: Any, what: str, folder: Path) -> dict[str, Path]:
     """Every artifact of one run's result, as files under ``folder``."""
     artifacts = named_artifacts(result, what)
     return {name: materialize(value, name, folder) for name, value in artifacts.items()}
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """What changes when a file is rewritten or replaced: device, inode, size, mtime (ns)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class KeptFiles:
+    """Each run's artifact files as they were when fingerprinted, so that a comparison made
+    after later runs never reads a file one of them rewrote with other data (producers that
+    return one fixed path on every run): :meth:`check` before comparing."""
+
+    noted: list[tuple[str, Artifact, tuple[int, int, int, int] | None]] = field(
+        default_factory=list
+    )
+
+    def note(self, run: str, artifacts: Mapping[str, Artifact]) -> None:
+        """The fingerprinted files of ``run``, right after it ended."""
+        self.noted += [
+            (run, a, _identity(a.path)) for a in artifacts.values() if a.path is not None
+        ]
+
+    def check(self, fingerprint: Callable[[str, Path], dict[str, Any]]) -> None:
+        """ArtifactError naming the first file that was rewritten, after its run ended, with
+        data whose ``fingerprint`` is not the one recorded for that run."""
+        for run, artifact, identity in self.noted:
+            path = artifact.path
+            if path is None or _identity(path) == identity:
+                continue
+            if _identity(path) is None or fingerprint(artifact.name, path) != artifact.fingerprint:
+                raise ArtifactError(
+                    path,
+                    f"artifact {artifact.name!r} of {run} changed after that run ended (a later "
+                    "run wrote the same file?), so it cannot be compared: every run must keep "
+                    "its own outputs. Write each run into a folder of its own (model_run's "
+                    "{out}), or return the data itself (an array, bytes)",
+                )

@@ -346,11 +346,16 @@ def _fail_unclean_runs(item: pytest.Item, rep: pytest.TestReport) -> None:
     """A gate whose runs did not all end cleanly is never a pass (under --lossless) and writes
     no golden (under --update-goldens), whatever ``check=`` said: the run's lifecycle is part of
     the evidence (a SIGTERM is not "clean"). Checked after the call (commands) and again after
-    teardown (servers stop there)."""
+    teardown (servers stop there). A test not marked ``lossless`` that checked a gate (a
+    golden compares without the marker) is held to the same rule (#20); one that checked
+    nothing may still assert on an unclean run's record."""
     resolved = settings(item.config)
-    if not (rep.passed and item.get_closest_marker("lossless")):
+    marked = item.get_closest_marker("lossless") is not None
+    if not rep.passed:
         return
-    if not (resolved.lossless or resolved.update_goldens):
+    if not (
+        (marked and (resolved.lossless or resolved.update_goldens)) or item.stash.get(ROWS_KEY, [])
+    ):
         return
     receipt = item.stash.get(receipts.RECEIPT_KEY, None)
     if receipt is None:
@@ -365,7 +370,8 @@ def _fail_unclean_runs(item: pytest.Item, rep: pytest.TestReport) -> None:
     if unclean:
         rep.outcome = "failed"
         rep.longrepr = (
-            f"{item.nodeid}: a lossless gate whose runs did not all end cleanly is not a pass "
+            f"{item.nodeid}: a {'lossless ' if marked else ''}gate whose runs did not all end "
+            "cleanly is not a pass "
             "(check=False only keeps a failed run from stopping the test): " + "; ".join(unclean)
         )
 

@@ -34,6 +34,7 @@ from .failure import failure_message, format_status
 from .group import RUN_TOKEN, SAMPLE_INTERVAL, Adoptions, ProcessGroup
 from .kernel import child_subreaper
 from .lifecycle import Lifecycle, lifecycle_verdict
+from .ports import local_port, port_taken
 from .progress import Progress, waiting
 from .record import FileDigest, OutputRecord, RunEnv, RunRecord, ServerPart
 from .server import REQUEST_RECORDS, Server, request_totals
@@ -271,6 +272,32 @@ class Launcher:
             )
         return described
 
+    def _check_visibility(
+        self,
+        overrides: Mapping[str, str | None],
+        alloc_env: Mapping[str, str],
+        values: Mapping[str, str],
+    ) -> None:
+        """Refuse an ``env=`` that widens what the allocation lets a run see: a visibility
+        variable unset, or naming a device the test does not hold (a subset is fine)."""
+        ids = tuple(getattr(self.allocation, "ids", ()) or ())
+        for key, value in overrides.items():
+            if key not in alloc_env:
+                continue
+            held = alloc_env[key]
+            allowed = {t.strip() for t in held.split(",")} | set(ids)
+            given = None if value is None else fill_placeholders(str(value), values)
+            tokens = [t.strip() for t in (given or "").split(",") if t.strip()]
+            if given is not None and tokens and all(t in allowed for t in tokens):
+                continue
+            raise ConfigError(
+                "model_run(env=...)",
+                {key: given},
+                f"the test's allocation sets {key}={held} (devices {','.join(ids) or held}): "
+                "the run would see devices this test does not hold. Leave it out (every run "
+                "gets the allocation's value), or name a subset of it",
+            )
+
     def _prepare(
         self,
         kind: str,
@@ -304,6 +331,7 @@ class Launcher:
         child_env.update(alloc_env)
         child_env[RUN_TOKEN] = f"{name}-{uuid.uuid4().hex}"
         overrides = dict(env or {})
+        self._check_visibility(overrides, alloc_env, values)
         for key, value in overrides.items():
             if value is None:
                 child_env.pop(key, None)
@@ -458,7 +486,8 @@ class Launcher:
         """Run one command to completion; see :mod:`pytest_lossless.run` for what is recorded.
 
         ``outputs`` maps names to paths (``{out}`` is this run's own folder; relative paths
-        are taken inside it); each must exist and be non-empty. ``inputs`` names files the
+        are taken inside it); each must exist, be non-empty and be written by this run (a file at a
+        fixed path that the run left as it was is not its output). ``inputs`` names files the
         run reads, hashed into the record before it starts. ``env`` values of None unset.
         ``grace`` (default: the launcher's) is the wait between SIGTERM and SIGKILL on timeout.
         ``sources`` names the source trees this run was built from (the engine's checkout of
@@ -475,6 +504,7 @@ class Launcher:
         )
         record = replace(record, timeout_seconds=limit, grace_seconds=wait, sources=described)
         out = Path(str(record.out_dir))
+        earlier = _stat_outputs(outputs or {}, out)  # what already stands at an output's path
         record, group = self._spawn(record, args, child_env, cwd_path, run_dir)
         stage = f"run {str(record.name).split('-')[-1]}"
         finished = waiting(self.progress, stage, group.wait_main, limit, self.clock)
@@ -488,7 +518,7 @@ class Launcher:
             group.finish(reason="left running after the main process exited")
         self._groups.remove(group)
         record = self._close_record(replace(record, timed_out=not finished), group)
-        declared, entries, problems = _collect_outputs(outputs or {}, out)
+        declared, entries, problems = _collect_outputs(outputs or {}, out, earlier)
         record = self._emit(replace(record, outputs=entries))
         returncode = group.popen.returncode if group.popen.returncode is not None else -1
         result = RunResult(
@@ -559,6 +589,15 @@ class Launcher:
                 ready,
                 "give a URL such as http://127.0.0.1:{port}/health, or a path such as /health",
             )
+        ready_port = local_port(url)
+        taken = port_taken(ready_port) if ready_port is not None else None
+        if taken is not None:  # a stranger would answer the probe and every request
+            raise RunError(
+                f"model_run.server: port {ready_port} (ready={url}) is already in use by "
+                f"{taken} before the server started: the readiness probe and every request "
+                "would be answered by that process, not by this server. Stop it, or leave "
+                "port= out and put {port} in argv so that a free port is chosen"
+            )
         limit = (
             self.run_timeout
             if startup_timeout is None
@@ -622,19 +661,55 @@ class Launcher:
             raise first
 
 
-def _collect_outputs(
+def _output_path(template: str | os.PathLike[str], out: Path) -> Path:
+    path = Path(fill_placeholders(os.fspath(template), {"out": str(out)}))
+    return path if path.is_absolute() else out / path
+
+
+def _file_identity(path: Path) -> tuple[int, int, int, int, int] | None:
+    """What changes whenever a file is written or replaced (device, inode, size, mtime and
+    ctime in ns), or None when no file is there."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stat_outputs(
     outputs: Mapping[str, str | os.PathLike[str]], out: Path
+) -> dict[str, tuple[int, int, int, int, int]]:
+    """The identity of each declared output file that exists before the run starts (one at a
+    fixed path outside ``{out}``, left by an earlier run)."""
+    found: dict[str, tuple[int, int, int, int, int]] = {}
+    for name, template in outputs.items():
+        identity = _file_identity(_output_path(template, out))
+        if identity is not None:
+            found[name] = identity
+    return found
+
+
+def _collect_outputs(
+    outputs: Mapping[str, str | os.PathLike[str]],
+    out: Path,
+    earlier: Mapping[str, tuple[int, int, int, int, int]] | None = None,
 ) -> tuple[dict[str, Path], dict[str, OutputRecord], list[str]]:
     """Each declared output's path, its record (size and SHA-256, or its problem), and the
-    problems (missing, empty) as sentences."""
+    problems (missing, empty, or left unchanged since before the run: ``earlier``) as
+    sentences."""
     declared: dict[str, Path] = {}
     problems: list[str] = []
     entries: dict[str, OutputRecord] = {}
     for name, template in outputs.items():
-        path = Path(fill_placeholders(os.fspath(template), {"out": str(out)}))
-        if not path.is_absolute():
-            path = out / path
-        if not path.is_file():
+        path = _output_path(template, out)
+        before = (earlier or {}).get(name)
+        if before is not None and _file_identity(path) == before:
+            entries[name] = OutputRecord(str(path), problem="not written by this run")
+            problems.append(
+                f"declared output {name!r} was not written by this run: {path} is the file "
+                "that was there before it started, unchanged"
+            )
+        elif not path.is_file():
             entries[name] = OutputRecord(str(path), problem="missing")
             problems.append(f"declared output {name!r} was not written: {path}")
         elif path.stat().st_size == 0:

@@ -120,7 +120,7 @@ def _no_digest(output: OutputRecord) -> bool:
 @dataclass(frozen=True, slots=True)
 class OutputRecord(Record):
     """A declared output: its path, and its size and SHA-256, or the ``problem`` with it
-    (``"missing"``, ``"empty"``)."""
+    (``"missing"``, ``"empty"``, ``"not written by this run"``)."""
 
     path: str
     bytes: int | None = spec(None, omit=_no_digest)

@@ -24,7 +24,7 @@ from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.records import Record, meta, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError
-from ..run import RunRecord
+from ..run import RunRecord, lifecycle_verdict
 from . import before_arm as before
 from . import stats
 
@@ -633,6 +633,12 @@ def _run_arm(
     try:
         result = arm()
         sample = sample_extras(replace(sample, seconds=measured_seconds(result)), result)
+        run = _run_of(result)
+        if run is not None and run.ended_at is not None:
+            # A run that crashed, was signalled or forced (``check=False``) measured no arm.
+            lifecycle = lifecycle_verdict(run)
+            if not lifecycle.clean:
+                raise RuntimeError(f"its run {run.name} did not end cleanly: {lifecycle.summary}")
         if proof is not None:
             sample = replace(sample, proof=dispatch.examine(proof, result))
     except Exception as exc:  # any failure of the user's arm is recorded, never raised
