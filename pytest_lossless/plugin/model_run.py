@@ -100,4 +100,4 @@ def _describe_source(
                 f"Fix: {PUBLISH_FIX}"
             )
         )
-    return found.compact()
+    return found.compact().to_json()

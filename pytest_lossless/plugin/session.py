@@ -207,7 +207,7 @@ class SummaryPlugin:
                 host=host,
                 started_at=self.started_at,
                 rootdir=str(resolved.rootdir),
-                source=source_revision(self.config),
+                source=source_revision(self.config).to_json(),
                 tests=self.tests.entries(state),
                 exitstatus=exitstatus,
                 state=state,
@@ -395,7 +395,9 @@ class SummaryPlugin:
             write(f"pytest-lossless: {texts}; verify names it and sign refuses it", red=True)
         if self.written is not None:
             line = report.evidence_line(
-                self.receipts, _shown(self.written, resolved.rootdir), source_revision(self.config)
+                self.receipts,
+                _shown(self.written, resolved.rootdir),
+                source_revision(self.config).to_json(),
             )
             tail = f"; merged summary: {self.not_written}" if self.not_written else ""
             missing = sorted({r.test for r in self.rows} - self.tests.with_receipt())
