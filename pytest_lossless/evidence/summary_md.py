@@ -12,11 +12,10 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.paths import inside_root, open_regular, read_regular, write_atomic
-from ..core.records import json_object, json_objects
+from ..core.records import JsonObject, json_object, json_objects
 from ..core.text import printable
 from ..errors import ReceiptError
 from .index import INDEX_NAME, SUMMARY_NAME
@@ -167,19 +166,21 @@ def _matrix_lines(receipts: list[ReceiptRecord]) -> list[str]:
     return [*head, "|---|---|---|---|---|", *rows, ""]
 
 
-def _cell_detail(cell: Mapping[str, Any]) -> str:
-    runs = len(cell.get("runs") or [])
+def _cell_detail(cell: JsonObject) -> str:
+    listed = cell.get("runs")
+    runs = len(listed) if isinstance(listed, list) else 0
     if cell.get("repeatable") is False:
         return f"not repeatable over {runs} runs"
     against = cell.get("reference_comparison")
-    if not isinstance(against, Mapping):
+    if not isinstance(against, dict):
         return f"reference cell, {runs} runs"
     if cell.get("identical") is False:
+        missing = against.get("missing")
         differing = [
             str(r.get("artifact"))
-            for r in against.get("results") or []
-            if isinstance(r, Mapping) and r.get("passed") is not True
-        ] + [str(n) for n in against.get("missing") or []]
+            for r in json_objects(against.get("results"))
+            if r.get("passed") is not True
+        ] + [str(n) for n in (missing if isinstance(missing, list) else [])]
         return f"differs from the reference: {', '.join(differing)}"
     return f"{runs} runs identical, identical to the reference"
 
