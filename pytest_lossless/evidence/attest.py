@@ -154,8 +154,7 @@ def source_subjects(session: SessionFiles) -> list[Subject]:
         add("source", receipt.source)
         rootdir = session.index.rootdir
         for run in receipt.block("runs"):
-            trees = run.get("sources")
-            for tree, state in (trees or {}).items() if isinstance(trees, Mapping) else ():
+            for tree, state in json_object(run.get("sources")).items():
                 add(f"source:{_relative(tree, rootdir) or tree}", state)
     return [found[k] for k in sorted(found)]
 
@@ -189,12 +188,11 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
             str(entry.get("path")): entry.get("sha256")
             for run in receipt.block("runs")
             for entry in json_object(run.get("outputs")).values()
-            if isinstance(entry, Mapping)
+            if isinstance(entry, dict)
         }
         for gate in receipt.block("gates"):
-            evidence = gate.get("evidence")
-            obtained = evidence.get("obtained") if isinstance(evidence, Mapping) else None
-            if isinstance(obtained, Mapping) and obtained.get("sha256"):
+            obtained = json_object(gate.get("evidence")).get("obtained")
+            if isinstance(obtained, dict) and obtained.get("sha256"):
                 name = f"{test}/{gate.get('artifact')}"
                 found[name] = Subject(name, {"sha256": str(obtained["sha256"])})
         for entry in receipt.block("lossless"):
@@ -203,7 +201,7 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
                 if run.get("role") != "candidate":
                     continue
                 for artifact, recorded in json_object(run.get("artifacts")).items():
-                    path = recorded.get("path") if isinstance(recorded, Mapping) else None
+                    path = recorded.get("path") if isinstance(recorded, dict) else None
                     digest = outputs.get(str(path)) if path else None
                     if digest:
                         name = f"{test}/{label}/{artifact}"
@@ -248,9 +246,8 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[Descriptor
     files: dict[str, tuple[str, str | None]] = {}  # relative path -> (what, recorded digest)
     for name, receipt in sorted(session.receipts.items()):
         for gate in receipt.block("gates"):
-            evidence = gate.get("evidence")
-            golden = evidence.get("golden") if isinstance(evidence, Mapping) else None
-            if isinstance(golden, Mapping) and golden.get("folder"):
+            golden = json_object(gate.get("evidence")).get("golden")
+            if isinstance(golden, dict) and golden.get("folder"):
                 relative = _relative(Path(str(golden["folder"])) / "manifest.json", rootdir)
                 if relative is None:
                     problems.append(f"{name}: golden folder {golden['folder']} outside {rootdir}")
@@ -260,7 +257,7 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[Descriptor
         for block in ("lossless", "speed"):
             for entry in receipt.block(block):
                 plan = entry.get("gate_plan")
-                if isinstance(plan, Mapping) and plan.get("frozen") and plan.get("file"):
+                if isinstance(plan, dict) and plan.get("frozen") and plan.get("file"):
                     relative = _relative(plan["file"], rootdir)
                     if relative is None:
                         problems.append(f"{name}: plan {plan['file']} outside {rootdir}")
@@ -785,17 +782,17 @@ def _checksums(subject: Iterable[Subject]) -> str:
 # --- verify --attestation ---------------------------------------------------------------------
 
 
-def _by_name(descriptors: Any) -> dict[str, dict[str, str]]:
+def _by_name(descriptors: JsonValue) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
-    for d in descriptors or []:
-        if isinstance(d, Mapping) and isinstance(d.get("digest"), Mapping):
+    for d in json_objects(descriptors):
+        if isinstance(digest := d.get("digest"), dict):
             found.setdefault(str(d.get("name")), {}).update(
-                {str(k): str(v) for k, v in d["digest"].items()}
+                {str(k): str(v) for k, v in digest.items()}
             )
     return found
 
 
-def compare_descriptors(what: str, signed: Any, on_disk: Any) -> list[str]:
+def compare_descriptors(what: str, signed: JsonValue, on_disk: JsonValue) -> list[str]:
     """Each descriptor (subject or configuration) that the signed Statement and the files on
     disk disagree on, named with both digests."""
     a, b = _by_name(signed), _by_name(on_disk)

@@ -24,7 +24,7 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -353,14 +353,19 @@ def _signature(git_dir: Path, common_dir: Path) -> _Signature:
     files = [git_dir / "HEAD", git_dir / "index", common_dir / "packed-refs"]
     if head.startswith("ref: "):
         files.append(common_dir / head[len("ref: ") :])
+    return _stat(str(path) for path in files)
+
+
+def _stat(names: Iterable[str]) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, mtime ns, size, inode) of each file; -1s for one that cannot be read."""
     found = []
-    for path in files:
+    for name in names:
         try:
-            info = os.stat(path)
+            info = os.stat(name)
         except OSError:
-            found.append((str(path), -1, -1, -1))
+            found.append((name, -1, -1, -1))
             continue
-        found.append((str(path), info.st_mtime_ns, info.st_size, info.st_ino))
+        found.append((name, info.st_mtime_ns, info.st_size, info.st_ino))
     return tuple(found)
 
 
@@ -460,15 +465,7 @@ class _Known:
 
 
 def _stat_again(signature: tuple[tuple[str, int, int, int], ...]) -> _Signature:
-    found = []
-    for name, *_ in signature:
-        try:
-            info = os.stat(name)
-        except OSError:
-            found.append((name, -1, -1, -1))
-            continue
-        found.append((name, info.st_mtime_ns, info.st_size, info.st_ino))
-    return tuple(found)
+    return _stat(name for name, *_ in signature)
 
 
 # -- remotes and publication

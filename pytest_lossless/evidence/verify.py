@@ -478,20 +478,8 @@ def check_lossless(block: Any, receipt: ReceiptRecord, context: Context) -> list
             found.append(f"lossless[{index}] is not a mapping")
             continue
         runs = {r["name"]: r["artifacts"] for r in entry.get("runs") or []}
-        gates = entry.get("gates") or {}
-        comparisons = list(entry.get("control_comparisons") or [])
-        if entry.get("candidate_comparison"):
-            comparisons.append(entry["candidate_comparison"])
-        for comparison in comparisons:
-            left, right = runs.get(comparison["left"]), runs.get(comparison["right"])
-            if left is None or right is None:
-                found.append(
-                    f"lossless[{index}]: comparison {comparison['left']} vs "
-                    f"{comparison['right']} names a run that is not recorded"
-                )
-                continue
-            pair = f"lossless[{index}] {comparison['left']} vs {comparison['right']}"
-            found += _rejudge_results(kinds, pair, comparison, left, right, gates)
+        comparisons = _comparisons(entry, "control_comparisons", "candidate_comparison")
+        found += _rejudge_pairs(kinds, f"lossless[{index}]", comparisons, runs, entry)
         verdict = rederive(entry)
         if verdict != entry.get("verdict"):
             found.append(
@@ -526,18 +514,9 @@ def check_matrix(block: Any, receipt: ReceiptRecord, context: Context) -> list[s
             for r in c.get("runs") or []
             if isinstance(r, Mapping)
         }
-        gates = grid.get("gates") or {}
         for cell in cells:
-            comparisons = list(cell.get("repeat_comparisons") or [])
-            if cell.get("reference_comparison"):
-                comparisons.append(cell["reference_comparison"])
-            for comparison in comparisons:
-                pair = f"{where} {comparison.get('left')} vs {comparison.get('right')}"
-                left, right = runs.get(comparison.get("left")), runs.get(comparison.get("right"))
-                if left is None or right is None:
-                    found.append(f"{pair}: names a run that is not recorded")
-                    continue
-                found += _rejudge_results(context.kinds, pair, comparison, left, right, gates)
+            comparisons = _comparisons(cell, "repeat_comparisons", "reference_comparison")
+            found += _rejudge_pairs(context.kinds, where, comparisons, runs, grid)
         verdicts = rederive(grid)
         for cell in cells:
             again_word = verdicts.get(str(cell.get("name")))
@@ -558,6 +537,28 @@ def check_matrix(block: Any, receipt: ReceiptRecord, context: Context) -> list[s
                     f"{where}: the explanation {grid.get('explanation')!r} is not the one its "
                     f"cells give ({line!r})"
                 )
+    return found
+
+
+def _comparisons(entry: Any, many: str, one: str) -> list[Any]:
+    """The comparisons an entry records: the list ``many``, then the single ``one`` if any."""
+    listed = list(entry.get(many) or [])
+    return [*listed, entry[one]] if entry.get(one) else listed
+
+
+def _rejudge_pairs(
+    kinds: KindRegistry, where: str, comparisons: list[Any], runs: Any, entry: Any
+) -> list[str]:
+    """Each comparison of two recorded runs re-judged (:func:`_rejudge_results`, under the
+    ``gates`` of ``entry``); one that names a run not recorded is named."""
+    found = []
+    for comparison in comparisons:
+        pair = f"{where} {comparison.get('left')} vs {comparison.get('right')}"
+        left, right = runs.get(comparison.get("left")), runs.get(comparison.get("right"))
+        if left is None or right is None:
+            found.append(f"{pair}: names a run that is not recorded")
+            continue
+        found += _rejudge_results(kinds, pair, comparison, left, right, entry.get("gates") or {})
     return found
 
 
