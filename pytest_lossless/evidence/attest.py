@@ -922,7 +922,7 @@ def check_bundle(
         str(r.get("sha256"))
         for slot in signed.values()
         if LOSSLESS_TYPE in slot
-        for r in json_objects(json_object(slot[LOSSLESS_TYPE].get("predicate")).get("receipts"))
+        for r in _listed_receipts(slot[LOSSLESS_TYPE])
     }
     for path in single_receipts:
         try:
@@ -961,8 +961,7 @@ def _compare_session(folder: Path, signed: Mapping[str, JsonObject], project: Pa
     detail = signed.get(LOSSLESS_TYPE)
     if detail is not None:
         signed_receipts = {
-            str(r.get("file")): str(r.get("sha256"))
-            for r in json_objects(json_object(detail.get("predicate")).get("receipts"))
+            str(r.get("file")): str(r.get("sha256")) for r in _listed_receipts(detail)
         }
         for name, digest in sorted(signed_receipts.items()):
             try:
@@ -1007,10 +1006,15 @@ def signed_receipts(bundle: Path, public_key: Any) -> dict[str, str]:
             or statement.get("predicateType") != (LOSSLESS_TYPE)
         ):
             continue
-        for entry in json_objects(json_object(statement.get("predicate")).get("receipts")):
+        for entry in _listed_receipts(statement):
             if entry.get("sha256"):
                 found[str(entry["sha256"])] = str(opened.session_id)
     return found
+
+
+def _listed_receipts(statement: JsonObject) -> list[JsonObject]:
+    """The receipts (file, SHA-256) a signed lossless Statement lists."""
+    return json_objects(json_object(statement.get("predicate")).get("receipts"))
 
 
 def revisions_of(statement: JsonObject) -> set[str]:

@@ -10,6 +10,7 @@ import errno
 import fcntl
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -61,10 +62,7 @@ def verdict_counts(loaded: Mapping[Path, ReceiptRecord | ReceiptError]) -> str:
 
 
 def _counted(words: list[str]) -> str:
-    counts: dict[str, int] = {}
-    for word in words:
-        counts[word] = counts.get(word, 0) + 1
-    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no receipts"
+    return ", ".join(f"{n} {v}" for v, n in sorted(Counter(words).items())) or "no receipts"
 
 
 def _session_facts(receipts: list[ReceiptRecord]) -> tuple[str, str]:
