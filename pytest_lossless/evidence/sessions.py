@@ -674,6 +674,7 @@ def signed_session_ids(places: list[Path]) -> tuple[set[str], str | None]:
 
 
 __all__ = [
+    "EXPORT_JSON",
     "Campaign",
     "Finding",
     "Session",
