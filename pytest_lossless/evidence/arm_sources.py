@@ -9,9 +9,8 @@ lossless entry's runs have a ``role`` and artifacts that are a run's declared ou
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from ..core.records import json_objects
+from ..core.records import JsonObject, json_object, json_objects
 from ..core.text import printable
 from .provenance import SourceState
 from .receipts import ReceiptRecord
@@ -32,10 +31,7 @@ def arm_sources(receipts: Iterable[ReceiptRecord]) -> dict[str, dict[str, list[S
         runs = {str(r.get("name")): r for r in receipt.block("runs")}
         arm_of = _arms_of(receipt, runs)
         for name, run in runs.items():
-            sources = run.get("sources")
-            if not isinstance(sources, Mapping):
-                continue
-            for tree, block in sources.items():
+            for tree, block in json_object(run.get("sources")).items():
                 state = SourceState.read(block)
                 if state is not None:
                     seen = found.setdefault(arm_of.get(name, OTHER_ARM), {})
@@ -46,35 +42,29 @@ def arm_sources(receipts: Iterable[ReceiptRecord]) -> dict[str, dict[str, list[S
     return dict(sorted(found.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
 
 
-def _arms_of(receipt: ReceiptRecord, runs: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+def _arms_of(receipt: ReceiptRecord, runs: Mapping[str, JsonObject]) -> dict[str, str]:
     """Run name -> the arm that ran it, from the speed and lossless entries (first one wins)."""
     arm_of: dict[str, str] = {}
     for entry in receipt.block("speed"):
         for sample in json_objects(entry.get("samples")):
             listed = sample.get("runs")
-            names: list[Any] = list(listed) if isinstance(listed, list) else []
-            if isinstance(sample.get("run"), str):
-                names.insert(0, sample["run"])
-            for name in names:
+            names = [sample["run"]] if isinstance(sample.get("run"), str) else []
+            for name in names + (listed if isinstance(listed, list) else []):
                 arm_of.setdefault(str(name), str(sample.get("arm")))
     by_output = {
         str(output["path"]): name
         for name, run in runs.items()
-        if isinstance(run.get("outputs"), Mapping)
-        for output in run["outputs"].values()
-        if isinstance(output, Mapping) and output.get("path")
+        for output in json_object(run.get("outputs")).values()
+        if isinstance(output, dict) and output.get("path")
     }
     for entry in receipt.block("lossless"):
         for compared in json_objects(entry.get("runs")):
-            artifacts = compared.get("artifacts")
-            for artifact in artifacts.values() if isinstance(artifacts, Mapping) else ():
-                name = (
-                    by_output.get(str(artifact.get("path")))
-                    if isinstance(artifact, Mapping)
-                    else None
+            for artifact in json_object(compared.get("artifacts")).values():
+                found = (
+                    by_output.get(str(artifact.get("path"))) if isinstance(artifact, dict) else None
                 )
-                if name is not None:
-                    arm_of.setdefault(name, str(compared.get("role") or OTHER_ARM))
+                if found is not None:
+                    arm_of.setdefault(found, str(compared.get("role") or OTHER_ARM))
     return arm_of
 
 

@@ -28,16 +28,24 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.paths import inside_root, read_regular, write_atomic
-from ..core.records import JsonObject, Record, json_object, json_objects, loads_bounded, spec
+from ..core.records import (
+    JsonObject,
+    JsonValue,
+    Record,
+    json_object,
+    json_objects,
+    loads_bounded,
+    spec,
+)
 from ..core.text import printable
 from ..core.verdict import Verdict
 from ..errors import LosslessError, ReceiptError
-from .index import INDEX_NAME, SessionIndex, load_index, sha256_regular
+from .index import INDEX_NAME, HostIdentity, IndexFile, SessionIndex, load_index, sha256_regular
 from .provenance import SourceState
-from .receipts import ReceiptRecord
+from .receipts import GateRow, ReceiptRecord
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -108,10 +116,6 @@ class Subject(Record):
     annotations: dict[str, str | bool] | None = spec(None, omit="none")
 
 
-def _digest_set(algorithm: str, value: Any) -> dict[str, str]:
-    return {algorithm: str(value)}
-
-
 def _relative(path: Any, rootdir: Any) -> str | None:
     """A path a receipt records (absolute on the machine that ran it), relative to that
     machine's rootdir: the name the same file has in any checkout. None when outside it."""
@@ -150,8 +154,7 @@ def source_subjects(session: SessionFiles) -> list[Subject]:
         add("source", receipt.source)
         rootdir = session.index.rootdir
         for run in receipt.block("runs"):
-            trees = run.get("sources")
-            for tree, state in (trees or {}).items() if isinstance(trees, Mapping) else ():
+            for tree, state in json_object(run.get("sources")).items():
                 add(f"source:{_relative(tree, rootdir) or tree}", state)
     return [found[k] for k in sorted(found)]
 
@@ -185,12 +188,11 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
             str(entry.get("path")): entry.get("sha256")
             for run in receipt.block("runs")
             for entry in json_object(run.get("outputs")).values()
-            if isinstance(entry, Mapping)
+            if isinstance(entry, dict)
         }
         for gate in receipt.block("gates"):
-            evidence = gate.get("evidence")
-            obtained = evidence.get("obtained") if isinstance(evidence, Mapping) else None
-            if isinstance(obtained, Mapping) and obtained.get("sha256"):
+            obtained = json_object(gate.get("evidence")).get("obtained")
+            if isinstance(obtained, dict) and obtained.get("sha256"):
                 name = f"{test}/{gate.get('artifact')}"
                 found[name] = Subject(name, {"sha256": str(obtained["sha256"])})
         for entry in receipt.block("lossless"):
@@ -199,7 +201,7 @@ def artifact_subjects(session: SessionFiles) -> list[Subject]:
                 if run.get("role") != "candidate":
                     continue
                 for artifact, recorded in json_object(run.get("artifacts")).items():
-                    path = recorded.get("path") if isinstance(recorded, Mapping) else None
+                    path = recorded.get("path") if isinstance(recorded, dict) else None
                     digest = outputs.get(str(path)) if path else None
                     if digest:
                         name = f"{test}/{label}/{artifact}"
@@ -213,7 +215,19 @@ def subjects(session: SessionFiles) -> list[Subject]:
     return source_subjects(session) + diff_subjects(session) + artifact_subjects(session)
 
 
-def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:
+@dataclass(frozen=True, slots=True)
+class Descriptor(Record):
+    """An in-toto ResourceDescriptor of the Test Result ``configuration``: a JSON file the
+    session was judged by, by its SHA-256."""
+
+    name: str
+    digest: dict[str, str]
+    annotations: dict[str, str]
+    uri: str | None = spec(None, omit="none")
+    media_type: str = spec("application/json", key="mediaType")
+
+
+def configuration(session: SessionFiles, project: Path) -> tuple[list[Descriptor], list[str]]:
     """The Test Result ``configuration``: the session's ``INDEX.json`` by digest, and each
     golden manifest and frozen plan the receipts name, by the digest of the file as it is in
     ``project`` (a checkout of the revision the session ran). Also returns what does not agree:
@@ -222,20 +236,18 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
     problems: list[str] = []
     rootdir = session.index.rootdir
     descriptors = [
-        {
-            "name": INDEX_NAME,
-            "uri": f"pytest-lossless:session/{session.session_id}/{INDEX_NAME}",
-            "digest": _digest_set("sha256", session.index_sha256),
-            "mediaType": "application/json",
-            "annotations": {"session_id": session.session_id},
-        }
+        Descriptor(
+            INDEX_NAME,
+            {"sha256": session.index_sha256},
+            {"session_id": session.session_id},
+            uri=f"pytest-lossless:session/{session.session_id}/{INDEX_NAME}",
+        )
     ]
     files: dict[str, tuple[str, str | None]] = {}  # relative path -> (what, recorded digest)
     for name, receipt in sorted(session.receipts.items()):
         for gate in receipt.block("gates"):
-            evidence = gate.get("evidence")
-            golden = evidence.get("golden") if isinstance(evidence, Mapping) else None
-            if isinstance(golden, Mapping) and golden.get("folder"):
+            golden = json_object(gate.get("evidence")).get("golden")
+            if isinstance(golden, dict) and golden.get("folder"):
                 relative = _relative(Path(str(golden["folder"])) / "manifest.json", rootdir)
                 if relative is None:
                     problems.append(f"{name}: golden folder {golden['folder']} outside {rootdir}")
@@ -245,7 +257,7 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
         for block in ("lossless", "speed"):
             for entry in receipt.block(block):
                 plan = entry.get("gate_plan")
-                if isinstance(plan, Mapping) and plan.get("frozen") and plan.get("file"):
+                if isinstance(plan, dict) and plan.get("frozen") and plan.get("file"):
                     relative = _relative(plan["file"], rootdir)
                     if relative is None:
                         problems.append(f"{name}: plan {plan['file']} outside {rootdir}")
@@ -267,14 +279,7 @@ def configuration(session: SessionFiles, project: Path) -> tuple[list[dict[str, 
                 f"against {recorded}: the checkout is not the revision the session ran, or the "
                 "golden changed since"
             )
-        descriptors.append(
-            {
-                "name": relative,
-                "digest": _digest_set("sha256", digest),
-                "mediaType": "application/json",
-                "annotations": {"role": what},
-            }
-        )
+        descriptors.append(Descriptor(relative, {"sha256": digest}, {"role": what}))
     return descriptors, problems
 
 
@@ -335,96 +340,162 @@ def overall_result(outcomes: Sequence[GateOutcome], *, finished: bool) -> str:
     return WARNED if WARNED in counts else PASSED
 
 
-def _test_detail(test_id: str, receipt: ReceiptRecord | None) -> dict[str, Any]:
-    """The lossless detail of one test: each gate, lossless comparison and speed workload."""
-    if receipt is None:
-        return {"gates": [], "lossless": [], "speed": []}
-    gates = [g.to_json() for g in receipt.parts.gates]
-    lossless = [
-        {
-            "label": e.get("label"),
-            "verdict": e.get("verdict"),
-            "gates": e.get("gates"),
-            "lossy": bool(e.get("lossy")),
-            "expect_verdict": e.get("expect_verdict"),
-        }
-        for e in receipt.block("lossless")
-    ]
-    speed = [
-        {
-            "workload": e.get("workload"),
-            "verdict": e.get("verdict"),
-            "ratio": e.get("ratio"),
-            "interval": e.get("ci"),
-            "confidence": e.get("confidence"),
-            "target_ratio": e.get("target_ratio"),
-            "pairs": e.get("pairs"),
-            "expect_verdict": e.get("expect_verdict"),
-        }
-        for e in receipt.block("speed")
-    ]
-    overall = (receipt.recorded_verdicts or {}).get("overall")
-    return {"verdict": overall, "gates": gates, "lossless": lossless, "speed": speed}
+@dataclass(frozen=True, slots=True)
+class LosslessSummary(Record):
+    """One ``lossless.compare`` of a test in the lossless predicate, as its receipt records it."""
+
+    label: JsonValue
+    verdict: JsonValue
+    gates: JsonValue
+    lossy: bool
+    expect_verdict: JsonValue
 
 
-def statements(session: SessionFiles, project: Path) -> tuple[list[dict[str, Any]], list[str]]:
+@dataclass(frozen=True, slots=True)
+class SpeedSummary(Record):
+    """One speed workload of a test in the lossless predicate, as its receipt records it."""
+
+    workload: JsonValue
+    verdict: JsonValue
+    ratio: JsonValue
+    interval: JsonValue
+    confidence: JsonValue
+    target_ratio: JsonValue
+    pairs: JsonValue
+    expect_verdict: JsonValue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestDetail(Record):
+    """One selected gate test in the lossless predicate: what it counts as and why, its
+    receipt's overall verdict (no key without a receipt), gates, comparisons and workloads."""
+
+    __test__ = False  # not a pytest test class
+    test_id: str
+    counts_as: str
+    why: str
+    verdict: JsonValue = spec(None, omit=lambda test: not test.judged)
+    gates: tuple[GateRow, ...] = ()
+    lossless: tuple[LosslessSummary, ...] = ()
+    speed: tuple[SpeedSummary, ...] = ()
+    judged: bool = spec(False, json=False)
+
+    @classmethod
+    def of(cls, outcome: GateOutcome, receipt: ReceiptRecord | None) -> TestDetail:
+        made = cls(test_id=outcome.test_id, counts_as=outcome.counts_as, why=outcome.why)
+        if receipt is None:
+            return made
+        lossless = [
+            LosslessSummary(
+                e.get("label"),
+                e.get("verdict"),
+                e.get("gates"),
+                bool(e.get("lossy")),
+                e.get("expect_verdict"),
+            )
+            for e in receipt.block("lossless")
+        ]
+        keys = ("workload", "verdict", "ratio", "ci", "confidence", "target_ratio", "pairs")
+        speed = [
+            SpeedSummary(*(e.get(k) for k in (*keys, "expect_verdict")))
+            for e in receipt.block("speed")
+        ]
+        return replace(
+            made,
+            verdict=(receipt.recorded_verdicts or {}).get("overall"),
+            gates=receipt.parts.gates,
+            lossless=tuple(lossless),
+            speed=tuple(speed),
+            judged=True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TestResultPredicate(Record):
+    """The in-toto Test Result predicate (:data:`TEST_RESULT_TYPE`)."""
+
+    __test__ = False
+    TYPE: ClassVar[str] = TEST_RESULT_TYPE
+    result: str
+    configuration: tuple[Descriptor, ...]
+    passed: tuple[str, ...] = spec(key="passedTests")
+    warned: tuple[str, ...] = spec(key="warnedTests")
+    failed: tuple[str, ...] = spec(key="failedTests")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionDetail(Record):
+    """The session a lossless predicate is about, as its ``INDEX.json`` says."""
+
+    id: str
+    host: HostIdentity | None
+    started_at: str | None
+    ended_at: str | None
+    state: str | None
+    finished: bool
+    mode: str | None
+    index_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class LosslessPredicate(Record):
+    """This project's predicate (:data:`LOSSLESS_TYPE`): the session, its result, each
+    selected gate test's detail and each receipt's SHA-256."""
+
+    TYPE: ClassVar[str] = LOSSLESS_TYPE
+    session: SessionDetail
+    result: str
+    tests: tuple[TestDetail, ...]
+    receipts: tuple[IndexFile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement(Record):
+    """An in-toto Statement v1 about the session's subjects (signed as JSON with sorted keys:
+    :func:`statement_bytes`)."""
+
+    subject: tuple[Subject, ...]
+    predicate: TestResultPredicate | LosslessPredicate
+    predicate_type: str = spec(key="predicateType", derive=lambda s: s.predicate.TYPE)
+    statement_type: str = spec(key="_type", derive=lambda _: STATEMENT_TYPE)
+
+
+def statements(session: SessionFiles, project: Path) -> tuple[list[Statement], list[str]]:
     """The session's two Statements (Test Result, then the lossless detail), and what in the
     project disagrees with them (see :func:`configuration`)."""
-    subject = [s.to_json() for s in subjects(session)]
+    subject = tuple(subjects(session))
     config, problems = configuration(session, project)
     outcomes = gate_outcomes(session)
-    finished = session.index.finished
-    result = overall_result(outcomes, finished=finished)
-    test_result = {
-        "result": result,
-        "configuration": config,
-        "passedTests": sorted(o.test_id for o in outcomes if o.counts_as == PASSED),
-        "warnedTests": sorted(o.test_id for o in outcomes if o.counts_as == WARNED),
-        "failedTests": sorted(o.test_id for o in outcomes if o.counts_as == FAILED),
-    }
-    receipts_by_test = {r.test_id: r for r in session.receipts.values()}
     index = session.index
-    detail = {
-        "session": {
-            "id": session.session_id,
-            "host": None if index.host is None else index.host.to_json(),
-            "started_at": index.started_at,
-            "ended_at": index.ended_at,
-            "state": index.state,
-            "finished": finished,
-            "mode": index.mode,
-            "index_sha256": session.index_sha256,
-        },
-        "result": result,
-        "tests": [
-            {
-                "test_id": o.test_id,
-                "counts_as": o.counts_as,
-                "why": o.why,
-                **_test_detail(o.test_id, receipts_by_test.get(o.test_id)),
-            }
-            for o in outcomes
-        ],
-        "receipts": [e.to_json() for e in sorted(index.receipts, key=lambda e: e.file)],
-    }
-    made = [
-        {
-            "_type": STATEMENT_TYPE,
-            "subject": subject,
-            "predicateType": TEST_RESULT_TYPE,
-            "predicate": test_result,
-        },
-        {
-            "_type": STATEMENT_TYPE,
-            "subject": subject,
-            "predicateType": LOSSLESS_TYPE,
-            "predicate": detail,
-        },
-    ]
-    return made, problems
+    result = overall_result(outcomes, finished=index.finished)
+    test_result = TestResultPredicate(
+        result,
+        tuple(config),
+        *(
+            tuple(sorted(o.test_id for o in outcomes if o.counts_as == c))
+            for c in (PASSED, WARNED, FAILED)
+        ),
+    )
+    receipts_by_test = {r.test_id: r for r in session.receipts.values()}
+    detail = LosslessPredicate(
+        SessionDetail(
+            id=session.session_id,
+            host=index.host,
+            started_at=index.started_at,
+            ended_at=index.ended_at,
+            state=index.state,
+            finished=index.finished,
+            mode=index.mode,
+            index_sha256=session.index_sha256,
+        ),
+        result,
+        tuple(TestDetail.of(o, receipts_by_test.get(o.test_id)) for o in outcomes),
+        tuple(sorted(index.receipts, key=lambda e: e.file)),
+    )
+    return [Statement(subject, test_result), Statement(subject, detail)], problems
 
 
-def statement_bytes(statement: Mapping[str, Any]) -> bytes:
+def statement_bytes(statement: JsonObject) -> bytes:
     """A Statement as the payload bytes signed: JSON, sorted keys, no spaces, UTF-8."""
     return json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -495,20 +566,29 @@ def keyid(public_key: Any) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-def envelope(statement: Mapping[str, Any], private_key: Any) -> dict[str, Any]:
-    """A DSSE envelope holding ``statement``, signed with ``private_key``."""
+@dataclass(frozen=True, slots=True)
+class Signature(Record):
+    """One DSSE signature: the key's id (:func:`keyid`) and the signature, base64."""
+
+    keyid: str
+    sig: str
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope(Record):
+    """A DSSE envelope: the Statement's bytes (base64) and their signatures."""
+
+    payload: str
+    signatures: tuple[Signature, ...]
+    payload_type: str = spec(PAYLOAD_TYPE, key="payloadType")
+
+
+def envelope(statement: JsonObject, private_key: Any) -> Envelope:
+    """A DSSE envelope holding ``statement`` (its JSON), signed with ``private_key``."""
     payload = statement_bytes(statement)
     signature = private_key.sign(pae(PAYLOAD_TYPE, payload))
-    return {
-        "payloadType": PAYLOAD_TYPE,
-        "payload": base64.b64encode(payload).decode("ascii"),
-        "signatures": [
-            {
-                "keyid": keyid(private_key.public_key()),
-                "sig": base64.b64encode(signature).decode("ascii"),
-            }
-        ],
-    }
+    sig = Signature(keyid(private_key.public_key()), base64.b64encode(signature).decode("ascii"))
+    return Envelope(base64.b64encode(payload).decode("ascii"), (sig,))
 
 
 @dataclass(frozen=True)
@@ -665,20 +745,25 @@ def sign(
         if problems:
             done.refused += [f"{folder}: {printable(p)}" for p in problems]
             continue
-        done.sessions.append((session.session_id, str(made[0]["predicate"]["result"])))
+        done.sessions.append((session.session_id, made[0].predicate.result))
         if private_key is not None:
-            lines += [json.dumps(envelope(s, private_key), sort_keys=True) for s in made]
+            lines += [
+                json.dumps(envelope(s.to_json(), private_key).to_json(), sort_keys=True)
+                for s in made
+            ]
             continue
         target = out / session.session_id
         inside_root(target, project, what="attestation folder")
         target.mkdir(parents=True, exist_ok=True)
-        for statement, stem in zip(made, ("test-result", "lossless"), strict=True):
+        for statement, stem in zip(
+            (s.to_json() for s in made), ("test-result", "lossless"), strict=True
+        ):
             for suffix, value in (("statement", statement), ("predicate", statement["predicate"])):
                 path = target / f"{stem}.{suffix}.json"
                 write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
                 done.written.append(path)
         checksums = target / "subjects.sha256"
-        write_atomic(checksums, _checksums(made[0]["subject"]).encode())
+        write_atomic(checksums, _checksums(made[0].subject).encode())
         done.written.append(checksums)
     if private_key is not None and lines and not done.refused:
         out.mkdir(parents=True, exist_ok=True)
@@ -688,28 +773,26 @@ def sign(
     return done
 
 
-def _checksums(subject: Iterable[Mapping[str, Any]]) -> str:
+def _checksums(subject: Iterable[Subject]) -> str:
     """The sha256 subjects in ``sha256sum`` format (``actions/attest``'s subject-checksums);
     ``gitCommit`` subjects have no place there (the CI's signer binds the commit itself)."""
-    return "".join(
-        f"{s['digest']['sha256']}  {s['name']}\n" for s in subject if "sha256" in s["digest"]
-    )
+    return "".join(f"{s.digest['sha256']}  {s.name}\n" for s in subject if "sha256" in s.digest)
 
 
 # --- verify --attestation ---------------------------------------------------------------------
 
 
-def _by_name(descriptors: Any) -> dict[str, dict[str, str]]:
+def _by_name(descriptors: JsonValue) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
-    for d in descriptors or []:
-        if isinstance(d, Mapping) and isinstance(d.get("digest"), Mapping):
+    for d in json_objects(descriptors):
+        if isinstance(digest := d.get("digest"), dict):
             found.setdefault(str(d.get("name")), {}).update(
-                {str(k): str(v) for k, v in d["digest"].items()}
+                {str(k): str(v) for k, v in digest.items()}
             )
     return found
 
 
-def compare_descriptors(what: str, signed: Any, on_disk: Any) -> list[str]:
+def compare_descriptors(what: str, signed: JsonValue, on_disk: JsonValue) -> list[str]:
     """Each descriptor (subject or configuration) that the signed Statement and the files on
     disk disagree on, named with both digests."""
     a, b = _by_name(signed), _by_name(on_disk)
@@ -839,7 +922,7 @@ def check_bundle(
         str(r.get("sha256"))
         for slot in signed.values()
         if LOSSLESS_TYPE in slot
-        for r in json_objects(json_object(slot[LOSSLESS_TYPE].get("predicate")).get("receipts"))
+        for r in _listed_receipts(slot[LOSSLESS_TYPE])
     }
     for path in single_receipts:
         try:
@@ -859,13 +942,12 @@ def check_bundle(
     return found, results
 
 
-def _compare_session(
-    folder: Path, signed: Mapping[str, Mapping[str, Any]], project: Path
-) -> list[str]:
+def _compare_session(folder: Path, signed: Mapping[str, JsonObject], project: Path) -> list[str]:
     """A signed session against its folder: the index file's digest first (it holds every
     receipt's), then each receipt, subject and configuration file re-derived from disk."""
     test_result = signed[TEST_RESULT_TYPE]
-    signed_index = _by_name(test_result["predicate"].get("configuration")).get(INDEX_NAME, {})
+    predicate = json_object(test_result.get("predicate"))
+    signed_index = _by_name(predicate.get("configuration")).get(INDEX_NAME, {})
     found: list[str] = []
     try:
         index_digest = sha256_regular(folder / INDEX_NAME)
@@ -879,9 +961,7 @@ def _compare_session(
     detail = signed.get(LOSSLESS_TYPE)
     if detail is not None:
         signed_receipts = {
-            str(r.get("file")): str(r.get("sha256"))
-            for r in detail["predicate"].get("receipts") or []
-            if isinstance(r, Mapping)
+            str(r.get("file")): str(r.get("sha256")) for r in _listed_receipts(detail)
         }
         for name, digest in sorted(signed_receipts.items()):
             try:
@@ -898,18 +978,16 @@ def _compare_session(
         session = SessionFiles.read(folder)
     except AttestationError as exc:
         return [*found, str(exc)]
-    again, _ = statements(session, project)
-    found += compare_descriptors("subject", test_result.get("subject"), again[0]["subject"])
+    again = statements(session, project)[0][0].to_json()
+    found += compare_descriptors("subject", test_result.get("subject"), again["subject"])
     found += compare_descriptors(
-        "configuration",
-        test_result["predicate"].get("configuration"),
-        again[0]["predicate"]["configuration"],
+        "configuration", predicate.get("configuration"), again["predicate"]["configuration"]
     )
     for key in ("result", "passedTests", "warnedTests", "failedTests"):
-        if test_result["predicate"].get(key) != again[0]["predicate"][key]:
+        if predicate.get(key) != again["predicate"][key]:
             found.append(
-                f"predicate {key}: signed {test_result['predicate'].get(key)!r}, the receipts "
-                f"on disk give {again[0]['predicate'][key]!r}"
+                f"predicate {key}: signed {predicate.get(key)!r}, the receipts "
+                f"on disk give {again['predicate'][key]!r}"
             )
     if detail is not None and detail.get("subject") != test_result.get("subject"):
         found.append("the two signed Statements of the session name different subjects")
@@ -928,10 +1006,15 @@ def signed_receipts(bundle: Path, public_key: Any) -> dict[str, str]:
             or statement.get("predicateType") != (LOSSLESS_TYPE)
         ):
             continue
-        for entry in json_objects(json_object(statement.get("predicate")).get("receipts")):
+        for entry in _listed_receipts(statement):
             if entry.get("sha256"):
                 found[str(entry["sha256"])] = str(opened.session_id)
     return found
+
+
+def _listed_receipts(statement: JsonObject) -> list[JsonObject]:
+    """The receipts (file, SHA-256) a signed lossless Statement lists."""
+    return json_objects(json_object(statement.get("predicate")).get("receipts"))
 
 
 def revisions_of(statement: JsonObject) -> set[str]:

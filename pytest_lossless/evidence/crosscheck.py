@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..core.records import json_objects
+from ..core.records import JsonObject, json_object, json_objects
 from .receipts import ReceiptRecord
 
 #: How far a sample's start may lie from its run's start (the two clocks are read apart).
@@ -70,7 +70,7 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _request_failed(entry: Mapping[str, Any]) -> bool:
+def _request_failed(entry: JsonObject) -> bool:
     """Failed as the server client counts it: an error, or no 2xx answer."""
     status = _count(entry.get("status"))
     return "error" in entry or status is None or not 200 <= status < 300
@@ -85,10 +85,10 @@ def check_run_requests(block: Any, receipt: ReceiptRecord, context: Any) -> list
     for run in receipt.block("runs"):
         name = f"runs: {run.get('name')}"
         totals = run.get("request_totals")
-        if isinstance(totals, Mapping):
+        if isinstance(totals, dict):
             found += _request_totals(name, run, totals)
         readiness = run.get("readiness")
-        if isinstance(readiness, Mapping):
+        if isinstance(readiness, dict):
             for field, other in (("probes", "ready_polls"), ("ready_seconds", "startup_seconds")):
                 if readiness.get(field) != run.get(other):
                     found.append(
@@ -96,16 +96,16 @@ def check_run_requests(block: Any, receipt: ReceiptRecord, context: Any) -> list
                         f"records {other} {run.get(other)}"
                     )
         memory = run.get("device_memory")
-        if isinstance(memory, Mapping):
+        if isinstance(memory, dict):
             found += _device_memory(name, memory)
     return found
 
 
-def _request_totals(name: str, run: Mapping[str, Any], totals: Mapping[str, Any]) -> list[str]:
+def _request_totals(name: str, run: JsonObject, totals: JsonObject) -> list[str]:
     found: list[str] = []
     records = json_objects(run.get("requests"))
     kept, omitted = totals.get("kept"), totals.get("omitted")
-    if not isinstance(kept, Mapping) or not isinstance(omitted, Mapping):
+    if not isinstance(kept, dict) or not isinstance(omitted, dict):
         return [f"{name}: request_totals has no kept and omitted parts to add up"]
     derived = {
         "requests": len(records),
@@ -144,7 +144,7 @@ def _request_totals(name: str, run: Mapping[str, Any], totals: Mapping[str, Any]
             f"{omitted.get('requests')} omitted: records beyond the limit are only counted"
         )
     statuses = totals.get("statuses")
-    if isinstance(statuses, Mapping) and sum(
+    if isinstance(statuses, dict) and sum(
         c for c in statuses.values() if isinstance(c, int)
     ) != totals.get("requests"):
         found.append(f"{name}: request_totals.statuses do not add up to its requests")
@@ -165,7 +165,7 @@ def _request_totals(name: str, run: Mapping[str, Any], totals: Mapping[str, Any]
     return found
 
 
-def _device_memory(name: str, memory: Mapping[str, Any]) -> list[str]:
+def _device_memory(name: str, memory: JsonObject) -> list[str]:
     peak = memory.get("peak_mib")
     peaks = [p.get("peak_mib") for p in json_objects(memory.get("processes"))]
     numbers = [float(p) for p in peaks if isinstance(p, (int, float))]
@@ -180,7 +180,7 @@ def _device_memory(name: str, memory: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _sample_order(label: str, samples: Sequence[Mapping[str, Any]], design: str) -> list[str]:
+def _sample_order(label: str, samples: Sequence[JsonObject], design: str) -> list[str]:
     """Indices 0..n-1 in order, blocks 0.. contiguous and whole, only the last arm an error."""
     found: list[str] = []
     per_block = len(design) if design in ("ABBA", "AB") else None
@@ -248,14 +248,16 @@ def check_speed_runs(block: Any, receipt: ReceiptRecord, context: Any) -> list[s
     return found
 
 
-def _sample_against_run(where: str, sample: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
-    seconds = sample.get("seconds")
+def _sample_against_run(where: str, sample: JsonObject, run: JsonObject) -> list[str]:
+    seconds, found = sample.get("seconds"), []
+    expected = run.get("wall_seconds")
     if run.get("kind") == "server":
-        requests = run.get("measured_seconds")
-        expected = sum(requests) if isinstance(requests, list) and requests else None
-    else:
-        expected = run.get("wall_seconds")
-    found = []
+        listed = run.get("measured_seconds")
+        requests = listed if isinstance(listed, list) else []
+        timed = [t for t in requests if isinstance(t, (int, float))]
+        expected = sum(timed) if timed else None
+        if len(timed) != len(requests):
+            found.append(f"{where}: its run's measured_seconds {_short(requests)} are not numbers")
     if (
         isinstance(seconds, (int, float))
         and isinstance(expected, (int, float))
@@ -270,17 +272,17 @@ def _sample_against_run(where: str, sample: Mapping[str, Any], run: Mapping[str,
 
 def _unsampled_runs(
     label: str,
-    samples: Sequence[Mapping[str, Any]],
-    runs: Mapping[str, Mapping[str, Any]],
+    samples: Sequence[JsonObject],
+    runs: Mapping[str, JsonObject],
     sampled: set[str],
 ) -> list[str]:
     """Runs that started inside the gate's time span but that no sample refers to: dropped."""
     starts = [t for s in samples if (t := _epoch(s.get("started_at"))) is not None]
     ends = [
-        t + float(s["arm_seconds"])
+        t + float(arm)
         for s in samples
         if (t := _epoch(s.get("started_at"))) is not None
-        and isinstance(s.get("arm_seconds"), (int, float))
+        and isinstance(arm := s.get("arm_seconds"), (int, float))
     ]
     if not starts or not ends:
         return []
@@ -306,25 +308,20 @@ def _unsampled_runs(
 
 def check_lossless_outputs(block: Any, receipt: ReceiptRecord, context: Any) -> list[str]:
     """Each lossless run's fingerprints against the output digests its run record carries."""
-    outputs: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    outputs: dict[str, tuple[str, JsonObject]] = {}
     for run in receipt.block("runs"):
-        entries = run.get("outputs")
-        if isinstance(entries, Mapping):
-            for entry in entries.values():
-                if isinstance(entry, Mapping) and entry.get("path"):
-                    outputs[str(entry["path"])] = (str(run.get("name")), entry)
+        for entry in json_object(run.get("outputs")).values():
+            if isinstance(entry, dict) and entry.get("path"):
+                outputs[str(entry["path"])] = (str(run.get("name")), entry)
     found: list[str] = []
     for number, entry in enumerate(receipt.block("lossless")):
         for compared in json_objects(entry.get("runs")):
-            artifacts = compared.get("artifacts")
-            if not isinstance(artifacts, Mapping):
-                continue
-            for name, artifact in artifacts.items():
-                if not isinstance(artifact, Mapping):
+            for name, artifact in json_object(compared.get("artifacts")).items():
+                if not isinstance(artifact, dict):
                     continue
                 source = outputs.get(str(artifact.get("path")))
                 fingerprint = artifact.get("fingerprint")
-                if source is None or not isinstance(fingerprint, Mapping):
+                if source is None or not isinstance(fingerprint, dict):
                     continue
                 run_name, output = source
                 digest = fingerprint.get("sha256")

@@ -24,19 +24,20 @@ import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.clock import utc_iso
 from ..core.digests import sha256_file
 from ..core.paths import fsync_dir, fsync_file, read_regular, safe_name, write_json_atomic
+from ..core.records import Record
 from ..core.text import printable
 from ..errors import ConfigError, ReceiptError
-from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA
+from ..goldens.accept import EXPORT_JSON, EXPORT_SCHEMA, ExportSettings
 from ..goldens.swap import FolderLock, GoldenUpdateError
 from .index import HostIdentity
+from .provenance import SourceIdentity
 
 __all__ = [
     "ARTIFACTS",
@@ -159,15 +160,17 @@ class ExportFolder:
 
     def write(
         self,
-        entries: Sequence[Mapping[str, Any]],
+        entries: Sequence[Record],
         *,
         session: str,
         host: HostIdentity,
-        source: Mapping[str, Any],
-        settings: Mapping[str, Any],
+        source: SourceIdentity,
+        settings: ExportSettings,
         command: Sequence[str],
     ) -> Path:
-        """Write ``export.json`` (atomically, last: a reader sees a complete export)."""
+        """Write ``export.json`` (atomically, last: a reader sees a complete export): the
+        entries (each one artifact, :class:`..goldens.accept.Exported` reads them back) sorted
+        by test and artifact, the source's revision and dirty flag."""
         self.root.mkdir(parents=True, exist_ok=True)
         document = {
             "schema": EXPORT_SCHEMA,
@@ -175,11 +178,11 @@ class ExportFolder:
             "written_at": utc_iso(),
             "session": session,
             "host": host.to_json(),
-            "source": {k: source.get(k) for k in ("revision", "dirty", "branch") if k in source},
-            "settings": dict(settings),
+            "source": {"revision": source.revision, "dirty": source.dirty},
+            "settings": settings.to_json(),
             "command": list(command),
             "entries": sorted(
-                (dict(e) for e in entries), key=lambda e: (str(e["test"]), str(e["artifact"]))
+                (e.to_json() for e in entries), key=lambda e: (str(e["test"]), str(e["artifact"]))
             ),
         }
         path = self.root / EXPORT_JSON

@@ -24,7 +24,7 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -220,16 +220,44 @@ class SourceState(Record):
         # Not a git revision: the shorter block receipts have always written for it.
         return {key: data[key] for key in (*_NOT_GIT, *_STORING) if key in data}
 
-    def compact(self) -> dict[str, Any]:
+    def compact(self) -> SourceIdentity:
         """The compact source identity for manifests and the session's index: revision,
         dirty flag, diff hash, publication, without the diff text and file lists."""
-        state = self.to_json()
-        keys: tuple[str, ...] = ("revision", "dirty", "diff_sha256", "diff_bytes", "published")
-        keys += ("publication", "remote_url", "remote_branch", "published_branches")
-        keys += ("publication_detail", "changed_files")
-        compact = {key: state.get(key) for key in keys}
-        compact["untracked_count"] = self.untracked_files
-        return compact
+        known, shown = self.revision is not None, self.publication
+        return SourceIdentity(
+            revision=self.revision,
+            dirty=self.dirty,
+            diff_sha256=self.diff_sha256,
+            diff_bytes=self.diff_bytes if known else None,
+            published=shown.published,
+            publication=shown.publication,
+            remote_url=shown.remote_url,
+            remote_branch=shown.remote_branch,
+            published_branches=shown.published_branches,
+            publication_detail=shown.publication_detail,
+            changed_files=self.changed_files if known else None,
+            untracked_count=self.untracked_files,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceIdentity(Record):
+    """A source tree's compact identity (:meth:`SourceState.compact`), as a golden's manifest,
+    the session's ``INDEX.json``, an export and each ``model_run(sources=...)`` tree record it:
+    every key written, in this order (None: not known, or not a git revision)."""
+
+    revision: str | None
+    dirty: bool | None
+    diff_sha256: str | None
+    diff_bytes: int | None
+    published: bool | None
+    publication: str
+    remote_url: str | None
+    remote_branch: str | None
+    published_branches: tuple[str, ...] | None
+    publication_detail: str
+    changed_files: int | None
+    untracked_count: int
 
 
 #: The keys of the block of a tree that is not a git revision (all but the last three empty).
@@ -325,14 +353,19 @@ def _signature(git_dir: Path, common_dir: Path) -> _Signature:
     files = [git_dir / "HEAD", git_dir / "index", common_dir / "packed-refs"]
     if head.startswith("ref: "):
         files.append(common_dir / head[len("ref: ") :])
+    return _stat(str(path) for path in files)
+
+
+def _stat(names: Iterable[str]) -> tuple[tuple[str, int, int, int], ...]:
+    """(name, mtime ns, size, inode) of each file; -1s for one that cannot be read."""
     found = []
-    for path in files:
+    for name in names:
         try:
-            info = os.stat(path)
+            info = os.stat(name)
         except OSError:
-            found.append((str(path), -1, -1, -1))
+            found.append((name, -1, -1, -1))
             continue
-        found.append((str(path), info.st_mtime_ns, info.st_size, info.st_ino))
+        found.append((name, info.st_mtime_ns, info.st_size, info.st_ino))
     return tuple(found)
 
 
@@ -432,15 +465,7 @@ class _Known:
 
 
 def _stat_again(signature: tuple[tuple[str, int, int, int], ...]) -> _Signature:
-    found = []
-    for name, *_ in signature:
-        try:
-            info = os.stat(name)
-        except OSError:
-            found.append((name, -1, -1, -1))
-            continue
-        found.append((name, info.st_mtime_ns, info.st_size, info.st_ino))
-    return tuple(found)
+    return _stat(name for name, *_ in signature)
 
 
 # -- remotes and publication
@@ -677,7 +702,7 @@ def _under(path: Path, folders: Sequence[Path]) -> bool:
     return any(resolved.is_relative_to(Path(f).resolve()) for f in folders)
 
 
-def source_revision(root: Path | str, *, ignore: Sequence[Path] = ()) -> dict[str, Any]:
+def source_revision(root: Path | str, *, ignore: Sequence[Path] = ()) -> SourceIdentity:
     """The compact source identity for manifests (:meth:`SourceState.compact`) of a tree read
     now; a session reads it once through :class:`SourceStates`."""
     return source_state(Path(root), ignore=ignore).compact()
@@ -873,6 +898,7 @@ __all__ = [
     "RunSpec",
     "SessionFacts",
     "SourceChange",
+    "SourceIdentity",
     "SourceState",
     "SourceStates",
     "environment",

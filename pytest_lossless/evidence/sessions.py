@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.text import printable
 from ..errors import ReceiptError
+from ..goldens.accept import EXPORT_JSON  # an export folder's file: its receipts are copies
 from .arm_sources import arm_source_lines
 from .index import (
     INDEX_NAME,
@@ -35,8 +36,6 @@ from .receipts import ReceiptRecord
 from .shards import ShardedSession, shard_findings, shard_lines
 
 Loaded = Mapping[Path, "ReceiptRecord | ReceiptError"]
-#: The file at the top of an export folder (``--lossless-export``): its receipts are copies.
-EXPORT_JSON = "export.json"
 INCOMPLETE = "INCOMPLETE"
 #: Said, not wrong: does not fail ``verify``.
 NOTE = "note:"
@@ -675,6 +674,7 @@ def signed_session_ids(places: list[Path]) -> tuple[set[str], str | None]:
 
 
 __all__ = [
+    "EXPORT_JSON",
     "Campaign",
     "Finding",
     "Session",

@@ -69,15 +69,8 @@ def _count(value: object) -> int | None:
         return None
 
 
-_Recorded = tuple[ShardedSession, Shard, ShardRecord]
-
-
-def _shards(sessions: Sequence[ShardedSession]) -> list[_Recorded]:
-    found = []
-    for session in sessions:
-        if (record := ShardRecord.of(session.index)) is not None:
-            found.append((session, record.shard, record))
-    return found
+def _shards(sessions: Sequence[ShardedSession]) -> list[tuple[ShardedSession, ShardRecord]]:
+    return [(s, record) for s in sessions if (record := ShardRecord.of(s.index)) is not None]
 
 
 def _names(sessions: Sequence[ShardedSession]) -> str:
@@ -90,8 +83,8 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
     if not sharded:
         return []
     by_count: dict[int, list[ShardedSession]] = {}
-    for session, shard, _ in sharded:
-        by_count.setdefault(shard.count, []).append(session)
+    for session, record in sharded:
+        by_count.setdefault(record.shard.count, []).append(session)
     if len(by_count) > 1:
         seen = "; ".join(f"N={n} in {_names(found)}" for n, found in sorted(by_count.items()))
         return [
@@ -104,7 +97,7 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
     count = next(iter(by_count))
     found: list[ShardFinding] = []
     selections: dict[str, list[ShardedSession]] = {}
-    for session, _, record in sharded:
+    for session, record in sharded:
         selections.setdefault(str(record.selection_sha256), []).append(session)
     if len(selections) > 1:
         seen = "; ".join(f"{h[:12]} in {_names(s)}" for h, s in sorted(selections.items()))
@@ -117,8 +110,8 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
             )
         )
     by_index: dict[int, list[tuple[ShardedSession, ShardRecord]]] = {}
-    for session, shard, record in sharded:
-        by_index.setdefault(shard.index, []).append((session, record))
+    for session, record in sharded:
+        by_index.setdefault(record.shard.index, []).append((session, record))
     for index, runs in sorted(by_index.items()):
         if len(runs) > 1:
             found.append(
@@ -158,8 +151,8 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
                 )
             )
     elif len(selections) == 1 and all(len(runs) == 1 for runs in by_index.values()):
-        kept = sum(record.kept or 0 for _, _, record in sharded)
-        selected = sharded[0][2].selected
+        kept = sum(record.kept or 0 for _, record in sharded)
+        selected = sharded[0][1].selected
         if kept != selected:
             found.append(
                 ShardFinding(
@@ -176,10 +169,10 @@ def shard_lines(sessions: Sequence[ShardedSession]) -> list[str]:
     sharded = _shards(sessions)
     if not sharded:
         return []
-    counts = sorted({shard.count for _, shard, _ in sharded})
-    ordered = sorted(sharded, key=lambda item: (item[1].index, item[1].count))
-    present = list(dict.fromkeys(shard.label for _, shard, _ in ordered))
-    kept = "+".join("?" if record.kept is None else str(record.kept) for _, _, record in ordered)
+    ordered = sorted((r for _, r in sharded), key=lambda r: (r.shard.index, r.shard.count))
+    counts = sorted({r.shard.count for r in ordered})
+    present = list(dict.fromkeys(r.shard.label for r in ordered))
+    kept = "+".join("?" if r.kept is None else str(r.kept) for r in ordered)
     of = "/".join(str(n) for n in counts)
     return [
         f"shards: {len(present)} of {of} present ({', '.join(present)}); tests per session {kept}"

@@ -10,13 +10,13 @@ import errno
 import fcntl
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.paths import inside_root, open_regular, read_regular, write_atomic
-from ..core.records import json_object, json_objects
+from ..core.records import JsonObject, json_object, json_objects
 from ..core.text import printable
 from ..errors import ReceiptError
 from .index import INDEX_NAME, SUMMARY_NAME
@@ -62,10 +62,7 @@ def verdict_counts(loaded: Mapping[Path, ReceiptRecord | ReceiptError]) -> str:
 
 
 def _counted(words: list[str]) -> str:
-    counts: dict[str, int] = {}
-    for word in words:
-        counts[word] = counts.get(word, 0) + 1
-    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no receipts"
+    return ", ".join(f"{n} {v}" for v, n in sorted(Counter(words).items())) or "no receipts"
 
 
 def _session_facts(receipts: list[ReceiptRecord]) -> tuple[str, str]:
@@ -167,19 +164,21 @@ def _matrix_lines(receipts: list[ReceiptRecord]) -> list[str]:
     return [*head, "|---|---|---|---|---|", *rows, ""]
 
 
-def _cell_detail(cell: Mapping[str, Any]) -> str:
-    runs = len(cell.get("runs") or [])
+def _cell_detail(cell: JsonObject) -> str:
+    listed = cell.get("runs")
+    runs = len(listed) if isinstance(listed, list) else 0
     if cell.get("repeatable") is False:
         return f"not repeatable over {runs} runs"
     against = cell.get("reference_comparison")
-    if not isinstance(against, Mapping):
+    if not isinstance(against, dict):
         return f"reference cell, {runs} runs"
     if cell.get("identical") is False:
+        missing = against.get("missing")
         differing = [
             str(r.get("artifact"))
-            for r in against.get("results") or []
-            if isinstance(r, Mapping) and r.get("passed") is not True
-        ] + [str(n) for n in against.get("missing") or []]
+            for r in json_objects(against.get("results"))
+            if r.get("passed") is not True
+        ] + [str(n) for n in (missing if isinstance(missing, list) else [])]
         return f"differs from the reference: {', '.join(differing)}"
     return f"{runs} runs identical, identical to the reference"
 

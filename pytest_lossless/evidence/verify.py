@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core.artifact import Artifact
 from ..core.digests import sha256_file
-from ..core.records import JsonObject, json_object
+from ..core.records import JsonObject, JsonValue, json_object
 from ..core.redact import MARKER_RE
 from ..errors import ReceiptError
 from ..kinds.registry import KindRegistry
@@ -104,6 +104,9 @@ def check_runspec(block: Any, receipt: ReceiptRecord, context: Context) -> list[
         return ["runspec is not a mapping"]
     found: list[str] = []
     source = block.get("source") or {}
+    if not isinstance(source, dict):
+        found.append(f"runspec: source is not an object but {type(source).__name__}")
+        source = {}
     if source.get("revision"):
         diff_file = source.get("diff_file")
         diff_dirty = bool(source.get("diff_bytes"))
@@ -127,7 +130,7 @@ def check_runspec(block: Any, receipt: ReceiptRecord, context: Context) -> list[
     return found
 
 
-def _check_diff_file(folder: Path, diff_file: str, source: Mapping[str, Any]) -> list[str]:
+def _check_diff_file(folder: Path, diff_file: str, source: JsonObject) -> list[str]:
     """The diff a receipt names: ``diffs/<sha256>.diff`` in its session folder (named by the
     digest the receipt records for it) or, in a receipt written before diffs were shared,
     ``<name>.diff`` beside it; nothing else, so a receipt cannot point verify elsewhere."""
@@ -151,7 +154,7 @@ def _check_diff_file(folder: Path, diff_file: str, source: Mapping[str, Any]) ->
     return found
 
 
-def _check_stored_diff(path: Path, source: Mapping[str, Any]) -> list[str]:
+def _check_stored_diff(path: Path, source: JsonObject) -> list[str]:
     """The stored ``.diff`` against its hash: ``diff_sha256`` when it is git's diff as it was,
     ``diff_stored_sha256`` when secrets were redacted from it (then it must hold the markers
     it says it has, and differ from git's diff)."""
@@ -291,11 +294,7 @@ def check_speed(block: Any, receipt: ReceiptRecord, context: Context) -> list[st
 
 
 def _rejudge(
-    kinds: KindRegistry,
-    gate_spec: str,
-    name: str,
-    left: Mapping[str, Any],
-    right: Mapping[str, Any],
+    kinds: KindRegistry, gate_spec: str, name: str, left: JsonValue, right: JsonValue
 ) -> bool | None:
     """Re-run a lossless gate on two recorded fingerprints (None: not re-derivable)."""
     from ..gates import parse_gate
@@ -303,30 +302,42 @@ def _rejudge(
     gate = parse_gate(gate_spec)
     if gate is None or not gate.lossless:
         return None  # a lossy gate needs the data itself: its statistics are checked instead
-    a = Artifact(
-        name=name, kind=str(left["kind"]), fingerprint=dict(left["fingerprint"]), path=None
-    )
-    b = Artifact(
-        name=name, kind=str(right["kind"]), fingerprint=dict(right["fingerprint"]), path=None
-    )
+    a, b = _recorded(name, left), _recorded(name, right)
     if a.kind != b.kind:
         return False
     return bool(kinds.compare(gate, a, b).passed)
 
 
+def _recorded(name: str, side: JsonValue) -> Artifact:
+    """One side of a recorded comparison (its ``kind`` and ``fingerprint``) as the artifact a
+    gate compares; a ValueError or KeyError when it has no such shape (named by verify)."""
+    recorded = _object(side, f"the recorded {name!r}")
+    fingerprint = _object(recorded["fingerprint"], f"the fingerprint of {name!r}")
+    return Artifact(name=name, kind=str(recorded["kind"]), fingerprint=fingerprint, path=None)
+
+
+def _object(value: JsonValue, what: str) -> JsonObject:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not an object but {type(value).__name__}")
+    return value
+
+
 def _rejudge_results(
     kinds: KindRegistry,
     pair: str,
-    comparison: Mapping[str, Any],
-    left: Mapping[str, Any],
-    right: Mapping[str, Any],
-    gates: Mapping[str, Any],
+    comparison: JsonObject,
+    left: JsonObject,
+    right: JsonObject,
+    gates: JsonObject,
 ) -> list[str]:
     """Each result of one recorded comparison of two runs re-judged from their fingerprints
     (under the gate the entry names for the artifact, else the result's own)."""
     found = []
-    for result in comparison.get("results") or []:
-        name = result["artifact"]
+    results = comparison.get("results") or []
+    if not isinstance(results, list):
+        raise ValueError(f"{pair}: results is not a list but {type(results).__name__}")
+    for result in (_object(r, f"{pair}: a result") for r in results):
+        name = str(result["artifact"])
         gate = str(gates.get(name, result.get("gate")))
         again = _rejudge(kinds, gate, name, left[name], right[name])
         if again is not None and again != result.get("passed"):
@@ -337,7 +348,7 @@ def _rejudge_results(
     return found
 
 
-def _lossy_contradictions(entry: Mapping[str, Any]) -> list[str]:
+def _lossy_contradictions(entry: JsonObject) -> list[str]:
     """A lossy gate (``tolerance``, ``ulp``) cannot be re-run on digests, but its recorded
     statistics must agree with its recorded pass: a pass has no position beyond the bound and
     its largest distance within it, a failure shows what differs, the 99th percentile is not
@@ -351,8 +362,7 @@ def _lossy_contradictions(entry: Mapping[str, Any]) -> list[str]:
         return []  # an unreadable gate is _rejudge's to name
     if gate is None or gate.lossless:
         return []
-    diagnostics = entry.get("diagnostics")
-    stats: Mapping[str, Any] = diagnostics if isinstance(diagnostics, Mapping) else {}
+    stats = json_object(entry.get("diagnostics"))
     unit = "ulp" if gate.name == "ulp" else "abs_diff"
     largest: Any = stats.get(f"max_{unit}")
     beyond: Any = stats.get("count_beyond")
@@ -422,7 +432,7 @@ def check_gates(block: Any, receipt: ReceiptRecord, context: Context) -> list[st
     return found
 
 
-def _check_stored_golden(kinds: KindRegistry, name: str, evidence: Mapping[str, Any]) -> list[str]:
+def _check_stored_golden(kinds: KindRegistry, name: str, evidence: JsonObject) -> list[str]:
     """A PASS is only as good as the golden it was judged by: where that golden is still on
     this machine, unchanged since (same manifest bytes), the stored file must agree with the
     manifest (bytes, SHA-256, recomputed fingerprint) and the manifest with the receipt. A
@@ -431,7 +441,7 @@ def _check_stored_golden(kinds: KindRegistry, name: str, evidence: Mapping[str, 
     from ..goldens.manifest import check_integrity, load_manifest
 
     golden = evidence.get("golden")
-    if not isinstance(golden, Mapping) or golden.get("stored") != "full":
+    if not isinstance(golden, dict) or golden.get("stored") != "full":
         return []
     folder = Path(str(golden.get("folder") or ""))
     if not golden.get("folder") or not folder.is_dir():
@@ -468,20 +478,8 @@ def check_lossless(block: Any, receipt: ReceiptRecord, context: Context) -> list
             found.append(f"lossless[{index}] is not a mapping")
             continue
         runs = {r["name"]: r["artifacts"] for r in entry.get("runs") or []}
-        gates = entry.get("gates") or {}
-        comparisons = list(entry.get("control_comparisons") or [])
-        if entry.get("candidate_comparison"):
-            comparisons.append(entry["candidate_comparison"])
-        for comparison in comparisons:
-            left, right = runs.get(comparison["left"]), runs.get(comparison["right"])
-            if left is None or right is None:
-                found.append(
-                    f"lossless[{index}]: comparison {comparison['left']} vs "
-                    f"{comparison['right']} names a run that is not recorded"
-                )
-                continue
-            pair = f"lossless[{index}] {comparison['left']} vs {comparison['right']}"
-            found += _rejudge_results(kinds, pair, comparison, left, right, gates)
+        comparisons = _comparisons(entry, "control_comparisons", "candidate_comparison")
+        found += _rejudge_pairs(kinds, f"lossless[{index}]", comparisons, runs, entry)
         verdict = rederive(entry)
         if verdict != entry.get("verdict"):
             found.append(
@@ -516,18 +514,9 @@ def check_matrix(block: Any, receipt: ReceiptRecord, context: Context) -> list[s
             for r in c.get("runs") or []
             if isinstance(r, Mapping)
         }
-        gates = grid.get("gates") or {}
         for cell in cells:
-            comparisons = list(cell.get("repeat_comparisons") or [])
-            if cell.get("reference_comparison"):
-                comparisons.append(cell["reference_comparison"])
-            for comparison in comparisons:
-                pair = f"{where} {comparison.get('left')} vs {comparison.get('right')}"
-                left, right = runs.get(comparison.get("left")), runs.get(comparison.get("right"))
-                if left is None or right is None:
-                    found.append(f"{pair}: names a run that is not recorded")
-                    continue
-                found += _rejudge_results(context.kinds, pair, comparison, left, right, gates)
+            comparisons = _comparisons(cell, "repeat_comparisons", "reference_comparison")
+            found += _rejudge_pairs(context.kinds, where, comparisons, runs, grid)
         verdicts = rederive(grid)
         for cell in cells:
             again_word = verdicts.get(str(cell.get("name")))
@@ -548,6 +537,28 @@ def check_matrix(block: Any, receipt: ReceiptRecord, context: Context) -> list[s
                     f"{where}: the explanation {grid.get('explanation')!r} is not the one its "
                     f"cells give ({line!r})"
                 )
+    return found
+
+
+def _comparisons(entry: Any, many: str, one: str) -> list[Any]:
+    """The comparisons an entry records: the list ``many``, then the single ``one`` if any."""
+    listed = list(entry.get(many) or [])
+    return [*listed, entry[one]] if entry.get(one) else listed
+
+
+def _rejudge_pairs(
+    kinds: KindRegistry, where: str, comparisons: list[Any], runs: Any, entry: Any
+) -> list[str]:
+    """Each comparison of two recorded runs re-judged (:func:`_rejudge_results`, under the
+    ``gates`` of ``entry``); one that names a run not recorded is named."""
+    found = []
+    for comparison in comparisons:
+        pair = f"{where} {comparison.get('left')} vs {comparison.get('right')}"
+        left, right = runs.get(comparison.get("left")), runs.get(comparison.get("right"))
+        if left is None or right is None:
+            found.append(f"{pair}: names a run that is not recorded")
+            continue
+        found += _rejudge_results(kinds, pair, comparison, left, right, entry.get("gates") or {})
     return found
 
 

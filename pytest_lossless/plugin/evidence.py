@@ -10,7 +10,7 @@ session's end.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..devices import Allocation  # noqa: F401 - named in a StashKey below
     from ..evidence.provenance import (
         SessionFacts,  # noqa: F401 - named in a StashKey below
+        SourceIdentity,
         SourceState,
         SourceStates,
     )
@@ -147,7 +148,7 @@ def source_state(config: pytest.Config) -> SourceState:
     return source_states(config).state(resolved.rootdir, ignore=resolved.written_folders)
 
 
-def source_revision(config: pytest.Config) -> dict[str, Any]:
+def source_revision(config: pytest.Config) -> SourceIdentity:
     """The session's source identity as manifests, the index and an export record it."""
     return source_state(config).compact()
 

@@ -25,6 +25,7 @@ from ..core.digests import canonical_sha256, sha256_file
 from ..core.records import JsonValue
 from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
+from ..goldens.accept import ExportSettings
 from ..goldens.manifest import Environment
 from .config import session as session_of
 from .config import settings
@@ -536,7 +537,7 @@ class ExportPlugin:
         for test, found in sorted(self.entries.items()):
             receipt = self.receipts.get(test)
             copied = self.folder.add_receipt(session_id, Path(receipt)) if receipt else None
-            entries += [replace(e, receipt=copied).to_json() for e in found]
+            entries += [replace(e, receipt=copied) for e in found]
         goldens = resolved.goldens
         shown = (
             goldens.relative_to(resolved.rootdir)
@@ -548,11 +549,7 @@ class ExportPlugin:
             session=session_id,
             host=host,
             source=source_revision(self.config),
-            settings={
-                "control_runs": resolved.control_runs,
-                "digest_above": resolved.digest_above,
-                "goldens": str(shown),
-            },
+            settings=ExportSettings(resolved.control_runs, resolved.digest_above, str(shown)),
             command=redacted_command(self.config),
         )
 

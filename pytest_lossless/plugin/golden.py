@@ -804,7 +804,7 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
     return {
         "when": utc_iso(),
         "plugin_version": __version__,
-        "source_revision": source_revision(config),
+        "source_revision": source_revision(config).to_json(),
         "command": redacted_command(config),
         "device_identity": identity,
         # So that a later mismatch can say "made with ffmpeg X, now Y".

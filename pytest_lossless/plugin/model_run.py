@@ -101,4 +101,4 @@ def _describe_source(
                 f"Fix: {PUBLISH_FIX}"
             )
         )
-    return found.compact()
+    return found.compact().to_json()

@@ -215,7 +215,7 @@ class SummaryPlugin:
                 host=host,
                 started_at=self.started_at,
                 rootdir=str(resolved.rootdir),
-                source=source_revision(self.config),
+                source=source_revision(self.config).to_json(),
                 tests=self.tests.entries(state),
                 exitstatus=exitstatus,
                 state=state,

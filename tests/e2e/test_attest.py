@@ -212,7 +212,7 @@ def test_a_swapped_subject_is_named(signed: Path) -> None:
         for subject in statement["subject"]:
             if subject["name"] == "test_demo.py::test_golden/t.npy":
                 subject["digest"] = {"sha256": "0" * 64}
-        lines.append(json.dumps(envelope(statement, key)))
+        lines.append(json.dumps(envelope(statement, key).to_json()))
     bundle = signed / "project/lossless-attestation/lossless.intoto.jsonl"
     bundle.write_text("\n".join(lines) + "\n")
     done = _verify(signed)

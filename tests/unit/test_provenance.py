@@ -91,7 +91,7 @@ def test_dirty_tree_diff_and_untracked(repo: Path) -> None:
     keys = ("revision", "dirty", "diff_sha256", "diff_bytes", "published", "publication")
     keys += ("remote_url", "remote_branch", "published_branches", "publication_detail")
     keys += ("changed_files",)
-    assert source_revision(repo) == {**{k: state[k] for k in keys}, "untracked_count": 1}
+    assert source_revision(repo).to_json() == {**{k: state[k] for k in keys}, "untracked_count": 1}
 
 
 def test_the_plugins_own_receipts_do_not_make_the_tree_dirty(repo: Path) -> None:
@@ -194,7 +194,7 @@ def test_published_on_a_non_local_remote_names_the_branch_and_url(repo: Path) ->
     assert state["remote_urls"] == {"origin": REMOTE}
     assert state["local_remotes"] == []
     assert "origin/main" in state["publication_detail"]
-    compact = source_revision(repo)
+    compact = source_revision(repo).to_json()
     assert compact["remote_url"] == REMOTE
     assert compact["remote_branch"] == "origin/main"
     assert publication_problem(_state(compact)) is None
@@ -299,7 +299,7 @@ def test_publication_problem_names_dirty_files_and_the_revision(repo: Path) -> N
     assert state["changed_files"] == 1
     problem = publication_problem(_state(state))
     assert problem == "dirty: 1 changed file and 1 untracked file"
-    assert source_revision(repo)["changed_files"] == 1
+    assert source_revision(repo).changed_files == 1
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "local")
     state = source_state(repo).to_json()
@@ -379,8 +379,8 @@ def test_a_session_reads_each_tree_from_git_once_until_a_commit(
     assert states.state(repo) is moved
     # Read back from what a receipt or a manifest records, it describes the same tree.
     assert _state(moved.to_json()).compact() == moved.compact()
-    assert _state(moved.compact()).compact() == moved.compact()
-    assert _state(moved.compact()).problem() == moved.problem()
+    assert _state(moved.compact().to_json()).compact() == moved.compact()
+    assert _state(moved.compact().to_json()).problem() == moved.problem()
     # Outside git: read once, then remembered.
     outside = repo.parent / "plain"
     outside.mkdir()
@@ -631,7 +631,7 @@ def test_publication_contradictions_hold_the_record_to_its_branches(repo: Path) 
     assert publication_contradictions({**old, "remote_branches": []}, "runspec")
     unknown = {**state, "published": None, "publication": "unknown"}
     assert publication_contradictions(unknown, "x") == []
-    compact = source_revision(repo)  # as a run records each of its sources
+    compact = source_revision(repo).to_json()  # as a run records each of its sources
     assert publication_contradictions(compact, "runs") == []
     assert publication_contradictions({**compact, "published": False}, "runs")
 

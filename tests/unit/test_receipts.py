@@ -627,7 +627,7 @@ def test_real_source_blocks_read_into_their_record_and_write_back_key_for_key() 
         block = data["source"] if path.name == "INDEX.json" else data["runspec"]["source"]
         state = SourceState.read(block)
         assert state is not None
-        written = state.compact() if path.name == "INDEX.json" else state.to_json()
+        written = (state.compact() if path.name == "INDEX.json" else state).to_json()
         same = [k for k in block if k in written]
         if path.name != "INDEX.json":  # the index is written with its keys sorted
             assert [k for k in written if k in block] == same, path.name
