@@ -381,6 +381,18 @@ def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> dict[str, An
     return None
 
 
+def _coverage_missed(receipt: Mapping[str, Any], name: str) -> str:
+    """What a receipt's request-coverage blocks say ``name`` missed ("" when none failed): an
+    output short of what its run was asked for is never written as a golden."""
+    for gate in receipt.get("gates") or []:
+        if not isinstance(gate, Mapping) or gate.get("artifact") != name:
+            continue
+        if gate.get("gate") == "coverage" and gate.get("passed") is not True:
+            said = [str(d) for d in gate.get("metadata_diffs") or [] if isinstance(d, str)]
+            return printable("; ".join(said) or "request coverage failed")
+    return ""
+
+
 def _compared_golden(receipt: Mapping[str, Any], name: str) -> str | None:
     """The SHA-256 of the golden a receipt's gate block compared ``name`` with (None: none)."""
     for gate in receipt.get("gates") or []:
@@ -429,6 +441,12 @@ def _check(
     if why:
         return why, None
     receipt = load_receipt(_inside(export, str(entry.receipt), "receipt"))
+    missed = _coverage_missed(receipt, entry.artifact)
+    if missed:
+        return (
+            f"its run missed what it was asked for ({missed}): an output short of its request "
+            "is never written as a golden"
+        ), None
     recorded = _recorded_fingerprint(receipt, entry.artifact)
     if recorded is not None and canonical_sha256(recorded) != canonical_sha256(entry.fingerprint):
         return "its receipt records another fingerprint for it than the export names", None
