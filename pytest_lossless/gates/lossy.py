@@ -150,7 +150,8 @@ def need_full(gate: Gate, expected: Artifact, obtained: Artifact) -> tuple[Path,
 def within(
     a: npt.NDArray[Any], b: npt.NDArray[Any], atol: float, rtol: float
 ) -> npt.NDArray[np.bool_]:
-    """``|a - b| <= atol + rtol * |b|`` with ``b`` the expected side; NaN only matches NaN."""
+    """``|a - b| <= atol + rtol * |b|`` with ``b`` the expected side; NaN only matches NaN, an
+    infinity only the same infinity (``inf <= atol + rtol * inf`` would let anything pass)."""
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
         ok: npt.NDArray[np.bool_] = a == b
         if not ok.all():
@@ -167,7 +168,8 @@ def within(
     with np.errstate(invalid="ignore", over="ignore"):
         close = np.abs(x - y) <= atol + rtol * np.abs(y)
     both_nan = np.isnan(x) & np.isnan(y)
-    result: npt.NDArray[np.bool_] = (x == y) | both_nan | close
+    finite = np.isfinite(x) & np.isfinite(y)
+    result: npt.NDArray[np.bool_] = (x == y) | both_nan | (close & finite)
     return result
 
 

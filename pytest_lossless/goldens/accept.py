@@ -381,6 +381,49 @@ def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> dict[str, An
     return None
 
 
+def _coverage_missed(receipt: Mapping[str, Any], name: str) -> str:
+    """What a receipt's request-coverage blocks say ``name`` missed ("" when none failed): an
+    output short of what its run was asked for is never written as a golden."""
+    for gate in receipt.get("gates") or []:
+        if not isinstance(gate, Mapping) or gate.get("artifact") != name:
+            continue
+        if gate.get("gate") == "coverage" and gate.get("passed") is not True:
+            said = [str(d) for d in gate.get("metadata_diffs") or [] if isinstance(d, str)]
+            return printable("; ".join(said) or "request coverage failed")
+    return ""
+
+
+def _compared_golden(receipt: Mapping[str, Any], name: str) -> str | None:
+    """The SHA-256 of the golden a receipt's gate block compared ``name`` with (None: none)."""
+    for gate in receipt.get("gates") or []:
+        if isinstance(gate, Mapping) and gate.get("artifact") == name:
+            golden = (gate.get("evidence") or {}).get("golden") or {}
+            sha = golden.get("sha256") if isinstance(golden, Mapping) else None
+            if isinstance(sha, str):
+                return sha
+    return None
+
+
+def _stale(entry: Exported, before: str | None, compared: str | None) -> str:
+    """Why the golden on this checkout is not the one the export judged ("" when it is, when
+    there is none, or when it already is the exported one): a golden committed since the
+    export is never overwritten by it."""
+    if before is None or before == entry.sha256:
+        return ""
+    if entry.status == "new":
+        return (
+            f"a golden was written since the export (which found none): this checkout holds "
+            f"SHA-256 {before[:12]}...; run the gates on this checkout and export again"
+        )
+    if compared is not None and compared != before:
+        return (
+            f"the golden changed since the export compared with it (SHA-256 {compared[:12]}..."
+            f" then, {before[:12]}... on this checkout): run the gates on this checkout and "
+            "export again"
+        )
+    return ""
+
+
 def _check(
     entry: Exported,
     export: Path,
@@ -398,6 +441,12 @@ def _check(
     if why:
         return why, None
     receipt = load_receipt(_inside(export, str(entry.receipt), "receipt"))
+    missed = _coverage_missed(receipt, entry.artifact)
+    if missed:
+        return (
+            f"its run missed what it was asked for ({missed}): an output short of its request "
+            "is never written as a golden"
+        ), None
     recorded = _recorded_fingerprint(receipt, entry.artifact)
     if recorded is not None and canonical_sha256(recorded) != canonical_sha256(entry.fingerprint):
         return "its receipt records another fingerprint for it than the export names", None
@@ -433,6 +482,7 @@ def accept(
         above = 1 << 20
     decisions: list[Decision] = []
     chosen: dict[tuple[str, Environment | None], list[tuple[Exported, Artifact]]] = {}
+    compared: dict[int, str | None] = {}
     for entry in document.entries:
         if wanted is not None and not wanted(entry.test):
             continue
@@ -450,6 +500,8 @@ def accept(
                 why = "a device-scoped golden whose export names no environment class"
                 decisions.append(Decision(entry, "refused", why))
                 continue
+        receipt = load_receipt(_inside(folder, str(entry.receipt), "receipt"))
+        compared[id(entry)] = _compared_golden(receipt, entry.artifact)
         chosen.setdefault((entry.test, environment), []).append((entry, artifact))
     for (test, environment), accepted in chosen.items():
         module, test_name = golden_names(test)
@@ -469,12 +521,14 @@ def accept(
         except LosslessError as exc:
             decisions += [Decision(e, "refused", str(exc)) for e, _ in accepted]
             continue
-        decisions += _accept_test(golden, accepted)
+        decisions += _accept_test(golden, accepted, compared)
     return decisions
 
 
 def _accept_test(
-    golden: GoldenFolder, accepted: Sequence[tuple[Exported, Artifact]]
+    golden: GoldenFolder,
+    accepted: Sequence[tuple[Exported, Artifact]],
+    compared: Mapping[int, str | None],
 ) -> list[Decision]:
     """Stage and commit one test's accepted artifacts (its other goldens are kept), each with
     the fingerprint accept computed for it."""
@@ -493,6 +547,10 @@ def _accept_test(
     staged: list[Exported] = []
     for entry in entries:
         before = frozen.get(entry.artifact)
+        stale = _stale(entry, before.sha256 if before else None, compared.get(id(entry)))
+        if stale:
+            decisions.append(Decision(entry, "refused", stale, shown))
+            continue
         gate = entry.requested_gate or (before.gate if before is not None else None)
         if before is not None and entry.requested_gate and entry.requested_gate != before.gate:
             decisions.append(

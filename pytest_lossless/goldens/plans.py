@@ -67,6 +67,9 @@ class LosslessPlan(Record):
     #: Frozen like the gate (a test made green by asserting the FAIL it now gets is a changed
     #: plan); written only when given, so plans frozen before it existed still match.
     expect_verdict: tuple[str, ...] | None = spec(None, omit="none")
+    #: The control runs the test asks for (``runs=``): fewer runs can hide a control that does
+    #: not repeat. None (left to ``--lossless-control-runs``) is not written, as above.
+    runs: int | None = spec(None, omit="none")
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ def lossless_plan(
     expect: Any = None,
     proof: str | None = None,
     verdicts: Sequence[str] | None = None,
+    runs: int | None = None,
 ) -> LosslessPlan:
     """The plan of one ``lossless.compare`` as the test asks for it (:class:`LosslessPlan`)."""
     if isinstance(gate, Mapping):
@@ -134,7 +138,7 @@ def lossless_plan(
         }
     else:
         gates = _spec(gate)
-    return LosslessPlan(gates, _media(expect), proof, _asserting(verdicts))
+    return LosslessPlan(gates, _media(expect), proof, _asserting(verdicts), runs)
 
 
 def _asserting(verdicts: Sequence[str] | None) -> tuple[str, ...] | None:

@@ -125,7 +125,8 @@ class AudioFingerprint(Fingerprint):
     """A WAV, RF64 or FLAC file, as libsndfile reads it: its format and subtype, the PCM's
     shape and sample type (``dtype``: little-endian, as numpy names it), the SHA-256 of the
     whole PCM and one per ``block_frames`` samples (a second: a digest-only golden can
-    localise a change), and the file's size and SHA-256."""
+    localise a change), and the file's size and SHA-256. ``channel_mask``: the speaker layout
+    the file declares, when it is not its channel count's default (absent: the default)."""
 
     format: str
     size: int
@@ -139,10 +140,19 @@ class AudioFingerprint(Fingerprint):
     pcm_sha256: str
     block_frames: int = field(metadata=meta(absent=1))
     block_sha256: tuple[str, ...]
+    channel_mask: int | None = field(default=None, metadata=meta(omit="none"))
 
     @classmethod
     def of(
-        cls, snd: Any, dtype: str, count: int, pcm: str, blocks: list[str], size: int, sha: str
+        cls,
+        snd: Any,
+        dtype: str,
+        count: int,
+        pcm: str,
+        blocks: list[str],
+        size: int,
+        sha: str,
+        mask: int | None = None,
     ) -> AudioFingerprint:
         """From the file's libsndfile header and its digests."""
         import numpy as np
@@ -161,6 +171,7 @@ class AudioFingerprint(Fingerprint):
             pcm_sha256=pcm,
             block_frames=max(1, rate),
             block_sha256=tuple(blocks),
+            channel_mask=mask,
         )
 
 
@@ -178,7 +189,13 @@ def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> 
     from ..core.digests import file_digest, parallel_digests
     from ..media.detect import RIFF_IDS
     from ..media.limits import MediaLimits
-    from ..media.pcm import check_declared_pcm, check_wav_complete, lossless_dtype, open_sound
+    from ..media.pcm import (
+        check_declared_pcm,
+        check_wav_complete,
+        declared_channel_mask,
+        lossless_dtype,
+        open_sound,
+    )
 
     path = Path(path)
     limits = limits or MediaLimits.from_env()
@@ -188,6 +205,7 @@ def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> 
         subtype = str(snd.subtype)
         dtype = lossless_dtype(subtype)
         check_declared_pcm(path, snd, dtype, limits)
+        mask = declared_channel_mask(path, int(snd.channels))
         block_frames = max(1, int(snd.samplerate))
         raw = _RAW_WAV_SUBTYPES.get(subtype)
         if (
@@ -208,12 +226,12 @@ def fingerprint_audio_file(path: Path, *, limits: MediaLimits | None = None) -> 
                 finally:
                     data.release()
                     view.release()
-            return AudioFingerprint.of(snd, raw, count, pcm, blocks, size, file_sha)
+            return AudioFingerprint.of(snd, raw, count, pcm, blocks, size, file_sha, mask)
         with ThreadPoolExecutor(max_workers=1) as pool:
             whole_file = pool.submit(file_digest, path)
             count, pcm, blocks = _decode_pcm_digests(path, snd, dtype, block_frames, limits)
             size, file_sha = whole_file.result()
-        return AudioFingerprint.of(snd, dtype, count, pcm, blocks, size, file_sha)
+        return AudioFingerprint.of(snd, dtype, count, pcm, blocks, size, file_sha, mask)
 
 
 def _decode_pcm_digests(
@@ -278,6 +296,13 @@ def fingerprint_audio(
 
 
 # ------------------------------------------------------------------ decoded: the exact gate
+
+
+def _mask_text(fp: AudioFingerprint) -> str:
+    """A WAV/FLAC file's speaker layout as a message names it."""
+    if fp.channel_mask is None:
+        return f"the default of {fp.channels} channel(s)"
+    return f"channel mask 0x{fp.channel_mask:x}"
 
 
 def pcm_peak(dtype: np.dtype[Any]) -> float:
@@ -352,6 +377,7 @@ def compare_audio_file(
     diffs = result.metadata_diffs
     for key in ("sample_count", "duration", "sample_rate", "channels", "subtype", "dtype"):
         note_meta(diffs, META_LABELS.get(key, key), getattr(efp, key), getattr(ofp, key))
+    note_meta(diffs, "channel layout", _mask_text(efp), _mask_text(ofp))
     if efp.format != ofp.format:
         result.notes.append(
             f"file format differs (expected {efp.format}, obtained {ofp.format}); "

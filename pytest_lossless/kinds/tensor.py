@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from ..core.artifact import Artifact
     from ..gates import Gate, GateResult
+    from ..gates.ulps import FloatFormat
     from ..media.limits import MediaLimits
     from .canary import Plan
 
@@ -468,6 +469,9 @@ def _tensor_change(array: npt.NDArray[Any], index: tuple[int, ...], gate: Gate) 
         if array.dtype.kind not in "biufc":
             return None, ""
         x = old[0]
+        if array.dtype.kind in "fc" and not np.isfinite(x):  # no bound reaches it: a number
+            y = np.zeros(1, dtype=array.dtype)[0]
+            return y, f"{show(x)} -> {show(y)}, a number in place of a non-finite value"
         bound = gate.atol + gate.rtol * abs(complex(x) if array.dtype.kind == "c" else float(x))
         y = beyond(x, array.dtype, bound)
         if y is None:
@@ -490,8 +494,10 @@ def _ulp_change(array: npt.NDArray[Any], old: npt.NDArray[Any], gate: Gate) -> t
         bits, fmt, lost = ulps.float_bits(old, gate.dtype)
     except Exception as exc:  # a dtype ulp cannot count: the comparator says so, not the canary
         raise Unavailable(f"ulp cannot count steps of this tensor: {exc}") from None
-    if lost is not None or bool(ulps.is_nan(bits, fmt)[0]):
+    if lost is not None:
         return None, ""
+    if bool(ulps.is_nan(bits, fmt)[0]):  # a NaN is infinitely far from any other bits: +0
+        return _ulp_write(array, old, fmt, 0, f"{fmt.text(bits, 0)} -> 0 (a number for a NaN)")
     place = int(ulps.ordered(bits, fmt)[0])
     steps = gate.ulps + 1
     top = fmt.inf  # +inf's place; -inf's is -top
@@ -499,6 +505,17 @@ def _ulp_change(array: npt.NDArray[Any], old: npt.NDArray[Any], gate: Gate) -> t
     if not -top <= target <= top:
         return None, ""
     word = target if target >= 0 else fmt.sign | -target
+    new_bits = np.array([word], dtype=fmt.word)
+    before, after = fmt.text(bits, 0), fmt.text(new_bits, 0)
+    return _ulp_write(array, old, fmt, word, f"moved {steps} {fmt.name} ulps, {before} -> {after}")
+
+
+def _ulp_write(
+    array: npt.NDArray[Any], old: npt.NDArray[Any], fmt: FloatFormat, word: int, what: str
+) -> tuple[Any, str]:
+    """``old`` with the float bits ``word`` of ``fmt``, written back as the array stores it."""
+    import numpy as np
+
     new_bits = np.array([word], dtype=fmt.word)
     changed = old.copy()
     if array.dtype.kind == "f" and array.dtype.itemsize != fmt.width:
@@ -508,8 +525,7 @@ def _ulp_change(array: npt.NDArray[Any], old: npt.NDArray[Any], gate: Gate) -> t
         if array.dtype.byteorder == ">":
             order = ">"
         changed.view(fmt.word.newbyteorder(order))[0] = word
-    before, after = fmt.text(bits, 0), fmt.text(new_bits, 0)
-    return changed[0], f"moved {steps} {fmt.name} ulps, {before} -> {after}"
+    return changed[0], what
 
 
 # ------------------------------------------------------------------ listings

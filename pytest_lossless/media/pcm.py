@@ -113,6 +113,75 @@ def check_wav_complete(path: Path) -> WavLayout:
     return layout
 
 
+#: The channel mask a file of that many channels has when it declares none (mono: front
+#: centre; stereo: front left and right). A declared mask equal to it is not recorded.
+DEFAULT_CHANNEL_MASKS = {1: 0x4, 2: 0x3}
+#: A FLAC file's tag for a layout other than its channel count's default, as ffmpeg writes it.
+FLAC_MASK_TAG = b"WAVEFORMATEXTENSIBLE_CHANNEL_MASK="
+_WAVE_FORMAT_EXTENSIBLE = 0xFFFE
+
+
+def declared_channel_mask(path: Path, channels: int) -> int | None:
+    """The speaker layout a WAV (``WAVE_FORMAT_EXTENSIBLE``'s ``dwChannelMask``) or FLAC
+    (its ``WAVEFORMATEXTENSIBLE_CHANNEL_MASK`` tag) file declares, None when it declares none
+    or the default of its channel count: which speaker each channel feeds is part of the
+    output, as it is for audio in a container (libsndfile does not report it)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+            if head[:4] in RIFF_IDS:
+                mask = _riff_mask(fh)
+            elif head[:4] == b"fLaC":
+                fh.seek(4)
+                mask = _flac_mask(fh)
+            else:
+                return None
+    except (OSError, struct.error, ValueError):
+        return None  # the PCM reader names a damaged file; the layout is only metadata
+    if not mask or DEFAULT_CHANNEL_MASKS.get(channels) == mask:
+        return None
+    return mask
+
+
+def _riff_mask(fh: IO[bytes]) -> int | None:
+    for _ in range(64):  # the fmt chunk comes before the data chunk, near the start
+        header = fh.read(8)
+        if len(header) < 8 or header[:4] == b"data":
+            return None
+        chunk_id, size = header[:4], struct.unpack("<I", header[4:])[0]
+        if chunk_id == b"fmt ":
+            body = fh.read(min(size, 40))
+            if len(body) >= 24 and struct.unpack("<H", body[:2])[0] == _WAVE_FORMAT_EXTENSIBLE:
+                return int(struct.unpack("<I", body[20:24])[0])
+            return None
+        fh.seek(size + (size & 1), 1)
+    return None
+
+
+def _flac_mask(fh: IO[bytes]) -> int | None:
+    for _ in range(128):  # metadata blocks, each read within its 16 MiB bound
+        header = fh.read(4)
+        if len(header) < 4:
+            return None
+        last, kind, size = header[0] & 0x80, header[0] & 0x7F, int.from_bytes(header[1:], "big")
+        if kind == 4:  # VORBIS_COMMENT: little-endian lengths
+            body = fh.read(size)
+            at = 4 + struct.unpack("<I", body[:4])[0]
+            count = struct.unpack("<I", body[at : at + 4])[0]
+            at += 4
+            for _ in range(min(count, 10000)):
+                length = struct.unpack("<I", body[at : at + 4])[0]
+                comment = body[at + 4 : at + 4 + length]
+                at += 4 + length
+                if comment.upper().startswith(FLAC_MASK_TAG):
+                    return int(comment[len(FLAC_MASK_TAG) :].decode("ascii").strip(), 0)
+            return None
+        fh.seek(size, 1)
+        if last:
+            return None
+    return None
+
+
 def lossless_dtype(subtype: str) -> str:
     """The numpy dtype that reads a libsndfile subtype without losing anything."""
     if subtype in ("PCM_24", "PCM_32"):

@@ -286,7 +286,7 @@ class LosslessFixture:
         ):
             rule = describe(check_rule(proof, "lossless.compare(proof)"))
             plan = check_plan(
-                self._item, "lossless", name, lossless_plan(gates, media, rule, wanted)
+                self._item, "lossless", name, lossless_plan(gates, media, rule, wanted, runs)
             )
         with failing_on_errors(f"lossless.compare {name}: "):
             verdict = compare_control_candidate(

@@ -112,6 +112,11 @@ def outcome_row(test: str, outcome: str, why: str) -> Row:
     return Row(test, "test outcome", "-", status, why)
 
 
+def _how_many(count: int | None) -> str:
+    """A count of differing positions; None (a digest-only side: not counted) as words."""
+    return "an unknown number" if count is None else str(count)
+
+
 def gate_row(test: str, result: GateResult) -> Row:
     """The row of one golden comparison (a ``GateResult``)."""
     figure = None if result.lossless else _lossy_figure(result)
@@ -129,7 +134,7 @@ def gate_row(test: str, result: GateResult) -> Row:
     else:
         detail = "; ".join(result.metadata_diffs) or (
             f"first differing {result.unit} {result.first_mismatch}, "
-            f"{result.mismatch_count} of {result.total} differ"
+            f"{_how_many(result.mismatch_count)} of {result.total} differ"
             if result.first_mismatch
             else "differs"
         )
