@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from .records import JsonObject
 
 
 @dataclass(frozen=True)
@@ -16,5 +17,5 @@ class Artifact:
 
     name: str
     kind: str
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
     path: Path | None = None
