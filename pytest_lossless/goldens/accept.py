@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core.digests import canonical_sha256, loads_bounded, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
-from ..core.records import Record, RecordError, from_json, spec
+from ..core.records import JsonObject, Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds.registry import Artifact, KindRegistry
@@ -84,7 +84,7 @@ class Exported(Record):
     gate: str | None = None
     requested_gate: str | None = None
     kind: str | None = None
-    fingerprint: dict[str, Any] = field(default_factory=dict)
+    fingerprint: JsonObject = field(default_factory=dict)
     sha256: str | None = None
     #: As written, compared whole with the runs the receipt records (unknown keys included).
     runs: list[dict[str, Any]] = field(default_factory=list)
@@ -370,7 +370,7 @@ def _inside(export: Path, relative: str, what: str) -> Path:
     return path
 
 
-def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> JsonObject | None:
     """The obtained fingerprint a receipt's gate block records for ``name`` (None: none)."""
     for gate in receipt.get("gates") or []:
         if isinstance(gate, Mapping) and gate.get("artifact") == name:

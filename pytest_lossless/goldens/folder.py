@@ -35,7 +35,7 @@ from typing import Any
 from ..core import faults
 from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
 from ..core.paths import PathOutsideRoot, folder_problem, inside_root, is_under
-from ..core.records import Record
+from ..core.records import JsonObject, Record
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
@@ -105,7 +105,7 @@ class GoldenSide(Record):
     sha256: str
     stored: str
     manifest_sha256: str
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ class ObtainedSide(Record):
     path: str
     kind: str
     sha256: str
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import faults
 from ..core.digests import canonical_sha256, loads_bounded
 from ..core.paths import inside_root, open_regular, read_regular
-from ..core.records import Record, RecordError, from_json, meta, spec
+from ..core.records import JsonObject, Record, RecordError, from_json, meta, spec
 from ..core.text import has_control, printable
 from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, LosslessError, ManifestError
 
@@ -159,7 +159,7 @@ class ManifestEntry(Record):
     size: int
     stored: str  # "full" or "digest"
     file: str | None
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
     fingerprint_sha256: str
     provenance: dict[str, Any] = field(default_factory=dict)
     #: ``"all"`` (one golden for every environment, and not written) or ``"device"`` (one per
@@ -451,7 +451,7 @@ def check_integrity(
     return copy or path
 
 
-def _earlier_form(again: dict[str, Any], entry: ManifestEntry) -> bool:
+def _earlier_form(again: JsonObject, entry: ManifestEntry) -> bool:
     """A container fingerprint written before streams other than video and audio were recorded
     (no ``other_streams``) matches the stored file fingerprinted again, in that earlier form:
     the gate compares what it recorded and notes the streams it did not."""

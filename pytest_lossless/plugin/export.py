@@ -174,7 +174,7 @@ class ExportEntry(records.Record):
     size: int | None = field(metadata=records.meta(omit="none"))
     gate: str | None
     kind: str | None
-    fingerprint: dict[str, Any]
+    fingerprint: records.JsonObject
     runs: tuple[RunDigest, ...]
     agreed: bool | None
     producer: bool
@@ -278,7 +278,7 @@ class ExportPlugin:
         *,
         copied: Copied | None,
         kind: str | None,
-        fingerprint: dict[str, Any],
+        fingerprint: records.JsonObject,
         runs: list[RunDigest],
         used_gate: str | None,
         agreed: bool | None,
