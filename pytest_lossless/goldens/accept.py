@@ -30,7 +30,7 @@ from typing import Any
 
 from ..core.digests import canonical_sha256, loads_bounded, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
-from ..core.records import JsonObject, Record, RecordError, from_json, spec
+from ..core.records import JsonObject, JsonValue, Record, RecordError, from_json, spec
 from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds.registry import Artifact, KindRegistry
@@ -69,6 +69,25 @@ class ExportError(LosslessError):
         super().__init__(printable(f"{self.path}: {problem}"))
 
 
+@dataclass(frozen=True, slots=True)
+class RunDigest(Record):
+    """One run of an exported artifact, by its digests (:mod:`..plugin.export` writes them);
+    the receipt's export block records the same runs, which ``accept`` checks."""
+
+    name: str
+    sha256: str | None
+    fingerprint_sha256: str
+
+    @classmethod
+    def of(cls, name: str, artifact: Mapping[str, Any]) -> RunDigest:
+        """The digests of a run's artifact (``path``, ``fingerprint``)."""
+        fingerprint = artifact.get("fingerprint") or {}
+        digest = fingerprint.get("sha256")
+        if not (isinstance(digest, str) and len(digest) == 64) and artifact.get("path"):
+            digest = sha256_file(str(artifact["path"]))
+        return cls(name, digest, canonical_sha256(fingerprint))
+
+
 @dataclass(frozen=True)
 class Exported(Record):
     """One exported artifact, as ``export.json`` names it (read: :mod:`..plugin.export` writes
@@ -86,8 +105,8 @@ class Exported(Record):
     kind: str | None = None
     fingerprint: JsonObject = field(default_factory=dict)
     sha256: str | None = None
-    #: As written, compared whole with the runs the receipt records (unknown keys included).
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    #: Compared with the runs the receipt records.
+    runs: tuple[RunDigest, ...] = ()
     agreed: bool | None = None
     producer: bool = False
     receipt: str | None = None
@@ -302,7 +321,7 @@ def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], li
 
 
 def vouched(
-    entry: Exported, export: Path, receipt: Mapping[str, Any], kinds: KindRegistry
+    entry: Exported, export: Path, receipt: JsonObject, kinds: KindRegistry
 ) -> tuple[str, Artifact | None]:
     """The exported file fingerprinted here, when the receipt (which passed ``verify``) vouches
     for it: ``("", artifact)``; else ``(why, None)``.
@@ -320,8 +339,8 @@ def vouched(
         )
     blocks = [
         b
-        for b in receipt.get("export") or []
-        if isinstance(b, Mapping) and b.get("artifact") == entry.artifact
+        for b in _list(receipt.get("export"))
+        if isinstance(b, dict) and b.get("artifact") == entry.artifact
     ]
     if not blocks:
         return (
@@ -330,8 +349,8 @@ def vouched(
             None,
         )
     block = blocks[-1]
-    runs = block.get("runs")
-    if not isinstance(runs, list) or runs != entry.runs:
+    runs = entry.runs
+    if block.get("runs") != [r.to_json() for r in runs]:
         return (
             "the receipt does not vouch for these runs: export.json names other runs than the "
             "receipt records",
@@ -339,7 +358,6 @@ def vouched(
         )
     if block.get("agreed") is not True or len(runs) < 2:
         return f"its receipt records that its {len(runs)} runs did not agree", None
-    first = runs[0] if isinstance(runs[0], Mapping) else {}
     path = _inside(export, str(entry.file), "exported artifact")
     artifact = kinds.artifact(entry.artifact, path)
     digest = canonical_sha256(artifact.fingerprint)
@@ -353,13 +371,21 @@ def vouched(
         )
     named = artifact.fingerprint.get("sha256")
     sha256 = named if isinstance(named, str) and len(named) == 64 else sha256_file(path)
-    if first.get("fingerprint_sha256") != digest or first.get("sha256") != sha256:
+    if runs[0].fingerprint_sha256 != digest or runs[0].sha256 != sha256:
         return (
             "the exported file is not the one its receipt records for its first run: it was "
             "changed after the export was written",
             None,
         )
     return "", artifact
+
+
+def _list(value: JsonValue) -> list[JsonValue]:
+    return value if isinstance(value, list) else []
+
+
+def _object(value: JsonValue) -> JsonObject:
+    return value if isinstance(value, dict) else {}
 
 
 def _inside(export: Path, relative: str, what: str) -> Path:
@@ -370,11 +396,11 @@ def _inside(export: Path, relative: str, what: str) -> Path:
     return path
 
 
-def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> JsonObject | None:
+def _recorded_fingerprint(receipt: JsonObject, name: str) -> JsonObject | None:
     """The obtained fingerprint a receipt's gate block records for ``name`` (None: none)."""
-    for gate in receipt.get("gates") or []:
-        if isinstance(gate, Mapping) and gate.get("artifact") == name:
-            obtained = ((gate.get("evidence") or {}).get("obtained")) or {}
+    for gate in _list(receipt.get("gates")):
+        if isinstance(gate, dict) and gate.get("artifact") == name:
+            obtained = _object(_object(gate.get("evidence")).get("obtained"))
             fingerprint = obtained.get("fingerprint")
             if isinstance(fingerprint, dict):
                 return fingerprint
@@ -386,7 +412,7 @@ def _check(
     export: Path,
     kinds: KindRegistry,
     receipt_problems: Callable[[Path], list[str]],
-    load_receipt: Callable[[Path], Mapping[str, Any]],
+    load_receipt: Callable[[Path], JsonObject],
 ) -> tuple[str, Artifact | None]:
     """Every rule of :func:`refusal` and :func:`vouched`, and the receipt's gate block."""
     try:
@@ -411,7 +437,7 @@ def accept(
     rootdir: Path,
     kinds: KindRegistry,
     receipt_problems: Callable[[Path], list[str]],
-    load_receipt: Callable[[Path], Mapping[str, Any]],
+    load_receipt: Callable[[Path], JsonObject],
     keyword: str | None = None,
     store: Path | None = None,
     digest_above: int | None = None,

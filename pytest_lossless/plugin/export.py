@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, final
 import pytest
 
 from ..core import faults, records
-from ..core.digests import canonical_sha256, sha256_file
 from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
+from ..goldens.accept import RunDigest
 from ..goldens.manifest import Environment
 from .config import session as session_of
 from .config import settings
@@ -99,25 +99,6 @@ class _kept:
 
 
 # ------------------------------------------------------------------ the records
-
-
-@dataclass(frozen=True, slots=True)
-class RunDigest(records.Record):
-    """One run of an exported artifact, by its digests; the receipt's export block records the
-    same runs, which ``accept`` checks."""
-
-    name: str
-    sha256: str | None
-    fingerprint_sha256: str
-
-    @classmethod
-    def of(cls, name: str, artifact: Mapping[str, Any]) -> RunDigest:
-        """The digests of a run's artifact (``path``, ``fingerprint``)."""
-        fingerprint = artifact.get("fingerprint") or {}
-        digest = fingerprint.get("sha256")
-        if not (isinstance(digest, str) and len(digest) == 64) and artifact.get("path"):
-            digest = sha256_file(str(artifact["path"]))
-        return cls(name, digest, canonical_sha256(fingerprint))
 
 
 @dataclass(frozen=True, slots=True)
