@@ -111,7 +111,7 @@ class Exported(Record):
     producer: bool = False
     receipt: str | None = None
     varied: str = ""
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: JsonObject = field(default_factory=dict)
     scope: str | None = None
     #: The environment class of a device-scoped golden (None: none, or none that can be read:
     #: read apart, so that it refuses its entry alone, not the export).

@@ -66,7 +66,7 @@ class Golden:
         update: bool,
         workdir: Path,
         producer_runs: int = 2,
-        provenance: Mapping[str, Any] | None = None,
+        provenance: JsonObject | None = None,
         repeat_producers: bool = False,
         diagnostics: Path | None = None,
     ) -> None:

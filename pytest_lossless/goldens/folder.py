@@ -30,7 +30,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.digests import canonical_sha256, fsync_file, sha256_file, write_new
@@ -325,7 +324,7 @@ class GoldenFolder:
         name: str,
         path: Path,
         gate: Gate | None,
-        provenance: Mapping[str, Any],
+        provenance: JsonObject,
         *,
         artifact: Artifact | None = None,
         allow_empty: bool = False,

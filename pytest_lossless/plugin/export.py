@@ -124,7 +124,7 @@ class GoldenTarget(records.Record):
     test_name: str | None = records.spec(None, omit=_unnamed)
     folder: str = ""
     requested_gate: str | None = None
-    provenance: dict[str, Any] = records.spec(default_factory=dict)
+    provenance: records.JsonObject = records.spec(default_factory=dict)
     scope: str = "all"
     environment: Environment | None = None
     #: What varied between the runs of its producer ("" when they agreed).
