@@ -26,7 +26,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from ..core.digests import canonical_sha256, loads_bounded, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
@@ -79,13 +78,12 @@ class RunDigest(Record):
     fingerprint_sha256: str
 
     @classmethod
-    def of(cls, name: str, artifact: Mapping[str, Any]) -> RunDigest:
-        """The digests of a run's artifact (``path``, ``fingerprint``)."""
-        fingerprint = artifact.get("fingerprint") or {}
-        digest = fingerprint.get("sha256")
-        if not (isinstance(digest, str) and len(digest) == 64) and artifact.get("path"):
-            digest = sha256_file(str(artifact["path"]))
-        return cls(name, digest, canonical_sha256(fingerprint))
+    def of(cls, name: str, artifact: Artifact) -> RunDigest:
+        """The digests of a run's artifact."""
+        digest = artifact.fingerprint.get("sha256")
+        if not (isinstance(digest, str) and len(digest) == 64):
+            digest = None if artifact.path is None else sha256_file(artifact.path)
+        return cls(name, digest, canonical_sha256(artifact.fingerprint))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
 from ..goldens.accept import RunDigest
 from ..goldens.manifest import Environment
+from ..kinds.registry import Artifact
 from .config import session as session_of
 from .config import settings
 from .evidence import receipt_for, redacted_command, source_revision
@@ -211,7 +212,8 @@ class ExportPlugin:
     def _add(self, item: pytest.Item, entry: ExportEntry) -> None:
         item.stash.setdefault(ENTRIES_KEY, []).append(entry)
 
-    def _copy(self, item: pytest.Item, run: str, name: str, path: Path) -> Copied:
+    def _copy(self, item: pytest.Item, run: str, name: str, path: Path | None) -> Copied:
+        assert path is not None  # a run's (or the checked) file: never a digest-only golden
         return Copied(*self.folder.add_artifact(item.nodeid, run, name, path))
 
     def _settle(self, item: pytest.Item, watched: list[Call], records: list[Record]) -> None:
@@ -308,22 +310,17 @@ class ExportPlugin:
         obtained = _obtained(golden, name) if status == "changed" else None
         if obtained is None:
             path = materialize(check.artifact, name, golden.workdir / "export-obtained")
-            artifact = golden.folder.kinds.artifact(name, path)
-            obtained = {
-                "path": str(path),
-                "kind": artifact.kind,
-                "fingerprint": artifact.fingerprint,
-            }
+            obtained = golden.folder.kinds.artifact(name, path)
         entry = self._golden_entry(
             item,
             golden,
             name,
             status,
             check.gate,
-            copied=self._copy(item, "obtained", name, Path(obtained["path"])),
-            used_gate=_used_gate(golden, name, check.gate, obtained["kind"]),
-            kind=obtained["kind"],
-            fingerprint=obtained["fingerprint"],
+            copied=self._copy(item, "obtained", name, obtained.path),
+            used_gate=_used_gate(golden, name, check.gate, obtained.kind),
+            kind=obtained.kind,
+            fingerprint=obtained.fingerprint,
             runs=[RunDigest.of("checked", obtained)],
             agreed=None,
             producer=False,
@@ -365,7 +362,7 @@ class ExportPlugin:
                 if state in EXPORTED:
                     self._not_rerun(item, golden, name, state, gate, why)
             return
-        first = verdict.runs[0]["artifacts"]
+        first = {n: _artifact(n, a) for n, a in verdict.runs[0]["artifacts"].items()}
         checked = {
             n: found
             for n in first
@@ -376,7 +373,7 @@ class ExportPlugin:
             spec = verdict.gates.get(name)
             against = checked.get(name)
             if against is not None and spec is not None:
-                again = _compare(golden, spec, name, against, first[name])
+                again = _compare(golden, spec, against, first[name])
                 if again:
                     varied.append(f"  the checked run vs run 1:\n    {again}")
         agreed = not varied
@@ -386,7 +383,7 @@ class ExportPlugin:
             if state not in EXPORTED:
                 continue
             records = [
-                RunDigest.of(f"run {i + 1}", run["artifacts"][name])
+                RunDigest.of(f"run {i + 1}", _artifact(name, run["artifacts"][name]))
                 for i, run in enumerate(verdict.runs)
                 if name in run["artifacts"]
             ]
@@ -402,10 +399,10 @@ class ExportPlugin:
                 name,
                 state,
                 gate,
-                copied=self._copy(item, "run1", name, Path(first[name]["path"])),
+                copied=self._copy(item, "run1", name, first[name].path),
                 used_gate=verdict.gates.get(name),
-                kind=first[name]["kind"],
-                fingerprint=first[name]["fingerprint"],
+                kind=first[name].kind,
+                fingerprint=first[name].fingerprint,
                 runs=records,
                 agreed=agreed,
                 producer=True,
@@ -423,11 +420,9 @@ class ExportPlugin:
             name,
             status,
             gate,
-            copied=None
-            if obtained is None
-            else self._copy(item, "obtained", name, Path(obtained["path"])),
-            kind=None if obtained is None else obtained["kind"],
-            fingerprint={} if obtained is None else obtained["fingerprint"],
+            copied=None if obtained is None else self._copy(item, "obtained", name, obtained.path),
+            kind=None if obtained is None else obtained.kind,
+            fingerprint={} if obtained is None else obtained.fingerprint,
             runs=[] if obtained is None else [RunDigest.of("checked", obtained)],
             used_gate=None,
             agreed=False,
@@ -474,7 +469,7 @@ class ExportPlugin:
                 kind=artifact["kind"],
                 fingerprint=artifact["fingerprint"],
                 runs=tuple(
-                    RunDigest.of(r["name"], r["artifacts"][name])
+                    RunDigest.of(r["name"], _artifact(name, r["artifacts"][name]))
                     for r in verdict.runs
                     if name in r["artifacts"]
                 ),
@@ -604,16 +599,26 @@ def _status(golden: Golden, name: str, failed: list[Failed]) -> str:
     return "unchecked"
 
 
-def _obtained(golden: Golden, name: str) -> dict[str, Any] | None:
+def _obtained(golden: Golden, name: str) -> Artifact | None:
     """The obtained file of the comparison of ``name`` (None: it was not compared)."""
     evidence = golden.folder.evidence.get(name)
-    return None if evidence is None else evidence.to_json()["obtained"]
+    if evidence is None:
+        return None
+    side = evidence.obtained
+    return Artifact(name, side.kind, side.fingerprint, Path(side.path))
 
 
-def _status_of_file(golden: Golden, name: str, run: Mapping[str, Any], gate: Any) -> str:
+def _artifact(name: str, run: Mapping[str, Any]) -> Artifact:
+    """An artifact of a run (:class:`..compare.repeatability.LosslessVerdict`'s ``runs``)."""
+    path = run.get("path")
+    return Artifact(name, run["kind"], run["fingerprint"], None if path is None else Path(path))
+
+
+def _status_of_file(golden: Golden, name: str, run: Artifact, gate: Any) -> str:
     """An artifact of a re-run that the test never reached: compared with its golden here."""
+    assert run.path is not None
     try:
-        result = golden.folder.compare(name, Path(run["path"]), gate)
+        result = golden.folder.compare(name, run.path, gate)
     except GoldenMissing:
         return "new"
     except LosslessError:
@@ -648,20 +653,11 @@ def _message(golden: Golden, name: str) -> str:
     return ""
 
 
-def _compare(
-    golden: Golden, spec: str, name: str, left: Mapping[str, Any], right: Mapping[str, Any]
-) -> str:
-    """How two runs of ``name`` differ under ``spec`` ("" when they agree)."""
+def _compare(golden: Golden, spec: str, left: Artifact, right: Artifact) -> str:
+    """How two runs of one artifact differ under ``spec`` ("" when they agree)."""
     from ..gates import parse_gate
-    from ..kinds.registry import Artifact
 
     gate = parse_gate(spec)
     assert gate is not None
-
-    def artifact(run: Mapping[str, Any]) -> Artifact:
-        return Artifact(
-            name=name, kind=run["kind"], fingerprint=run["fingerprint"], path=Path(run["path"])
-        )
-
-    result = golden.folder.kinds.compare(gate, artifact(left), artifact(right))
+    result = golden.folder.kinds.compare(gate, left, right)
     return "" if result.passed else result.message()
