@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..core.digests import canonical_sha256, loads_bounded, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
-from ..core.records import JsonObject, JsonValue, Record, RecordError, from_json, spec
+from ..core.records import JsonObject, JsonValue, Record, RecordError, from_json, meta, spec
 from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds.registry import Artifact, KindRegistry
@@ -44,8 +44,8 @@ __all__ = [
     "EXPORT_SCHEMA",
     "MAX_EXPORT_BYTES",
     "Decision",
+    "ExportEntry",
     "ExportError",
-    "Exported",
     "accept",
     "golden_names",
     "keyword_matcher",
@@ -86,52 +86,84 @@ class RunDigest(Record):
         return cls(name, digest, canonical_sha256(artifact.fingerprint))
 
 
-@dataclass(frozen=True)
-class Exported(Record):
-    """One exported artifact, as ``export.json`` names it (read: :mod:`..plugin.export` writes
-    the entries, ``accept`` reads them, checking every field)."""
+def _unnamed(golden: GoldenTarget) -> bool:
+    return golden.module is None or golden.test_name is None
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenTarget(Record):
+    """Where a ``golden.check``'s export goes when accepted: the test's golden folder, the gate
+    the test asked for, the provenance it would be written with, its scope (its keys sit
+    beside the entry's; module and test_name only when both are known)."""
+
+    module: str | None = spec(None, omit=_unnamed)
+    test_name: str | None = spec(None, omit=_unnamed)
+    folder: str = ""
+    requested_gate: str | None = None
+    provenance: JsonObject = spec(default_factory=dict)
+    scope: str = "all"
+    environment: Environment | None = None
+    #: What varied between the runs of its producer ("" when they agreed).
+    varied: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Location(Record):
+    """The test's file and line (1-based; None when pytest does not know it)."""
+
+    file: str
+    line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExportEntry(Record):
+    """One exported artifact: an entry of ``export.json`` (:mod:`..plugin.export` writes it,
+    ``accept`` reads it back: :meth:`read`). ``golden``: a ``golden.check``'s;
+    ``label``/``run``: a ``lossless.compare``'s. ``size`` None: no file was copied."""
 
     test: str
     artifact: str
-    source: str  # "golden" (a golden.check) or "lossless" (a lossless.compare)
-    status: str  # "changed", "new", "failed", "inconclusive"
-    file: str | None = None
-    module: str | None = None
-    test_name: str | None = None
-    gate: str | None = None
-    requested_gate: str | None = None
-    kind: str | None = None
-    fingerprint: JsonObject = field(default_factory=dict)
-    sha256: str | None = None
-    #: Compared with the runs the receipt records.
-    runs: tuple[RunDigest, ...] = ()
-    agreed: bool | None = None
-    producer: bool = False
+    source: str
+    status: str
+    message: str
+    file: str | None
+    sha256: str | None
+    size: int | None = field(metadata=meta(omit="none"))
+    gate: str | None
+    kind: str | None
+    fingerprint: JsonObject
+    runs: tuple[RunDigest, ...]
+    agreed: bool | None
+    producer: bool
+    location: Location
+    golden: GoldenTarget | None = spec(None, flatten=True, read_when=("source", "golden"))
+    label: str | None = spec(None, omit="none")
+    run: str | None = spec(None, omit="none")
+    #: The copy of the test's receipt in the export (the controller's, at the session's end).
     receipt: str | None = None
-    varied: str = ""
-    provenance: JsonObject = field(default_factory=dict)
-    scope: str | None = None
-    #: The environment class of a device-scoped golden (None: none, or none that can be read:
-    #: read apart, so that it refuses its entry alone, not the export).
-    environment: Environment | None = spec(None, json=False)
 
     @classmethod
-    def read(cls, data: object, where: Path) -> Exported:
-        """An entry of an untrusted ``export.json``: its types checked, its words non-empty."""
+    def read(cls, data: object, where: Path) -> ExportEntry:
+        """An entry of an untrusted ``export.json``: its types checked, its words non-empty;
+        an environment class that cannot be read is None (it refuses its entry alone)."""
         if not isinstance(data, Mapping):
             raise ExportError(where, "an entry of 'entries' is not an object")
         try:
-            entry = from_json(cls, data)
+            entry = from_json(cls, {k: v for k, v in data.items() if k != "environment"})
         except RecordError as exc:
             raise ExportError(where, f"an entry is malformed ({exc})") from None
         for key in ("test", "artifact", "source", "status"):
             if not getattr(entry, key):
                 raise ExportError(where, f"an entry is malformed ({key} must not be empty)")
-        return replace(entry, environment=Environment.checked(data.get("environment")))
+        if entry.golden is None:
+            return entry
+        environment = Environment.checked(data.get("environment"))
+        return replace(entry, golden=replace(entry.golden, environment=environment))
 
     @property
-    def label(self) -> str:
-        return f"{self.test} {self.artifact}"
+    def target(self) -> GoldenTarget:
+        """Where it goes when accepted (a ``lossless.compare``'s: nowhere, the defaults)."""
+        return self.golden or GoldenTarget()
 
 
 @dataclass(frozen=True)
@@ -149,7 +181,7 @@ class ExportDocument:
     """``export.json`` as read: the session it came from and its entries."""
 
     folder: Path
-    entries: list[Exported]
+    entries: list[ExportEntry]
     settings: ExportSettings
     session: str
 
@@ -177,7 +209,7 @@ def read_export(folder: Path | str) -> ExportDocument:
         )
     return ExportDocument(
         folder,
-        [Exported.read(e, path) for e in data["entries"]],
+        [ExportEntry.read(e, path) for e in data["entries"]],
         from_json(ExportSettings, data.get("settings"), problems=[]),
         str(data.get("session") or ""),
     )
@@ -252,10 +284,14 @@ class Decision:
     """What accept did with one exported artifact: an :class:`UpdateEvent` (``created``,
     ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason."""
 
-    entry: Exported
+    entry: ExportEntry
     action: str
     detail: str = ""
     folder: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.entry.test} {self.entry.artifact}"
 
     def to_event(self) -> dict[str, str]:
         entry = self.entry
@@ -272,7 +308,7 @@ def golden_names(test_id: str) -> tuple[str, str]:
     return split_test_id(test_id)
 
 
-def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], list[str]]) -> str:
+def refusal(entry: ExportEntry, export: Path, receipt_problems: Callable[[Path], list[str]]) -> str:
     """Why ``entry`` may not become a golden, from what ``export.json`` itself says ("" when
     nothing there refuses it). What it claims only ever refuses: :func:`vouched` checks the
     runs against the receipt and the file against its own fingerprint."""
@@ -288,7 +324,7 @@ def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], li
             "zero-argument callable), or write the golden with --update-goldens"
         )
     if entry.agreed is not True:
-        why = f": {entry.varied}" if entry.varied else ""
+        why = f": {entry.target.varied}" if entry.target.varied else ""
         return (
             f"its {len(entry.runs)} runs did not agree{why}; a flaky run is never baked into a "
             "golden"
@@ -319,7 +355,7 @@ def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], li
 
 
 def vouched(
-    entry: Exported, export: Path, receipt: JsonObject, kinds: KindRegistry
+    entry: ExportEntry, export: Path, receipt: JsonObject, kinds: KindRegistry
 ) -> tuple[str, Artifact | None]:
     """The exported file fingerprinted here, when the receipt (which passed ``verify``) vouches
     for it: ``("", artifact)``; else ``(why, None)``.
@@ -406,7 +442,7 @@ def _recorded_fingerprint(receipt: JsonObject, name: str) -> JsonObject | None:
 
 
 def _check(
-    entry: Exported,
+    entry: ExportEntry,
     export: Path,
     kinds: KindRegistry,
     receipt_problems: Callable[[Path], list[str]],
@@ -456,7 +492,7 @@ def accept(
     if above is None:
         above = 1 << 20
     decisions: list[Decision] = []
-    chosen: dict[tuple[str, Environment | None], list[tuple[Exported, Artifact]]] = {}
+    chosen: dict[tuple[str, Environment | None], list[tuple[ExportEntry, Artifact]]] = {}
     for entry in document.entries:
         if wanted is not None and not wanted(entry.test):
             continue
@@ -468,8 +504,8 @@ def accept(
             decisions.append(Decision(entry, "refused", why))
             continue
         environment = None
-        if entry.scope == "device":
-            environment = entry.environment
+        if entry.target.scope == "device":
+            environment = entry.target.environment
             if environment is None:
                 why = "a device-scoped golden whose export names no environment class"
                 decisions.append(Decision(entry, "refused", why))
@@ -498,7 +534,7 @@ def accept(
 
 
 def _accept_test(
-    golden: GoldenFolder, accepted: Sequence[tuple[Exported, Artifact]]
+    golden: GoldenFolder, accepted: Sequence[tuple[ExportEntry, Artifact]]
 ) -> list[Decision]:
     """Stage and commit one test's accepted artifacts (its other goldens are kept), each with
     the fingerprint accept computed for it."""
@@ -514,17 +550,18 @@ def _accept_test(
             Decision(e, "refused", f"the golden folder cannot be updated: {exc}") for e in entries
         ]
     decisions: list[Decision] = []
-    staged: list[Exported] = []
+    staged: list[ExportEntry] = []
     for entry in entries:
         before = frozen.get(entry.artifact)
-        gate = entry.requested_gate or (before.gate if before is not None else None)
-        if before is not None and entry.requested_gate and entry.requested_gate != before.gate:
+        requested = entry.target.requested_gate
+        gate = requested or (before.gate if before is not None else None)
+        if before is not None and requested and requested != before.gate:
             decisions.append(
                 Decision(
                     entry,
                     "refused",
                     f"its gate is frozen as {before.gate} with the golden, but the test asks for "
-                    f"{entry.requested_gate}: a gate is changed by --update-goldens only",
+                    f"{requested}: a gate is changed by --update-goldens only",
                     shown,
                 )
             )
@@ -538,7 +575,7 @@ def _accept_test(
                 entry.artifact,
                 artifact.path,
                 parse_gate(gate),
-                entry.provenance,
+                entry.target.provenance,
                 artifact=artifact,
             )
         except LosslessError as exc:

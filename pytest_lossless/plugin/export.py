@@ -14,7 +14,7 @@ each test's receipt; the HTML report is copied in after the terminal summary dre
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
@@ -23,8 +23,7 @@ import pytest
 from ..core import faults, records
 from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
-from ..goldens.accept import RunDigest
-from ..goldens.manifest import Environment
+from ..goldens.accept import ExportEntry, GoldenTarget, Location, RunDigest
 from ..kinds.registry import Artifact
 from .config import session as session_of
 from .config import settings
@@ -109,63 +108,6 @@ class Copied:
     file: str
     sha256: str
     size: int
-
-
-def _unnamed(golden: GoldenTarget) -> bool:
-    return golden.module is None or golden.test_name is None
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenTarget(records.Record):
-    """Where a ``golden.check``'s export goes when accepted: the test's golden folder, the gate
-    the test asked for, the provenance it would be written with, its scope (its keys sit
-    beside the entry's; module and test_name only when both are known)."""
-
-    module: str | None = records.spec(None, omit=_unnamed)
-    test_name: str | None = records.spec(None, omit=_unnamed)
-    folder: str = ""
-    requested_gate: str | None = None
-    provenance: records.JsonObject = records.spec(default_factory=dict)
-    scope: str = "all"
-    environment: Environment | None = None
-    #: What varied between the runs of its producer ("" when they agreed).
-    varied: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Location(records.Record):
-    """The test's file and line (1-based; None when pytest does not know it)."""
-
-    file: str
-    line: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ExportEntry(records.Record):
-    """One exported artifact: an entry of ``export.json`` (``accept`` reads it back, checking
-    every field: :class:`..goldens.accept.Exported`). ``golden``: a ``golden.check``'s;
-    ``label``/``run``: a ``lossless.compare``'s. ``size`` None: no file was copied."""
-
-    test: str
-    artifact: str
-    source: str
-    status: str
-    message: str
-    file: str | None
-    sha256: str | None
-    size: int | None = field(metadata=records.meta(omit="none"))
-    gate: str | None
-    kind: str | None
-    fingerprint: records.JsonObject
-    runs: tuple[RunDigest, ...]
-    agreed: bool | None
-    producer: bool
-    location: Location
-    golden: GoldenTarget | None = records.spec(None, flatten=True, read_when=("source", "golden"))
-    label: str | None = records.spec(None, omit="none")
-    run: str | None = records.spec(None, omit="none")
-    #: The copy of the test's receipt in the export (the controller's, at the session's end).
-    receipt: str | None = None
 
 
 @final
