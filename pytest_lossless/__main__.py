@@ -292,9 +292,9 @@ def accept_command(
         what = f"matches -k {keyword!r}" if keyword else "is in it"
         print(f"pytest-lossless accept: {directory}: no exported artifact {what}", file=stream)
         return 2 if keyword and document.entries else 0
-    for decision in sorted(decisions, key=lambda d: (d.action != "refused", d.entry.label)):
+    for decision in sorted(decisions, key=lambda d: (d.action != "refused", d.label)):
         entry = decision.entry
-        where = f"{decision.folder}/{entry.artifact}" if decision.folder else entry.label
+        where = f"{decision.folder}/{entry.artifact}" if decision.folder else decision.label
         detail = f" ({decision.detail})" if decision.detail else ""
         print(printable(f"{decision.action.upper()} {where}{detail}", newlines=True), file=stream)
     refused = sum(1 for d in decisions if d.action in ("refused", "conflict"))

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .core.artifact import Artifact
+    from .core.records import JsonObject
     from .devices.base import Backend
     from .gates.gate import Gate, GateResult
 
@@ -58,7 +59,7 @@ def pytest_lossless_detect_kind(path: Path, head: bytes) -> str | None:
 
 
 @hookspec(firstresult=True)
-def pytest_lossless_fingerprint(kind: str, path: Path) -> dict[str, Any] | None:
+def pytest_lossless_fingerprint(kind: str, path: Path) -> JsonObject | None:
     """A JSON-able fingerprint of the artifact at ``path``: metadata plus digests.
 
     Must raise :class:`~pytest_lossless.errors.ArtifactError` for a damaged file.

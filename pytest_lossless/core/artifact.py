@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import ArtifactError
 from . import faults
+from .records import JsonObject
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Artifact:
 
     name: str
     kind: str
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
     path: Path | None = None
 
 

@@ -26,11 +26,20 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from ..core.digests import canonical_sha256, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
-from ..core.records import Record, RecordError, from_json, loads_bounded, spec
+from ..core.records import (
+    JsonObject,
+    JsonValue,
+    Record,
+    RecordError,
+    from_json,
+    json_objects,
+    loads_bounded,
+    meta,
+    spec,
+)
 from ..core.text import printable
 from ..errors import LosslessError
 from ..kinds.registry import Artifact, KindRegistry
@@ -45,8 +54,8 @@ __all__ = [
     "EXPORT_SCHEMA",
     "MAX_EXPORT_BYTES",
     "Decision",
+    "ExportEntry",
     "ExportError",
-    "Exported",
     "accept",
     "golden_names",
     "keyword_matcher",
@@ -69,52 +78,102 @@ class ExportError(LosslessError):
         super().__init__(printable(f"{self.path}: {problem}"))
 
 
-@dataclass(frozen=True)
-class Exported(Record):
-    """One exported artifact, as ``export.json`` names it (read: :mod:`..plugin.export` writes
-    the entries, ``accept`` reads them, checking every field)."""
+@dataclass(frozen=True, slots=True)
+class RunDigest(Record):
+    """One run of an exported artifact, by its digests (:mod:`..plugin.export` writes them);
+    the receipt's export block records the same runs, which ``accept`` checks."""
+
+    name: str
+    sha256: str | None
+    fingerprint_sha256: str
+
+    @classmethod
+    def of(cls, name: str, artifact: Artifact) -> RunDigest:
+        """The digests of a run's artifact."""
+        digest = artifact.fingerprint.get("sha256")
+        if not (isinstance(digest, str) and len(digest) == 64):
+            digest = None if artifact.path is None else sha256_file(artifact.path)
+        return cls(name, digest, canonical_sha256(artifact.fingerprint))
+
+
+def _unnamed(golden: GoldenTarget) -> bool:
+    return golden.module is None or golden.test_name is None
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenTarget(Record):
+    """Where a ``golden.check``'s export goes when accepted: the test's golden folder, the gate
+    the test asked for, the provenance it would be written with, its scope (its keys sit
+    beside the entry's; module and test_name only when both are known)."""
+
+    module: str | None = spec(None, omit=_unnamed)
+    test_name: str | None = spec(None, omit=_unnamed)
+    folder: str = ""
+    requested_gate: str | None = None
+    provenance: JsonObject = spec(default_factory=dict)
+    scope: str = "all"
+    environment: Environment | None = None
+    #: What varied between the runs of its producer ("" when they agreed).
+    varied: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Location(Record):
+    """The test's file and line (1-based; None when pytest does not know it)."""
+
+    file: str
+    line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExportEntry(Record):
+    """One exported artifact: an entry of ``export.json`` (:mod:`..plugin.export` writes it,
+    ``accept`` reads it back: :meth:`read`). ``golden``: a ``golden.check``'s;
+    ``label``/``run``: a ``lossless.compare``'s. ``size`` None: no file was copied."""
 
     test: str
     artifact: str
-    source: str  # "golden" (a golden.check) or "lossless" (a lossless.compare)
-    status: str  # "changed", "new", "failed", "inconclusive"
-    file: str | None = None
-    module: str | None = None
-    test_name: str | None = None
-    gate: str | None = None
-    requested_gate: str | None = None
-    kind: str | None = None
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    sha256: str | None = None
-    #: As written, compared whole with the runs the receipt records (unknown keys included).
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    agreed: bool | None = None
-    producer: bool = False
+    source: str
+    status: str
+    message: str
+    file: str | None
+    sha256: str | None
+    size: int | None = field(metadata=meta(omit="none"))
+    gate: str | None
+    kind: str | None
+    fingerprint: JsonObject
+    runs: tuple[RunDigest, ...]
+    agreed: bool | None
+    producer: bool
+    location: Location
+    golden: GoldenTarget | None = spec(None, flatten=True, read_when=("source", "golden"))
+    label: str | None = spec(None, omit="none")
+    run: str | None = spec(None, omit="none")
+    #: The copy of the test's receipt in the export (the controller's, at the session's end).
     receipt: str | None = None
-    varied: str = ""
-    provenance: dict[str, Any] = field(default_factory=dict)
-    scope: str | None = None
-    #: The environment class of a device-scoped golden (None: none, or none that can be read:
-    #: read apart, so that it refuses its entry alone, not the export).
-    environment: Environment | None = spec(None, json=False)
 
     @classmethod
-    def read(cls, data: object, where: Path) -> Exported:
-        """An entry of an untrusted ``export.json``: its types checked, its words non-empty."""
+    def read(cls, data: object, where: Path) -> ExportEntry:
+        """An entry of an untrusted ``export.json``: its types checked, its words non-empty;
+        an environment class that cannot be read is None (it refuses its entry alone)."""
         if not isinstance(data, Mapping):
             raise ExportError(where, "an entry of 'entries' is not an object")
         try:
-            entry = from_json(cls, data)
+            entry = from_json(cls, {k: v for k, v in data.items() if k != "environment"})
         except RecordError as exc:
             raise ExportError(where, f"an entry is malformed ({exc})") from None
         for key in ("test", "artifact", "source", "status"):
             if not getattr(entry, key):
                 raise ExportError(where, f"an entry is malformed ({key} must not be empty)")
-        return replace(entry, environment=Environment.checked(data.get("environment")))
+        if entry.golden is None:
+            return entry
+        environment = Environment.checked(data.get("environment"))
+        return replace(entry, golden=replace(entry.golden, environment=environment))
 
     @property
-    def label(self) -> str:
-        return f"{self.test} {self.artifact}"
+    def target(self) -> GoldenTarget:
+        """Where it goes when accepted (a ``lossless.compare``'s: nowhere, the defaults)."""
+        return self.golden or GoldenTarget()
 
 
 @dataclass(frozen=True)
@@ -132,7 +191,7 @@ class ExportDocument:
     """``export.json`` as read: the session it came from and its entries."""
 
     folder: Path
-    entries: list[Exported]
+    entries: list[ExportEntry]
     settings: ExportSettings
     session: str
 
@@ -160,7 +219,7 @@ def read_export(folder: Path | str) -> ExportDocument:
         )
     return ExportDocument(
         folder,
-        [Exported.read(e, path) for e in data["entries"]],
+        [ExportEntry.read(e, path) for e in data["entries"]],
         from_json(ExportSettings, data.get("settings"), problems=[]),
         str(data.get("session") or ""),
     )
@@ -235,10 +294,14 @@ class Decision:
     """What accept did with one exported artifact: an :class:`UpdateEvent` (``created``,
     ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason."""
 
-    entry: Exported
+    entry: ExportEntry
     action: str
     detail: str = ""
     folder: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.entry.test} {self.entry.artifact}"
 
     def to_event(self) -> dict[str, str]:
         entry = self.entry
@@ -255,7 +318,7 @@ def golden_names(test_id: str) -> tuple[str, str]:
     return split_test_id(test_id)
 
 
-def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], list[str]]) -> str:
+def refusal(entry: ExportEntry, export: Path, receipt_problems: Callable[[Path], list[str]]) -> str:
     """Why ``entry`` may not become a golden, from what ``export.json`` itself says ("" when
     nothing there refuses it). What it claims only ever refuses: :func:`vouched` checks the
     runs against the receipt and the file against its own fingerprint."""
@@ -271,7 +334,7 @@ def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], li
             "zero-argument callable), or write the golden with --update-goldens"
         )
     if entry.agreed is not True:
-        why = f": {entry.varied}" if entry.varied else ""
+        why = f": {entry.target.varied}" if entry.target.varied else ""
         return (
             f"its {len(entry.runs)} runs did not agree{why}; a flaky run is never baked into a "
             "golden"
@@ -302,7 +365,7 @@ def refusal(entry: Exported, export: Path, receipt_problems: Callable[[Path], li
 
 
 def vouched(
-    entry: Exported, export: Path, receipt: Mapping[str, Any], kinds: KindRegistry
+    entry: ExportEntry, export: Path, receipt: JsonObject, kinds: KindRegistry
 ) -> tuple[str, Artifact | None]:
     """The exported file fingerprinted here, when the receipt (which passed ``verify``) vouches
     for it: ``("", artifact)``; else ``(why, None)``.
@@ -320,8 +383,8 @@ def vouched(
         )
     blocks = [
         b
-        for b in receipt.get("export") or []
-        if isinstance(b, Mapping) and b.get("artifact") == entry.artifact
+        for b in _list(receipt.get("export"))
+        if isinstance(b, dict) and b.get("artifact") == entry.artifact
     ]
     if not blocks:
         return (
@@ -330,8 +393,8 @@ def vouched(
             None,
         )
     block = blocks[-1]
-    runs = block.get("runs")
-    if not isinstance(runs, list) or runs != entry.runs:
+    runs = entry.runs
+    if block.get("runs") != [r.to_json() for r in runs]:
         return (
             "the receipt does not vouch for these runs: export.json names other runs than the "
             "receipt records",
@@ -339,7 +402,6 @@ def vouched(
         )
     if block.get("agreed") is not True or len(runs) < 2:
         return f"its receipt records that its {len(runs)} runs did not agree", None
-    first = runs[0] if isinstance(runs[0], Mapping) else {}
     path = _inside(export, str(entry.file), "exported artifact")
     artifact = kinds.artifact(entry.artifact, path)
     digest = canonical_sha256(artifact.fingerprint)
@@ -353,13 +415,21 @@ def vouched(
         )
     named = artifact.fingerprint.get("sha256")
     sha256 = named if isinstance(named, str) and len(named) == 64 else sha256_file(path)
-    if first.get("fingerprint_sha256") != digest or first.get("sha256") != sha256:
+    if runs[0].fingerprint_sha256 != digest or runs[0].sha256 != sha256:
         return (
             "the exported file is not the one its receipt records for its first run: it was "
             "changed after the export was written",
             None,
         )
     return "", artifact
+
+
+def _list(value: JsonValue) -> list[JsonValue]:
+    return value if isinstance(value, list) else []
+
+
+def _object(value: JsonValue) -> JsonObject:
+    return value if isinstance(value, dict) else {}
 
 
 def _inside(export: Path, relative: str, what: str) -> Path:
@@ -370,41 +440,41 @@ def _inside(export: Path, relative: str, what: str) -> Path:
     return path
 
 
-def _recorded_fingerprint(receipt: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+def _recorded_fingerprint(receipt: JsonObject, name: str) -> JsonObject | None:
     """The obtained fingerprint a receipt's gate block records for ``name`` (None: none)."""
-    for gate in receipt.get("gates") or []:
-        if isinstance(gate, Mapping) and gate.get("artifact") == name:
-            obtained = ((gate.get("evidence") or {}).get("obtained")) or {}
+    for gate in _list(receipt.get("gates")):
+        if isinstance(gate, dict) and gate.get("artifact") == name:
+            obtained = _object(_object(gate.get("evidence")).get("obtained"))
             fingerprint = obtained.get("fingerprint")
             if isinstance(fingerprint, dict):
                 return fingerprint
     return None
 
 
-def _coverage_missed(receipt: Mapping[str, Any], name: str) -> str:
+def _coverage_missed(receipt: JsonObject, name: str) -> str:
     """What a receipt's request-coverage blocks say ``name`` missed ("" when none failed): an
     output short of what its run was asked for is never written as a golden."""
-    for gate in receipt.get("gates") or []:
-        if not isinstance(gate, Mapping) or gate.get("artifact") != name:
+    for gate in json_objects(receipt.get("gates")):
+        if gate.get("artifact") != name:
             continue
         if gate.get("gate") == "coverage" and gate.get("passed") is not True:
-            said = [str(d) for d in gate.get("metadata_diffs") or [] if isinstance(d, str)]
+            diffs = gate.get("metadata_diffs")
+            said = [d for d in diffs if isinstance(d, str)] if isinstance(diffs, list) else []
             return printable("; ".join(said) or "request coverage failed")
     return ""
 
 
-def _compared_golden(receipt: Mapping[str, Any], name: str) -> str | None:
+def _compared_golden(receipt: JsonObject, name: str) -> str | None:
     """The SHA-256 of the golden a receipt's gate block compared ``name`` with (None: none)."""
-    for gate in receipt.get("gates") or []:
-        if isinstance(gate, Mapping) and gate.get("artifact") == name:
-            golden = (gate.get("evidence") or {}).get("golden") or {}
-            sha = golden.get("sha256") if isinstance(golden, Mapping) else None
+    for gate in json_objects(receipt.get("gates")):
+        if gate.get("artifact") == name:
+            sha = _object(_object(gate.get("evidence")).get("golden")).get("sha256")
             if isinstance(sha, str):
                 return sha
     return None
 
 
-def _stale(entry: Exported, before: str | None, compared: str | None) -> str:
+def _stale(entry: ExportEntry, before: str | None, compared: str | None) -> str:
     """Why the golden on this checkout is not the one the export judged ("" when it is, when
     there is none, or when it already is the exported one): a golden committed since the
     export is never overwritten by it."""
@@ -425,11 +495,11 @@ def _stale(entry: Exported, before: str | None, compared: str | None) -> str:
 
 
 def _check(
-    entry: Exported,
+    entry: ExportEntry,
     export: Path,
     kinds: KindRegistry,
     receipt_problems: Callable[[Path], list[str]],
-    load_receipt: Callable[[Path], Mapping[str, Any]],
+    load_receipt: Callable[[Path], JsonObject],
 ) -> tuple[str, Artifact | None]:
     """Every rule of :func:`refusal` and :func:`vouched`, and the receipt's gate block."""
     try:
@@ -460,7 +530,7 @@ def accept(
     rootdir: Path,
     kinds: KindRegistry,
     receipt_problems: Callable[[Path], list[str]],
-    load_receipt: Callable[[Path], Mapping[str, Any]],
+    load_receipt: Callable[[Path], JsonObject],
     keyword: str | None = None,
     store: Path | None = None,
     digest_above: int | None = None,
@@ -481,7 +551,7 @@ def accept(
     if above is None:
         above = 1 << 20
     decisions: list[Decision] = []
-    chosen: dict[tuple[str, Environment | None], list[tuple[Exported, Artifact]]] = {}
+    chosen: dict[tuple[str, Environment | None], list[tuple[ExportEntry, Artifact]]] = {}
     compared: dict[int, str | None] = {}
     for entry in document.entries:
         if wanted is not None and not wanted(entry.test):
@@ -494,8 +564,8 @@ def accept(
             decisions.append(Decision(entry, "refused", why))
             continue
         environment = None
-        if entry.scope == "device":
-            environment = entry.environment
+        if entry.target.scope == "device":
+            environment = entry.target.environment
             if environment is None:
                 why = "a device-scoped golden whose export names no environment class"
                 decisions.append(Decision(entry, "refused", why))
@@ -527,7 +597,7 @@ def accept(
 
 def _accept_test(
     golden: GoldenFolder,
-    accepted: Sequence[tuple[Exported, Artifact]],
+    accepted: Sequence[tuple[ExportEntry, Artifact]],
     compared: Mapping[int, str | None],
 ) -> list[Decision]:
     """Stage and commit one test's accepted artifacts (its other goldens are kept), each with
@@ -544,21 +614,22 @@ def _accept_test(
             Decision(e, "refused", f"the golden folder cannot be updated: {exc}") for e in entries
         ]
     decisions: list[Decision] = []
-    staged: list[Exported] = []
+    staged: list[ExportEntry] = []
     for entry in entries:
         before = frozen.get(entry.artifact)
         stale = _stale(entry, before.sha256 if before else None, compared.get(id(entry)))
         if stale:
             decisions.append(Decision(entry, "refused", stale, shown))
             continue
-        gate = entry.requested_gate or (before.gate if before is not None else None)
-        if before is not None and entry.requested_gate and entry.requested_gate != before.gate:
+        requested = entry.target.requested_gate
+        gate = requested or (before.gate if before is not None else None)
+        if before is not None and requested and requested != before.gate:
             decisions.append(
                 Decision(
                     entry,
                     "refused",
                     f"its gate is frozen as {before.gate} with the golden, but the test asks for "
-                    f"{entry.requested_gate}: a gate is changed by --update-goldens only",
+                    f"{requested}: a gate is changed by --update-goldens only",
                     shown,
                 )
             )
@@ -572,7 +643,7 @@ def _accept_test(
                 entry.artifact,
                 artifact.path,
                 parse_gate(gate),
-                entry.provenance,
+                entry.target.provenance,
                 artifact=artifact,
             )
         except LosslessError as exc:

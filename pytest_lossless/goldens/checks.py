@@ -32,6 +32,7 @@ from ..compare.coverage import (
 from ..compare.repeatability import LosslessVerdict
 from ..core import faults
 from ..core.expect import Media
+from ..core.records import JsonObject
 from ..errors import Inconclusive
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact
@@ -65,7 +66,7 @@ class Golden:
         update: bool,
         workdir: Path,
         producer_runs: int = 2,
-        provenance: Mapping[str, Any] | None = None,
+        provenance: JsonObject | None = None,
         repeat_producers: bool = False,
         diagnostics: Path | None = None,
     ) -> None:
@@ -193,7 +194,7 @@ class Golden:
             )
         return {name: Path(run["path"]) for name, run in verdict.runs[0]["artifacts"].items()}
 
-    def _cover(self, expect: Any, name: str, kind: str, fingerprint: dict[str, Any]) -> None:
+    def _cover(self, expect: Any, name: str, kind: str, fingerprint: JsonObject) -> None:
         """Note what artifact ``name`` of one obtained run misses of ``expect`` (a miss keeps
         :meth:`commit` from writing anything)."""
         if expect is None:

@@ -30,7 +30,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.digests import canonical_sha256, sha256_file
@@ -42,7 +41,7 @@ from ..core.paths import (
     is_under,
     write_new,
 )
-from ..core.records import Record
+from ..core.records import JsonObject, Record
 from ..errors import ArtifactError, GateChanged, GoldenMissing, ManifestError
 from ..gates import Gate, GateResult
 from ..kinds.registry import Artifact, KindRegistry
@@ -112,7 +111,7 @@ class GoldenSide(Record):
     sha256: str
     stored: str
     manifest_sha256: str
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +121,7 @@ class ObtainedSide(Record):
     path: str
     kind: str
     sha256: str
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +331,7 @@ class GoldenFolder:
         name: str,
         path: Path,
         gate: Gate | None,
-        provenance: Mapping[str, Any],
+        provenance: JsonObject,
         *,
         artifact: Artifact | None = None,
         allow_empty: bool = False,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import faults
 from ..core.digests import canonical_sha256
 from ..core.paths import inside_root, open_regular, read_regular
-from ..core.records import Record, RecordError, from_json, loads_bounded, meta, spec
+from ..core.records import JsonObject, Record, RecordError, from_json, loads_bounded, meta, spec
 from ..core.text import has_control, printable
 from ..errors import ArtifactError, GoldenError, GoldenIntegrityError, LosslessError, ManifestError
 
@@ -159,9 +159,9 @@ class ManifestEntry(Record):
     size: int
     stored: str  # "full" or "digest"
     file: str | None
-    fingerprint: dict[str, Any]
+    fingerprint: JsonObject
     fingerprint_sha256: str
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: JsonObject = field(default_factory=dict)
     #: ``"all"`` (one golden for every environment, and not written) or ``"device"`` (one per
     #: environment class, named by ``environment``: backend, model, runtime); see :mod:`.scope`.
     scope: str = spec("all", omit=lambda e: e.scope == "all")
@@ -314,7 +314,7 @@ def entry_sha256(entry: ManifestEntry) -> str:
 MADE_WITH = ("python", "numpy", "ffmpeg", "pytest-lossless")
 
 
-def made_with(versions: Mapping[str, Any]) -> dict[str, str | None]:
+def made_with(versions: Mapping[str, str | None]) -> JsonObject:
     """The versions a golden is made with, out of a session's versions (:data:`MADE_WITH`)."""
     return {name: _version(versions.get(name)) for name in MADE_WITH}
 
@@ -329,7 +329,7 @@ def _version(value: Any) -> str | None:
     return value
 
 
-def version_changes(entry: ManifestEntry, now: Mapping[str, Any]) -> str:
+def version_changes(entry: ManifestEntry, now: Mapping[str, str | None]) -> str:
     """``made with ffmpeg 7.0.2, now 6.1.1; numpy 1.26.4, now 2.1.0``: what differs between the
     versions a golden was made with and this session's ("" when none differs or it was made
     before manifests recorded them)."""
@@ -451,7 +451,7 @@ def check_integrity(
     return copy or path
 
 
-def _earlier_form(again: dict[str, Any], entry: ManifestEntry) -> bool:
+def _earlier_form(again: JsonObject, entry: ManifestEntry) -> bool:
     """A container fingerprint written before streams other than video and audio were recorded
     (no ``other_streams``) matches the stored file fingerprinted again, in that earlier form:
     the gate compares what it recorded and notes the streams it did not. A WAV/FLAC

@@ -41,16 +41,15 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core import faults
 from ..core.clock import utc_iso
 from ..core.paths import fsync_dir, open_regular, read_regular
 from ..core.procfs import process_stat
-from ..core.records import loads_bounded
+from ..core.records import Record, from_json, loads_bounded
 from ..core.text import printable
 from ..errors import GoldenError
 
@@ -276,18 +275,35 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
-def owner_record(pid: int | None = None) -> dict[str, Any]:
-    """Who a work folder belongs to: the process (pid and start time: with both, one process
-    even after the pid is reused), the boot and the host."""
+@dataclass(frozen=True, slots=True)
+class FolderOwner(Record):
+    """Who a work folder belongs to (its :data:`OWNER` marker): the process (pid and start
+    time: with both, one process even after the pid is reused), the boot and the host."""
+
+    pid: int
+    start: int | None
+    boot_id: str | None
+    host: str
+    since: str | None = None
+
+    @classmethod
+    def read(cls, path: Path) -> FolderOwner | None:
+        """The owner marker at ``path``, or None when missing or not one."""
+        try:
+            found = from_json(
+                cls, loads_bounded(read_regular(path, limit=_OWNER_LIMIT), max_depth=2)
+            )
+        except (OSError, ValueError):  # a RecordError is a ValueError
+            return None
+        return found if found.pid > 0 else None
+
+
+def owner_record(pid: int | None = None) -> FolderOwner:
+    """This process (or ``pid``) as the owner of a work folder it writes."""
     pid = os.getpid() if pid is None else pid
     found = process_stat(pid)
-    return {
-        "pid": pid,
-        "start": found.starttime if found is not None else None,
-        "boot_id": _boot_id(),
-        "host": socket.gethostname(),
-        "since": utc_iso(),
-    }
+    start = found.starttime if found is not None else None
+    return FolderOwner(pid, start, _boot_id(), socket.gethostname(), utc_iso())
 
 
 def replace_folder(path: Path, fill: Callable[[Path], None]) -> None:
@@ -327,7 +343,7 @@ def replace_folder(path: Path, fill: Callable[[Path], None]) -> None:
 
 
 def _write_owner(path: Path) -> None:
-    data = json.dumps(owner_record(), sort_keys=True).encode()
+    data = json.dumps(owner_record().to_json(), sort_keys=True).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, data)
@@ -385,7 +401,7 @@ class _Stray:
     path: Path
     kind: str  # "tmp": a work or staging folder; "old": a retired folder or link (earlier)
     pid: int
-    owner: Mapping[str, Any] | None
+    owner: FolderOwner | None
     retired: Path | None
     mtime: float
 
@@ -396,7 +412,7 @@ class _Stray:
         if kind == "old":
             retired = path
         elif stat.S_ISDIR(info.st_mode):  # never looked into through a link
-            owner = _read_owner(path / OWNER)
+            owner = FolderOwner.read(path / OWNER)
             if os.path.lexists(path / "old"):
                 retired = path / "old"
         return cls(path, kind, pid, owner, retired, info.st_mtime)
@@ -407,17 +423,17 @@ class _Stray:
         if owner is None:
             alive = self.pid != os.getpid() and _exists(self.pid)  # this one holds the lock
             return ("alive" if alive else "dead"), f"pid {self.pid}"
-        pid, host = owner["pid"], owner["host"]
-        who = f"pid {pid} on {host}" + (f" (since {owner['since']})" if owner.get("since") else "")
+        pid, host = owner.pid, owner.host
+        who = f"pid {pid} on {host}" + (f" (since {owner.since})" if owner.since else "")
         if host != socket.gethostname():
             return "unknown", who
         boot = _boot_id()
-        if owner.get("boot_id") and boot and owner["boot_id"] != boot:
+        if owner.boot_id and boot and owner.boot_id != boot:
             return "dead", who + " before a reboot"
         found = process_stat(pid)
         if not _exists(pid) or (found is not None and found.state == "Z"):
             return "dead", who
-        if found is not None and owner.get("start") not in (None, found.starttime):
+        if found is not None and owner.start not in (None, found.starttime):
             return "dead", who  # the pid now names another process
         if pid == os.getpid():
             return "dead", who  # this process: not writing it, since the caller holds the lock
@@ -429,22 +445,6 @@ class _Stray:
         if self.retired is not None:
             return "work folder with the retired golden"
         return "work folder" if self.owner is not None else "staging folder"
-
-
-def _read_owner(path: Path) -> Mapping[str, Any] | None:
-    """The owner marker of a work folder, or None when missing or not one."""
-    try:
-        data = loads_bounded(read_regular(path, limit=_OWNER_LIMIT), max_depth=2)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    pid, start, host = data.get("pid"), data.get("start"), data.get("host")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(host, str):
-        return None
-    if start is not None and not isinstance(start, int):
-        return None
-    return data
 
 
 def _exists(pid: int) -> bool:

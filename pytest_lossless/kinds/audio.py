@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
 from ..core.digests import Fingerprint
-from ..core.records import meta
+from ..core.records import JsonObject, meta
 from ..gates.gate import Figure, first_difference, new_result, note_meta, settle
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind
@@ -57,7 +57,7 @@ class AudioKind(BuiltinKind):
             and detect_kind(path, head, limits=self.limits()) == "audio"
         )
 
-    def fingerprint(self, path: Path) -> dict[str, Any]:
+    def fingerprint(self, path: Path) -> JsonObject:
         return fingerprint_audio(path, limits=self.limits()).to_json()
 
     def check_declared(self, path: Path, limits: MediaLimits) -> None:

@@ -14,7 +14,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.digests import CHUNK_BYTES, Fingerprint, sha256_hex, whole_and_blocks
 from ..errors import ArtifactError
@@ -24,6 +24,7 @@ from .interface import BuiltinKind
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
+    from ..core.records import JsonObject
     from ..gates import Gate, GateResult
 
 
@@ -61,7 +62,7 @@ class BytesFingerprint(Fingerprint):
         return cls(size=size, sha256=whole, chunk_sha256=tuple(chunks))
 
 
-def fingerprint_bytes(path: Path) -> dict[str, Any]:
+def fingerprint_bytes(path: Path) -> JsonObject:
     """The bytes fingerprint of ``path`` as JSON: what a plugin's kind may start its own from
     (with ``size`` and ``sha256`` in it, the ``bytes`` gate works for that kind for free)."""
     return BytesFingerprint.of(Path(path)).to_json()
@@ -78,7 +79,7 @@ class BytesKind(BuiltinKind):
     def detect(self, path: Path, head: bytes) -> bool:
         return True
 
-    def fingerprint(self, path: Path) -> dict[str, Any]:
+    def fingerprint(self, path: Path) -> JsonObject:
         return fingerprint_bytes(path)
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import faults
 from ..core.artifact import Artifact
-from ..core.records import Record, from_json
+from ..core.records import JsonObject, Record, from_json
 from ..errors import ArtifactError, CanaryError, LosslessError
 
 if TYPE_CHECKING:
@@ -568,7 +568,7 @@ def _source(expected: Artifact, obtained: Artifact) -> Artifact | None:
     return None
 
 
-def summary_lines(records: list[dict[str, Any]]) -> list[str]:
+def summary_lines(records: list[JsonObject]) -> list[str]:
     """The session summary's canary lines: one per (kind, gate), however many workers ran it
     (``records``: as the receipts hold them)."""
     seen: dict[tuple[str, str], list[CanaryRecord]] = {}

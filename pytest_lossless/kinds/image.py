@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from .interface import BuiltinKind
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
+    from ..core.records import JsonObject
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
     from .canary import Plan
@@ -59,7 +60,7 @@ class ImageKind(BuiltinKind):
     def detect(self, path: Path, head: bytes) -> bool:
         return image_format(head) is not None
 
-    def fingerprint(self, path: Path) -> dict[str, Any]:
+    def fingerprint(self, path: Path) -> JsonObject:
         from ..core.artifact import read_head
         from ..media.container import fingerprint_container
 

@@ -22,6 +22,7 @@ from ..hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from ..core.artifact import Artifact
+    from ..core.records import JsonObject
     from ..gates import Gate, GateResult
     from ..media import MediaLimits
     from ..settings import Settings
@@ -78,7 +79,7 @@ class Kind:
         """Whether the file's content is of this kind (``head``: its first 4 KiB)."""
         raise NotImplementedError
 
-    def fingerprint(self, path: Path) -> dict[str, Any]:
+    def fingerprint(self, path: Path) -> JsonObject:
         """Metadata and digests of the file (JSON-able); ArtifactError for a damaged one. With
         ``size`` and ``sha256`` in it, the ``bytes`` gate works for this kind for free."""
         raise NotImplementedError
@@ -121,7 +122,7 @@ class Kind:
         return self.name if self.detect(Path(path), head) else None
 
     @hookimpl
-    def pytest_lossless_fingerprint(self, kind: str, path: Path) -> dict[str, Any] | None:
+    def pytest_lossless_fingerprint(self, kind: str, path: Path) -> JsonObject | None:
         return self.fingerprint(Path(path)) if kind == self.name else None
 
     @hookimpl
@@ -178,7 +179,7 @@ class BuiltinKind(Kind):
         """The kind's side of the lossy gate ``tolerance`` (built on :mod:`~..gates.lossy`)."""
         raise NotImplementedError
 
-    def fingerprint_within(self, path: Path, limits: MediaLimits) -> dict[str, Any]:
+    def fingerprint_within(self, path: Path, limits: MediaLimits) -> JsonObject:
         """The fingerprint of an obtained file whose every decode stays within ``limits``
         (derived from its golden): its declared sizes are checked first, when the kind has a
         ``check_declared``. A kind that checks them while it decodes does it in one pass."""
@@ -207,7 +208,7 @@ class BuiltinKind(Kind):
         return super().pytest_lossless_detect_kind(path, head)
 
     @hookimpl(trylast=True)
-    def pytest_lossless_fingerprint(self, kind: str, path: Path) -> dict[str, Any] | None:
+    def pytest_lossless_fingerprint(self, kind: str, path: Path) -> JsonObject | None:
         return super().pytest_lossless_fingerprint(kind, path)
 
     @hookimpl(trylast=True)

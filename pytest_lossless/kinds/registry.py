@@ -32,8 +32,7 @@ from ..errors import ArtifactError, LosslessError
 from .interface import BuiltinKind, Kind, media_limits
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
+    from ..core.records import JsonObject
     from ..gates import Gate, GateResult
     from ..media.limits import MediaLimits
     from ..settings import Settings
@@ -79,7 +78,7 @@ def builtin_kind(
     return kind
 
 
-def fingerprint(kind: str, path: Path, *, limits: MediaLimits | None = None) -> dict[str, Any]:
+def fingerprint(kind: str, path: Path, *, limits: MediaLimits | None = None) -> JsonObject:
     """The fingerprint (as JSON) of a file of the built-in kind ``kind``, outside a session: its
     work bounded by ``limits`` (the defaults and the environment without them)."""
     from ..core.artifact import read_head
@@ -285,7 +284,7 @@ class KindRegistry:
             kinds.append(impl.plugin)
         return kinds
 
-    def fingerprint(self, kind: str, path: Path) -> dict[str, Any]:
+    def fingerprint(self, kind: str, path: Path) -> JsonObject:
         """The fingerprint of ``path`` as ``kind``; ArtifactError for a damaged file."""
         from ..core.artifact import read_head
 
@@ -327,7 +326,7 @@ class KindRegistry:
         path: Path,
         kind: str | None = None,
         *,
-        golden: Mapping[str, Any] | None = None,
+        golden: JsonObject | None = None,
     ) -> Artifact:
         """Detect (unless ``kind`` is given) and fingerprint the file at ``path``.
 
@@ -382,8 +381,8 @@ class KindRegistry:
         return answering == 1
 
     def _cached(
-        self, kind: str, path: Path, compute: Callable[[], dict[str, Any]], key: Hashable = None
-    ) -> dict[str, Any]:
+        self, kind: str, path: Path, compute: Callable[[], JsonObject], key: Hashable = None
+    ) -> JsonObject:
         """``compute()``, or the session's fingerprint of the unchanged file."""
         if self.fingerprints is None:
             self.fingerprints = FingerprintCache()
@@ -526,17 +525,17 @@ class FingerprintCache:
         self.entries = entries
         self.hits = 0
         self.misses = 0
-        self._store: OrderedDict[Hashable, dict[str, Any]] = OrderedDict()
+        self._store: OrderedDict[Hashable, JsonObject] = OrderedDict()
         self._lock = threading.Lock()
 
     def fingerprint(
         self,
         kind: str,
         path: Path,
-        compute: Callable[[], dict[str, Any]],
+        compute: Callable[[], JsonObject],
         *,
         key: Hashable = None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """The fingerprint of ``path`` as ``kind``: cached, or ``compute()`` (and kept)."""
         before = FileIdentity.of(path)
         if before is None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..core.artifact import Artifact
+    from ..core.records import JsonObject
     from ..gates import Gate, GateResult
     from ..gates.ulps import FloatFormat
     from ..media.limits import MediaLimits
@@ -51,7 +52,7 @@ class TensorKind(BuiltinKind):
 
         return is_tensor_file(path, head)
 
-    def fingerprint(self, path: Path) -> dict[str, Any]:
+    def fingerprint(self, path: Path) -> JsonObject:
         return fingerprint_tensor(path, limits=self.limits()).to_json()
 
     def compare_exact(self, gate: Gate, expected: Artifact, obtained: Artifact) -> GateResult:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import media
-from ..core.records import Record, from_json
+from ..core.records import JsonObject, Record, from_json
 from ..errors import LosslessError
 from ..gates.gate import Figure, first_difference, new_result, note_meta, settle
 from ..media.container import (
@@ -66,7 +66,7 @@ class VideoKind(BuiltinKind):
             detect_kind(path, head, limits=self.limits()) == "video"
         )
 
-    def fingerprint(self, path: Path) -> dict[str, Any]:
+    def fingerprint(self, path: Path) -> JsonObject:
         from ..media.container import fingerprint_container
 
         return fingerprint_container(path, video=True, limits=self.limits()).to_json()
@@ -76,7 +76,7 @@ class VideoKind(BuiltinKind):
 
         check_declared_container(path, limits, video=True)
 
-    def fingerprint_within(self, path: Path, limits: MediaLimits) -> dict[str, Any]:
+    def fingerprint_within(self, path: Path, limits: MediaLimits) -> JsonObject:
         from ..media.container import fingerprint_container
 
         # The fast way checks the declared sizes under these limits while the decode starts.

@@ -14,19 +14,18 @@ each test's receipt; the HTML report is copied in after the terminal summary dre
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
 import pytest
 
 from ..core import faults, records
-from ..core.digests import canonical_sha256, sha256_file
 from ..core.records import JsonValue
 from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
-from ..goldens.accept import ExportSettings
-from ..goldens.manifest import Environment
+from ..goldens.accept import ExportEntry, ExportSettings, GoldenTarget, Location, RunDigest
+from ..kinds.registry import Artifact
 from .config import session as session_of
 from .config import settings
 from .evidence import receipt_for, redacted_command, source_revision
@@ -104,88 +103,12 @@ class _kept:
 
 
 @dataclass(frozen=True, slots=True)
-class RunDigest(records.Record):
-    """One run of an exported artifact, by its digests; the receipt's export block records the
-    same runs, which ``accept`` checks."""
-
-    name: str
-    sha256: str | None
-    fingerprint_sha256: str
-
-    @classmethod
-    def of(cls, name: str, artifact: Mapping[str, Any]) -> RunDigest:
-        """The digests of a run's artifact (``path``, ``fingerprint``)."""
-        fingerprint = artifact.get("fingerprint") or {}
-        digest = fingerprint.get("sha256")
-        if not (isinstance(digest, str) and len(digest) == 64) and artifact.get("path"):
-            digest = sha256_file(str(artifact["path"]))
-        return cls(name, digest, canonical_sha256(fingerprint))
-
-
-@dataclass(frozen=True, slots=True)
 class Copied:
     """The exported file: where it lies in the export folder, its SHA-256 and size."""
 
     file: str
     sha256: str
     size: int
-
-
-def _unnamed(golden: GoldenTarget) -> bool:
-    return golden.module is None or golden.test_name is None
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenTarget(records.Record):
-    """Where a ``golden.check``'s export goes when accepted: the test's golden folder, the gate
-    the test asked for, the provenance it would be written with, its scope (its keys sit
-    beside the entry's; module and test_name only when both are known)."""
-
-    module: str | None = records.spec(None, omit=_unnamed)
-    test_name: str | None = records.spec(None, omit=_unnamed)
-    folder: str = ""
-    requested_gate: str | None = None
-    provenance: dict[str, Any] = records.spec(default_factory=dict)
-    scope: str = "all"
-    environment: Environment | None = None
-    #: What varied between the runs of its producer ("" when they agreed).
-    varied: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Location(records.Record):
-    """The test's file and line (1-based; None when pytest does not know it)."""
-
-    file: str
-    line: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ExportEntry(records.Record):
-    """One exported artifact: an entry of ``export.json`` (``accept`` reads it back, checking
-    every field: :class:`..goldens.accept.Exported`). ``golden``: a ``golden.check``'s;
-    ``label``/``run``: a ``lossless.compare``'s. ``size`` None: no file was copied."""
-
-    test: str
-    artifact: str
-    source: str
-    status: str
-    message: str
-    file: str | None
-    sha256: str | None
-    size: int | None = field(metadata=records.meta(omit="none"))
-    gate: str | None
-    kind: str | None
-    fingerprint: dict[str, Any]
-    runs: tuple[RunDigest, ...]
-    agreed: bool | None
-    producer: bool
-    location: Location
-    golden: GoldenTarget | None = records.spec(None, flatten=True, read_when=("source", "golden"))
-    label: str | None = records.spec(None, omit="none")
-    run: str | None = records.spec(None, omit="none")
-    #: The copy of the test's receipt in the export (the controller's, at the session's end).
-    receipt: str | None = None
 
 
 @final
@@ -232,7 +155,8 @@ class ExportPlugin:
     def _add(self, item: pytest.Item, entry: ExportEntry) -> None:
         item.stash.setdefault(ENTRIES_KEY, []).append(entry)
 
-    def _copy(self, item: pytest.Item, run: str, name: str, path: Path) -> Copied:
+    def _copy(self, item: pytest.Item, run: str, name: str, path: Path | None) -> Copied:
+        assert path is not None  # a run's (or the checked) file: never a digest-only golden
         return Copied(*self.folder.add_artifact(item.nodeid, run, name, path))
 
     def _settle(self, item: pytest.Item, watched: list[Call], records: list[Record]) -> None:
@@ -280,7 +204,7 @@ class ExportPlugin:
         *,
         copied: Copied | None,
         kind: str | None,
-        fingerprint: dict[str, Any],
+        fingerprint: records.JsonObject,
         runs: list[RunDigest],
         used_gate: str | None,
         agreed: bool | None,
@@ -329,22 +253,17 @@ class ExportPlugin:
         obtained = _obtained(golden, name) if status == "changed" else None
         if obtained is None:
             path = materialize(check.artifact, name, golden.workdir / "export-obtained")
-            artifact = golden.folder.kinds.artifact(name, path)
-            obtained = {
-                "path": str(path),
-                "kind": artifact.kind,
-                "fingerprint": artifact.fingerprint,
-            }
+            obtained = golden.folder.kinds.artifact(name, path)
         entry = self._golden_entry(
             item,
             golden,
             name,
             status,
             check.gate,
-            copied=self._copy(item, "obtained", name, Path(obtained["path"])),
-            used_gate=_used_gate(golden, name, check.gate, obtained["kind"]),
-            kind=obtained["kind"],
-            fingerprint=obtained["fingerprint"],
+            copied=self._copy(item, "obtained", name, obtained.path),
+            used_gate=_used_gate(golden, name, check.gate, obtained.kind),
+            kind=obtained.kind,
+            fingerprint=obtained.fingerprint,
             runs=[RunDigest.of("checked", obtained)],
             agreed=None,
             producer=False,
@@ -386,7 +305,7 @@ class ExportPlugin:
                 if state in EXPORTED:
                     self._not_rerun(item, golden, name, state, gate, why)
             return
-        first = verdict.runs[0]["artifacts"]
+        first = {n: _artifact(n, a) for n, a in verdict.runs[0]["artifacts"].items()}
         checked = {
             n: found
             for n in first
@@ -397,7 +316,7 @@ class ExportPlugin:
             spec = verdict.gates.get(name)
             against = checked.get(name)
             if against is not None and spec is not None:
-                again = _compare(golden, spec, name, against, first[name])
+                again = _compare(golden, spec, against, first[name])
                 if again:
                     varied.append(f"  the checked run vs run 1:\n    {again}")
         agreed = not varied
@@ -407,7 +326,7 @@ class ExportPlugin:
             if state not in EXPORTED:
                 continue
             records = [
-                RunDigest.of(f"run {i + 1}", run["artifacts"][name])
+                RunDigest.of(f"run {i + 1}", _artifact(name, run["artifacts"][name]))
                 for i, run in enumerate(verdict.runs)
                 if name in run["artifacts"]
             ]
@@ -423,10 +342,10 @@ class ExportPlugin:
                 name,
                 state,
                 gate,
-                copied=self._copy(item, "run1", name, Path(first[name]["path"])),
+                copied=self._copy(item, "run1", name, first[name].path),
                 used_gate=verdict.gates.get(name),
-                kind=first[name]["kind"],
-                fingerprint=first[name]["fingerprint"],
+                kind=first[name].kind,
+                fingerprint=first[name].fingerprint,
                 runs=records,
                 agreed=agreed,
                 producer=True,
@@ -444,11 +363,9 @@ class ExportPlugin:
             name,
             status,
             gate,
-            copied=None
-            if obtained is None
-            else self._copy(item, "obtained", name, Path(obtained["path"])),
-            kind=None if obtained is None else obtained["kind"],
-            fingerprint={} if obtained is None else obtained["fingerprint"],
+            copied=None if obtained is None else self._copy(item, "obtained", name, obtained.path),
+            kind=None if obtained is None else obtained.kind,
+            fingerprint={} if obtained is None else obtained.fingerprint,
             runs=[] if obtained is None else [RunDigest.of("checked", obtained)],
             used_gate=None,
             agreed=False,
@@ -495,7 +412,7 @@ class ExportPlugin:
                 kind=artifact["kind"],
                 fingerprint=artifact["fingerprint"],
                 runs=tuple(
-                    RunDigest.of(r["name"], r["artifacts"][name])
+                    RunDigest.of(r["name"], _artifact(name, r["artifacts"][name]))
                     for r in verdict.runs
                     if name in r["artifacts"]
                 ),
@@ -621,16 +538,26 @@ def _status(golden: Golden, name: str, failed: list[Failed]) -> str:
     return "unchecked"
 
 
-def _obtained(golden: Golden, name: str) -> dict[str, Any] | None:
+def _obtained(golden: Golden, name: str) -> Artifact | None:
     """The obtained file of the comparison of ``name`` (None: it was not compared)."""
     evidence = golden.folder.evidence.get(name)
-    return None if evidence is None else evidence.to_json()["obtained"]
+    if evidence is None:
+        return None
+    side = evidence.obtained
+    return Artifact(name, side.kind, side.fingerprint, Path(side.path))
 
 
-def _status_of_file(golden: Golden, name: str, run: Mapping[str, Any], gate: Any) -> str:
+def _artifact(name: str, run: Mapping[str, Any]) -> Artifact:
+    """An artifact of a run (:class:`..compare.repeatability.LosslessVerdict`'s ``runs``)."""
+    path = run.get("path")
+    return Artifact(name, run["kind"], run["fingerprint"], None if path is None else Path(path))
+
+
+def _status_of_file(golden: Golden, name: str, run: Artifact, gate: Any) -> str:
     """An artifact of a re-run that the test never reached: compared with its golden here."""
+    assert run.path is not None
     try:
-        result = golden.folder.compare(name, Path(run["path"]), gate)
+        result = golden.folder.compare(name, run.path, gate)
     except GoldenMissing:
         return "new"
     except LosslessError:
@@ -665,20 +592,11 @@ def _message(golden: Golden, name: str) -> str:
     return ""
 
 
-def _compare(
-    golden: Golden, spec: str, name: str, left: Mapping[str, Any], right: Mapping[str, Any]
-) -> str:
-    """How two runs of ``name`` differ under ``spec`` ("" when they agree)."""
+def _compare(golden: Golden, spec: str, left: Artifact, right: Artifact) -> str:
+    """How two runs of one artifact differ under ``spec`` ("" when they agree)."""
     from ..gates import parse_gate
-    from ..kinds.registry import Artifact
 
     gate = parse_gate(spec)
     assert gate is not None
-
-    def artifact(run: Mapping[str, Any]) -> Artifact:
-        return Artifact(
-            name=name, kind=run["kind"], fingerprint=run["fingerprint"], path=Path(run["path"])
-        )
-
-    result = golden.folder.kinds.compare(gate, artifact(left), artifact(right))
+    result = golden.folder.kinds.compare(gate, left, right)
     return "" if result.passed else result.message()

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from ..compare.coverage import CoverageMiss, Expect
     from ..compare.repeatability import LosslessVerdict
+    from ..core.records import JsonObject
     from ..gates import Gate, GateResult
     from ..goldens.checks import Golden, UnrepeatableProducer
     from ..goldens.folder import CheckEvidence, ManifestEntry, UpdateEvent
@@ -791,7 +792,7 @@ def _fail_unchecked(item: pytest.Item, unchecked: list[str], manifest: Path) -> 
     )
 
 
-def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
+def _golden_provenance(request: pytest.FixtureRequest) -> JsonObject:
     from .. import __version__
     from ..core.clock import utc_iso
 
@@ -812,7 +813,7 @@ def _golden_provenance(request: pytest.FixtureRequest) -> dict[str, Any]:
     }
 
 
-def session_versions(config: pytest.Config) -> dict[str, Any]:
+def session_versions(config: pytest.Config) -> dict[str, str | None]:
     """The session's versions (Python, packages, ffmpeg), computed once for every receipt."""
     from ..evidence import provenance
 

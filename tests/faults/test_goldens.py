@@ -156,7 +156,7 @@ def test_a_stale_staging_folder_of_a_dead_owner_is_removed_and_reported(tmp_path
     work = folder.path.parent / f".test_x.tmp-{pid}-0123abcd"
     (work / "new").mkdir(parents=True)
     record = replace.owner_record(pid)
-    (work / replace.OWNER).write_text(json.dumps(record))
+    (work / replace.OWNER).write_text(json.dumps(record.to_json()))
     (work / "new" / "partial.bin").write_bytes(b"\0" * (4 << 20))
     # As earlier versions left it: a flat staging folder, its owner only in its name.
     legacy = folder.path.parent / f".test_x.tmp-{pid}-deadbeef"
@@ -212,11 +212,11 @@ def test_a_stray_whose_owner_still_runs_is_kept(tmp_path):
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         deadline = time.monotonic() + 10
-        while replace.owner_record(owner.pid)["start"] is None and time.monotonic() < deadline:
+        while replace.owner_record(owner.pid).start is None and time.monotonic() < deadline:
             time.sleep(0.01)
         work = folder.path.parent / f".test_x.tmp-{owner.pid}-00000001"
         (work / "new").mkdir(parents=True)
-        (work / replace.OWNER).write_text(json.dumps(replace.owner_record(owner.pid)))
+        (work / replace.OWNER).write_text(json.dumps(replace.owner_record(owner.pid).to_json()))
         events = _folder(tmp_path).recover()
         assert [e.action for e in events] == ["kept"]
         assert "still runs" in events[0].detail
@@ -233,7 +233,7 @@ def test_a_marker_from_another_host_is_not_trusted_to_be_dead(tmp_path):
     folder = _commit(tmp_path, b"one")
     work = folder.path.parent / f".test_x.tmp-{_dead_pid()}-00000002"
     work.mkdir()
-    record = replace.owner_record(os.getpid()) | {"host": "not-" + socket.gethostname()}
+    record = replace.owner_record(os.getpid()).to_json() | {"host": "not-" + socket.gethostname()}
     (work / replace.OWNER).write_text(json.dumps(record))
     events = _folder(tmp_path).recover()
     assert [e.action for e in events] == ["kept"]

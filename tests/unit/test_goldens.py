@@ -748,3 +748,31 @@ def test_an_export_written_before_the_typed_entries_round_trips() -> None:
         typed = ExportEntry.from_json(entry)
         assert typed.to_json() == entry
         assert ExportEntry.from_json(typed.to_json()) == typed
+
+
+def test_accept_reads_an_export_entry_as_written_and_an_unreadable_environment_as_none() -> None:
+    """accept reads export.json's entries as the ``ExportEntry`` records the export wrote; an
+    environment class that cannot be read refuses its entry alone (read as None), a malformed
+    entry the export, naming it."""
+    from pytest_lossless.goldens.accept import ExportEntry, ExportError
+
+    path = Path(__file__).parent.parent / "data" / "goldens" / "export-v1.json"
+    entries = json.loads(path.read_text())["entries"]
+    for entry in entries:
+        read = ExportEntry.read(entry, path)
+        assert read == ExportEntry.from_json(entry)
+        assert read.runs
+        assert all(r.fingerprint_sha256 for r in read.runs)
+        if read.source == "lossless":
+            assert read.golden is None
+            assert read.target.scope == "all"
+    golden = next(e for e in entries if e["source"] == "golden")
+    forged = ExportEntry.read({**golden, "scope": "device", "environment": "npu\n"}, path)
+    assert forged.target.scope == "device"
+    assert forged.target.environment is None
+    with pytest.raises(ExportError, match="test must not be empty"):
+        ExportEntry.read({**golden, "test": ""}, path)
+    with pytest.raises(ExportError, match="malformed"):
+        ExportEntry.read({**golden, "runs": [{"name": "run 1"}]}, path)
+    with pytest.raises(ExportError, match="not an object"):
+        ExportEntry.read([golden], path)
