@@ -2,9 +2,9 @@
 videos with the same decoded frames, but frame 5 of the second shown 20 ms late (a variable
 frame rate stream, a stall, audio and video drifting apart), pass ``decoded``: each frame's pts
 is recorded from ffmpeg's framehash output, in the raw encoder's time base (1 / frame rate), so
-a shift of less than half a frame period is rounded away. Not fixed here: recording pts in the
-stream's own time base changes every video fingerprint (a migration of every golden); left as
-a strict xfail naming it.
+a shift of less than half a frame period was rounded away. Fixed: a fingerprint records each
+frame's pts exactly, in the stream's own time base, and the gate compares presentation times
+as exact rationals; the failure names the frame and both times.
 """
 
 from __future__ import annotations
@@ -42,11 +42,6 @@ def _timed(source: Path, out: Path, late_ms: int) -> Path:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#20 not fixed: frame pts are hashed in 1/frame-rate units, a sub-frame shift of "
-    "one frame's presentation time is rounded away (fixing it migrates every video golden)",
-)
 def test_one_frame_shown_late_fails_decoded(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -57,4 +52,13 @@ def test_one_frame_shown_late_fails_decoded(
     monkeypatch.setenv("PROBE_CLIP", str(steady))
     assert pytester.runpytest("--update-goldens").ret == 0
     monkeypatch.setenv("PROBE_CLIP", str(late))
-    pytester.runpytest("--lossless").assert_outcomes(failed=1)
+    result = pytester.runpytest("--lossless")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*5: pixels identical, timing differs: expected pts 208 = 0.208000 s, obtained pts 228"
+            " = 0.228000 s: shown 0.02 s late*"
+        ]
+    )
+    monkeypatch.setenv("PROBE_CLIP", str(steady))
+    pytester.runpytest("--lossless").assert_outcomes(passed=1)
