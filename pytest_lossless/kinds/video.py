@@ -369,9 +369,7 @@ def _compare_audio_streams(
         k = first_difference([p.sha256 for p in epk], [p.sha256 for p in opk])
         text, count, diag = _audio_mismatch(es, os_, k, expected, obtained, limits)
         differing = sum(1 for a, b in zip_longest(epk, opk) if a != b)
-        findings.append(
-            (f"{prefix}{text or 'decoded audio frame timing differs'}", count, differing)
-        )
+        findings.append((f"{prefix}{text or _audio_timing(es, os_)}", count, differing))
         label = "audio_" if video else ""
         for key, value in diag.items():
             result.diagnostics.setdefault(f"{label}{key}", value)
@@ -391,6 +389,26 @@ def _compare_audio_streams(
         else:
             counted = "an unknown number of" if count is None else str(count)
             result.notes.append(f"{counted} audio samples also differ; first: {text}")
+
+
+def _audio_timing(es: AudioStream, os_: AudioStream) -> str:
+    """Where two audio streams whose samples agree differ in time: the first decoded audio
+    frame presented at another time (a gap, a shift: audio drifting from the video), with both
+    times. Their pts are in 1 / the sample rate, so only a shift under half a sample is lost."""
+    for k, (a, b) in enumerate(zip_longest(es.packets, os_.packets)):
+        if a == b:
+            continue
+        if a is None or b is None:
+            side = "expected" if b is None else "obtained"
+            packet, tb = (a, es.time_base) if b is None else (b, os_.time_base)
+            assert packet is not None
+            return f"decoded audio frame {k} ({pts_time(packet.pts, tb)}): present in {side} only"
+        if a.pts != b.pts or es.time_base != os_.time_base:
+            return (
+                f"decoded audio frame {k}: samples identical, timing differs: expected "
+                f"{pts_time(a.pts, es.time_base)}, obtained {pts_time(b.pts, os_.time_base)}"
+            )
+    return "decoded audio frame timing differs"
 
 
 #: The stream types a container fingerprint records by their packets (``other_streams``).

@@ -167,3 +167,33 @@ def test_rounding_to_an_old_time_base_is_ffmpegs_half_away_from_zero() -> None:
     # 228 ms at 24 fps is frame 5.472: 5; a tie (1/48 s, in 1/4800 units) goes up.
     assert rounded_pts(228, Fraction(1, 1000), Fraction(1, 24)) == 5
     assert rounded_pts(100, Fraction(1, 4800), Fraction(1, 24)) == 1
+
+
+def _tone(out: Path, gap: str) -> Path:
+    """One second of a 48 kHz tone in Matroska, the audio frames from sample 24576 on shown
+    ``gap`` seconds later."""
+    shift = f"asetpts='N/SR/TB+gte(N\\,24576)*{gap}/TB'"
+    source = "sine=f=440:r=48000:d=1:samples_per_frame=1024"
+    command = [FFMPEG, "-y", "-v", "error", "-f", "lavfi", "-i", source, "-af", shift]
+    subprocess.run([*command, "-c:a", "pcm_s16le", "-bitexact", str(out)], check=True)
+    return out
+
+
+def test_audio_shown_later_fails_naming_the_audio_frame_and_both_times(tmp_path: Path) -> None:
+    """Audio pts are kept in 1 / the sample rate (exact to the sample): a 20 ms gap in the
+    audio is caught and named, though every sample is the same."""
+    steady, late = _tone(tmp_path / "steady.mka", "0"), _tone(tmp_path / "late.mka", "0.02")
+    efp, ofp = kinds.fingerprint("audio", steady), kinds.fingerprint("audio", late)
+    gate = parse_gate("decoded")
+    assert gate is not None
+    result = compare_container(
+        gate,
+        Artifact(name="tone", kind="audio", fingerprint=efp, path=steady),
+        Artifact(name="tone", kind="audio", fingerprint=ofp, path=late),
+        "audio",
+    )
+    assert not result.passed
+    assert result.first_mismatch == (
+        "decoded audio frame 24: samples identical, timing differs: expected pts 24576 = "
+        "0.512000 s, obtained pts 25536 = 0.532000 s"
+    )
