@@ -453,18 +453,21 @@ def check_integrity(
 
 def _earlier_form(again: JsonObject, entry: ManifestEntry) -> bool:
     """A container fingerprint written before streams other than video and audio were recorded
-    (no ``other_streams``) matches the stored file fingerprinted again, in that earlier form:
-    the gate compares what it recorded and notes the streams it did not. A WAV/FLAC
-    fingerprint written before a declared channel layout was recorded (no ``channel_mask``)
-    matches too: the gate then names the layout as changed, for ``--update-goldens``."""
+    (no ``other_streams``), or before video frames' pts were recorded exactly (version 1: pts
+    rounded to 1 / the frame rate), matches the stored file fingerprinted again, in that
+    earlier form: the gate compares what it recorded and notes the streams it did not. A
+    WAV/FLAC fingerprint written before a declared channel layout was recorded (no
+    ``channel_mask``) matches too: the gate then names the layout as changed, for
+    ``--update-goldens``."""
     if "channel_mask" in again and "channel_mask" not in entry.fingerprint:
         earlier_audio = {k: v for k, v in again.items() if k != "channel_mask"}
         return canonical_sha256(earlier_audio) == entry.fingerprint_sha256
-    if "other_streams" not in again or "other_streams" in entry.fingerprint:
+    if again.get("format") != "container" or entry.fingerprint.get("format") != "container":
         return False
     from ..media.container import ContainerFingerprint  # media is heavy; only this case needs it
 
-    earlier = ContainerFingerprint.from_json(again).legacy().to_json()
+    written = ContainerFingerprint.from_json(entry.fingerprint)
+    earlier = ContainerFingerprint.from_json(again).as_made_like(written).to_json()
     return canonical_sha256(earlier) == entry.fingerprint_sha256
 
 

@@ -27,6 +27,7 @@ from ..media.container import (
     ContainerFingerprint,
     OtherStream,
     VideoStream,
+    round_half_away,
 )
 from ..media.signatures import CONTAINER_SIGNATURES, CONTAINER_SUFFIXES
 from .interface import BuiltinKind, Kind
@@ -249,9 +250,12 @@ def _compare_video_streams(
     note_meta(result.metadata_diffs, "video stream count", len(evs), len(ovs))
     total = 0
     count = 0
+    exact = efp.exact_pts and ofp.exact_pts
     for n, (es, os_) in enumerate(zip(evs, ovs, strict=False)):
         prefix = f"video stream {n}: " if max(len(evs), len(ovs)) > 1 else ""
         for key in _VIDEO_META:
+            if key == "time_base" and exact:
+                continue  # each frame's presentation time is compared exactly, below
             note_meta(
                 result.metadata_diffs,
                 META_LABELS.get(key, key),
@@ -259,36 +263,79 @@ def _compare_video_streams(
                 getattr(os_, key),
                 prefix,
             )
+        if exact and es.time_base != os_.time_base:
+            result.notes.append(
+                f"{prefix}time base differs (expected {es.time_base}, obtained "
+                f"{os_.time_base}); each frame's presentation time is compared exactly"
+            )
         eframes, oframes = es.frames, os_.frames
         stream_total = max(len(eframes), len(oframes))
         total += stream_total
-        tb = es.pts_time_base
+        etb, otb = es.pts_time_base, os_.pts_time_base
+        etimes, otimes, rounded = frame_times(es, os_, efp.exact_pts, ofp.exact_pts)
         for i, (ef, of) in enumerate(zip_longest(eframes, oframes)):
-            if ef == of:
+            same = ef is not None and of is not None and ef.sha256 == of.sha256
+            if same and etimes[i] == otimes[i]:
                 continue
             count += 1
             if result.first_mismatch is not None:
                 continue
             if of is None or ef is None:
                 side = "expected" if of is None else "obtained"
-                frame = ef if of is None else of
+                frame, tb = (ef, etb) if of is None else (of, otb)
+                assert frame is not None
                 result.first_mismatch = (
                     f"{prefix}{i} ({pts_time(frame.pts, tb)}): present in {side} only"
                 )
             elif ef.sha256 != of.sha256:
-                pts = pts_time(ef.pts, tb)
-                if ef.pts != of.pts:
-                    pts += f"; obtained pts {of.pts}"
+                pts = pts_time(ef.pts, etb)
+                if etimes[i] != otimes[i]:
+                    pts += f"; obtained {pts_time(of.pts, otb)}"
                 result.first_mismatch = f"{prefix}{i} ({pts}): pixels differ"
             else:
                 result.first_mismatch = (
                     f"{prefix}{i}: pixels identical, timing differs: expected "
-                    f"{pts_time(ef.pts, tb)}, obtained {pts_time(of.pts, tb)}"
+                    f"{pts_time(ef.pts, etb)}, obtained {pts_time(of.pts, otb)}"
+                    f"{_shift_text(etimes[i], otimes[i], rounded)}"
                 )
             result.location = FrameLocation.of(es, i, (ef or of).pts).to_json()
     if evs or ovs:
         result.total = total
         result.mismatch_count = count
+
+
+def frame_times(
+    es: VideoStream, os_: VideoStream, expected_exact: bool, obtained_exact: bool
+) -> tuple[list[Fraction], list[Fraction], str | None]:
+    """Each frame's presentation time on each side, in seconds, exact rationals, as the gate
+    compares them (two time bases of the same times agree); and, where one side is a
+    fingerprint made before times were recorded exactly (pts rounded to 1 / the frame rate:
+    a golden not yet upgraded by ``--update-goldens``), the other side's times rounded to that
+    time base, as that fingerprint was made, with a word saying so. Without a time base on a
+    side, the pts themselves are compared, as before."""
+    etimes, otimes = es.times(), os_.times()
+    if etimes is None or otimes is None:
+        return [Fraction(f.pts) for f in es.frames], [Fraction(f.pts) for f in os_.frames], None
+    if expected_exact == obtained_exact:
+        return etimes, otimes, None
+    coarse_side, coarse = (
+        ("obtained", os_.pts_time_base) if expected_exact else ("expected", es.pts_time_base)
+    )
+    assert coarse is not None  # times() found a time base
+    step = Fraction(coarse)
+    rounded = [round_half_away(t / step) * step for t in (etimes if expected_exact else otimes)]
+    note = (
+        f"; the {coarse_side} fingerprint keeps times rounded to {coarse} s (made before they "
+        "were exact), so the other side's are rounded so too"
+    )
+    return (rounded, otimes, note) if expected_exact else (etimes, rounded, note)
+
+
+def _shift_text(expected: Fraction, obtained: Fraction, rounded: str | None) -> str:
+    """``: shown 0.02 s late`` (or early), and why times were rounded, if they were."""
+    shift = obtained - expected
+    when = "late" if shift > 0 else "early"
+    return f": shown {float(abs(shift)):.9g} s {when}{rounded or ''}"
 
 
 def _compare_audio_streams(
@@ -322,9 +369,7 @@ def _compare_audio_streams(
         k = first_difference([p.sha256 for p in epk], [p.sha256 for p in opk])
         text, count, diag = _audio_mismatch(es, os_, k, expected, obtained, limits)
         differing = sum(1 for a, b in zip_longest(epk, opk) if a != b)
-        findings.append(
-            (f"{prefix}{text or 'decoded audio frame timing differs'}", count, differing)
-        )
+        findings.append((f"{prefix}{text or _audio_timing(es, os_)}", count, differing))
         label = "audio_" if video else ""
         for key, value in diag.items():
             result.diagnostics.setdefault(f"{label}{key}", value)
@@ -344,6 +389,26 @@ def _compare_audio_streams(
         else:
             counted = "an unknown number of" if count is None else str(count)
             result.notes.append(f"{counted} audio samples also differ; first: {text}")
+
+
+def _audio_timing(es: AudioStream, os_: AudioStream) -> str:
+    """Where two audio streams whose samples agree differ in time: the first decoded audio
+    frame presented at another time (a gap, a shift: audio drifting from the video), with both
+    times. Their pts are in 1 / the sample rate, so only a shift under half a sample is lost."""
+    for k, (a, b) in enumerate(zip_longest(es.packets, os_.packets)):
+        if a == b:
+            continue
+        if a is None or b is None:
+            side = "expected" if b is None else "obtained"
+            packet, tb = (a, es.time_base) if b is None else (b, os_.time_base)
+            assert packet is not None
+            return f"decoded audio frame {k} ({pts_time(packet.pts, tb)}): present in {side} only"
+        if a.pts != b.pts or es.time_base != os_.time_base:
+            return (
+                f"decoded audio frame {k}: samples identical, timing differs: expected "
+                f"{pts_time(a.pts, es.time_base)}, obtained {pts_time(b.pts, os_.time_base)}"
+            )
+    return "decoded audio frame timing differs"
 
 
 #: The stream types a container fingerprint records by their packets (``other_streams``).

@@ -54,6 +54,26 @@ def _frac_str(value: Fraction) -> str:
 # ------------------------------------------------------------------ the fingerprint, typed
 
 
+#: The container fingerprint's layout version (``fingerprint_version``): 2 records each video
+#: frame's pts exactly, in the stream's own time base (``pts_time_base``); version 1 (the
+#: layout of every other kind) recorded it rounded to 1 / the frame rate, the raw frames'
+#: encoder time base, which hid a frame shown up to half a frame period early or late.
+EXACT_PTS_VERSION = 2
+
+
+def round_half_away(value: Fraction) -> int:
+    """``value`` rounded to the nearest integer, a half away from zero: how ffmpeg rescales a
+    frame's pts into a coarser time base (``av_rescale_q``)."""
+    whole, rest = divmod(abs(value.numerator), value.denominator)
+    up = whole + (2 * rest >= value.denominator)
+    return up if value >= 0 else -up
+
+
+def rounded_pts(pts: int, time_base: Fraction, coarse: Fraction) -> int:
+    """A pts in ``time_base`` units rescaled to ``coarse`` units as ffmpeg rescales it."""
+    return round_half_away(pts * time_base / coarse)
+
+
 @dataclass(frozen=True, slots=True)
 class FrameDigest(Record):
     """One decoded video frame: its presentation time (in ``pts_time_base`` units) and the
@@ -84,7 +104,10 @@ class Packet(Record):
 @dataclass(frozen=True, slots=True)
 class VideoStream(Record):
     """A video stream: how ffmpeg describes it and one :class:`FrameDigest` per decoded frame.
-    ``frame_rate`` is exact (1 / the raw frames' time base), unlike ffmpeg's ``fps`` text."""
+    ``frame_rate`` is exact (1 / the raw frames' time base), unlike ffmpeg's ``fps`` text, and
+    ``duration`` is counted in frames of that rate, from the first frame's start to the last
+    one's end. ``pts_time_base``: the time base of the frames' pts, the stream's own (from
+    :data:`EXACT_PTS_VERSION` on; 1 / ``frame_rate`` before)."""
 
     index: int
     type: Literal["video"] = field(default="video", kw_only=True)
@@ -101,6 +124,23 @@ class VideoStream(Record):
     frame_bytes: int | None
     attached_pic: bool
     frames: tuple[FrameDigest, ...]
+
+    def times(self) -> list[Fraction] | None:
+        """Each frame's presentation time in seconds, exactly (None: no time base known)."""
+        if not self.pts_time_base:
+            return None
+        tb = Fraction(self.pts_time_base)
+        return [frame.pts * tb for frame in self.frames]
+
+    def with_pts_rounded(self) -> VideoStream:
+        """As a fingerprint made before :data:`EXACT_PTS_VERSION` had it: each pts rounded to
+        1 / ``frame_rate`` (the raw frames' time base) and ``pts_time_base`` naming that."""
+        if not self.frame_rate or not self.pts_time_base:
+            return self
+        coarse = 1 / Fraction(self.frame_rate)
+        tb = Fraction(self.pts_time_base)
+        frames = tuple(replace(f, pts=rounded_pts(f.pts, tb, coarse)) for f in self.frames)
+        return replace(self, pts_time_base=_frac_str(coarse), frames=frames)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +194,7 @@ class ContainerFingerprint(Fingerprint):
     fingerprint made before those were recorded (they are then named in ``ignored_streams``),
     and left out of the JSON of a file that has none; ``image_format`` is the image kind's."""
 
+    fingerprint_version: int = field(default=EXACT_PTS_VERSION, kw_only=True)
     format: Literal["container"] = field(default="container", kw_only=True)
     size: int
     sha256: str
@@ -172,6 +213,30 @@ class ContainerFingerprint(Fingerprint):
         """The audio streams, in file order."""
         return [s for s in self.streams if isinstance(s, AudioStream)]
 
+    @property
+    def exact_pts(self) -> bool:
+        """Whether its video frames' pts are exact (:data:`EXACT_PTS_VERSION`), not rounded to
+        1 / the frame rate as fingerprints made before recorded them."""
+        return self.fingerprint_version >= EXACT_PTS_VERSION
+
+    def with_pts_rounded(self) -> ContainerFingerprint:
+        """As it was made before frames' pts were recorded exactly (version 1): each video
+        frame's pts rounded to 1 / its stream's frame rate, as ffmpeg rounded it then. A golden
+        written then is checked against its stored file, and compared, in this form."""
+        if not self.exact_pts:
+            return self
+        streams = tuple(
+            s.with_pts_rounded() if isinstance(s, VideoStream) else s for s in self.streams
+        )
+        return replace(self, fingerprint_version=1, streams=streams)
+
+    def as_made_like(self, earlier: ContainerFingerprint) -> ContainerFingerprint:
+        """This fingerprint in the form the code that made ``earlier`` made fingerprints: pts
+        rounded (:meth:`with_pts_rounded`) for one made before they were exact, no
+        ``other_streams`` (:meth:`legacy`) for one made before those were recorded."""
+        found = self if earlier.exact_pts else self.with_pts_rounded()
+        return found if earlier.other_streams is not None else found.legacy()
+
     def legacy(self) -> ContainerFingerprint:
         """As it was made before streams other than video and audio were recorded: no
         ``other_streams``, those streams named in ``ignored_streams`` (in file order). A
@@ -186,14 +251,27 @@ class ContainerFingerprint(Fingerprint):
         )
 
 
-def _video_stream_fp(stream: StreamInfo, fh: FramehashStream) -> VideoStream:
-    """A video stream's fingerprint from its framehash lines and ffmpeg's description of it."""
+def _video_stream_fp(
+    path: Path, stream: StreamInfo, fh: FramehashStream, timed: FramehashStream
+) -> VideoStream:
+    """A video stream's fingerprint from its framehash lines (raw frames: their digests, the
+    frame rate, the duration), the lines of the same frames with their exact timing
+    (``timed``: each frame's pts, and their time base) and ffmpeg's description of it."""
     tb = Fraction(fh.header.get("tb", "1/1"))
     dims = fh.header.get("dimensions", "")
     width, height = (
         (int(v) for v in dims.split("x")) if "x" in dims else (stream.width, stream.height)
     )
-    frames = tuple(FrameDigest(pts, digest) for pts, _dur, _size, digest in fh.lines)
+    if len(timed.lines) != len(fh.lines):
+        raise ArtifactError(
+            path,
+            f"ffmpeg hashed {len(fh.lines)} frames of video stream #{stream.index} but timed "
+            f"{len(timed.lines)}; its frames cannot be fingerprinted reliably. Report this file",
+        )
+    frames = tuple(
+        FrameDigest(pts, digest)
+        for (pts, _d, _s, _h), (_p, _dur, _size, digest) in zip(timed.lines, fh.lines, strict=True)
+    )
     if fh.lines:
         first, last = fh.lines[0], fh.lines[-1]
         duration = float((last[0] + last[1] - first[0]) * tb)
@@ -209,7 +287,7 @@ def _video_stream_fp(stream: StreamInfo, fh: FramehashStream) -> VideoStream:
         # ffmpeg's encoder time base for raw frames is 1/frame rate: exact, unlike the "fps" text.
         frame_rate=_frac_str(1 / tb) if tb else None,
         time_base=stream.time_base,
-        pts_time_base=_frac_str(tb),
+        pts_time_base=_frac_str(Fraction(timed.header.get("tb", _frac_str(tb)))),
         frame_count=len(frames),
         duration=round(duration, 6),
         frame_bytes=fh.lines[0][2] if fh.lines else 0,
@@ -380,10 +458,17 @@ class FramehashBudget:
     each line) on a :class:`DecodeCounter`, which stops the decode past the decode limit."""
 
     def __init__(
-        self, path: Path, limits: MediaLimits, counter: DecodeCounter | None = None
+        self,
+        path: Path,
+        limits: MediaLimits,
+        counter: DecodeCounter | None = None,
+        *,
+        timing_from: int | None = None,
     ) -> None:
         self.counter = counter or DecodeCounter(path, limits)
         self._partial = b""
+        #: Output streams from this index on carry timing only (no decoded data to count).
+        self._timing_from = timing_from
 
     @property
     def decoded(self) -> int:
@@ -397,6 +482,8 @@ class FramehashBudget:
                 continue
             parts = line.split(b",")
             if len(parts) == 6 and parts[4].strip().isdigit():
+                if self._timing_from is not None and int(parts[0]) >= self._timing_from:
+                    continue
                 size += int(parts[4])
         self.counter.add(size)
 
@@ -425,22 +512,42 @@ def fingerprint_container(
         fast = _fast_fingerprint(path, limits, declared=declared)
         if fast is not None:
             return fast
-    if declared:
-        check_declared_container(path, limits, video=video)
+    known = check_declared_container(path, limits, video=video) if declared else None
+    if video and not declared:
+        known = probe_declared(path, limits)
     # One ffmpeg run decodes and hashes everything; its own stream description (-v info) tells
     # the sample formats. Audio is first hashed as float, the native format of most audio
     # decoders (aac, opus, vorbis, mp3); streams in another format are hashed again, natively.
+    # The video streams are mapped once more, last, for their frames' exact timing: how many
+    # there are is known before (a map of none would let ffmpeg choose streams).
+    timed = len(known.of_type("video")) if video and known is not None else 0
+    mapped = _mapped_count(known, video=video) if known is not None else None
     proc = run_ffmpeg(
-        container_framehash_args(path, limits.frame_pixels, video=video),
+        container_framehash_args(path, limits.frame_pixels, video=video, timed=timed),
         path=path,
         limits=limits,
         what="framehash decode",
-        on_output=FramehashBudget(path, limits),
+        on_output=FramehashBudget(path, limits, timing_from=mapped),
     )
     info = opened(path, proc.stderr)
     _check_decoded(path, proc, limits, nothing_ok=True)
     hashed = parse_framehash(proc.stdout.decode("ascii", "replace"))
-    return _assemble(path, info, hashed, limits, video=video)
+    if video and (len(info.of_type("video")) != timed or _mapped_count(info, video=True) != mapped):
+        raise ArtifactError(
+            path,
+            f"ffmpeg describes {len(info.of_type('video'))} video streams when decoding it, "
+            f"{timed} when opening it; its frames cannot be timed reliably. Report this file",
+        )
+    base = _mapped_count(info, video=video)
+    timing = {n: hashed.pop(base + n, FramehashStream(base + n, {}, [])) for n in range(timed)}
+    return _assemble(path, info, hashed, limits, video=video, timing=timing)
+
+
+def _mapped_count(info: ProbeInfo, *, video: bool) -> int:
+    """How many streams :func:`~.ffmpeg.container_framehash_args` hashes before the timing
+    of the video streams: the video streams (with ``video``), the audio, the others."""
+    chosen = len(info.of_type("video")) if video else 0
+    return chosen + len(info.of_type("audio")) + len(other_streams(info))
 
 
 def _fast_fingerprint(
@@ -455,15 +562,20 @@ def _fast_fingerprint(
     (:func:`~..core.digests.raw_stripes` when None)."""
     raws = [OutputPipe(size=RAW_PIPE_BYTES, drain=False) for _ in range(stripes or raw_stripes())]
     timing = OutputPipe()
+    exact = OutputPipe()
     counter = DecodeCounter(path, limits)
     args = fast_video_args(
-        path, limits.frame_pixels, [raw.write_fd for raw in raws], timing.write_fd
+        path, limits.frame_pixels, [raw.write_fd for raw in raws], timing.write_fd, exact.write_fd
     )
     # Left in reverse order: the decode is killed (if it still runs) before the audio is awaited.
     with (
         ThreadPoolExecutor(max_workers=1) as audio_pool,
         FFmpegRun(
-            args, path=path, limits=limits, what="framehash decode", outputs=(*raws, timing)
+            args,
+            path=path,
+            limits=limits,
+            what="framehash decode",
+            outputs=(*raws, timing, exact),
         ) as run,
     ):
         # The declared sizes are checked by a probe that decodes nothing, while this decode
@@ -514,8 +626,11 @@ def _fast_fingerprint(
     digests = striped
     info = opened(path, stderr)
     timed = parse_framehash(timing.data.decode("ascii", "replace")).get(0)
+    exactly = parse_framehash(exact.data.decode("ascii", "replace")).get(0)
     written = parse_output_stream(stderr.decode("utf-8", "replace"), 0)
     if timed is None or written is None or len(timed.lines) != len(digests) or not digests:
+        return None
+    if exactly is None or len(exactly.lines) != len(digests):
         return None
     # The raw frames are all of the size announced (ffmpeg scales any later frame to the first
     # one's size), and the count of frames and bytes read says the same.
@@ -541,7 +656,7 @@ def _fast_fingerprint(
     if sound is not None:
         for pos, stream in parse_framehash(sound.stdout.decode("ascii", "replace")).items():
             hashed[pos + 1] = FramehashStream(pos + 1, stream.header, stream.lines)
-    return _assemble(path, info, hashed, limits, video=True)
+    return _assemble(path, info, hashed, limits, video=True, timing={0: exactly})
 
 
 def _read_stripes(
@@ -580,11 +695,14 @@ def _assemble(
     limits: MediaLimits,
     *,
     video: bool,
+    timing: dict[int, FramehashStream],
 ) -> ContainerFingerprint:
     """The fingerprint from ffmpeg's description of the streams and their framehash lines
     (keyed by output position: video streams in file order, then audio streams, then the
-    :func:`other_streams`). ``other_streams`` is there only when the file has any: the
-    fingerprint of a file of video and audio alone is what it was before they were recorded."""
+    :func:`other_streams`), and the exact timing of each video stream's frames (``timing``,
+    keyed by its position among the video streams). ``other_streams`` is there only when the
+    file has any: the fingerprint of a file of video and audio alone is what it was before
+    they were recorded."""
     audio = info.of_type("audio")
     chosen = (info.of_type("video") if video else []) + audio
     if not chosen:
@@ -610,7 +728,8 @@ def _assemble(
     for pos, stream in enumerate(chosen):
         fh = hashed.get(pos, FramehashStream(pos, {}, []))
         if stream.type == "video":
-            streams.append(_video_stream_fp(stream, fh))
+            timed = timing.get(pos, FramehashStream(pos, {}, []))
+            streams.append(_video_stream_fp(path, stream, fh, timed))
         else:
             width = SAMPLE_FORMATS[formats[stream.index]][1]
             streams.append(_audio_stream_fp(stream, fh, width))

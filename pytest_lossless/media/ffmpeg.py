@@ -27,6 +27,11 @@ from .probe import ProbeInfo, parse_probe
 _FRAMEHASH_OUTPUT = ("-f", "framehash", "-hash", "sha256", "-format_version", "2", "-")
 #: Raw video frames, each passed through with its own timestamp (none dropped or duplicated).
 _RAW_FRAMES = ("-c:v", "rawvideo", "-fps_mode", "passthrough")
+#: Each video frame's timing exactly as the file has it: the frame passed through untouched
+#: (``wrapped_avframe``: a reference, never a copy of its pixels) and its pts written in the
+#: stream's own time base (``-enc_time_base demux``), not rounded to 1 / the frame rate as the
+#: raw frames' encoder does (a frame shown 20 ms late in a 24 fps clip kept its pts there).
+_EXACT_TIMING = ("-c:v", "wrapped_avframe", "-fps_mode", "passthrough", "-enc_time_base", "demux")
 #: The streams other than video and audio (subtitles, data, attachments), in the order they are
 #: mapped, their packets copied as they are (never decoded) and hashed one by one.
 OTHER_STREAM_TYPES = ("subtitle", "data", "attachment")
@@ -93,13 +98,23 @@ def declared_args(path: Path) -> list[str]:
     return ["-skip_frame", "all", "-i", str(path)]
 
 
-def container_framehash_args(path: Path, max_pixels: int, *, video: bool) -> list[str]:
+def container_framehash_args(
+    path: Path, max_pixels: int, *, video: bool, timed: int = 0
+) -> list[str]:
     """One pass over a container: every audio stream as float PCM and (with ``video``) every
     video stream as raw frames, hashed frame by frame, then the packets of every other stream
-    (:data:`OTHER_STREAM_TYPES`, copied), with the stream description on stderr."""
+    (:data:`OTHER_STREAM_TYPES`, copied), with the stream description on stderr. ``timed``:
+    the number of video streams the file has; each is mapped once more, last, for its frames'
+    exact timing (:data:`_EXACT_TIMING`; an optional map that matched nothing would make
+    ffmpeg pick streams itself, so the count must be known)."""
     maps = ["0:v?", "0:a?"] if video else ["0:a?"]
     codecs = ["-c:a", "pcm_f32le", *(_RAW_FRAMES if video else ()), *_OTHER_COPY]
     maps += _OTHER_MAPS
+    if video and timed:
+        maps.append("0:v")
+        codec, encoder, sync, mode, base, demux = _EXACT_TIMING
+        for n in range(timed, 2 * timed):
+            codecs += [f"{codec}:{n}", encoder, f"{sync}:v:{n}", mode, f"{base}:v:{n}", demux]
     return [
         *_decode_input(path, max_pixels, log="info"),
         *_maps(maps),
@@ -115,7 +130,7 @@ TIMING_CROP = "crop=4:4:0:0"
 
 
 def fast_video_args(
-    path: Path, max_pixels: int, raw_fds: Sequence[int], timing_fd: int
+    path: Path, max_pixels: int, raw_fds: Sequence[int], timing_fd: int, exact_fd: int
 ) -> list[str]:
     """The first video stream for the fast video fingerprint (``media.container``): its raw
     frames on the ``pipe:N`` of ``raw_fds`` (the reader computes each frame's SHA-256), and on
@@ -123,9 +138,10 @@ def fast_video_args(
     (:data:`TIMING_CROP`): their timestamps and durations, with a hash that costs nothing.
     With several raw pipes, frame ``n`` goes to pipe ``n`` modulo their number (the stream is
     decoded once; each pipe has its own writer thread in ffmpeg, so the copies through the
-    pipes run in parallel). Same decoder, same timestamps, same frame bytes as
-    :func:`container_framehash_args`; the description of the input and of the raw output is on
-    stderr. (Audio goes to a run of its own: an output of no stream here would cost more CPU
+    pipes run in parallel). On ``pipe:exact_fd``, the framehash lines of the same frames with
+    their exact timing (:data:`_EXACT_TIMING`). Same decoder, same timestamps, same frame bytes
+    as :func:`container_framehash_args`; the description of the input and of the raw output is
+    on stderr. (Audio goes to a run of its own: an output of no stream here would cost more CPU
     than the whole decode.)"""
     stripes = len(raw_fds)
     raw: list[str] = []
@@ -140,6 +156,10 @@ def fast_video_args(
         *_RAW_FRAMES,
         *_FRAMEHASH_OUTPUT[:-1],
         f"pipe:{timing_fd}",
+        *_maps(["0:v:0"]),
+        *_EXACT_TIMING,
+        *_FRAMEHASH_OUTPUT[:-1],
+        f"pipe:{exact_fd}",
     ]
 
 

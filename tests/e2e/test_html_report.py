@@ -226,7 +226,8 @@ def test_the_video_picture_shows_the_frame_index(perturbed):
     page = _check_report(index)
     src = next(link for link in page.links if re.search(rf"frame{FRAME}\.png$", link))
     pixels = _read_png(index.parent / src)
-    caption = f"frame {FRAME}, pts {FRAME}"
+    # pts in the stream's own time base, 1/12288 at 24 fps in MP4 (#20: exact, not frames)
+    caption = f"frame {FRAME}, pts {FRAME * 512} = {FRAME / 24:.6f} s"
     label = Canvas(pixels.shape[1], pixels.shape[0])
     label.text(8, 8, caption)
     ink = (label.pixels != 255).any(axis=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from pytest_lossless import media
 from pytest_lossless.errors import LosslessError
 from pytest_lossless.gates import Gate, GateResult, parse_gate, tolerance
 from pytest_lossless.kinds.registry import Artifact, KindRegistry, builtin_kinds
+from pytest_lossless.media.container import ContainerFingerprint
 
 PROPERTY = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -226,7 +228,8 @@ def test_one_pixel_of_one_frame_is_caught_and_named(
     assert not result.passed
     assert result.unit == "frame"
     assert result.first_mismatch is not None
-    assert result.first_mismatch.startswith("5 (pts 5")
+    # pts in the stream's own time base, 1/12288 (#20: exact, no longer in 1/24 units)
+    assert result.first_mismatch.startswith("5 (pts 2560 = 0.208333 s): pixels differ")
     assert result.mismatch_count == 1
     assert result.total == 12
     assert result.location["frame"] == 5
@@ -302,13 +305,32 @@ def test_remux_passes_decoded_but_fails_bytes(
 
 
 def test_time_base_is_stream_metadata(registry: KindRegistry, clips: dict[str, Path]) -> None:
-    # Matroska stores 1/1000 timestamps: same frames and samples, other stream timing.
+    # Matroska stores 1/1000 timestamps: same frames and samples, other stream timing. Each
+    # frame's presentation time is compared exactly (#20): frame 1 is shown at 42 ms, not at
+    # 1/24 s; the time bases themselves are named in a note.
     result = registry.compare(
         "decoded", art(registry, clips["av"], "video"), art(registry, clips["av_mov"], "video")
     )
     assert not result.passed
-    assert result.metadata_diffs == ["time base: expected 1/1000, obtained 1/12288"]
-    assert result.mismatch_count == 0
+    assert result.metadata_diffs == []
+    assert any(
+        note.startswith("time base differs (expected 1/1000, obtained 1/12288)")
+        for note in result.notes
+    ), result.notes
+    assert result.first_mismatch is not None
+    assert result.first_mismatch.startswith(
+        "1: pixels identical, timing differs: expected pts 42 = 0.042000 s, obtained pts 512 "
+        "= 0.041667 s: shown 0.000333333333 s early"
+    ), result.first_mismatch
+    # Made before times were exact (pts rounded to 1/24 s), the golden compares the time base.
+    old = art(registry, clips["av"], "video")
+    old_fp = ContainerFingerprint.from_json(old.fingerprint).with_pts_rounded().to_json()
+    before = registry.compare(
+        "decoded", replace(old, fingerprint=old_fp), art(registry, clips["av_mov"], "video")
+    )
+    assert not before.passed
+    assert before.metadata_diffs == ["time base: expected 1/1000, obtained 1/12288"]
+    assert before.mismatch_count == 0
 
 
 def test_bitstream_damage_is_an_error_or_a_failure_never_a_pass(

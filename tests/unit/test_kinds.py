@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -385,8 +386,14 @@ _MADE_WITH_FFMPEG = "n9.0.2"
 
 
 def test_the_media_kinds_write_the_fingerprints_the_code_before_them_wrote() -> None:
-    """Today's code fingerprints the same files into the very JSON the earlier code wrote."""
+    """Today's code fingerprints the same files into the very JSON the earlier code wrote: as
+    it is for WAV and FLAC; for containers, in the form the earlier code made (#20: today's
+    records each video frame's pts exactly, in the stream's own time base, and says so with
+    ``fingerprint_version`` 2; rounded to 1 / the frame rate, it is the earlier JSON key for
+    key, which is how a golden made then is checked and compared)."""
     import imageio_ffmpeg
+
+    from pytest_lossless.media.container import ContainerFingerprint
 
     made = json.loads((_FINGERPRINTS / "made_before_typed_records.json").read_text())
     same_ffmpeg = imageio_ffmpeg.get_ffmpeg_version().startswith(_MADE_WITH_FFMPEG)
@@ -400,6 +407,20 @@ def test_the_media_kinds_write_the_fingerprints_the_code_before_them_wrote() -> 
         if not path.exists():
             path = _ROOT / "fixtures" / "ref2va" / case["file"]
         found = registry.fingerprint(case["kind"], path)
+        if found.get("format") == "container":
+            today = ContainerFingerprint.from_json(found)
+            then = ContainerFingerprint.from_json(case["fingerprint"])
+            assert today.fingerprint_version == 2
+            assert then.fingerprint_version == 1
+            for new, old in zip(today.video(), then.video(), strict=True):
+                assert [f.sha256 for f in new.frames] == [f.sha256 for f in old.frames]
+                assert (new.frame_rate, new.duration) == (old.frame_rate, old.duration)
+                exact, rounded = new.times(), old.times()
+                assert exact is not None
+                assert rounded is not None
+                step = 1 / Fraction(old.frame_rate or "1")
+                assert all(abs(a - b) <= step / 2 for a, b in zip(exact, rounded, strict=True))
+            found = today.as_made_like(then).to_json()
         assert json.dumps(found) == json.dumps(case["fingerprint"]), case["file"]
         compared += 1
     assert compared >= (len(made) if same_ffmpeg else 4)

@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from pytest_lossless.core.digests import CHUNK_BYTES, block_digests, digest_fram
 from pytest_lossless.errors import ArtifactError, TruncatedArtifact
 from pytest_lossless.kinds.registry import FingerprintCache
 from pytest_lossless.media import container
+from pytest_lossless.media.container import ContainerFingerprint
 from pytest_lossless.media.probe import raw_frame_bytes
 
 pytestmark = pytest.mark.slow
@@ -54,6 +56,17 @@ def make_clip(
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_clip(tmp_path_factory.mktemp("media") / "clip.mp4")
+
+
+#: ffmpeg's framehash options that write each video frame's pts exactly, in the stream's own
+#: time base, as the fingerprint records it (#20); without them ffmpeg writes it rounded to
+#: 1 / the frame rate, as fingerprints made before recorded it.
+EXACT_TIMES = ("-fps_mode", "passthrough", "-enc_time_base", "demux")
+
+
+def rounded(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """A container fingerprint as made before times were exact (pts in 1 / frame rate)."""
+    return ContainerFingerprint.from_json(fingerprint).with_pts_rounded().to_json()
 
 
 def cli_framehash(path: Path, *extra: str) -> list[tuple[int, str]]:
@@ -214,7 +227,10 @@ def test_frame_digests_equal_ffmpeg_framehash_cli(clip: Path) -> None:
     fp = kinds.fingerprint("video", clip)
     video = next(s for s in fp["streams"] if s["type"] == "video")
     ours = [(f["pts"], f["sha256"]) for f in video["frames"]]
-    assert ours == cli_framehash(clip, "-map", "0:v")
+    assert ours == cli_framehash(clip, "-map", "0:v", *EXACT_TIMES)
+    assert video["pts_time_base"] == "1/12288"
+    then = next(s for s in rounded(fp)["streams"] if s["type"] == "video")
+    assert [(f["pts"], f["sha256"]) for f in then["frames"]] == cli_framehash(clip, "-map", "0:v")
     assert video["frame_count"] == len(ours) == 12
     assert (video["codec"], video["pix_fmt"], video["width"], video["height"]) == (
         "h264",
@@ -252,7 +268,10 @@ def test_ten_bit_video_and_exact_ntsc_rate(tmp_path: Path) -> None:
     video = kinds.fingerprint("video", path)["streams"][0]
     assert video["pix_fmt"] == "yuv422p10le"
     assert video["frame_rate"] == "30000/1001"
-    assert [(f["pts"], f["sha256"]) for f in video["frames"]] == cli_framehash(path, "-map", "0:v")
+    exact = cli_framehash(path, "-map", "0:v", *EXACT_TIMES)
+    assert [(f["pts"], f["sha256"]) for f in video["frames"]] == exact
+    then = rounded(kinds.fingerprint("video", path))["streams"][0]
+    assert [(f["pts"], f["sha256"]) for f in then["frames"]] == cli_framehash(path, "-map", "0:v")
     frames = media.load_video_frames(path, indices=[3])
     raw = frames[3]
     assert raw.nbytes == video["frame_bytes"] == 64 * 48 * 2 * 2
@@ -607,7 +626,12 @@ def test_fast_fingerprint_equals_ffmpeg_framehash(
     # Frames dealt out over three pipes (as on a machine of twelve cores or more): the same.
     assert container._fast_fingerprint(path, media.MediaLimits(), stripes=3) == fast
     video = fast.video()[0]
-    assert [(f.pts, f.sha256) for f in video.frames] == cli_framehash(path, "-map", "0:v")
+    exact = cli_framehash(path, "-map", "0:v", *EXACT_TIMES)
+    assert [(f.pts, f.sha256) for f in video.frames] == exact
+    # Rounded as ffmpeg rounds them into 1 / the frame rate: the pts fingerprints made before
+    # recorded (B-frames, VFR, 10-bit, ...), so a golden made then passes the unchanged clip.
+    then = fast.with_pts_rounded().video()[0]
+    assert [(f.pts, f.sha256) for f in then.frames] == cli_framehash(path, "-map", "0:v")
 
 
 def test_fast_fingerprint_steps_aside_where_it_cannot_vouch(
