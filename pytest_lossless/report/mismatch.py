@@ -102,6 +102,17 @@ def _at(frames: Sequence[Any], i: int) -> Any:
     return frames[i] if i < len(frames) else None
 
 
+def _moment(frame: FrameDigest | None, tb: str | None) -> tuple[str, Fraction | int] | None:
+    """A frame as the gate compares it: its digest and its time (exact where the time base
+    is known, else the raw pts), so that equal times in two time bases are not drawn."""
+    if frame is None:
+        return None
+    try:
+        return frame.sha256, frame.pts * Fraction(tb) if tb else frame.pts
+    except (ValueError, ZeroDivisionError):
+        return frame.sha256, frame.pts
+
+
 def pts_text(pts: object, tb: object) -> str:
     """``pts 7 = 0.291667 s`` (or ``pts 7`` when the time base is unknown)."""
     if not isinstance(pts, int):
@@ -120,7 +131,8 @@ def _frames(left: Side, right: Side, limits: Limits, assets: Assets, stem: str) 
     lf = list(ls.frames) if lv else []
     rf = list(rs.frames) if rv else []
     total = max(len(lf), len(rf))
-    differ = [i for i in range(total) if _at(lf, i) != _at(rf, i)]
+    lt, rt = ls.pts_time_base, rs.pts_time_base  # the same times may be in other units
+    differ = [i for i in range(total) if _moment(_at(lf, i), lt) != _moment(_at(rf, i), rt)]
     if not differ:
         return [Text("every decoded frame is identical; what differs is listed above")]
     shown = differ[:FRAMES_SHOWN]

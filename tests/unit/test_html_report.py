@@ -521,3 +521,17 @@ def test_table_cells_never_break_mid_word(tmp_path):
     assert "anywhere" not in rules["td"]
     assert "word-break: normal" in rules["td"]
     assert "overflow-wrap: anywhere" in rules["td.test, td code"]
+
+
+def test_frames_at_the_same_time_in_other_time_bases_are_not_drawn_as_differing() -> None:
+    """The report draws the frames the gate would call different: digest and exact time, so a
+    remux into another time base (1/24 vs 1/12288) is no frame difference, a later one is."""
+    from pytest_lossless.media.container import FrameDigest
+    from pytest_lossless.report.mismatch import _moment
+
+    same = _moment(FrameDigest(5, "ab"), "1/24"), _moment(FrameDigest(2560, "ab"), "1/12288")
+    assert same[0] == same[1]
+    assert _moment(FrameDigest(6, "ab"), "1/24") != same[0]
+    assert _moment(FrameDigest(5, "cd"), "1/24") != same[0]
+    assert _moment(FrameDigest(5, "ab"), None) == ("ab", 5)
+    assert _moment(None, "1/24") is None
