@@ -310,6 +310,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         del config.stash[SESSION_KEY]
 
 
+#: pytest's options for sessions that collect but run no test (their ``dest`` names).
+_NO_TEST_MODES = ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test")
+
+
+def runs_no_test(config: pytest.Config) -> bool:
+    """--collect-only, --setup-only, --setup-plan, --fixtures, --fixtures-per-test: the session
+    collects every test and finishes, but runs none, so it claims nothing and changes nothing
+    on disk (no golden folder removed as an orphan, no report, index or summary written)."""
+    return any(getattr(config.option, dest, False) for dest in _NO_TEST_MODES)
+
+
 def session(config: pytest.Config) -> tuple[str, HostIdentity]:
     """The session's id and host identity: decided once by the process that runs the session
     (the xdist controller, or pytest alone) and handed to xdist workers through

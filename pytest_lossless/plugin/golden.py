@@ -30,7 +30,7 @@ from ..core.records import JsonObject
 from ..core.text import printable
 from ..core.verdict import Status, Update, status_of
 from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
-from .config import kinds, settings
+from .config import kinds, runs_no_test, settings
 from .devices import allocator, holds_devices
 from .evidence import (
     ALLOCATION_KEY,
@@ -941,7 +941,7 @@ class OrphanWatch:
         resolved = settings(self.config)
         if not (resolved.lossless or resolved.update_goldens) or not resolved.goldens.is_dir():
             return
-        if self.config.option.collectonly or _workers(self.config):
+        if runs_no_test(self.config) or _workers(self.config):
             return
         if getattr(self.config.option, "lf", False):
             # --lf filters while collecting (a module without failures is collected empty, the

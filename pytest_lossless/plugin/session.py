@@ -25,8 +25,8 @@ from ..core.verdict import Verdict
 from ..errors import LosslessError
 from ..report import events_from as report_events
 from .canary_watch import summary_lines as canary_lines
+from .config import runs_no_test, settings
 from .config import session as session_of
-from .config import settings
 from .evidence import (
     session_folder,
     source_revision,
@@ -155,8 +155,9 @@ class SummaryPlugin:
 
     @property
     def collect_only(self) -> bool:
-        """--collect-only: nothing ran, so nothing is claimed and no session folder written."""
-        return bool(getattr(self.config.option, "collectonly", False))
+        """--collect-only (or another mode that runs no test): nothing ran, so nothing is
+        claimed and no session folder written."""
+        return runs_no_test(self.config)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
