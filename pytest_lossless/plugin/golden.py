@@ -246,6 +246,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.stash[SHARED_FOLDER_KEY] = shared[item.nodeid]
 
 
+def _by_case(group: Sequence[str]) -> bool:
+    """Whether the tests of ``group`` share a golden folder only where case is ignored."""
+    from ..goldens.layout import folder_of, split_test_id
+
+    with contextlib.suppress(ValueError, LosslessError):
+        return len({folder_of(Path(), *split_test_id(test_id)) for test_id in group}) > 1
+    return False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from ..goldens.layout import folder_of
@@ -258,11 +267,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     folder = folder_of(resolved.goldens, *golden_key(item))
     with contextlib.suppress(ValueError):
         folder = folder.relative_to(resolved.rootdir)
+    case = " on a file system that ignores case (macOS, Windows)" if _by_case(group) else ""
     pytest.fail(
         printable(
             f"{' and '.join(group)} share the golden folder {folder} once their ids are made "
-            "file names: each would overwrite the others' goldens. Give them ids that differ "
-            "in letters, digits or '._-[]=,+@' (pytest.param(..., id=...), or ids=)"
+            f"file names{case}: each would overwrite the others' goldens. Give them ids that "
+            "differ in more than case, in letters, digits or '._-[]=,+@' "
+            "(pytest.param(..., id=...), or ids=)"
         ),
         pytrace=False,
     )
