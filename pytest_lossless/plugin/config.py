@@ -29,6 +29,8 @@ KINDS_KEY = pytest.StashKey["KindRegistry"]()
 SESSION_KEY = pytest.StashKey[tuple[str, "HostIdentity"]]()
 #: The ``workerinput`` key by which pytest-xdist hands the controller's session to workers.
 WORKERINPUT_SESSION = "lossless_session"
+#: The ``workerinput`` key that tells a worker the controller runs every test on every worker.
+WORKERINPUT_EACH = "lossless_dist_each"
 
 _MARKERS = (
     "npu(devices=1): the test needs a locked allocation of N NPUs (or emulated slots) "
@@ -348,6 +350,16 @@ def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, on the controller, before it starts a worker: hand it the session."""
     session_id, host = session(node.config)
     node.workerinput[WORKERINPUT_SESSION] = {"id": session_id, "host": host.to_json()}
+    node.workerinput[WORKERINPUT_EACH] = each_on_every_worker(node.config)
+
+
+def each_on_every_worker(config: pytest.Config) -> bool:
+    """pytest-xdist's ``--dist each``: every test runs once on every worker (a worker's own
+    ``dist`` option reads "no": the controller says so in ``workerinput``)."""
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict):
+        return bool(workerinput.get(WORKERINPUT_EACH))
+    return getattr(config.option, "dist", None) == "each"
 
 
 def settings(config: pytest.Config) -> Settings:

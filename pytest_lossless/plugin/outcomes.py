@@ -19,7 +19,7 @@ from ..core.text import printable
 from ..core.verdict import Status, Verdict, status_of
 from ..errors import Inconclusive, LosslessError
 from . import evidence as receipts
-from .config import settings
+from .config import each_on_every_worker, settings
 
 #: ``item.stash[ROWS_KEY]``: the test's rows of the verdict table.
 ROWS_KEY = pytest.StashKey[list[report.Row]]()
@@ -264,11 +264,24 @@ def _fail_expected_failure(item: pytest.Item, rep: pytest.TestReport) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if not item.get_closest_marker("lossless"):
-        return
+    marked = item.get_closest_marker("lossless") is not None
     resolved = settings(item.config)
-    if not (resolved.lossless or resolved.update_goldens):
+    if marked and not (resolved.lossless or resolved.update_goldens):
         pytest.skip("lossless gate: run with --lossless to compare (it never passes unchecked)")
+    if _checks_a_gate(item) and each_on_every_worker(item.config):
+        # One test id, one receipt and one golden folder: N runs of it would overwrite each
+        # other's receipt (the last writer's verdict standing for all) and race on the update.
+        pytest.fail(
+            printable(
+                f"{item.nodeid} checks a gate, and --dist each (pytest-xdist) runs it on every "
+                "worker, where its runs would overwrite one receipt and race on one golden "
+                "update: run gates with another --dist mode; to check that a run repeats, use "
+                "lossless.compare(runs=N) or a producer given to golden.check"
+            ),
+            pytrace=False,
+        )
+    if not marked:
+        return
     if (
         resolved.update_goldens
         and not resolved.lossless
