@@ -311,14 +311,17 @@ class SummaryPlugin:
             reaper.send("test", nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Every report's outcome: the failing call of a test not marked lossless carries none
+        # of ours, and its receipt is named only by its teardown report (which passed). The
+        # index lists only gate tests and tests with a receipt.
+        self.tests.record(report)
         if not (
             getattr(report, "lossless_gate", False)
             or getattr(report, "lossless_verdict", None)
             or getattr(report, "lossless_rows", None)
             or report.user_properties
         ):
-            return  # a plain test's report: nothing of ours on it
-        self.tests.record(report)
+            return  # a plain test's report: nothing more of ours on it
         self.unended += [tuple(p) for p in getattr(report, "lossless_unended", None) or []]
         path, line = report.location[0], report.location[1]
         self.locations[report.nodeid] = (path, None if line is None else line + 1)
