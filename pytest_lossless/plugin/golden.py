@@ -686,9 +686,8 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
     passed = item.stash.get(CALL_PASSED_KEY, False)
     goldens = fixture.goldens
     if resolved.update_goldens and passed:
-        with failing_on_errors():  # a folder refused at commit: its message, no traceback
-            for golden in goldens:
-                _commit(item, golden, resolved.rootdir, moved=any(g.staged for g in goldens))
+        # Written once every other fixture's teardown passed too (pytest_runtest_teardown).
+        item.stash[COMMIT_KEY] = goldens
     elif not resolved.update_goldens and passed:
         for golden in goldens:
             with failing_on_errors():
@@ -696,17 +695,51 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             if unchecked:
                 _fail_unchecked(item, unchecked, golden.folder.path / "manifest.json")
     elif resolved.update_goldens:
-        item.stash.setdefault(EVENTS_KEY, []).extend(
-            {
-                "test": item.nodeid,
-                "folder": str(golden.folder.path),
-                "name": e.name,
-                "action": "refused",
-                "detail": "the test did not pass; nothing written",
-            }
-            for golden in goldens
-            for e in golden.staged
-        )
+        _refuse(item, goldens)
+
+
+#: ``item.stash[COMMIT_KEY]``: the goldens of a test whose call passed, written once its whole
+#: teardown has passed too.
+COMMIT_KEY = pytest.StashKey[list["Golden"]]()
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    """Write the goldens staged by a test whose call passed, after every fixture's teardown:
+    a fixture torn down after ``golden`` that raises, or a cleanup stopped by pytest-timeout,
+    makes the test an error, which writes nothing (#20). Inside the plans' wrapper
+    (:mod:`.lossless`), which settles them after this commit."""
+    goldens: list[Golden] = []
+    try:
+        result = yield
+    except BaseException:
+        staged = item.stash.get(COMMIT_KEY, goldens)
+        _refuse(item, staged)
+        raise
+    finally:
+        goldens = item.stash.get(COMMIT_KEY, goldens)
+        with contextlib.suppress(KeyError):
+            del item.stash[COMMIT_KEY]
+    rootdir = settings(item.config).rootdir
+    with failing_on_errors():  # a folder refused at commit: its message, no traceback
+        for golden in goldens:
+            _commit(item, golden, rootdir, moved=any(g.staged for g in goldens))
+    return result
+
+
+def _refuse(item: pytest.Item, goldens: Sequence[Golden]) -> None:
+    """The staged goldens of a test that did not pass: named, nothing written."""
+    item.stash.setdefault(EVENTS_KEY, []).extend(
+        {
+            "test": item.nodeid,
+            "folder": str(golden.folder.path),
+            "name": e.name,
+            "action": "refused",
+            "detail": "the test did not pass; nothing written",
+        }
+        for golden in goldens
+        for e in golden.staged
+    )
 
 
 def _environment(request: pytest.FixtureRequest) -> Environment:
