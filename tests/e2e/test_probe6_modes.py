@@ -50,3 +50,40 @@ def test_a_session_that_runs_no_test_writes_and_removes_nothing(
     assert after == before, result.stdout.str()  # no report, INDEX or SUMMARY of nothing
     assert "removed:" not in result.stdout.str()
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+CHANGED = """
+import numpy as np
+
+def test_changed(golden):
+    golden.check("k.npy", np.ones(2) * SCALE)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["--co", "--setup-plan", "--fixtures"])
+def test_a_session_that_runs_no_test_keeps_the_export_it_is_given(
+    pytester: pytest.Pytester, mode: str
+) -> None:
+    """``--lossless-export DIR`` given to a session that ran nothing replaced the export a
+    real session had left there with one of no entry: ``accept`` had nothing left to accept."""
+    pytester.makeini("[pytest]\nlossless_backend = cpu\n")
+    pytester.makepyfile(test_x="SCALE = 1\n" + CHANGED)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--update-goldens").assert_outcomes(
+        passed=1
+    )
+    pytester.makepyfile(test_x="SCALE = 2\n" + CHANGED)
+    export = pytester.path / "ex"
+    failed = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--lossless", "--lossless-export", str(export)
+    )
+    failed.assert_outcomes(failed=1)
+    before = (export / "export.json").read_bytes()
+    assert b'"entries": []' not in before
+
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", mode, "--lossless", "--lossless-export", str(export)
+    )
+
+    assert result.ret == 0, result.stdout.str()
+    assert (export / "export.json").read_bytes() == before, result.stdout.str()
