@@ -47,6 +47,8 @@ class Media(Record):
         for name in ("seconds", "fps"):  # a number, not its text ("5" is a mistake here)
             if isinstance(getattr(self, name), str):
                 raise ConfigError(f"Media({name})", getattr(self, name), "expected a number")
+        if self.seconds is None:  # the one value every request states (not an assert: -O)
+            raise ConfigError("Media(seconds)", None, "expected a number above 0")
         _fraction(self.seconds, "seconds")
         _fraction(self.fps, "fps")
         _fraction(self.audio_quantum, "audio_quantum")

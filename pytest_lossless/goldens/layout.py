@@ -115,15 +115,17 @@ def shared_folders(test_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """The test ids that would share one golden folder, each with every id of its group, in
     order: ``test_x[a/b]``, ``test_x[a_b]`` and ``test_x[a b]`` are three tests, but one
     folder once their names are made file names (:func:`.manifest.safe_component`), where each
-    would overwrite the others' goldens (#20). Ids that name no test of a file are left out."""
-    groups: dict[PurePosixPath, list[str]] = {}
+    would overwrite the others' goldens (#20). Folders that differ only in case are one on the
+    file systems of macOS and Windows, where the repository is cloned too: they share as well.
+    Ids that name no test of a file are left out."""
+    groups: dict[str, list[str]] = {}
     for test_id in dict.fromkeys(test_ids):
         try:
             module, test_name = split_test_id(test_id)
             folder = PurePosixPath(*module_parts(module), safe_component(test_name, "test name"))
         except (ValueError, ArtifactError):
             continue
-        groups.setdefault(folder, []).append(test_id)
+        groups.setdefault(str(folder).casefold(), []).append(test_id)
     return {
         test_id: tuple(sorted(group))
         for group in groups.values()

@@ -29,6 +29,8 @@ KINDS_KEY = pytest.StashKey["KindRegistry"]()
 SESSION_KEY = pytest.StashKey[tuple[str, "HostIdentity"]]()
 #: The ``workerinput`` key by which pytest-xdist hands the controller's session to workers.
 WORKERINPUT_SESSION = "lossless_session"
+#: The ``workerinput`` key that tells a worker the controller runs every test on every worker.
+WORKERINPUT_EACH = "lossless_dist_each"
 
 _MARKERS = (
     "npu(devices=1): the test needs a locked allocation of N NPUs (or emulated slots) "
@@ -310,6 +312,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         del config.stash[SESSION_KEY]
 
 
+#: pytest's options for sessions that collect but run no test (their ``dest`` names).
+_NO_TEST_MODES = ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test")
+
+
+def runs_no_test(config: pytest.Config) -> bool:
+    """--collect-only, --setup-only, --setup-plan, --fixtures, --fixtures-per-test: the session
+    collects every test and finishes, but runs none, so it claims nothing and changes nothing
+    on disk (no golden folder removed as an orphan, no report, index or summary written)."""
+    return any(getattr(config.option, dest, False) for dest in _NO_TEST_MODES)
+
+
 def session(config: pytest.Config) -> tuple[str, HostIdentity]:
     """The session's id and host identity: decided once by the process that runs the session
     (the xdist controller, or pytest alone) and handed to xdist workers through
@@ -337,6 +350,16 @@ def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, on the controller, before it starts a worker: hand it the session."""
     session_id, host = session(node.config)
     node.workerinput[WORKERINPUT_SESSION] = {"id": session_id, "host": host.to_json()}
+    node.workerinput[WORKERINPUT_EACH] = each_on_every_worker(node.config)
+
+
+def each_on_every_worker(config: pytest.Config) -> bool:
+    """pytest-xdist's ``--dist each``: every test runs once on every worker (a worker's own
+    ``dist`` option reads "no": the controller says so in ``workerinput``)."""
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict):
+        return bool(workerinput.get(WORKERINPUT_EACH))
+    return getattr(config.option, "dist", None) == "each"
 
 
 def settings(config: pytest.Config) -> Settings:

@@ -26,8 +26,8 @@ from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
 from ..goldens.accept import ExportEntry, ExportSettings, GoldenTarget, Location, RunDigest
 from ..kinds.registry import Artifact
+from .config import runs_no_test, settings
 from .config import session as session_of
-from .config import settings
 from .evidence import receipt_for, redacted_command, source_revision
 from .golden import CHECKS_KEY, Call, Failed
 
@@ -47,8 +47,8 @@ EXPORTED = ("changed", "new")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if settings(config).export is None:
-        return
+    if settings(config).export is None or runs_no_test(config):
+        return  # a session that runs no test (--collect-only, ...) keeps the export it is given
     plugin = config.stash[EXPORT_KEY] = ExportPlugin(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
     if not hasattr(config, "workerinput"):  # the controller holds it for its workers

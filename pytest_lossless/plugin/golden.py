@@ -30,7 +30,7 @@ from ..core.records import JsonObject
 from ..core.text import printable
 from ..core.verdict import Status, Update, status_of
 from ..errors import ConfigError, GoldenMissing, Inconclusive, LosslessError
-from .config import kinds, settings
+from .config import kinds, runs_no_test, settings
 from .devices import allocator, holds_devices
 from .evidence import (
     ALLOCATION_KEY,
@@ -247,6 +247,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.stash[SHARED_FOLDER_KEY] = shared[item.nodeid]
 
 
+def _by_case(group: Sequence[str]) -> bool:
+    """Whether the tests of ``group`` share a golden folder only where case is ignored."""
+    from ..goldens.layout import folder_of, split_test_id
+
+    with contextlib.suppress(ValueError, LosslessError):
+        return len({folder_of(Path(), *split_test_id(test_id)) for test_id in group}) > 1
+    return False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from ..goldens.layout import folder_of
@@ -259,11 +268,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     folder = folder_of(resolved.goldens, *golden_key(item))
     with contextlib.suppress(ValueError):
         folder = folder.relative_to(resolved.rootdir)
+    case = " on a file system that ignores case (macOS, Windows)" if _by_case(group) else ""
     pytest.fail(
         printable(
             f"{' and '.join(group)} share the golden folder {folder} once their ids are made "
-            "file names: each would overwrite the others' goldens. Give them ids that differ "
-            "in letters, digits or '._-[]=,+@' (pytest.param(..., id=...), or ids=)"
+            f"file names{case}: each would overwrite the others' goldens. Give them ids that "
+            "differ in more than case, in letters, digits or '._-[]=,+@' "
+            "(pytest.param(..., id=...), or ids=)"
         ),
         pytrace=False,
     )
@@ -676,9 +687,8 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
     passed = item.stash.get(CALL_PASSED_KEY, False)
     goldens = fixture.goldens
     if resolved.update_goldens and passed:
-        with failing_on_errors():  # a folder refused at commit: its message, no traceback
-            for golden in goldens:
-                _commit(item, golden, resolved.rootdir, moved=any(g.staged for g in goldens))
+        # Written once every other fixture's teardown passed too (pytest_runtest_teardown).
+        item.stash[COMMIT_KEY] = goldens
     elif not resolved.update_goldens and passed:
         for golden in goldens:
             with failing_on_errors():
@@ -686,17 +696,51 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Generator[GoldenFi
             if unchecked:
                 _fail_unchecked(item, unchecked, golden.folder.path / "manifest.json")
     elif resolved.update_goldens:
-        item.stash.setdefault(EVENTS_KEY, []).extend(
-            {
-                "test": item.nodeid,
-                "folder": str(golden.folder.path),
-                "name": e.name,
-                "action": "refused",
-                "detail": "the test did not pass; nothing written",
-            }
-            for golden in goldens
-            for e in golden.staged
-        )
+        _refuse(item, goldens)
+
+
+#: ``item.stash[COMMIT_KEY]``: the goldens of a test whose call passed, written once its whole
+#: teardown has passed too.
+COMMIT_KEY = pytest.StashKey[list["Golden"]]()
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    """Write the goldens staged by a test whose call passed, after every fixture's teardown:
+    a fixture torn down after ``golden`` that raises, or a cleanup stopped by pytest-timeout,
+    makes the test an error, which writes nothing (#20). Inside the plans' wrapper
+    (:mod:`.lossless`), which settles them after this commit."""
+    goldens: list[Golden] = []
+    try:
+        result = yield
+    except BaseException:
+        staged = item.stash.get(COMMIT_KEY, goldens)
+        _refuse(item, staged)
+        raise
+    finally:
+        goldens = item.stash.get(COMMIT_KEY, goldens)
+        with contextlib.suppress(KeyError):
+            del item.stash[COMMIT_KEY]
+    rootdir = settings(item.config).rootdir
+    with failing_on_errors():  # a folder refused at commit: its message, no traceback
+        for golden in goldens:
+            _commit(item, golden, rootdir, moved=any(g.staged for g in goldens))
+    return result
+
+
+def _refuse(item: pytest.Item, goldens: Sequence[Golden]) -> None:
+    """The staged goldens of a test that did not pass: named, nothing written."""
+    item.stash.setdefault(EVENTS_KEY, []).extend(
+        {
+            "test": item.nodeid,
+            "folder": str(golden.folder.path),
+            "name": e.name,
+            "action": "refused",
+            "detail": "the test did not pass; nothing written",
+        }
+        for golden in goldens
+        for e in golden.staged
+    )
 
 
 def _environment(request: pytest.FixtureRequest) -> Environment:
@@ -942,7 +986,7 @@ class OrphanWatch:
         resolved = settings(self.config)
         if not (resolved.lossless or resolved.update_goldens) or not resolved.goldens.is_dir():
             return
-        if self.config.option.collectonly or _workers(self.config):
+        if runs_no_test(self.config) or _workers(self.config):
             return
         if getattr(self.config.option, "lf", False):
             # --lf filters while collecting (a module without failures is collected empty, the

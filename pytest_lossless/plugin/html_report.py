@@ -19,7 +19,7 @@ from .. import report
 from ..core import faults
 from ..errors import LosslessError
 from ..report import events_from as report_events
-from .config import settings
+from .config import runs_no_test, settings
 from .evidence import session_folder, source_state
 
 if TYPE_CHECKING:
@@ -36,8 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
     resolved = settings(config)
     if hasattr(config, "workerinput") or not (resolved.lossless or resolved.update_goldens):
         return  # workers attach to their reports; the controller writes the page
-    if getattr(config.option, "collectonly", False):
-        return  # nothing ran: no page, no session folder
+    if runs_no_test(config):
+        return  # nothing ran (--collect-only, --setup-plan, ...): no page, no session folder
     plugin = config.stash[REPORT_KEY] = HtmlReport(config)
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
     if config.pluginmanager.hasplugin("html") and getattr(config.option, "htmlpath", None):

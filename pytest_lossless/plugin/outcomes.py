@@ -19,7 +19,7 @@ from ..core.text import printable
 from ..core.verdict import Status, Verdict, status_of
 from ..errors import Inconclusive, LosslessError
 from . import evidence as receipts
-from .config import settings
+from .config import each_on_every_worker, settings
 
 #: ``item.stash[ROWS_KEY]``: the test's rows of the verdict table.
 ROWS_KEY = pytest.StashKey[list[report.Row]]()
@@ -171,6 +171,16 @@ def record_verdict(
 
 #: ``config.stash[RUN_ONCE_KEY]``: the lossless gate tests --reruns was kept from (run once).
 RUN_ONCE_KEY = pytest.StashKey[int]()
+#: The fixtures through which a test checks a gate, whether it is marked ``lossless`` or not.
+_GATE_FIXTURES = frozenset({"golden", "lossless", "speed_gate"})
+
+
+def _checks_a_gate(item: pytest.Item) -> bool:
+    """Marked ``lossless``, or asking for a fixture that checks a gate (a golden in a test not
+    marked, as in the README's first example, is a gate too)."""
+    if item.get_closest_marker("lossless") is not None:
+        return True
+    return bool(_GATE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
 
 
 @pytest.hookimpl(trylast=True)
@@ -179,12 +189,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     failed once would pass on a lucky rerun, with rows and a receipt of every attempt. A gate
     that failed has failed, so lossless gates are never rerun: ``--reruns`` is kept from them
     (a ``flaky(reruns=0)`` marker, which rerunfailures reads first), and a gate marked
-    ``flaky(reruns=N)`` itself is a usage error."""
+    ``flaky(reruns=N)`` itself is a usage error. Every test that checks a gate, marked
+    ``lossless`` or not (#20: an unmarked golden test's later attempts said PASS)."""
     if not config.pluginmanager.hasplugin("rerunfailures"):
         return
     refused, kept = [], 0
     for item in items:
-        if item.get_closest_marker("lossless") is None:
+        if not _checks_a_gate(item):
             continue
         marker = item.get_closest_marker("flaky")
         if marker is None:
@@ -253,11 +264,24 @@ def _fail_expected_failure(item: pytest.Item, rep: pytest.TestReport) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if not item.get_closest_marker("lossless"):
-        return
+    marked = item.get_closest_marker("lossless") is not None
     resolved = settings(item.config)
-    if not (resolved.lossless or resolved.update_goldens):
+    if marked and not (resolved.lossless or resolved.update_goldens):
         pytest.skip("lossless gate: run with --lossless to compare (it never passes unchecked)")
+    if _checks_a_gate(item) and each_on_every_worker(item.config):
+        # One test id, one receipt and one golden folder: N runs of it would overwrite each
+        # other's receipt (the last writer's verdict standing for all) and race on the update.
+        pytest.fail(
+            printable(
+                f"{item.nodeid} checks a gate, and --dist each (pytest-xdist) runs it on every "
+                "worker, where its runs would overwrite one receipt and race on one golden "
+                "update: run gates with another --dist mode; to check that a run repeats, use "
+                "lossless.compare(runs=N) or a producer given to golden.check"
+            ),
+            pytrace=False,
+        )
+    if not marked:
+        return
     if (
         resolved.update_goldens
         and not resolved.lossless

@@ -25,8 +25,8 @@ from ..core.verdict import Verdict
 from ..errors import LosslessError
 from ..report import events_from as report_events
 from .canary_watch import summary_lines as canary_lines
+from .config import runs_no_test, settings
 from .config import session as session_of
-from .config import settings
 from .evidence import (
     session_folder,
     source_revision,
@@ -155,8 +155,9 @@ class SummaryPlugin:
 
     @property
     def collect_only(self) -> bool:
-        """--collect-only: nothing ran, so nothing is claimed and no session folder written."""
-        return bool(getattr(self.config.option, "collectonly", False))
+        """--collect-only (or another mode that runs no test): nothing ran, so nothing is
+        claimed and no session folder written."""
+        return runs_no_test(self.config)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -310,14 +311,17 @@ class SummaryPlugin:
             reaper.send("test", nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Every report's outcome: the failing call of a test not marked lossless carries none
+        # of ours, and its receipt is named only by its teardown report (which passed). The
+        # index lists only gate tests and tests with a receipt.
+        self.tests.record(report)
         if not (
             getattr(report, "lossless_gate", False)
             or getattr(report, "lossless_verdict", None)
             or getattr(report, "lossless_rows", None)
             or report.user_properties
         ):
-            return  # a plain test's report: nothing of ours on it
-        self.tests.record(report)
+            return  # a plain test's report: nothing more of ours on it
         self.unended += [tuple(p) for p in getattr(report, "lossless_unended", None) or []]
         path, line = report.location[0], report.location[1]
         self.locations[report.nodeid] = (path, None if line is None else line + 1)
