@@ -610,6 +610,11 @@ def sign_command(
     if not session_folders(directory):
         why = "a session writes its index when it ends"
         return _usage("sign", f"no session (no {INDEX_NAME}) under {directory}: {why}")
+    from .core.paths import folder_problem
+
+    problem = folder_problem(out, write=True)  # a file, below a file, read-only (#20)
+    if problem is not None:
+        return _usage("sign", f"--out {out}: {problem}: give a folder where you can write")
     try:
         private_key = load_private_key(key) if key is not None else None
         kinds = KindRegistry(plugin_manager(plugins, entry_points=entry_points).hook)

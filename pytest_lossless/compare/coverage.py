@@ -106,7 +106,11 @@ def misses(expect: Media, artifact: Artifact) -> list[str]:
                 "than one frame"
             )
     if not videos and not audios:
-        found.append(f"a {artifact.kind} artifact has no video or audio stream to check")
+        from ..media.detect import with_article
+
+        found.append(
+            f"{with_article(artifact.kind)} artifact has no video or audio stream to check"
+        )
     return found
 
 

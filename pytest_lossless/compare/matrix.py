@@ -320,6 +320,16 @@ def _no_context(cell: Cell) -> Iterator[Mapping[str, JsonValue]]:
     yield {}
 
 
+def check_runs(runs: object) -> int:
+    """``runs`` checked: a whole number of at least 2 (a cell must run twice to show it
+    repeats); checked before it is frozen in ``plan.json`` or compared with a frozen one."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ConfigError(
+            "lossless.matrix(runs=...)", runs, "a cell must run at least twice to show it repeats"
+        )
+    return runs
+
+
 def run_matrix(
     make_run: Callable[..., Callable[[], Any]],
     axes: Mapping[str, Sequence[AxisValue]],
@@ -339,10 +349,7 @@ def run_matrix(
     the test's devices there for a ``devices`` axis). With ``trace``, every run traces into a
     folder of its own (:func:`.divergence.tracing_into`, as ``lossless.compare`` does), and
     each cell that is FAIL or not repeatable names where its two disagreeing runs first part."""
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise ConfigError(
-            "lossless.matrix(runs=...)", runs, "a cell must run at least twice to show it repeats"
-        )
+    check_runs(runs)
     if not callable(make_run):
         raise ConfigError("lossless.matrix(make_run)", make_run, "give a function of the axes")
     found = cells(axes)

@@ -98,6 +98,10 @@ class MatrixPlan(Record):
     reference: str
     gate: str | dict[str, str | None] | None
     grid: str | dict[str, str] | None = None
+    #: The runs of each cell the test asks for (``runs=``, #20): fewer runs can hide a cell
+    #: that does not repeat. None (left to ``--lossless-control-runs``) is not written, so a
+    #: plan frozen before counts were, which has none, freezes none (:func:`matrix_changes`).
+    runs: int | None = spec(None, omit="none")
 
 
 Plan = LosslessPlan | SpeedPlan | MatrixPlan
@@ -159,18 +163,22 @@ def matrix_plan(
     reference: str,
     gate: Any,
     grid: str | dict[str, str] | None = None,
+    runs: int | None = None,
 ) -> MatrixPlan:
     """The plan of one ``lossless.matrix`` as the test asks for it (:class:`MatrixPlan`)."""
     shown = {str(axis): tuple(values) for axis, values in axes.items()}
-    return MatrixPlan(shown, reference, lossless_plan(gate).gate, grid)
+    return MatrixPlan(shown, reference, lossless_plan(gate).gate, grid, runs)
 
 
 def matrix_changes(frozen: MatrixPlan, asked: MatrixPlan) -> tuple[str, str] | None:
     """(frozen, asked) in words when a matrix asks for another plan than the frozen one: its
-    axes, reference or gate, or an ``expect=`` grid that disagrees with the frozen grid (a cell
-    named with another verdict; a cell left out, which is expected to pass, that froze
-    otherwise; one verdict for the grid that is not the frozen grid's worst). None: it agrees."""
-    fixed = ("axes", "reference", "gate")
+    axes, reference, gate or run count (when one was frozen), or an ``expect=`` grid that
+    disagrees with the frozen grid (a cell named with another verdict; a cell left out, which is
+    expected to pass, that froze otherwise; one verdict for the grid that is not the frozen
+    grid's worst). None: it agrees."""
+    fixed: tuple[str, ...] = ("axes", "reference", "gate")
+    if frozen.runs is not None:
+        fixed += ("runs",)
     if not all(_same(frozen.to_json()[k], asked.to_json()[k]) for k in fixed):
         return differences(frozen, asked, only=fixed)
     wanted, grid = asked.grid, frozen.grid
@@ -665,9 +673,10 @@ def _brief(plan: Plan) -> str:
 
 
 def receipt_contradictions(receipt: Mapping[str, Any]) -> list[str]:
-    """What a receipt's lossless and speed entries say against the frozen plan they recorded
-    (``gate_plan``): the record must hash to itself and name the entry's own label, and the
-    entry must have run what the plan froze (gate, target, pairs, design, confidence)."""
+    """What a receipt's lossless, speed and matrix entries say against the frozen plan they
+    recorded (``gate_plan``): the record must hash to itself and name the entry's own label, and
+    the entry must have run what the plan froze (gate, target, pairs, design, confidence; a
+    matrix's axes, reference and runs per cell)."""
     found: list[str] = []
     for section, block in (("lossless", "lossless"), ("speed", "speed"), ("matrix", "matrix")):
         entries = receipt.get(block)
@@ -708,6 +717,11 @@ def _record_contradictions(
         for key, ran in (("axes", entry.get("axes")), ("reference", entry.get("reference"))):
             if not _same(plan.get(key), ran):
                 found.append(f"ran {key}={_text(ran)} but the frozen plan says {_text(plan[key])}")
+        ran = entry.get("runs_per_cell")
+        if plan.get("runs") is not None and not _same(plan["runs"], ran):
+            found.append(
+                f"ran runs={_text(ran)} but the frozen plan says runs={_text(plan['runs'])}"
+            )
     return found
 
 

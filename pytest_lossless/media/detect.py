@@ -147,17 +147,41 @@ def refuse_stub(path: Path, data: bytes | None = None) -> None:
         raise GoldenStub(path, *found)
 
 
+#: Kinds whose name alone is no noun in a sentence ("a bytes").
+_KIND_NOUNS = {"bytes": "bytes file"}
+#: Words that begin with a vowel letter but not a vowel sound ("a user-trace"), and the reverse.
+_A_BEFORE = ("uni", "use", "usu", "uti", "ure", "eu", "ewe", "one", "once")
+_AN_BEFORE = ("hour", "honest", "honour", "honor", "heir")
+
+
+def with_article(word: str) -> str:
+    """``word`` after its indefinite article, by its first sound: ``an audio``, ``a video``,
+    ``a user-trace``, ``an onnx`` (#20: "not a audio")."""
+    low = word.lower()
+    if low.startswith(_A_BEFORE):
+        return f"a {word}"
+    vowel = low[:1] in ("a", "e", "i", "o", "u") or low.startswith(_AN_BEFORE)
+    return f"{'an' if vowel else 'a'} {word}"
+
+
+def kind_noun(kind: str) -> str:
+    """A kind named with its article, as a sentence says it: ``an audio``, ``an image``,
+    ``a video``, ``a bytes file``."""
+    return with_article(_KIND_NOUNS.get(kind, kind))
+
+
 def not_the_kind(path: Path, expected: str, found: str) -> str:
     """What an obtained file is, when it is not of its golden's kind: said plainly."""
     size = path.stat().st_size if path.is_file() else None
+    golden = kind_noun(expected)
     if size == 0:
-        return f"empty file (0 bytes), but the golden is a {expected}: the run wrote nothing"
+        return f"empty file (0 bytes), but the golden is {golden}: the run wrote nothing"
     what = {
         "video": "no stream ffmpeg can decode",
         "audio": "no audio stream or header a decoder can read",
         "tensor": "no .npy/.npz header",
     }.get(expected, f"its content reads as {found}")
     return (
-        f"not a {expected}: {what} ({size} bytes, read as {found}); the golden is a {expected}, "
+        f"not {golden}: {what} ({size} bytes, read as {found}); the golden is {golden}, "
         "so the run wrote something else (check its logs)"
     )

@@ -336,7 +336,7 @@ class LosslessFixture:
         ``devices`` axis gives each cell that many of the test's own devices.
         """
         __tracebackhide__ = True
-        from ..compare.matrix import cells, expected_grid, run_matrix
+        from ..compare.matrix import cells, check_runs, expected_grid, run_matrix
         from ..errors import GateChanged
         from ..gates import parse_gate
         from ..goldens.plans import MatrixPlan, describe, matrix_changes, matrix_plan
@@ -347,6 +347,8 @@ class LosslessFixture:
         book = plan_book(self._item)
         with failing_on_errors(prefix, on_error=plan_error_row(self._item, name, "plan")):
             found = cells(axes)
+            if runs is not None:
+                check_runs(runs)
             wanted = expected_grid(expect, found)
             if isinstance(gate, Mapping):
                 gates: Gate | Mapping[str, Gate] | None = {
@@ -360,7 +362,7 @@ class LosslessFixture:
                 from ..compare.matrix import find_cell
 
                 ref_name = find_cell(found, reference, "lossless.matrix(reference)").name
-            asked = matrix_plan(axes, ref_name, gates, wanted)
+            asked = matrix_plan(axes, ref_name, gates, wanted, runs)
             frozen = book.frozen_plan("matrix", name)
             goal: Any = wanted
             record: GatePlan | None = None
@@ -377,7 +379,9 @@ class LosslessFixture:
                         file=book.path,
                     )
                 goal = frozen.grid
-                record = check_plan(self._item, "matrix", name, replace(asked, grid=goal))
+                # A plan frozen with no run count (before counts were) freezes none.
+                kept = replace(asked, grid=goal, runs=frozen.runs)
+                record = check_plan(self._item, "matrix", name, kept)
             elif not self._settings.update_goldens:
                 record = check_plan(self._item, "matrix", name, asked)
             context = self._device_cells(axes)

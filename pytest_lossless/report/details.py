@@ -228,7 +228,13 @@ class Details:
         return blocks
 
     def _draw(self, result: GateResult, left: Side, right: Side, stem: str) -> list[Block]:
-        return draw(result, left, right, assets=self.assets, limits=self.limits, stem=stem)
+        """The two sides drawn; a pair that cannot be (one side is not of the kind the other
+        is: a tensor and an error page) is named in their place, so the rest of the section
+        (where they differ, the runs) stays."""
+        try:
+            return draw(result, left, right, assets=self.assets, limits=self.limits, stem=stem)
+        except (LosslessError, OSError) as exc:
+            return [Text(f"not drawn: {exc}")]
 
     def _files(self, paths: Iterable[object]) -> list[Block]:
         entries = [self.assets.copy(p) for p in paths if isinstance(p, str)]
@@ -607,8 +613,21 @@ def _where_table(differing: list[Comparison]) -> list[Block]:
 
 def _where(comparison: Comparison, result: GateResult) -> tuple[str, ...]:
     first = result.first_mismatch or "; ".join(result.metadata_diffs)
-    count = f"{result.mismatch_count} of {result.total} {result.unit}s"
-    return _pair(comparison), result.artifact, first or "differs", count
+    return _pair(comparison), result.artifact, first or "differs", _how_many(result)
+
+
+def _how_many(result: GateResult) -> str:
+    """How many positions differ, in words where a count is missing (#20): runs that differ
+    only in metadata (another kind, another sample rate) counted nothing, or nothing that
+    differs; a digest-only side knows only that a chunk differs."""
+    count, total, unit = result.mismatch_count, result.total, result.unit
+    if result.metadata_diffs and not count:
+        if count == 0 and total:
+            return f"only the metadata differs (0 of {total} {unit}s)"
+        return "only the metadata differs (nothing counted)"
+    if total is None:
+        return "not counted" if count is None else f"{count} {unit}s"
+    return f"{'an unknown number' if count is None else count} of {total} {unit}s"
 
 
 def _digest(fingerprint: JsonObject) -> str:

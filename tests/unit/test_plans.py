@@ -37,6 +37,8 @@ from pytest_lossless.goldens.plans import (
     SpeedPlan,
     entry_sha256,
     lossless_plan,
+    matrix_changes,
+    matrix_plan,
     plan_folder,
     read_plans,
     receipt_contradictions,
@@ -624,6 +626,41 @@ def test_a_receipt_whose_compare_gate_differs_from_its_frozen_plan_is_a_contradi
     assert "frozen plan says 'decoded'" in found[0]
     unfrozen = {"lossless": [{**lossy, "gate_plan": {"frozen": False}}]}
     assert receipt_contradictions(unfrozen) == []
+
+
+def test_a_matrix_run_count_is_frozen_only_when_given_and_a_receipt_is_held_to_it():
+    """#20: ``runs=`` of ``lossless.matrix`` is frozen like its axes; a plan frozen with none
+    (every plan before counts were) freezes none; a receipt that ran fewer runs per cell than
+    its frozen plan says is a contradiction."""
+    axes = {"threads": [1, 2]}
+    frozen = matrix_plan(axes, "threads=1", None, runs=3)
+    assert frozen.to_json()["runs"] == 3
+    assert matrix_changes(frozen, matrix_plan(axes, "threads=1", None, runs=3)) is None
+    assert matrix_changes(frozen, matrix_plan(axes, "threads=1", None, runs=2)) == (
+        "runs=3",
+        "runs=2",
+    )
+    old = matrix_plan(axes, "threads=1", None)
+    assert "runs" not in old.to_json()
+    assert matrix_changes(old, matrix_plan(axes, "threads=1", None, runs=2)) is None
+    entry = {"label": "knobs", "axes": axes, "reference": "threads=1", "runs_per_cell": 3}
+    assert receipt_contradictions(_receipt("matrix", entry, "knobs", frozen)) == []
+    fewer = {**entry, "runs_per_cell": 2}
+    assert receipt_contradictions(_receipt("matrix", fewer, "knobs", frozen)) == [
+        "matrix[0]: ran runs=2 but the frozen plan says runs=3"
+    ]
+    assert receipt_contradictions(_receipt("matrix", fewer, "knobs", old)) == []
+
+
+def test_the_committed_matrix_plan_without_a_run_count_still_matches_its_test():
+    """The repository's racy-knobs plan was frozen before matrix run counts were: its test,
+    which gives ``runs=2``, still matches it as it is (no refreezing needed)."""
+    folder = Path(__file__).resolve().parents[2] / "goldens/tests/gates/test_ref2va"
+    (plan,) = read_plans(folder / "test_matrix_of_the_racy_knobs").values()
+    assert isinstance(plan, MatrixPlan)
+    assert plan.runs is None
+    asked = matrix_plan({"threads": [1, 2, 4], "chunk": [1, 4]}, "threads=1, chunk=1", None, runs=2)
+    assert matrix_changes(plan, asked) is None
 
 
 def test_require_published_refuses_a_plan_not_frozen_naming_label_and_fix(tmp_path):
