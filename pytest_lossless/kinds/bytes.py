@@ -106,7 +106,9 @@ def compare_bytes(gate: Gate, expected: Artifact, obtained: Artifact, kind: str)
     result = new_result(expected, gate, kind, "byte")
     efp = BytesFingerprint.from_json(expected.fingerprint)
     ofp = BytesFingerprint.from_json(obtained.fingerprint)
-    result.total = efp.size
+    # Extra length counts as differing bytes, so the count is of the longer file's bytes.
+    sizes = [n for n in (efp.size, ofp.size) if n is not None]
+    result.total = max(sizes) if sizes else None
     if efp.sha256 == ofp.sha256 and efp.size == ofp.size and efp.sha256:
         result.mismatch_count = 0
         return settle(result)

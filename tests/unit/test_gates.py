@@ -569,6 +569,20 @@ def test_bytes_first_offset(registry: KindRegistry, tmp_path: Path) -> None:
     assert result.metadata_diffs == ["size (bytes): expected 11, obtained 12"]
     assert result.first_mismatch == "offset 6 (expected 0x77, obtained 0x57)"
     assert result.mismatch_count == 2
+    assert result.total == 12  # the extra byte is counted, so of the longer file's bytes
+
+
+def test_bytes_of_a_longer_output_count_of_its_length(
+    registry: KindRegistry, tmp_path: Path
+) -> None:
+    """Extra bytes count as differing, so "N of M" is of the longer file: never more differing
+    bytes than there are (a probe saw "1644 of 160 bytes differ")."""
+    (tmp_path / "a.bin").write_bytes(b"x" * 160)
+    (tmp_path / "b.bin").write_bytes(b"x" * 160 + b"y" * 1484)
+    for a, b in (("a.bin", "b.bin"), ("b.bin", "a.bin")):
+        result = registry.compare("bytes", art(registry, tmp_path / a), art(registry, tmp_path / b))
+        assert (result.mismatch_count, result.total) == (1484, 1644)
+        assert "1484 of 1644" in result.message()
 
 
 # ------------------------------------------------------------------ properties
