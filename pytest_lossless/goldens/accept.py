@@ -26,7 +26,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..core.artifact import Artifact
 from ..core.digests import canonical_sha256, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
 from ..core.records import (
@@ -42,12 +44,14 @@ from ..core.records import (
 )
 from ..core.text import printable
 from ..errors import LosslessError
-from ..kinds.registry import Artifact, KindRegistry
-from .folder import GoldenFolder
 from .layout import split_test_id
 from .manifest import artifact_name
 from .scope import Environment
 from .swap import UpdateEvent
+
+if TYPE_CHECKING:  # the export's records are read by every session (plugin.export): light
+    from ..kinds.registry import KindRegistry
+    from .folder import GoldenFolder
 
 __all__ = [
     "EXPORT_JSON",
@@ -576,6 +580,8 @@ def accept(
     for (test, environment), accepted in chosen.items():
         module, test_name = golden_names(test)
         try:
+            from .folder import GoldenFolder
+
             golden = GoldenFolder(
                 goldens,
                 module,

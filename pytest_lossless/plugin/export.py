@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, final
 import pytest
 
 from ..core import faults, records
+from ..core.artifact import Artifact
 from ..core.records import JsonValue
 from ..core.text import printable
 from ..errors import GoldenMissing, LosslessError
 from ..goldens.accept import ExportEntry, ExportSettings, GoldenTarget, Location, RunDigest
-from ..kinds.registry import Artifact
 from .config import runs_no_test, settings
 from .config import session as session_of
 from .evidence import receipt_for, redacted_command, source_revision
