@@ -25,7 +25,7 @@ from ..core.artifact import KeptFiles, materialize_all
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.expect import Media
 from ..core.paths import safe_name
-from ..core.records import Record, from_json, spec, to_json
+from ..core.records import JsonValue, Record, from_json, json_object, spec, to_json
 from ..core.verdict import Verdict
 from ..errors import ConfigError
 from ..gates import Gate, GateResult
@@ -142,6 +142,9 @@ class LosslessVerdict(Record):
     #: Request coverage misses, one per run and artifact: each one makes the verdict FAIL,
     #: whatever the comparisons say.
     coverage: tuple[coverage.CoverageMiss, ...] = ()
+    #: The media the runs were asked for (``expect=``: one ``Media`` as a dict, or one per
+    #: artifact), so ``verify`` re-derives ``coverage`` from the runs' fingerprints (#20).
+    expect: JsonValue = spec(None, omit="none")
     #: With ``trace=True``: where the two runs that disagree first part (:func:`.divergence.
     #: between`): control#1 and the first control that differs, else the candidate.
     divergence: tracing.Departure | None = None
@@ -230,13 +233,18 @@ def _short(result: GateResult) -> str:
     )
 
 
+def control_repeatable(block: Mapping[str, Any]) -> bool:
+    """Whether a recorded lossless entry's control runs were identical: every control
+    comparison complete and every result passed (``control_repeatable``, re-derived)."""
+    return all(
+        not c.get("missing") and all(r.get("passed") for r in c.get("results", []))
+        for c in block.get("control_comparisons") or []
+    )
+
+
 def rederive(block: Mapping[str, Any]) -> Verdict:
     """Recompute a recorded lossless verdict from its raw comparison records."""
-    controls = block.get("control_comparisons") or []
-    repeatable = all(
-        not c.get("missing") and all(r.get("passed") for r in c.get("results", []))
-        for c in controls
-    )
+    repeatable = control_repeatable(block)
     candidate: Mapping[str, Any] = block.get("candidate_comparison") or {}
     identical = (
         bool(candidate)
@@ -374,7 +382,17 @@ def compare_control_candidate(
         label=label,
         proof=evidence,
         coverage=tuple(misses),
+        expect=_expect_json(expect),
     )
+
+
+def _expect_json(expect: Media | Mapping[str, Media] | None) -> JsonValue:
+    """``expect=`` as the entry records it: a ``Media`` as its dict, a mapping by name."""
+    if expect is None:
+        return None
+    if isinstance(expect, Media):
+        return json_object(expect.to_dict())
+    return {str(name): json_object(media.to_dict()) for name, media in sorted(expect.items())}
 
 
 def _disagreeing(

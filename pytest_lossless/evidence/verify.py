@@ -242,6 +242,15 @@ def check_runs(block: Any, receipt: ReceiptRecord, context: Context) -> list[str
                     f"the one generated from the raw record {again['summary']!r}"
                 )
         processes = run.get("processes")
+        for process in processes if isinstance(processes, list) else []:
+            received = process.get("signals_received") if isinstance(process, Mapping) else None
+            if isinstance(received, list) and "forced" in process:
+                forced = any(isinstance(s, Mapping) and s.get("forced") for s in received)
+                if process.get("forced") is not forced:
+                    found.append(
+                        f"{label}: pid {process.get('pid')} recorded forced="
+                        f"{process.get('forced')} but its signals received give {forced}"
+                    )
         main = processes[0] if isinstance(processes, list) and processes else None
         if (
             isinstance(main, Mapping)
@@ -289,8 +298,17 @@ def check_speed(block: Any, receipt: ReceiptRecord, context: Context) -> list[st
         f"speed[{i}]: {p}"
         for i, entry in enumerate(block)
         if isinstance(entry, Mapping)
-        for p in contradictions(entry)
+        for p in [*contradictions(entry), *_speed_fields(entry), *_plan_fields("speed", entry)]
     ]
+
+
+def _speed_fields(entry: Mapping[str, Any]) -> list[str]:
+    """``target_ratio`` (what the verdict line and the signed detail show) is ``1 - target``."""
+    target: Any = entry.get("target")
+    ratio: Any = entry.get("target_ratio")
+    if _is_number(target) and _is_number(ratio) and not math.isclose(ratio, 1 - target):
+        return [f"recorded target_ratio={ratio} but target={target} gives {1 - target:g}"]
+    return []
 
 
 def _rejudge(
@@ -424,11 +442,65 @@ def check_gates(block: Any, receipt: ReceiptRecord, context: Context) -> list[st
         found += [
             f"gates[{index}] {entry.get('artifact')}: {p}" for p in _lossy_contradictions(entry)
         ]
+        found += [
+            f"gates[{index}] {entry.get('artifact')}: {p}" for p in _gate_fields(entry, evidence)
+        ]
         if entry.get("passed") is True:
             found += [
                 f"gates[{index}] {entry.get('artifact')}: {p}"
                 for p in _check_stored_golden(kinds, str(entry.get("artifact")), evidence)
             ]
+    return found
+
+
+def _gate_lossless(spec: object) -> bool | None:
+    """Whether the gate ``spec`` names is lossless (None: not a gate spec this verify reads:
+    ``coverage``, or a malformed one, which the re-judging names)."""
+    from ..errors import LosslessError
+    from ..gates import parse_gate
+
+    try:
+        gate = parse_gate(spec) if isinstance(spec, str) else None
+    except LosslessError:
+        return None
+    return None if gate is None else gate.lossless
+
+
+def _gate_fields(entry: Mapping[str, Any], evidence: Mapping[str, Any]) -> list[str]:
+    """The fields of a golden gate entry that decide its verdict, against the records they
+    derive from (#20): ``lossless`` (PASS or LOSSY-PASS) is the gate's own; a pass is judged
+    under the gate frozen in the golden's manifest; each side's ``sha256`` (the attested
+    subject) is the one its fingerprint holds; a lossless pass counts no differing unit."""
+    found = []
+    gate = entry.get("gate")
+    lossless = _gate_lossless(gate)
+    if lossless is not None and entry.get("lossless") is not lossless:
+        found.append(
+            f"recorded lossless={entry.get('lossless')} but its gate {gate} is "
+            f"{'lossless' if lossless else 'lossy'}"
+        )
+    golden = evidence.get("golden")
+    if (
+        entry.get("passed") is True
+        and isinstance(golden, Mapping)
+        and golden.get("gate") is not None
+        and golden.get("gate") != gate
+    ):
+        found.append(
+            f"recorded a pass under {gate}, but the golden's manifest froze {golden.get('gate')}"
+        )
+    for side in ("golden", "obtained"):
+        recorded = evidence.get(side)
+        if not isinstance(recorded, Mapping) or not isinstance(recorded.get("fingerprint"), dict):
+            continue
+        inner = recorded["fingerprint"].get("sha256")
+        if recorded.get("sha256") is not None and inner is not None and recorded["sha256"] != inner:
+            found.append(
+                f"the {side} artifact's sha256 {str(recorded['sha256'])[:16]} differs from its "
+                f"fingerprint's {str(inner)[:16]}"
+            )
+    if entry.get("passed") is True and lossless and entry.get("mismatch_count") not in (None, 0):
+        found.append(f"recorded passed=True with mismatch_count={entry.get('mismatch_count')}")
     return found
 
 
@@ -486,6 +558,143 @@ def check_lossless(block: Any, receipt: ReceiptRecord, context: Context) -> list
                 f"lossless[{index}]: recorded {entry.get('verdict')} but its "
                 f"comparisons give {verdict}"
             )
+        found += [f"lossless[{index}]: {p}" for p in _lossless_fields(entry)]
+        found += [f"lossless[{index}]: {p}" for p in _coverage_again(kinds, entry)]
+        found += [f"lossless[{index}]: {p}" for p in _plan_fields("lossless", entry)]
+    return found
+
+
+def _lossless_fields(entry: Mapping[str, Any]) -> list[str]:
+    """The fields of a lossless entry derived from its gates and comparisons (#20): ``lossy``
+    (PASS or LOSSY-PASS) is whether any of its gates is lossy; ``control_repeatable`` whether
+    every control comparison found its runs identical."""
+    from ..compare.repeatability import control_repeatable
+
+    found = []
+    gates = entry.get("gates")
+    if isinstance(gates, Mapping) and gates:
+        kinds = [_gate_lossless(g) for g in gates.values()]
+        if None not in kinds and entry.get("lossy") is not (False in kinds):
+            found.append(
+                f"recorded lossy={entry.get('lossy')} but its gates "
+                f"({', '.join(f'{k}: {g}' for k, g in sorted(gates.items()))}) give "
+                f"lossy={False in kinds}"
+            )
+    for miss in entry.get("coverage") or []:
+        if isinstance(miss, Mapping) and miss.get("passed") is not False:
+            found.append(
+                f"coverage of {miss.get('run')} {miss.get('artifact')}: recorded "
+                f"passed={miss.get('passed')}, but a coverage entry is a miss"
+            )
+    proof = entry.get("proof")
+    for finding in proof.get("runs") or [] if isinstance(proof, Mapping) else []:
+        if (
+            isinstance(finding, Mapping)
+            and finding.get("found") is True
+            and not finding.get("evidence")
+        ):
+            found.append(f"proof of {finding.get('run')}: found with no evidence to show it")
+    if "control_repeatable" in entry and entry.get("control_repeatable") is not (
+        again := control_repeatable(entry)
+    ):
+        found.append(
+            f"recorded control_repeatable={entry.get('control_repeatable')} but its control "
+            f"comparisons give {again}"
+        )
+    return found
+
+
+def _frozen_plan(entry: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    record = entry.get("gate_plan")
+    if not isinstance(record, Mapping) or record.get("frozen") is not True:
+        return None
+    plan = record.get("plan")
+    return plan if isinstance(plan, Mapping) else None
+
+
+def _coverage_again(kinds: KindRegistry, entry: Mapping[str, Any]) -> list[str]:
+    """Request coverage re-derived (#20): the media asked for (the entry's ``expect``, else
+    its frozen plan's) against each run's recorded fingerprints must miss exactly the runs and
+    artifacts the entry's ``coverage`` names. A miss removed from the list (a FAIL made a PASS)
+    or one added is named. Without a record of what was asked, nothing can be re-derived."""
+    from ..compare.coverage import run_misses
+    from ..core.expect import Media
+
+    plan = _frozen_plan(entry)
+    asked = entry["expect"] if "expect" in entry else (plan or {}).get("expect")
+    if asked is None:
+        recorded = [c for c in entry.get("coverage") or [] if isinstance(c, Mapping)]
+        return (
+            []
+            if plan is None or not recorded
+            else [
+                f"records {len(recorded)} coverage miss(es), but its frozen plan asked for no media"
+            ]
+        )
+    expect: Media | dict[str, Media]
+    if isinstance(asked, Mapping) and "seconds" not in asked:
+        expect = {str(k): Media(**v) for k, v in asked.items()}
+    else:
+        expect = Media(**asked)
+    again: set[tuple[str, str]] = set()
+    for run in entry.get("runs") or []:
+        artifacts = {
+            name: _recorded(name, side) for name, side in (run.get("artifacts") or {}).items()
+        }
+        again |= {
+            (m.run, m.result.artifact) for m in run_misses(expect, artifacts, str(run.get("name")))
+        }
+    recorded_misses = {
+        (str(c.get("run")), str(c.get("artifact")))
+        for c in entry.get("coverage") or []
+        if isinstance(c, Mapping)
+    }
+    found = []
+    for run, artifact in sorted(again - recorded_misses):
+        found.append(
+            f"{run} {artifact} misses the media asked for ({asked}) by its recorded fingerprint, "
+            "but the entry's coverage does not name it"
+        )
+    for run, artifact in sorted(recorded_misses - again):
+        found.append(
+            f"coverage names {run} {artifact} as a miss, but its recorded fingerprint holds "
+            f"the media asked for ({asked})"
+        )
+    return found
+
+
+def _plan_fields(section: str, entry: Mapping[str, Any]) -> list[str]:
+    """What a frozen plan fixes beyond the gates and targets (#20): the dispatch-proof rule
+    (a proof record dropped turns an INCONCLUSIVE into a PASS), the number of control runs,
+    and the verdicts the test asserts (``expect_verdict``: a verdict asserted counts as a pass
+    in the signed result, so one added by hand would hide a FAIL)."""
+    plan = _frozen_plan(entry)
+    if plan is None:
+        return []
+    found = []
+    if "proof" in plan:
+        proof = entry.get("proof")
+        rule = proof.get("rule") if isinstance(proof, Mapping) else proof
+        if rule != plan["proof"]:
+            found.append(f"ran with proof rule {rule!r} but the frozen plan says {plan['proof']!r}")
+    if section == "lossless" and isinstance(plan.get("runs"), int):
+        controls = sum(
+            1
+            for r in entry.get("runs") or []
+            if isinstance(r, Mapping) and r.get("role") == "control"
+        )
+        if controls != plan["runs"]:
+            found.append(
+                f"ran {controls} control runs but the frozen plan says runs={plan['runs']}"
+            )
+    asserted = plan.get("expect_verdict")
+    if entry.get("expect_verdict") != asserted and not (
+        isinstance(asserted, list) and entry.get("expect_verdict") == sorted(asserted)
+    ):
+        found.append(
+            f"records expect_verdict={entry.get('expect_verdict')!r} but the frozen plan asserts "
+            f"{asserted!r}"
+        )
     return found
 
 
