@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..core import faults
 from ..core.paths import inside_root, read_regular, write_atomic
 from ..core.records import (
     JsonObject,
@@ -755,6 +756,7 @@ def sign(
         target = out / session.session_id
         inside_root(target, project, what="attestation folder")
         target.mkdir(parents=True, exist_ok=True)
+        faults.point("sign-write")
         for statement, stem in zip(
             (s.to_json() for s in made), ("test-result", "lossless"), strict=True
         ):
@@ -762,14 +764,17 @@ def sign(
                 path = target / f"{stem}.{suffix}.json"
                 write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
                 done.written.append(path)
+                faults.point("sign-written")
         checksums = target / "subjects.sha256"
         write_atomic(checksums, _checksums(made[0].subject).encode())
         done.written.append(checksums)
     if private_key is not None and lines and not done.refused:
         out.mkdir(parents=True, exist_ok=True)
         bundle = out / BUNDLE_NAME
+        faults.point("sign-write")
         write_atomic(bundle, ("\n".join(lines) + "\n").encode())
         done.written.append(bundle)
+        faults.point("sign-written")
     return done
 
 

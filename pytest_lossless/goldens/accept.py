@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..core import faults
 from ..core.digests import canonical_sha256, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
 from ..core.records import (
@@ -573,6 +574,7 @@ def accept(
         receipt = load_receipt(_inside(folder, str(entry.receipt), "receipt"))
         compared[id(entry)] = _compared_golden(receipt, entry.artifact)
         chosen.setdefault((entry.test, environment), []).append((entry, artifact))
+    faults.point("accept-checked")
     for (test, environment), accepted in chosen.items():
         module, test_name = golden_names(test)
         try:
@@ -592,6 +594,7 @@ def accept(
             decisions += [Decision(e, "refused", str(exc)) for e, _ in accepted]
             continue
         decisions += _accept_test(golden, accepted, compared)
+        faults.point("accept-committed")
     return decisions
 
 

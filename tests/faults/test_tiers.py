@@ -10,7 +10,7 @@ from hypothesis import settings
 from pytest_lossless.core import faults
 from tests.faults import tiers
 
-POINTS = list(faults.POINTS)
+POINTS = list(faults.SESSION_POINTS)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7, 20261201, 20261202, 2**40 + 3])
