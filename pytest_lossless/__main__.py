@@ -27,6 +27,7 @@ if __name__ == "__main__":  # python -m pytest_lossless; not the console script,
 
 import argparse  # noqa: E402 - after the working folder is off sys.path
 import contextlib  # noqa: E402
+import signal  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
@@ -374,9 +375,29 @@ def local_goldens(root: Path, given: Path | None) -> Path:
     return folder
 
 
+#: The signals that stop a command with one line (Ctrl-C, CI cancel and ``timeout``, a hangup).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class CommandInterrupted(KeyboardInterrupt):
+    """A stop signal, raised where the command is, so that what it was writing is unwound
+    (a staged golden folder or a temporary file removed, a retired golden put back)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise CommandInterrupted(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point (``pytest-lossless``) and ``python -m pytest_lossless``; a reader
-    that stops early (``verify DIR | head``) ends it quietly, as CLI tools do."""
+    that stops early (``verify DIR | head``) ends it quietly, as CLI tools do. SIGINT, SIGTERM
+    and SIGHUP stop it with one line and the shell's status for the signal (128 + its number):
+    what it wrote is whole, the old version or the new one, and running it again finishes."""
+    previous = {number: signal.signal(number, _interrupt) for number in _STOP_SIGNALS}
     try:
         code = _main(argv)
         sys.stdout.flush()
@@ -385,6 +406,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell reports it
+    except KeyboardInterrupt as exc:
+        number = exc.signum if isinstance(exc, CommandInterrupted) else int(signal.SIGINT)
+        words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+        command = f" {words[0]}" if words else ""
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        print(
+            f"pytest-lossless{command}: interrupted by {signal.Signals(number).name}: stopped; "
+            "what it wrote is whole (the old version or the new one): run it again to finish",
+            file=sys.stderr,
+        )
+        return 128 + number
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     return code
 
 
