@@ -293,13 +293,18 @@ def accept_command(
         what = f"matches -k {keyword!r}" if keyword else "is in it"
         print(f"pytest-lossless accept: {directory}: no exported artifact {what}", file=stream)
         return 2 if keyword and document.entries else 0
-    for decision in sorted(decisions, key=lambda d: (d.action != "refused", d.label)):
+    for decision in sorted(
+        decisions, key=lambda d: (not d.recovered, d.action != "refused", d.label)
+    ):
         entry = decision.entry
         where = f"{decision.folder}/{entry.artifact}" if decision.folder else decision.label
+        if decision.recovered:  # what a stopped update left beside the test's folder
+            where = decision.folder
         detail = f" ({decision.detail})" if decision.detail else ""
         print(printable(f"{decision.action.upper()} {where}{detail}", newlines=True), file=stream)
     refused = sum(1 for d in decisions if d.action in ("refused", "conflict"))
-    print(f"{len(decisions) - refused} of {len(decisions)} artifacts accepted", file=stream)
+    artifacts = sum(1 for d in decisions if not d.recovered)
+    print(f"{artifacts - refused} of {artifacts} artifacts accepted", file=stream)
     return 1 if refused else 0
 
 

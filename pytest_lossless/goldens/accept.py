@@ -293,12 +293,15 @@ def keyword_matcher(expression: str) -> Callable[[str], bool]:
 @dataclass(frozen=True)
 class Decision:
     """What accept did with one exported artifact: an :class:`UpdateEvent` (``created``,
-    ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason."""
+    ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason. ``recovered``:
+    not an artifact's, but what an earlier, stopped update of the test's folder left there,
+    ``restored``, ``cleaned`` or ``kept`` (``entry`` is then the test's first entry)."""
 
     entry: ExportEntry
     action: str
     detail: str = ""
     folder: str = ""
+    recovered: bool = False
 
     @property
     def label(self) -> str:
@@ -306,9 +309,8 @@ class Decision:
 
     def to_event(self) -> dict[str, str]:
         entry = self.entry
-        return UpdateEvent(
-            entry.test, self.folder, entry.artifact, self.action, self.detail
-        ).to_dict()
+        name = "" if self.recovered else entry.artifact
+        return UpdateEvent(entry.test, self.folder, name, self.action, self.detail).to_dict()
 
 
 def golden_names(test_id: str) -> tuple[str, str]:
@@ -610,13 +612,14 @@ def _accept_test(
     fingerprinted = {id(entry): artifact for entry, artifact in accepted}
     try:
         golden.migrate()  # from the layout of an earlier version, when the folder is the test's
-        golden.begin_update()
+        recovered = golden.begin_update()
         frozen = golden.manifest()
     except LosslessError as exc:
         return [
             Decision(e, "refused", f"the golden folder cannot be updated: {exc}") for e in entries
         ]
-    decisions: list[Decision] = []
+    # What a stopped update (an accept or a session) left beside the folder, named (#20).
+    decisions = _recovered(entries[0], recovered, shown)
     staged: list[ExportEntry] = []
     for entry in entries:
         before = frozen.get(entry.artifact)
@@ -664,10 +667,20 @@ def _accept_test(
             events = list(found)
         else:
             return decisions + [Decision(e, "refused", str(exc), shown) for e in staged]
+    decisions += _recovered(entries[0], [e for e in events if not e.name], shown)
     decisions += [
         Decision(by_name[e.name], e.action, e.detail, shown) for e in events if e.name in by_name
     ]
     return decisions
+
+
+def _recovered(entry: ExportEntry, events: Iterable[UpdateEvent], shown: str) -> list[Decision]:
+    """The recovery events of a test's folder (``restored``, ``cleaned``, ``kept``)."""
+    return [
+        Decision(entry, e.action, e.detail, shown, recovered=True)
+        for e in events
+        if not e.name and e.action in ("restored", "cleaned", "kept")
+    ]
 
 
 def _shown(golden: GoldenFolder) -> str:
