@@ -657,6 +657,8 @@ def sign_command(
         done = sign(directory, out=out, project=Path.cwd(), private_key=private_key, kinds=kinds)
     except (AttestationError, LosslessError, OSError) as exc:
         return _usage("sign", exc)
+    for line in done.recovered:  # what a stopped sign left beside a statements folder
+        print(printable(line), file=stream)
     for problem in done.refused:
         print(printable(f"REFUSED {problem}"), file=stream)
     for session_id, result in done.sessions:
