@@ -402,7 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     that stops early (``verify DIR | head``) ends it quietly, as CLI tools do. SIGINT, SIGTERM
     and SIGHUP stop it with one line and the shell's status for the signal (128 + its number):
     what it wrote is whole, the old version or the new one, and running it again finishes."""
-    previous = {number: signal.signal(number, _interrupt) for number in _STOP_SIGNALS}
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()  # else no handlers
+    previous = {n: signal.signal(n, _interrupt) for n in _STOP_SIGNALS if main_thread}
     try:
         code = _main(argv)
         sys.stdout.flush()
