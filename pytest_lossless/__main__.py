@@ -27,6 +27,7 @@ if __name__ == "__main__":  # python -m pytest_lossless; not the console script,
 
 import argparse  # noqa: E402 - after the working folder is off sys.path
 import contextlib  # noqa: E402
+import signal  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, TextIO  # noqa: E402
@@ -292,13 +293,18 @@ def accept_command(
         what = f"matches -k {keyword!r}" if keyword else "is in it"
         print(f"pytest-lossless accept: {directory}: no exported artifact {what}", file=stream)
         return 2 if keyword and document.entries else 0
-    for decision in sorted(decisions, key=lambda d: (d.action != "refused", d.label)):
+    for decision in sorted(
+        decisions, key=lambda d: (not d.recovered, d.action != "refused", d.label)
+    ):
         entry = decision.entry
         where = f"{decision.folder}/{entry.artifact}" if decision.folder else decision.label
+        if decision.recovered:  # what a stopped update left beside the test's folder
+            where = decision.folder
         detail = f" ({decision.detail})" if decision.detail else ""
         print(printable(f"{decision.action.upper()} {where}{detail}", newlines=True), file=stream)
     refused = sum(1 for d in decisions if d.action in ("refused", "conflict"))
-    print(f"{len(decisions) - refused} of {len(decisions)} artifacts accepted", file=stream)
+    artifacts = sum(1 for d in decisions if not d.recovered)
+    print(f"{artifacts - refused} of {artifacts} artifacts accepted", file=stream)
     return 1 if refused else 0
 
 
@@ -374,9 +380,32 @@ def local_goldens(root: Path, given: Path | None) -> Path:
     return folder
 
 
+#: The signals that stop a command with one line (Ctrl-C, CI cancel and ``timeout``, a hangup).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class CommandInterrupted(KeyboardInterrupt):
+    """A stop signal, raised where the command is, so that what it was writing is unwound
+    (a staged golden folder or a temporary file removed, a retired golden put back)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise CommandInterrupted(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point (``pytest-lossless``) and ``python -m pytest_lossless``; a reader
-    that stops early (``verify DIR | head``) ends it quietly, as CLI tools do."""
+    that stops early (``verify DIR | head``) ends it quietly, as CLI tools do. SIGINT, SIGTERM
+    and SIGHUP stop it with one line and the shell's status for the signal (128 + its number):
+    what it wrote is whole, the old version or the new one, and running it again finishes."""
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()  # else no handlers
+    previous = {n: signal.signal(n, _interrupt) for n in _STOP_SIGNALS if main_thread}
     try:
         code = _main(argv)
         sys.stdout.flush()
@@ -385,6 +414,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell reports it
+    except KeyboardInterrupt as exc:
+        number = exc.signum if isinstance(exc, CommandInterrupted) else int(signal.SIGINT)
+        words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+        command = f" {words[0]}" if words else ""
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        print(
+            f"pytest-lossless{command}: interrupted by {signal.Signals(number).name}: stopped; "
+            "what it wrote is whole (the old version or the new one): run it again to finish",
+            file=sys.stderr,
+        )
+        return 128 + number
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     return code
 
 
@@ -621,6 +665,8 @@ def sign_command(
         done = sign(directory, out=out, project=Path.cwd(), private_key=private_key, kinds=kinds)
     except (AttestationError, LosslessError, OSError) as exc:
         return _usage("sign", exc)
+    for line in done.recovered:  # what a stopped sign left beside a statements folder
+        print(printable(line), file=stream)
     for problem in done.refused:
         print(printable(f"REFUSED {problem}"), file=stream)
     for session_id, result in done.sessions:

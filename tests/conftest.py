@@ -43,17 +43,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    points, actions = list(faults.POINTS), faults.ACTIONS
+    points, actions = list(faults.SESSION_POINTS), faults.ACTIONS
     total = len(points) * len(actions)
+    # The commands harness (test_commands.py): each command's points, a design of its own.
+    steps = [f"{c}:{p}" for c, found in faults.COMMANDS.items() for p in found]
+    commands = len(steps) * len(actions)
     if tiers.full():
         return (
-            f"deep tier: the full fault harness ({total} cases, {tiers.FULL_ENV} set); "
-            f"machines: {tiers.MACHINES_FULL}"
+            f"deep tier: the full fault harness ({total} cases, {tiers.FULL_ENV} set), the "
+            f"commands harness ({commands}); machines: {tiers.MACHINES_FULL}"
         )
     chosen = len(tiers.cases(points, actions))
     seed = tiers.seed()
     return (
         f"deep tier: fault harness covering design, {chosen} of {total} cases (each point once, "
-        f"each action at least once), seed {seed}: {tiers.SEED_ENV}={seed} runs the same "
-        f"cases, {tiers.FULL_ENV}=1 all {total}; machines: {tiers.MACHINES_CI}"
+        f"each action at least once), commands harness {len(tiers.cases(steps, actions))} of "
+        f"{commands}, seed {seed}: {tiers.SEED_ENV}={seed} runs the same cases, "
+        f"{tiers.FULL_ENV}=1 all; machines: {tiers.MACHINES_CI}"
     )

@@ -14,8 +14,10 @@ file; armed with ``fill`` it fills the file system the file is on (only a small 
 the harness mounted: larger ones are refused), so that this write and every later one meet a
 real full disk.
 
-The harness parametrizes over :data:`POINTS` x :data:`ACTIONS`, so a point added here is
-covered by every invariant at once; a point named in the code but not here is an error.
+The harness parametrizes over :data:`POINTS` x :data:`ACTIONS` (the session's,
+:data:`SESSION_POINTS`, in ``test_harness.py``; each command's, :data:`COMMANDS`, in
+``test_commands.py``), so a point added here is covered by every invariant at once; a point
+named in the code but not here is an error.
 """
 
 from __future__ import annotations
@@ -38,7 +40,29 @@ POINTS: dict[str, str] = {
     "golden-swapped": "the new golden folder swapped into place, not yet cleaned up",
     "receipt-write": "a test's receipt is about to be written",
     "session-finish": "every test ran; the session's index and summary are about to be written",
+    # The commands a user runs outside the session (python -m pytest_lossless ...): COMMANDS.
+    "accept-checked": "accept checked every exported artifact; no golden written yet",
+    "accept-committed": "accept committed one test's golden folder; the next test's not begun",
+    "sign-write": "sign checked its sessions; the bundle (or a session's statements) not written",
+    "sign-written": "sign wrote the bundle (or one session's statements), before anything else",
+    "summary-write": "summary --write generated SUMMARY.md, about to write it",
 }
+#: The stop points each command outside the session reaches, in its order (``accept`` writes
+#: through the golden swap, so it reaches the swap's points too): ``tests/faults/
+#: test_commands.py`` stops each command at each of its points with each action.
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "accept": (
+        "accept-checked",
+        "golden-staged",
+        "golden-retired",
+        "golden-swapped",
+        "accept-committed",
+    ),
+    "sign": ("sign-write", "sign-written"),
+    "summary": ("summary-write",),
+}
+#: The stop points a pytest session reaches (``tests/faults/test_harness.py``'s).
+SESSION_POINTS = tuple(p for p in POINTS if not p.startswith(tuple(f"{c}-" for c in COMMANDS)))
 #: Every place where a session writes a file, and what it writes there.
 WRITES: dict[str, str] = {
     "write-golden-stage": "a file of a golden folder being staged (a copy of the artifact)",

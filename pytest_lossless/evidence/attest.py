@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..core import faults
 from ..core.paths import inside_root, read_regular, write_atomic
 from ..core.records import (
     JsonObject,
@@ -682,6 +683,8 @@ class Signed:
     written: list[Path] = field(default_factory=list)
     sessions: list[tuple[str, str]] = field(default_factory=list)  # (session id, result)
     refused: list[str] = field(default_factory=list)
+    #: What a stopped ``sign`` left beside a statements folder, restored or removed (#20).
+    recovered: list[str] = field(default_factory=list)
 
 
 def session_folders(directory: Path) -> list[Path]:
@@ -754,23 +757,59 @@ def sign(
             continue
         target = out / session.session_id
         inside_root(target, project, what="attestation folder")
-        target.mkdir(parents=True, exist_ok=True)
-        for statement, stem in zip(
-            (s.to_json() for s in made), ("test-result", "lossless"), strict=True
-        ):
-            for suffix, value in (("statement", statement), ("predicate", statement["predicate"])):
-                path = target / f"{stem}.{suffix}.json"
-                write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
-                done.written.append(path)
-        checksums = target / "subjects.sha256"
-        write_atomic(checksums, _checksums(made[0].subject).encode())
-        done.written.append(checksums)
+        done.written += _write_statements(target, made, done)
     if private_key is not None and lines and not done.refused:
         out.mkdir(parents=True, exist_ok=True)
         bundle = out / BUNDLE_NAME
+        faults.point("sign-write")
         write_atomic(bundle, ("\n".join(lines) + "\n").encode())
         done.written.append(bundle)
+        faults.point("sign-written")
     return done
+
+
+#: How long ``sign`` waits for another ``sign`` writing the same statements folder (seconds).
+_LOCK_TIMEOUT = 120.0
+#: The files of a session's unsigned statements folder, in the order they are listed.
+_STATEMENT_FILES = (
+    "test-result.statement.json",
+    "test-result.predicate.json",
+    "lossless.statement.json",
+    "lossless.predicate.json",
+    "subjects.sha256",
+)
+
+
+def _write_statements(target: Path, made: Sequence[Statement], done: Signed) -> list[Path]:
+    """A session's unsigned statements folder, replaced whole (#20): staged beside it and
+    swapped into place as a golden folder is (:func:`..goldens.swap.replace_folder`, under its
+    lock), so a stopped ``sign`` leaves the old folder or the whole new one, never a part; what
+    a stopped one left there is recovered first, and named in ``done.recovered``."""
+    from ..errors import GoldenError
+    from ..goldens.swap import FolderLock, lock_path, recover, replace_folder
+
+    statements = [s.to_json() for s in made]
+    contents = []
+    for statement in statements:
+        for value in (statement, statement["predicate"]):
+            contents.append((json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+    contents.append(_checksums(made[0].subject).encode())
+
+    def fill(staged: Path) -> None:
+        for name, data in zip(_STATEMENT_FILES, contents, strict=True):
+            write_atomic(staged / name, data)
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FolderLock(lock_path(target), timeout=_LOCK_TIMEOUT, of="the statements beside it"):
+            found = recover(target, test="")
+            done.recovered += [f"{e.action.upper()} {target} ({e.detail})" for e in found]
+            faults.point("sign-write")
+            replace_folder(target, fill)
+    except GoldenError as exc:
+        raise AttestationError(f"{target}: cannot be written: {exc}") from None
+    faults.point("sign-written")
+    return [target / name for name in _STATEMENT_FILES]
 
 
 def _checksums(subject: Iterable[Subject]) -> str:

@@ -288,8 +288,10 @@ def write_summary(
         ) from None
     try:
         _lock(fd, lock, lock_timeout)
+        text = "\n".join(summary_lines(folder))
+        faults.point("summary-write")
         faults.write("write-session-summary", path)
-        write_atomic(path, "\n".join(summary_lines(folder)).encode())
+        write_atomic(path, text.encode())
     finally:
         os.close(fd)
     return path

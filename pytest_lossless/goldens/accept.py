@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core import faults
 from ..core.artifact import Artifact
 from ..core.digests import canonical_sha256, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
@@ -296,12 +297,15 @@ def keyword_matcher(expression: str) -> Callable[[str], bool]:
 @dataclass(frozen=True)
 class Decision:
     """What accept did with one exported artifact: an :class:`UpdateEvent` (``created``,
-    ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason."""
+    ``changed``, ``unchanged``, ``conflict``...) or ``refused`` with the reason. ``recovered``:
+    not an artifact's, but what an earlier, stopped update of the test's folder left there,
+    ``restored``, ``cleaned`` or ``kept`` (``entry`` is then the test's first entry)."""
 
     entry: ExportEntry
     action: str
     detail: str = ""
     folder: str = ""
+    recovered: bool = False
 
     @property
     def label(self) -> str:
@@ -309,9 +313,8 @@ class Decision:
 
     def to_event(self) -> dict[str, str]:
         entry = self.entry
-        return UpdateEvent(
-            entry.test, self.folder, entry.artifact, self.action, self.detail
-        ).to_dict()
+        name = "" if self.recovered else entry.artifact
+        return UpdateEvent(entry.test, self.folder, name, self.action, self.detail).to_dict()
 
 
 def golden_names(test_id: str) -> tuple[str, str]:
@@ -410,7 +413,10 @@ def vouched(
     artifact = kinds.artifact(entry.artifact, path)
     digest = canonical_sha256(artifact.fingerprint)
     if artifact.kind != entry.kind:
-        return f"the exported file is a {artifact.kind} here, not the {entry.kind} it names", None
+        from ..media.detect import kind_noun
+
+        found = kind_noun(artifact.kind)
+        return f"the exported file is {found} here, not the {entry.kind} it names", None
     if digest != canonical_sha256(entry.fingerprint):
         return (
             "the exported file does not have the fingerprint the export names (fingerprinted "
@@ -577,6 +583,7 @@ def accept(
         receipt = load_receipt(_inside(folder, str(entry.receipt), "receipt"))
         compared[id(entry)] = _compared_golden(receipt, entry.artifact)
         chosen.setdefault((entry.test, environment), []).append((entry, artifact))
+    faults.point("accept-checked")
     for (test, environment), accepted in chosen.items():
         module, test_name = golden_names(test)
         try:
@@ -598,6 +605,7 @@ def accept(
             decisions += [Decision(e, "refused", str(exc)) for e, _ in accepted]
             continue
         decisions += _accept_test(golden, accepted, compared)
+        faults.point("accept-committed")
     return decisions
 
 
@@ -613,13 +621,14 @@ def _accept_test(
     fingerprinted = {id(entry): artifact for entry, artifact in accepted}
     try:
         golden.migrate()  # from the layout of an earlier version, when the folder is the test's
-        golden.begin_update()
+        recovered = golden.begin_update()
         frozen = golden.manifest()
     except LosslessError as exc:
         return [
             Decision(e, "refused", f"the golden folder cannot be updated: {exc}") for e in entries
         ]
-    decisions: list[Decision] = []
+    # What a stopped update (an accept or a session) left beside the folder, named (#20).
+    decisions = _recovered(entries[0], recovered, shown)
     staged: list[ExportEntry] = []
     for entry in entries:
         before = frozen.get(entry.artifact)
@@ -667,10 +676,20 @@ def _accept_test(
             events = list(found)
         else:
             return decisions + [Decision(e, "refused", str(exc), shown) for e in staged]
+    decisions += _recovered(entries[0], [e for e in events if not e.name], shown)
     decisions += [
         Decision(by_name[e.name], e.action, e.detail, shown) for e in events if e.name in by_name
     ]
     return decisions
+
+
+def _recovered(entry: ExportEntry, events: Iterable[UpdateEvent], shown: str) -> list[Decision]:
+    """The recovery events of a test's folder (``restored``, ``cleaned``, ``kept``)."""
+    return [
+        Decision(entry, e.action, e.detail, shown, recovered=True)
+        for e in events
+        if not e.name and e.action in ("restored", "cleaned", "kept")
+    ]
 
 
 def _shown(golden: GoldenFolder) -> str:

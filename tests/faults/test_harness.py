@@ -169,13 +169,17 @@ def test_the_registry_names_every_point_the_code_calls() -> None:
     assert called == set(faults.POINTS), called ^ set(faults.POINTS)
     assert written == set(faults.WRITES), written ^ set(faults.WRITES)
     assert not set(faults.POINTS) & set(faults.WRITES)
+    # Each point is the session's or a command's (test_commands.py), and covered there.
+    commands = {p for points in faults.COMMANDS.values() for p in points}
+    assert commands <= set(faults.POINTS), commands - set(faults.POINTS)
+    assert set(faults.SESSION_POINTS) | commands == set(faults.POINTS)
 
 
 @pytest.mark.parametrize(
     ("point", "action"),
     [
         pytest.param(point, action, id=f"{point}-{action}")
-        for point, action in tiers.cases(list(faults.POINTS), faults.ACTIONS)
+        for point, action in tiers.cases(list(faults.SESSION_POINTS), faults.ACTIONS)
     ],
 )
 def test_a_session_stopped_at_any_point_breaks_no_invariant(

@@ -10,7 +10,7 @@ from hypothesis import settings
 from pytest_lossless.core import faults
 from tests.faults import tiers
 
-POINTS = list(faults.POINTS)
+POINTS = list(faults.SESSION_POINTS)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7, 20261201, 20261202, 2**40 + 3])
@@ -65,3 +65,13 @@ def test_the_full_disk_design_fills_at_every_write_point_with_both_actions(seed)
     pairs = tiers.covering(list(faults.WRITES), faults.WRITE_ACTIONS, seed)
     assert [point for point, _ in pairs] == list(faults.WRITES)
     assert {action for _, action in pairs} == set(faults.WRITE_ACTIONS)
+
+
+@pytest.mark.parametrize("seed", [0, 20261202])
+def test_the_commands_design_stops_each_command_at_each_of_its_points(seed):
+    steps = [f"{c}:{p}" for c, found in faults.COMMANDS.items() for p in found]
+    assert len(steps) == len(set(steps))
+    assert "accept:golden-swapped" in steps
+    pairs = tiers.covering(steps, faults.ACTIONS, seed)
+    assert [step for step, _ in pairs] == steps
+    assert {action for _, action in pairs} == set(faults.ACTIONS)
