@@ -226,6 +226,21 @@ CASES: list[tuple[str, str, Callable[[Receipt], None], str]] = [
         _set("canary", 0, "located", value=False),
         "(named the changed unit: False)",
     ),
+    # a canary record removed: the gate it proved is compared with no record in the session
+    (
+        "canary entries removed",
+        "test_golden",
+        _set("canary", value=[]),
+        "no receipt of its session holds the canary record of tensor/elementwise",
+    ),
+    # the test's own outcome, against the session's index
+    (
+        "test outcome",
+        "test_golden",
+        _set("outcome", "call", value="failed"),
+        "records its test failed (setup passed, call failed, teardown passed), but the "
+        "session's INDEX.json records test_fields.py::test_golden as passed",
+    ),
     # lossless.compare: verdict, comparisons, lossy flag, repeatability, proof, coverage
     (
         "lossless verdict",
@@ -394,22 +409,6 @@ CASES: list[tuple[str, str, Callable[[Receipt], None], str]] = [
     ),
 ]
 
-#: Fields whose tampering verify does not notice yet: each is a strict xfail naming why.
-NOT_YET: list[tuple[str, str, Callable[[Receipt], None], str]] = [
-    (
-        "canary entries removed",
-        "test_golden",
-        _set("canary", value=[]),
-        "no check that each (kind, gate) a session compared under has its canary record",
-    ),
-    (
-        "test outcome",
-        "test_golden",
-        _set("outcome", "call", value="failed"),
-        "a receipt's outcome is not checked against its test's outcome in INDEX.json",
-    ),
-]
-
 
 @pytest.fixture(scope="module")
 def session_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -478,13 +477,25 @@ def test_each_verdict_field_tampered_is_named(
     assert named in text, text
 
 
-@pytest.mark.parametrize(
-    ("test", "change", "named"),
-    [pytest.param(*c[1:], marks=pytest.mark.xfail(strict=True, reason=c[3])) for c in NOT_YET],
-    ids=[c[0] for c in NOT_YET],
-)
-def test_tampering_not_yet_named(
-    session_once: Path, tmp_path: Path, test: str, change: Callable[[Receipt], None], named: str
-) -> None:
-    status, text = _tamper_and_verify(session_once, tmp_path, test, change)
+def test_an_index_outcome_changed_is_named(session_once: Path, tmp_path: Path) -> None:
+    """The reverse of "test outcome": the index says a test failed whose receipt says it
+    passed (an index rewritten so that a test's failure reads as another's, or a receipt put
+    in place of a failed one)."""
+    folder = tmp_path / "lossless-receipts"
+    session = folder / session_once.name
+    shutil.copytree(session_once, session, symlinks=True)
+    index = json.loads((session / "INDEX.json").read_text())
+    for test in index["tests"]:
+        if test["test_id"] == "test_fields.py::test_speed":
+            test["outcome"], test["reason"] = "failed", "call failed"
+    (session / "INDEX.json").write_text(json.dumps(index, indent=2))
+    out = io.StringIO()
+    status = verify_command([folder], out=out, entry_points=False)
+    text = out.getvalue()
     assert status == 1, text
+    assert (
+        f"CONTRADICTION {session / 'test_fields.py__test_speed.json'}: the receipt of "
+        "test_fields.py::test_speed records its test passed (setup passed, call passed, "
+        "teardown passed), but the session's INDEX.json records test_fields.py::test_speed "
+        "as failed"
+    ) in text, text
