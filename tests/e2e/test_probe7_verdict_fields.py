@@ -499,3 +499,75 @@ def test_an_index_outcome_changed_is_named(session_once: Path, tmp_path: Path) -
         "teardown passed), but the session's INDEX.json records test_fields.py::test_speed "
         "as failed"
     ) in text, text
+
+
+OUTCOMES = """
+import pathlib
+import numpy as np
+import pytest
+
+def _check(golden, name):
+    golden.check(name, lambda: np.arange(6, dtype=np.float32))
+
+@pytest.mark.lossless
+def test_fails(golden):
+    _check(golden, "a.npy")
+    assert False, "after its gate"
+
+@pytest.mark.lossless
+@pytest.mark.xfail(reason="known")
+def test_xfails(golden):
+    _check(golden, "a.npy")
+    assert False
+
+@pytest.mark.lossless
+@pytest.mark.xfail(reason="not any more", strict=False)
+def test_xpasses(golden):
+    _check(golden, "a.npy")
+
+@pytest.mark.lossless
+def test_skips_after_its_gate(golden):
+    _check(golden, "a.npy")
+    pytest.skip("after its gate")
+
+@pytest.mark.lossless
+def test_passes(golden):
+    _check(golden, "a.npy")
+"""
+
+
+@pytest.mark.parametrize(
+    "extra", [(), ("-p", "xdist", "-n", "2"), ("--lossless-no-canary",)], ids=str
+)
+def test_every_outcome_agrees_with_its_index(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """No false alarm from the two session checks (#20): a test failed after its gate, an
+    xfail, an xpass, a skip after the gate (a gate is never rerun: the plugin refuses it),
+    under xdist (each worker its own canaries) and with the canary skipped; each receipt's
+    outcome agrees with the index, and each (kind, gate) has its canary record somewhere in
+    the session."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_outcomes.py").write_text(OUTCOMES)
+    updated = run_pytest(project, tmp_path / "up", "--update-goldens")
+    assert (project / "goldens").is_dir(), updated.outlines
+    shutil.rmtree(project / "lossless-receipts")
+    ran = run_pytest(project, tmp_path / "run", "--lossless", *extra)
+    (session,) = (p for p in (project / "lossless-receipts").iterdir() if p.is_dir())
+    index = json.loads((session / "INDEX.json").read_text())
+    outcomes = {t["test_id"].split("::")[1]: t["outcome"] for t in index["tests"]}
+    assert outcomes == {
+        "test_fails": "failed",
+        "test_xfails": "xfailed",
+        "test_xpasses": "passed",
+        "test_skips_after_its_gate": "failed",  # a gate skipped after comparing fails
+        "test_passes": "passed",
+    }, ran.outlines
+    out = io.StringIO()
+    verify_command([project / "lossless-receipts"], out=out, entry_points=False)
+    text = out.getvalue()
+    assert "CONTRADICTION" not in text, text
+    assert "INCOMPLETE" not in text, text
+    canaries = [
+        c for p in session.glob("*.json") for c in json.loads(p.read_text()).get("canary", [])
+    ]
+    assert canaries, text
