@@ -422,10 +422,9 @@ def check_session_canaries(receipts: Mapping[Path, ReceiptRecord | ReceiptError]
     receipt resealed) leaves a compared gate unproven, which is named here.
 
     Not required: a session whose receipts hold no canary block at all (written before the
-    canary, as the committed GPU session of 2026 was not); a comparison of two kinds (the
-    kinds differ: no comparator ran), or of no file (nothing to copy); and a (kind, gate)
-    compared only by tests that failed or were interrupted (a canary that raised, or a test
-    stopped before its records were filed)."""
+    canary); a comparison of two kinds (no comparator ran), or of no file (nothing to copy);
+    and a (kind, gate) compared only by tests that failed or were interrupted (a canary that
+    raised, or a test stopped before its records were filed)."""
     from ..kinds.canary import STATUSES
 
     readable = {p: r for p, r in receipts.items() if isinstance(r, ReceiptRecord)}
