@@ -12,9 +12,12 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from ..core.records import JsonObject, json_object, json_objects
+from ..errors import ReceiptError
+from .index import IndexTest
 from .receipts import ReceiptRecord
 
 #: How far a sample's start may lie from its run's start (the two clocks are read apart).
@@ -337,3 +340,168 @@ def check_lossless_outputs(block: Any, receipt: ReceiptRecord, context: Any) -> 
 def _short(values: Sequence[object]) -> str:
     text = ", ".join(str(v) for v in values[:12])
     return f"[{text}{', ...' if len(values) > 12 else ''}]"
+
+
+# --- a session's receipts against each other and against its index ----------------------------
+
+#: The phases a receipt records an outcome for (``interrupted`` names a signal, not a phase).
+_PHASES = ("setup", "call", "teardown")
+#: What a receipt's phase outcomes make of its test, as the session's index records a test
+#: (:class:`~.index.IndexTest`), -> the index outcomes that agree. A failed phase fails the
+#: test (``inconclusive`` is pytest's failed); a test stopped before its end is
+#: ``interrupted``, or ``failed`` where its xdist worker died (xdist reports a crash as
+#: failed); a skip is ``skipped`` or, for an xfail, ``xfailed``; every phase passed (an
+#: xpass too) is ``passed``.
+_AGREEING = {
+    "failed": frozenset({"failed"}),
+    "interrupted": frozenset({"interrupted", "failed"}),
+    "skipped": frozenset({"skipped", "xfailed"}),
+    "passed": frozenset({"passed"}),
+}
+#: The reason the index records for a test whose xdist worker crashed (its report's phase is
+#: ``???``): the worker may die after the test's receipt was written, before its report came.
+_WORKER_CRASH = "??? failed"
+
+
+def receipt_test_outcome(outcome: Mapping[str, str]) -> str | None:
+    """A receipt's phase outcomes as its test's one outcome (a key of :data:`_AGREEING`), or
+    None when they say too little to tell (no phase, or a word pytest does not report)."""
+    words = [outcome[p] for p in _PHASES if p in outcome]
+    if not words or not set(words) <= {
+        "passed",
+        "failed",
+        "inconclusive",
+        "skipped",
+        "interrupted",
+    }:
+        return None
+    if "failed" in words or "inconclusive" in words:
+        return "failed"
+    if "interrupted" in words:
+        return "interrupted"
+    return "skipped" if "skipped" in words else "passed"
+
+
+def check_index_outcomes(
+    tests: Sequence[IndexTest], receipts: Mapping[Path, ReceiptRecord | ReceiptError]
+) -> list[str]:
+    """Each receipt's outcome against its test's outcome in the session's index (#20): the
+    index records every report pytest made (the controller's, under xdist), the receipt the
+    phases its test ran; a receipt that says passed where the index says failed (or the
+    reverse) was edited. ``tests``: the index's :class:`~.index.IndexTest` entries;
+    ``receipts``: path -> the receipt read there. Receipts the index names for no test, and
+    receipts too old or too short to say an outcome, are not judged here."""
+    by_file = {str(t.receipt): t for t in tests if t.receipt}
+    found = []
+    for path, receipt in receipts.items():
+        test = by_file.get(path.name)
+        if test is None or not isinstance(receipt, ReceiptRecord):
+            continue
+        said = receipt_test_outcome(receipt.outcome)
+        if said is None or test.outcome in _AGREEING[said]:
+            continue
+        if test.outcome == "interrupted" or (
+            test.outcome == "failed" and test.reason == _WORKER_CRASH
+        ):
+            continue  # stopped (or its worker died) after the receipt was written
+        phases = ", ".join(f"{p} {w}" for p, w in receipt.outcome.items())
+        found.append(
+            f"{path}: the receipt of {receipt.test_id} records its test {said} ({phases}), "
+            f"but the session's INDEX.json records {test.test_id} as {test.outcome}: the "
+            "receipt's outcome or the index was changed after the session"
+        )
+    return found
+
+
+def check_session_canaries(receipts: Mapping[Path, ReceiptRecord | ReceiptError]) -> list[str]:
+    """Every (kind, gate) the session compared under has its canary record (#20) in one of
+    the session's receipts: the canary runs once per session (per xdist worker) for each
+    (kind, gate) after its first comparison, and the plugin files its record in the receipt
+    of the test that made it (proved, cannot-fail, not run with its reason, or skipped under
+    ``--lossless-no-canary``). A record removed from a receipt (its block emptied, the
+    receipt resealed) leaves a compared gate unproven, which is named here.
+
+    Not required: a session whose receipts hold no canary block at all (written before the
+    canary); a comparison of two kinds (no comparator ran), or of no file (nothing to copy);
+    and a (kind, gate) compared only by tests that failed or were interrupted (a canary that
+    raised, or a test stopped before its records were filed)."""
+    from ..kinds.canary import STATUSES
+
+    readable = {p: r for p, r in receipts.items() if isinstance(r, ReceiptRecord)}
+    if not any(r.has("canary") or "canary" in _covers(r) for r in readable.values()):
+        return []  # the session predates the canary
+    recorded: set[tuple[str, str]] = set()
+    for receipt in readable.values():
+        for entry in receipt.block("canary"):
+            status = entry.get("status")
+            if status in STATUSES and (status != "unavailable" or entry.get("reason")):
+                recorded.add((str(entry.get("kind")), str(entry.get("gate"))))
+    compared: dict[tuple[str, str], list[Path]] = {}
+    for path, receipt in readable.items():
+        if receipt_test_outcome(receipt.outcome) in ("failed", "interrupted", None) or (
+            "interrupted" in receipt.outcome
+        ):
+            continue
+        for pair in sorted(_compared_pairs(receipt)):
+            compared.setdefault(pair, []).append(path)
+    found = []
+    for (kind, gate), paths in sorted(compared.items()):
+        if (kind, gate) in recorded:
+            continue
+        more = f" (and {len(paths) - 1} other receipt(s))" if len(paths) > 1 else ""
+        found.append(
+            f"{paths[0]}{more}: compared under the {kind} gate {gate}, but no receipt of its "
+            f"session holds the canary record of {kind}/{gate} (proved, cannot-fail, not run "
+            "with its reason, or skipped under --lossless-no-canary): a canary record was "
+            "removed, so that gate is not shown able to fail"
+        )
+    return found
+
+
+def _covers(receipt: ReceiptRecord) -> tuple[str, ...]:
+    return receipt.integrity.covers if receipt.integrity is not None else ()
+
+
+def _compared_pairs(receipt: ReceiptRecord) -> set[tuple[str, str]]:
+    """The (kind, gate) of each comparison a receipt records that the canary follows: each
+    golden gate entry (not an error) and each result of a lossless comparison, where both
+    sides were of its kind (or the gate is ``bytes``) and one side was a file."""
+    pairs: set[tuple[str, str]] = set()
+    for entry in receipt.block("gates"):
+        evidence = json_object(entry.get("evidence"))
+        golden, obtained = (
+            json_object(evidence.get("golden")),
+            json_object(evidence.get("obtained")),
+        )
+        if entry.get("error") or not obtained.get("path"):
+            continue
+        if _compared(entry, golden.get("kind"), obtained.get("kind")):
+            pairs.add((str(entry.get("kind")), str(entry.get("gate"))))
+    for entry in receipt.block("lossless"):
+        runs = {
+            str(r.get("name")): json_object(r.get("artifacts"))
+            for r in json_objects(entry.get("runs"))
+        }
+        comparisons = [*json_objects(entry.get("control_comparisons"))]
+        comparisons += json_objects([entry.get("candidate_comparison")])
+        for comparison in comparisons:
+            left = runs.get(str(comparison.get("left")), {})
+            right = runs.get(str(comparison.get("right")), {})
+            for result in json_objects(comparison.get("results")):
+                name = str(result.get("artifact"))
+                a, b = json_object(left.get(name)), json_object(right.get(name))
+                if not (a.get("path") or b.get("path")):
+                    continue
+                if _compared(result, a.get("kind"), b.get("kind")):
+                    pairs.add((str(result.get("kind")), str(result.get("gate"))))
+    return pairs
+
+
+def _compared(result: JsonObject, expected: object, obtained: object) -> bool:
+    """Whether a comparator judged ``result`` (the registry answers two kinds itself)."""
+    if not isinstance(result.get("kind"), str) or not isinstance(result.get("gate"), str):
+        return False
+    diffs = result.get("metadata_diffs")
+    if isinstance(diffs, list) and any(str(d).startswith("kind: expected ") for d in diffs):
+        return False
+    return expected == obtained or result.get("gate") == "bytes"

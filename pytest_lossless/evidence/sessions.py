@@ -20,6 +20,7 @@ from ..core.text import printable
 from ..errors import ReceiptError
 from ..goldens.accept import EXPORT_JSON  # an export folder's file: its receipts are copies
 from .arm_sources import arm_source_lines
+from .crosscheck import check_index_outcomes, check_session_canaries
 from .index import (
     INDEX_NAME,
     OK_WITHOUT_RECEIPT,
@@ -197,6 +198,8 @@ def check_session(folder: Path, receipts: Loaded) -> Session:
         )
     listed = _check_receipts(session, label)
     _check_tests(session, label, listed)
+    for text in [*check_index_outcomes(index.tests, receipts), *check_session_canaries(receipts)]:
+        found.append(Finding(CONTRADICTION, text))
     _check_summary_hash(session, label)
     return session
 
