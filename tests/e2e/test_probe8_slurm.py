@@ -21,10 +21,13 @@ from pathlib import Path
 import pytest
 
 from pytest_lossless.__main__ import main
+from pytest_lossless.devices.scheduler import slurm_job
+from pytest_lossless.errors import ConfigError
 from tests.e2e.test_slurm import (
     EXAMPLES,
     INI,
     PYTEST,
+    SUITE,
     Cluster,
     cluster,  # noqa: F401 (the module's own cluster, started and stopped like test_slurm's)
 )
@@ -83,6 +86,35 @@ def small(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 # -- everywhere: the logic
+
+
+def test_a_task_run_again_alone_is_not_shard_0_of_1():
+    """``sbatch --array=2`` (the way one task is run again) was taken as shard 0/1: the rerun
+    ran every test, and verify then said the shards disagree on N instead of naming shard 2."""
+    job = slurm_job(RERUN)
+    assert job is not None
+    with pytest.raises(ConfigError, match=r"--lossless-shard 2/4\), or --lossless-shard 0/1"):
+        job.array_shard()
+    # Task 0 alone is the one-shard campaign (submit.sh with SHARDS=1: --array=0-0).
+    alone = slurm_job({**RERUN, "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_MIN": "0"})
+    assert alone is not None
+    shard = alone.array_shard()
+    assert shard is not None
+    assert shard.label == "0/1"
+
+
+def test_a_rerun_task_names_its_shard_or_is_a_usage_error(
+    small: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    for name, value in RERUN.items():
+        monkeypatch.setenv(name, value)
+    refused = small.runpytest("--lossless", "-p", "no:cacheprovider")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*SLURM_ARRAY_TASK_COUNT=1*give --lossless-shard I/N*"])
+    assert not (small.path / "receipts").exists()
+    named = small.runpytest("--lossless", "-p", "no:cacheprovider", "--lossless-shard", "2/4")
+    named.stdout.fnmatch_lines(["*shard 2/4 (--lossless-shard)*", "*shard 2/4 runs 1 of the 4*"])
+    assert named.ret == 0
 
 
 @pytest.mark.slow
@@ -182,3 +214,44 @@ def _wait_for(predicate, what: str, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not after {timeout:g} s")
         time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.deep
+def test_slurm_a_task_run_again_alone(cluster: Cluster, tmp_path: Path):  # noqa: F811
+    """The documented rerun: ``sbatch --array=2 lossless-shard.sbatch`` alone is refused with
+    the fix named; given ``--lossless-shard 2/4`` it runs shard 2/4, verify names the shard run
+    twice, and removing the extra folder as told verifies."""
+    project = _project(
+        tmp_path / "p", SUITE, cluster.env, "--update-goldens", "--lossless-receipts=r0"
+    )
+    campaign = project / "campaign"
+    receipts = campaign / "receipts"
+    array = _sbatch(cluster, project, campaign, "--array=0-3%2", "--gres=gpu:2")
+    cluster.wait_jobs(array)
+    first = set(_sessions(receipts))
+    assert len(first) == 4
+
+    alone = _sbatch(cluster, project, campaign, "--array=2", "--gres=gpu:2")
+    cluster.wait_jobs(alone)
+    log = (campaign / "logs" / f"shard-{alone}_2.log").read_text()
+    assert "give --lossless-shard I/N" in log, log
+    assert "--lossless-shard 2/4" in log
+    assert cluster.exit_code(f"{alone}_2") == "4:0"
+    assert set(_sessions(receipts)) == first  # no session: nothing ran
+
+    named = _sbatch(
+        cluster, project, campaign, "--array=2", "--gres=gpu:2", extra=["--lossless-shard", "2/4"]
+    )
+    cluster.wait_jobs(named)
+    rerun = set(_sessions(receipts)) - first
+    assert len(rerun) == 1
+    code, out = _verify(receipts)
+    assert code == 1, out
+    assert "shard 2/4 ran 2 times" in out
+    assert "summary --write DIR" in out
+    shutil.rmtree(receipts / rerun.pop())
+    assert _summary_write(receipts) == 0
+    code, out = _verify(receipts)
+    assert code == 0, out
+    assert "shards: 4 of 4 present (0/4, 1/4, 2/4, 3/4)" in out
