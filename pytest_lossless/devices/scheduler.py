@@ -34,6 +34,9 @@ RECORDED = (
     "SLURM_ARRAY_TASK_MAX",
     "SLURM_ARRAY_TASK_COUNT",
     "SLURM_ARRAY_TASK_STEP",
+    #: How many times Slurm requeued the job (``scontrol requeue``, preemption): the one thing
+    #: that tells a requeued task's sessions apart, same job id and array task as the first.
+    "SLURM_RESTART_COUNT",
     "SLURM_STEP_ID",
     "SLURM_CLUSTER_NAME",
     "SLURM_JOB_PARTITION",

@@ -23,6 +23,7 @@ import pytest
 from pytest_lossless.__main__ import main
 from pytest_lossless.devices.scheduler import slurm_job
 from pytest_lossless.errors import ConfigError
+from pytest_lossless.evidence.provenance import scheduler_identity
 from tests.e2e.test_slurm import (
     EXAMPLES,
     INI,
@@ -115,6 +116,20 @@ def test_a_rerun_task_names_its_shard_or_is_a_usage_error(
     named = small.runpytest("--lossless", "-p", "no:cacheprovider", "--lossless-shard", "2/4")
     named.stdout.fnmatch_lines(["*shard 2/4 (--lossless-shard)*", "*shard 2/4 runs 1 of the 4*"])
     assert named.ret == 0
+
+
+def test_a_requeued_task_records_its_restart():
+    """A requeued task has the job id and array task of its first run: only Slurm's restart
+    count tells its sessions apart in the receipts."""
+    env = {**RERUN, "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0"}
+    job = slurm_job({**env, "SLURM_RESTART_COUNT": "1"})
+    assert job is not None
+    assert job.record()["allocation"]["SLURM_RESTART_COUNT"] == "1"
+    identity = scheduler_identity({**env, "SLURM_RESTART_COUNT": "1"})
+    assert identity is not None
+    allocation = identity["allocation"]
+    assert isinstance(allocation, dict)
+    assert allocation["SLURM_RESTART_COUNT"] == "1"
 
 
 @pytest.mark.slow
@@ -255,3 +270,86 @@ def test_slurm_a_task_run_again_alone(cluster: Cluster, tmp_path: Path):  # noqa
     code, out = _verify(receipts)
     assert code == 0, out
     assert "shards: 4 of 4 present (0/4, 1/4, 2/4, 3/4)" in out
+
+
+@pytest.mark.slow
+@pytest.mark.deep
+def test_slurm_requeued_and_cancelled_tasks_mid_session(cluster: Cluster, tmp_path: Path):  # noqa: F811
+    """Task 0 requeued (``scontrol requeue``) and task 1 cancelled (``scancel``: SIGTERM, then
+    SIGKILL after KillWait) while their sessions ran, writing goldens: each interrupted
+    session writes its index (interrupted), no golden of an unfinished test is written, the
+    requeued run takes the same devices again (no lock left held) and records its restart;
+    verify names both; the procedure it names verifies once task 1 ran again."""
+    project = _project(tmp_path / "p", SLOW, cluster.env)
+    campaign = project / "campaign"
+    receipts = campaign / "receipts"
+    array = _sbatch(
+        cluster, project, campaign, "--array=0-1", "--gres=gpu:2", extra=["--update-goldens"]
+    )
+    logs = campaign / "logs"
+
+    def started() -> bool:
+        return all(
+            (logs / f"shard-{array}_{t}.log").exists()
+            and "runs 3 of the 6" in (logs / f"shard-{array}_{t}.log").read_text()
+            for t in (0, 1)
+        )
+
+    _wait_for(started, "both tasks' sessions started")
+    time.sleep(1.0)
+    cluster.run("scontrol", "requeue", f"{array}_0")
+    cluster.run("scancel", f"{array}_1")
+    _wait_for(
+        lambda: "PENDING" in cluster.run("scontrol", "-o", "show", "job", f"{array}_0"), "requeued"
+    )
+    cluster.run("scontrol", "update", f"jobid={array}_0", "StartTime=now")  # not in 2 minutes
+    cluster.wait_jobs(array)
+
+    sessions = _sessions(receipts)
+    assert len(sessions) == 3, sessions
+    states = sorted(str(i.get("state")) for i in sessions.values())
+    assert states == ["finished", "interrupted", "interrupted"], sessions
+    restarts = set()
+    for path in receipts.rglob("*.json"):
+        if path.name == "INDEX.json":
+            continue
+        receipt = json.loads(path.read_text())
+        scheduler = receipt["runspec"]["scheduler"]
+        if scheduler["array_task_id"] == 0:
+            restarts.add(scheduler["allocation"].get("SLURM_RESTART_COUNT"))
+            assert sorted(receipt["allocation"]["lock_keys"]) == ["cpu-slot-0", "cpu-slot-1"]
+    assert "1" in restarts, restarts  # the run after the requeue; the first records none
+    code, out = _verify(receipts)
+    assert code == 1, out
+    assert "shard 0/2 ran 2 times" in out
+    assert "shard 1/2: its session" in out
+    assert "did not finish (interrupted)" in out
+
+    # What verify says to do: remove the runs that do not count, run task 1 again as its shard.
+    for name, index in sessions.items():
+        if index.get("state") == "interrupted":
+            shutil.rmtree(receipts / name)
+    again = _sbatch(
+        cluster,
+        project,
+        campaign,
+        "--array=1",
+        "--gres=gpu:2",
+        extra=["--update-goldens", "--lossless-shard", "1/2"],
+    )
+    cluster.wait_jobs(again)
+    assert _summary_write(receipts) == 0
+    code, out = _verify(receipts)
+    assert code == 0, out
+    assert "shards: 2 of 2 present (0/2, 1/2)" in out
+    # The goldens are whole: every test compares against them.
+    done = subprocess.run(
+        [*PYTEST, "--lossless-receipts=check"],
+        cwd=project,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "6 passed" in done.stdout
