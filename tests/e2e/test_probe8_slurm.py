@@ -170,6 +170,43 @@ def _path_without(tmp_path: Path, missing: str) -> str:
     return str(tools)
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="submit.sh is a bash script")
+def test_submit_without_slurm_is_a_clear_error(tmp_path: Path):
+    campaign = tmp_path / "campaign"
+    env = {"PATH": _path_without(tmp_path, "sbatch"), "CAMPAIGN": str(campaign)}
+    done = subprocess.run(
+        [shutil.which("bash") or "bash", str(EXAMPLES / "submit.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "sbatch is not on PATH: run this on a Slurm submit host" in done.stderr
+    assert "command not found" not in done.stderr
+    assert not campaign.exists()  # nothing created for a campaign that was never queued
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="submit.sh is a bash script")
+@pytest.mark.parametrize("shards", ["0", "-1", "four", "07"])
+def test_submit_refuses_a_shard_count_that_is_not_one_or_more(tmp_path: Path, shards: str):
+    tools = Path(_path_without(tmp_path, ""))
+    sbatch = tools / "sbatch"  # never reached: the count is refused first
+    sbatch.write_text('#!/bin/sh\necho queued >> "$0.calls"\necho 1\n')
+    sbatch.chmod(0o755)
+    env = {"PATH": str(tools), "CAMPAIGN": str(tmp_path / "c"), "SHARDS": shards}
+    done = subprocess.run(
+        [shutil.which("bash") or "bash", str(EXAMPLES / "submit.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"SHARDS='{shards}'" in done.stderr
+    assert not (tools / "sbatch.calls").exists()
+
+
 # -- on a real Slurm (-m deep)
 
 SLOW = """
