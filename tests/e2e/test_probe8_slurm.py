@@ -132,6 +132,28 @@ def test_a_requeued_task_records_its_restart():
     assert allocation["SLURM_RESTART_COUNT"] == "1"
 
 
+def test_a_task_given_fewer_devices_than_a_test_asks_is_told_to_ask_slurm(
+    small: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    """A task given 1 GPU where a test asks for 2 was told to "widen --lossless-devices", which
+    inside the job is a usage error (the pool is at most the allocation)."""
+    for name, value in {
+        "SLURM_JOB_ID": "41",
+        "SLURM_JOB_GPUS": "3",
+        "SLURMD_NODENAME": "n",
+    }.items():
+        monkeypatch.setenv(name, value)
+    done = small.runpytest("--lossless", "-p", "no:cacheprovider", "-k", "same and 1")
+    assert done.ret == pytest.ExitCode.TESTS_FAILED
+    done.stdout.fnmatch_lines(
+        [
+            "*asks for 2 cpu devices but the pool has only 1 (3): lower devices=N in its marker "
+            "or ask Slurm for more*Slurm job 41 (SLURM_JOB_GPUS=3)*--gres=gpu:N*"
+        ]
+    )
+    assert "widen --lossless-devices" not in done.stdout.str()
+
+
 @pytest.mark.slow
 def test_a_shard_run_twice_verifies_once_its_extra_folder_is_removed_as_told(
     small: pytest.Pytester,
@@ -307,6 +329,26 @@ def test_slurm_a_task_run_again_alone(cluster: Cluster, tmp_path: Path):  # noqa
     code, out = _verify(receipts)
     assert code == 0, out
     assert "shards: 4 of 4 present (0/4, 1/4, 2/4, 3/4)" in out
+
+
+@pytest.mark.slow
+@pytest.mark.deep
+def test_slurm_a_task_given_fewer_gpus_than_a_test_asks(cluster: Cluster, tmp_path: Path):  # noqa: F811
+    project = _project(tmp_path / "p", SUITE, cluster.env)
+    campaign = project / "campaign"
+    job = _sbatch(
+        cluster, project, campaign, "--array=0-0", "--gres=gpu:1", extra=["-k", "golden and 1"]
+    )
+    cluster.wait_jobs(job)
+    log = (campaign / "logs" / f"shard-{job}_0.log").read_text()
+    assert "lossless: shard 0/1 (Slurm array task" in log
+    assert "asks for 2 cpu devices but the pool has only 1" in log, log
+    assert "ask Slurm for more" in log
+    assert "--gres=gpu:N" in log
+    assert cluster.exit_code(f"{job}_0") == "1:0"
+    code, out = _verify(campaign / "receipts")
+    assert code == 1, out
+    assert "was collected and is failed (setup failed), but wrote no receipt" in out
 
 
 @pytest.mark.slow
