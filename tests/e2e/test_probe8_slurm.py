@@ -353,6 +353,24 @@ def test_slurm_a_task_given_fewer_gpus_than_a_test_asks(cluster: Cluster, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.deep
+def test_slurm_a_pool_larger_than_the_allocation_is_a_usage_error(cluster: Cluster, tmp_path: Path):  # noqa: F811
+    """As documented: --lossless-devices naming more devices than the task was given stops the
+    session at its start (exit 4), naming both, and leaves no session folder."""
+    project = _project(tmp_path / "p", SUITE, cluster.env)
+    campaign = project / "campaign"
+    job = _sbatch(
+        cluster, project, campaign, "--array=0-0", "--gres=gpu:2", extra=["--lossless-devices=0-3"]
+    )
+    cluster.wait_jobs(job)
+    log = (campaign / "logs" / f"shard-{job}_0.log").read_text()
+    assert "--lossless-devices='0,1,2,3': names 4 devices, but the Slurm job" in log, log
+    assert "was given 2: name at most 2 of them" in log
+    assert cluster.exit_code(f"{job}_0") == "4:0"
+    assert not (campaign / "receipts").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.deep
 def test_slurm_requeued_and_cancelled_tasks_mid_session(cluster: Cluster, tmp_path: Path):  # noqa: F811
     """Task 0 requeued (``scontrol requeue``) and task 1 cancelled (``scancel``: SIGTERM, then
     SIGKILL after KillWait) while their sessions ran, writing goldens: each interrupted
