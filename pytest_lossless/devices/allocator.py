@@ -77,7 +77,10 @@ class Allocator:
         poll_cap: float = 0.05,
         settle: float = 2.0,
         host: str | None = None,
+        widen: str = "widen --lossless-devices",
     ) -> None:
+        """``widen``: how to make the pool larger, as a too-large request's error says it (a
+        scheduler's allocation is widened by asking the scheduler, not with an option)."""
         names = [b.name for b in backends]
         if backend != "auto" and backend not in names:
             raise ConfigError(
@@ -103,6 +106,7 @@ class Allocator:
         self.poll_cap = poll_cap
         self.settle = settle
         self.host = host or socket.gethostname()
+        self.widen = widen
         self._random = random.Random(os.getpid() ^ id(self))
         self._chosen: Backend | None = None
         self._skip: str | None = None
@@ -196,8 +200,8 @@ class Allocator:
         if count > len(pool):
             raise AllocationError(
                 f"{holder} asks for {count} {backend.name} devices but the pool has only "
-                f"{len(pool)} ({labels or 'none'}): lower devices=N in its marker or widen "
-                "--lossless-devices",
+                f"{len(pool)} ({labels or 'none'}): lower devices=N in its marker or "
+                f"{self.widen}",
                 count=count,
                 pool=labels,
             )

@@ -34,6 +34,9 @@ RECORDED = (
     "SLURM_ARRAY_TASK_MAX",
     "SLURM_ARRAY_TASK_COUNT",
     "SLURM_ARRAY_TASK_STEP",
+    #: How many times Slurm requeued the job (``scontrol requeue``, preemption): the one thing
+    #: that tells a requeued task's sessions apart, same job id and array task as the first.
+    "SLURM_RESTART_COUNT",
     "SLURM_STEP_ID",
     "SLURM_CLUSTER_NAME",
     "SLURM_JOB_PARTITION",
@@ -121,6 +124,20 @@ class SlurmJob:
             f"Slurm array task {self.name} (SLURM_ARRAY_TASK_ID={self.array_task_id}, "
             f"SLURM_ARRAY_TASK_MIN={low}, SLURM_ARRAY_TASK_COUNT={self.array_task_count})"
         )
+        if self.array_task_count == 1 and self.array_task_id != 0:
+            # ``sbatch --array=2`` is how one task of a campaign is run again: its position in
+            # this one-task array (0 of 1) is not the shard it stands for (2 of the first
+            # array's N), and running every test there is never what a rerun meant. (Task 0
+            # alone is the one-shard campaign ``--array=0-0``: shard 0/1.)
+            raise ConfigError(
+                "SLURM_ARRAY_TASK_COUNT",
+                self.array_task_count,
+                f"this array has one task ({source}), the way one task of a campaign is run "
+                "again, so its shard is not known here: give --lossless-shard I/N, the shard "
+                f"the task ran as in the campaign's array (task {self.array_task_id} of "
+                f"--array=0-3: --lossless-shard {self.array_task_id}/4), or --lossless-shard "
+                "0/1 to run every test",
+            )
         if rest or not 0 <= position < self.array_task_count:
             raise ConfigError(
                 "SLURM_ARRAY_TASK_ID",

@@ -119,7 +119,9 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
                     False,
                     f"shard {index}/{count} ran {len(runs)} times "
                     f"({_names([s for s, _ in runs])}): each shard runs once; keep the session "
-                    "folder of the run that counts (remove the others) and verify again",
+                    "folder of the run that counts (remove the others), write the merged "
+                    "SUMMARY.md of the folder that held them again (python -m pytest_lossless "
+                    "summary --write DIR) and verify again",
                 )
             )
         for session, _ in runs:

@@ -320,11 +320,30 @@ def allocator(config: pytest.Config) -> Allocator:
                 busy=resolved.busy,
                 orphans=resolved.orphans,
                 on_wait=lambda line: _announce(config, line),
+                widen=_widen(),
             )
         except ConfigError as exc:
             raise pytest.UsageError(f"pytest-lossless: {exc}") from None
         config.stash[ALLOCATOR_KEY] = found
     return found
+
+
+def _widen() -> str:
+    """How to make the pool larger: inside a Slurm job given devices the pool is at most its
+    allocation, so a larger one is asked of Slurm (a larger --lossless-devices is an error)."""
+    from ..devices.scheduler import slurm_job
+
+    default = "widen --lossless-devices"
+    try:
+        job = slurm_job(os.environ)
+    except ConfigError:
+        return default
+    if job is None or not job.allocated:
+        return default
+    return (
+        f"ask Slurm for more: the pool is at most the allocation of the Slurm job {job.name} "
+        f"({job.describe()}), so submit the task with more devices (--gres=gpu:N)"
+    )
 
 
 def _announce(config: pytest.Config, line: str) -> None:
