@@ -40,7 +40,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal, TextIO
 
-from .core.records import JsonObject, JsonValue, Record, from_json, meta, spec
+from .core.records import (
+    JsonObject,
+    JsonValue,
+    Record,
+    from_json,
+    json_object,
+    json_objects,
+    meta,
+    spec,
+)
 from .core.text import printable
 from .core.verdict import Verdict, judged_entries
 from .errors import LosslessError
@@ -116,7 +125,7 @@ def gate_test(entry: JsonObject, receipt: JsonObject | None) -> GateTest:
     problems: list[str] = []
     overall = None
     if receipt is not None:
-        verdicts = _object(receipt.get("verdicts"))
+        verdicts = json_object(receipt.get("verdicts"))
         overall = verdicts.get("overall")
         for block, part, verdict in judged_entries(receipt):
             if block == "gates":
@@ -133,9 +142,9 @@ def gate_test(entry: JsonObject, receipt: JsonObject | None) -> GateTest:
                 workload = [str(part["workload"])] if part.get("workload") else []
                 text = f"{' '.join(['speed gate', *workload])}: {verdict}"
             (failures if verdict is Verdict.FAIL else problems).append(text)
-        runs = _object(verdicts.get("lifecycle")).get("runs")
-        for run in runs if isinstance(runs, list) else []:
-            if isinstance(run, Mapping) and run.get("clean") is False:
+        runs = json_object(verdicts.get("lifecycle")).get("runs")
+        for run in json_objects(runs):
+            if run.get("clean") is False:
                 problems.append(f"run {run.get('name')}: {run.get('summary')}")
     return GateTest(
         test_id=str(entry.get("test_id")),
@@ -146,10 +155,6 @@ def gate_test(entry: JsonObject, receipt: JsonObject | None) -> GateTest:
         problems=tuple(problems),
         reason=None if entry.get("reason") is None else str(entry.get("reason")),
     )
-
-
-def _object(value: JsonValue) -> JsonObject:
-    return value if isinstance(value, dict) else {}
 
 
 def _gate_message(gate: Mapping[str, JsonValue]) -> str:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .records import JsonObject, Record, spec
+from .records import JsonObject, JsonValue, Record, spec
 
 _FORM = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
@@ -58,6 +58,10 @@ class ShardSplit(Record):
     kept: int | None = spec(None, omit="none")
     selection_sha256: str | None = spec(None, omit="none")
 
+    @property
+    def shard(self) -> Shard:
+        return Shard(self.index, self.count, self.source)
+
 
 def parse_shard(text: str) -> Shard:
     """``"2/4"`` into shard 2 of 4 (numbered from 0, like a Slurm array's first task)."""
@@ -94,15 +98,33 @@ def split_record(shard: Shard, test_ids: Sequence[str], kept: int) -> ShardSplit
     )
 
 
-def shard_from_record(record: JsonObject) -> Shard | None:
-    """The shard an index records (its JSON, maybe hand-edited), or None when it is not one."""
+def read_split(record: JsonObject) -> ShardSplit | None:
+    """The split an index records (its JSON, maybe hand-edited: a number may be written as
+    text), or None when it names no shard that exists; an unreadable count reads as None, a
+    missing ``selected`` as 0."""
     index, count, source = record.get("index"), record.get("count"), record.get("source", "")
     try:
-        if isinstance(index, (int, float, str)) and isinstance(count, (int, float, str)):
-            return Shard(int(index), int(count), str(source))
+        if not isinstance(index, (int, float, str)) or not isinstance(count, (int, float, str)):
+            return None
+        shard = Shard(int(index), int(count), str(source))
     except ValueError:
-        pass
-    return None
+        return None
+    digest = record.get("selection_sha256")
+    return ShardSplit(
+        shard.index,
+        shard.count,
+        shard.source,
+        _count(record.get("selected")) or 0,
+        _count(record.get("kept")),
+        None if digest is None else str(digest),
+    )
+
+
+def _count(value: JsonValue) -> int | None:
+    try:
+        return int(value) if isinstance(value, (int, str)) else None
+    except ValueError:
+        return None
 
 
 __all__ = [
@@ -110,7 +132,7 @@ __all__ = [
     "ShardSplit",
     "assign",
     "parse_shard",
+    "read_split",
     "selection_sha256",
-    "shard_from_record",
     "split_record",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core.sharding import Shard, shard_from_record
+from ..core.sharding import ShardSplit, read_split
 from ..core.text import printable
 from .index import SessionIndex
 
@@ -36,41 +36,13 @@ class ShardFinding:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class ShardRecord:
-    """What an index records of its shard (``core.sharding.split_record``): which one, and of
-    what selection: its size, the SHA-256 of its test ids, how many this shard kept."""
-
-    shard: Shard
-    selected: int
-    kept: int | None
-    selection_sha256: str | None
-
-    @classmethod
-    def of(cls, index: SessionIndex | None) -> ShardRecord | None:
-        """The shard ``index`` records, or None when it records none (or not one)."""
-        record = index.shard if index is not None else None
-        shard = shard_from_record(record) if record is not None else None
-        if record is None or shard is None:
-            return None
-        kept, digest = record.get("kept"), record.get("selection_sha256")
-        return cls(
-            shard=shard,
-            selected=_count(record.get("selected")) or 0,
-            kept=_count(kept),
-            selection_sha256=None if digest is None else str(digest),
-        )
+def _split(index: SessionIndex | None) -> ShardSplit | None:
+    """The shard ``index`` records, or None when it records none (or not one)."""
+    return read_split(index.shard) if index is not None and index.shard is not None else None
 
 
-def _count(value: object) -> int | None:
-    try:
-        return int(value) if isinstance(value, (int, str)) else None
-    except ValueError:
-        return None
-
-
-def _shards(sessions: Sequence[ShardedSession]) -> list[tuple[ShardedSession, ShardRecord]]:
-    return [(s, record) for s in sessions if (record := ShardRecord.of(s.index)) is not None]
+def _shards(sessions: Sequence[ShardedSession]) -> list[tuple[ShardedSession, ShardSplit]]:
+    return [(s, record) for s in sessions if (record := _split(s.index)) is not None]
 
 
 def _names(sessions: Sequence[ShardedSession]) -> str:
@@ -109,7 +81,7 @@ def shard_findings(sessions: Sequence[ShardedSession]) -> list[ShardFinding]:
                 "run in no shard and others in two",
             )
         )
-    by_index: dict[int, list[tuple[ShardedSession, ShardRecord]]] = {}
+    by_index: dict[int, list[tuple[ShardedSession, ShardSplit]]] = {}
     for session, record in sharded:
         by_index.setdefault(record.shard.index, []).append((session, record))
     for index, runs in sorted(by_index.items()):

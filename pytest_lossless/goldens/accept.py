@@ -34,10 +34,10 @@ from ..core.digests import canonical_sha256, sha256_file
 from ..core.paths import inside_root, is_under, read_regular
 from ..core.records import (
     JsonObject,
-    JsonValue,
     Record,
     RecordError,
     from_json,
+    json_object,
     json_objects,
     loads_bounded,
     meta,
@@ -388,11 +388,7 @@ def vouched(
             f"not of {entry.test}",
             None,
         )
-    blocks = [
-        b
-        for b in _list(receipt.get("export"))
-        if isinstance(b, dict) and b.get("artifact") == entry.artifact
-    ]
+    blocks = [b for b in json_objects(receipt.get("export")) if b.get("artifact") == entry.artifact]
     if not blocks:
         return (
             "the receipt does not vouch for these runs: it records no re-run of "
@@ -434,14 +430,6 @@ def vouched(
     return "", artifact
 
 
-def _list(value: JsonValue) -> list[JsonValue]:
-    return value if isinstance(value, list) else []
-
-
-def _object(value: JsonValue) -> JsonObject:
-    return value if isinstance(value, dict) else {}
-
-
 def _inside(export: Path, relative: str, what: str) -> Path:
     path = export / relative
     inside_root(path, export, what=what)
@@ -452,9 +440,9 @@ def _inside(export: Path, relative: str, what: str) -> Path:
 
 def _recorded_fingerprint(receipt: JsonObject, name: str) -> JsonObject | None:
     """The obtained fingerprint a receipt's gate block records for ``name`` (None: none)."""
-    for gate in _list(receipt.get("gates")):
-        if isinstance(gate, dict) and gate.get("artifact") == name:
-            obtained = _object(_object(gate.get("evidence")).get("obtained"))
+    for gate in json_objects(receipt.get("gates")):
+        if gate.get("artifact") == name:
+            obtained = json_object(json_object(gate.get("evidence")).get("obtained"))
             fingerprint = obtained.get("fingerprint")
             if isinstance(fingerprint, dict):
                 return fingerprint
@@ -478,7 +466,7 @@ def _compared_golden(receipt: JsonObject, name: str) -> str | None:
     """The SHA-256 of the golden a receipt's gate block compared ``name`` with (None: none)."""
     for gate in json_objects(receipt.get("gates")):
         if gate.get("artifact") == name:
-            sha = _object(_object(gate.get("evidence")).get("golden")).get("sha256")
+            sha = json_object(json_object(gate.get("evidence")).get("golden")).get("sha256")
             if isinstance(sha, str):
                 return sha
     return None

@@ -8,7 +8,7 @@ into the report folder being built, under names of its own (never a name from a 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,12 +93,6 @@ class Side:
     path: Path | None
     fingerprint: JsonObject
     missing: str = ""
-
-
-def mapping(value: object) -> JsonObject:
-    """``value`` (a copy) when it is a mapping, else an empty one: receipts are read, not
-    trusted, and each value taken from it is narrowed before use."""
-    return dict(value) if isinstance(value, Mapping) else {}
 
 
 class Assets:

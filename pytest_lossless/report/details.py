@@ -20,7 +20,7 @@ from ..compare.divergence import Departure, StageTimes, TensorDifference
 from ..compare.matrix import Grid
 from ..compare.repeatability import Comparison, LosslessVerdict, RunRecord
 from ..core.digests import sha256_file
-from ..core.records import JsonObject
+from ..core.records import JsonObject, json_object
 from ..core.records import from_json as read_record
 from ..core.verdict import Verdict
 from ..errors import LosslessError
@@ -29,7 +29,7 @@ from ..gates.gate import GateResult
 from ..goldens.folder import CheckEvidence, GoldenSide, ObtainedSide
 from ..run import record as run_record
 from ..speed.runner import SpeedVerdict
-from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text, mapping
+from .blocks import Assets, Block, Detail, Files, Pre, Side, Svg, Table, Text
 from .charts import speed_svg
 from .grid import find_cell, read_grid
 from .mismatch import draw
@@ -64,7 +64,7 @@ ReadBlock = GateEntry | LosslessVerdict | SpeedEntry | Grid
 
 
 def read_gate(data: object, problems: list[str]) -> GateEntry:
-    entry = mapping(data)
+    entry = json_object(data)
     if "error" in entry:
         return GateEntry(
             None, error=str(entry.get("error")), message=str(entry.get("message") or "")
@@ -81,7 +81,7 @@ def read_lossless(data: object, problems: list[str]) -> LosslessVerdict:
 
 def read_speed(data: object, problems: list[str]) -> SpeedEntry:
     verdict = read_record(SpeedVerdict, data, problems=problems)
-    stages = mapping(data).get("stages")
+    stages = json_object(data).get("stages")
     found = None if stages is None else read_record(StageTimes, stages, problems=problems)
     return SpeedEntry(verdict, found)
 
@@ -133,7 +133,7 @@ class _Blocks:
 
     def __init__(self, receipt: ReceiptRecord) -> None:
         def read(name: str, reader: Callable[[object, list[str]], Any], key: str) -> list[Any]:
-            return [(mapping(e).get(key), *read_block(reader, e)) for e in receipt.block(name)]
+            return [(json_object(e).get(key), *read_block(reader, e)) for e in receipt.block(name)]
 
         self.gates = read("gates", read_gate, "artifact")
         self.lossless = read("lossless", read_lossless, "label")
@@ -259,7 +259,7 @@ class Details:
         return blocks + self._files(result.diagnostic_files)
 
     def _golden_side(self, name: str, golden: GoldenSide | None) -> Side:
-        fingerprint = mapping(golden.fingerprint) if golden is not None else {}
+        fingerprint = json_object(golden.fingerprint) if golden is not None else {}
         if golden is not None and golden.stored == "digest":
             return stored_side(self.store, golden.sha256, fingerprint)
         if golden is None or not golden.folder:
@@ -586,7 +586,7 @@ def stored_side(store: Path | None, sha256: str, fingerprint: JsonObject) -> Sid
 
 
 def _obtained_side(diagnostic_files: Sequence[str], obtained: ObtainedSide | None) -> Side:
-    fingerprint = mapping(obtained.fingerprint) if obtained is not None else {}
+    fingerprint = json_object(obtained.fingerprint) if obtained is not None else {}
     recorded = obtained.path if obtained is not None else ""
     kept = [p for p in diagnostic_files if Path(p).parent.name == "obtained-for-upload"]
     for candidate in [recorded, *kept]:
@@ -643,7 +643,7 @@ def _run_row(run: RunRecord, role: str | None = None) -> tuple[str, ...]:
     seconds and each artifact's digest."""
     seconds = _float(run.seconds)
     digests = ", ".join(
-        f"{a.name}: {_digest(mapping(a.fingerprint))}"
+        f"{a.name}: {_digest(json_object(a.fingerprint))}"
         for a in sorted(run.artifacts, key=lambda a: a.name)
     )
     return (
@@ -657,7 +657,7 @@ def _run_row(run: RunRecord, role: str | None = None) -> tuple[str, ...]:
 def _run_side(runs: Mapping[str, RunRecord], run: str, name: str) -> Side:
     record = runs.get(run)
     artifact = next((a for a in record.artifacts if a.name == name), None) if record else None
-    fingerprint = mapping(artifact.fingerprint) if artifact is not None else {}
+    fingerprint = json_object(artifact.fingerprint) if artifact is not None else {}
     path = None if artifact is None or artifact.path is None else str(artifact.path)
     if path is not None and same_file(Path(path), fingerprint.get("sha256")):
         return Side(run, Path(path), fingerprint)

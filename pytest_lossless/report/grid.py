@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..compare.matrix import CellResult, Grid
-from ..core.records import from_json
+from ..core.records import from_json, json_object
 from ..errors import LosslessError
-from .blocks import Block, Table, Text, mapping
+from .blocks import Block, Table, Text
 
 
 def _text(value: object) -> str:
@@ -35,7 +35,7 @@ def read_grid(data: object, problems: list[str]) -> Grid | None:
     except (LosslessError, LookupError, TypeError, ValueError) as exc:
         problems.append(f"Grid: {exc}")
         return None
-    name = mapping(data).get("reference")
+    name = json_object(data).get("reference")
     found = next((c.cell for c in grid.cells if c.name == name), None)
     if found is None:
         problems.append(f"Grid.reference: no cell is named {name!r}")

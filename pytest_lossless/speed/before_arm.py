@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.procfs import process_stat
-from ..core.records import Record, spec
+from ..core.records import JsonValue, Record, spec
 from ..errors import AllocationError, ConfigError
 
 #: ``before_arm=``: one callable given (arm name, sample index), or a sequence of them.
@@ -70,7 +70,7 @@ class HookResult(Record):
     """What one ``before_arm`` hook returned before one arm (a JSON value, ``"done"`` for None)."""
 
     name: str
-    result: Any = None
+    result: JsonValue = None
 
 
 def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> tuple[HookResult, ...] | None:
@@ -87,7 +87,7 @@ def run_before(hooks: Sequence[BeforeArm], arm: str, index: int) -> tuple[HookRe
     return tuple(records) if records else None
 
 
-def _plain(result: object) -> Any:
+def _plain(result: object) -> JsonValue:
     """A hook's result as a receipt keeps it: None is ``"done"``; JSON values as they are."""
     if result is None:
         return "done"
@@ -101,7 +101,8 @@ def _plain(result: object) -> Any:
         return repr(result)[:_RESULT_CHARS]
     if len(text) > 64 * _RESULT_CHARS:
         return text[:_RESULT_CHARS] + "..."
-    return json.loads(text)
+    plain: JsonValue = json.loads(text)  # what json.dumps just wrote: JSON by construction
+    return plain
 
 
 # ------------------------------------------------------------------ drop_page_cache

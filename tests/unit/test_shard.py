@@ -57,3 +57,18 @@ def test_parse():
         parse_shard("0/0")
     with pytest.raises(ValueError, match="expected I/N"):
         parse_shard("1 of 4")
+
+
+def test_an_index_shard_block_is_read_as_its_split_leniently() -> None:
+    """INDEX.json's ``shard`` block (maybe hand-edited) reads back as the ShardSplit the plugin
+    wrote; numbers written as text count, a shard that cannot exist is no shard."""
+    from pytest_lossless.core.sharding import ShardSplit, read_split
+
+    written = ShardSplit(1, 4, "SLURM_ARRAY_TASK_ID", 10, 3, "ab" * 32)
+    assert read_split(written.to_json()) == written
+    assert read_split({"index": "1", "count": "4", "kept": "x"}) == ShardSplit(1, 4, "", 0)
+    assert read_split({"index": 4, "count": 4}) is None
+    assert read_split({"index": None, "count": 4}) is None
+    read = read_split(written.to_json())
+    assert read is not None
+    assert read.shard.label == "1/4"

@@ -57,7 +57,9 @@ def test_a_duplicated_shard_is_named():
         (
             False,
             "shard 1/4 ran 2 times (s1, s1): each shard runs once; keep the session folder of "
-            "the run that counts (remove the others) and verify again",
+            "the run that counts (remove the others), write the merged SUMMARY.md of the "
+            "folder that held them again (python -m pytest_lossless summary --write DIR) and "
+            "verify again",
         )
     ]
 
