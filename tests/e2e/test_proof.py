@@ -36,7 +36,7 @@ def test_fallback(model_run, lossless):
 @pytest.mark.lossless
 def test_speed_without_proof(model_run, speed_gate):
     sleep = "import time, sys; time.sleep(float(sys.argv[1]))"
-    speed_gate(lambda: model_run([sys.executable, "-c", sleep, "0.1"]),
+    speed_gate(lambda: model_run([sys.executable, "-c", sleep, "0.4"]),
                lambda: model_run([sys.executable, "-c", sleep, "0.01"]),
                target=0.3, pairs=6, seed=3, proof=lambda result: "no counter")
 """
