@@ -646,6 +646,17 @@ class LockDir:
         if not stat.S_ISDIR(info.st_mode):
             raise self._refuse(f"is {_kind(info.st_mode)}, not a folder", "remove it")
         problem = _unsafe(path, info, me)
+        if problem is not None and info.st_uid not in (me, 0):
+            # The first account to run on a host made the default folder: a sticky bit does
+            # not stop its owner deleting others' files, and only its owner or root can fix it.
+            raise self._refuse(
+                f"{problem}: its owner could delete your lock files and runs records while "
+                "they are held",
+                f"ask {_account(info.st_uid)} to remove it while none of their sessions runs "
+                f"(pytest-lossless makes it again), or root to take it over (`chown root:root "
+                f"{path}`; its mode stays {stat.S_IMODE(info.st_mode):04o}), or set up a group "
+                "folder as docs/security.md says",
+            )
         if problem is not None:
             raise self._refuse(
                 f"{problem}: another account could delete a lock file while it is held",

@@ -138,3 +138,47 @@ def test_another_accounts_dead_session_does_not_hide_the_holder(shared_tmp: Path
         os.close(stop_w)
         os.close(ready_r)
         os.waitpid(holder, 0)
+
+
+@needs_root
+def test_a_lock_folder_another_account_made_first_names_who_can_fix_it(
+    shared_tmp: Path,
+) -> None:
+    """On a fresh host the first account to run makes the lock folder (mode 1777, its own).
+    Every other account is refused (its owner could delete their lock files), and the advice
+    must be something they can act on: not ``chmod +t`` (it is sticky already, and not theirs
+    to change) but its owner or root, named."""
+    parent = shared_tmp / "var-tmp"
+    parent.mkdir()
+    os.chmod(parent, 0o1777)
+    locks = parent / "pytest-lossless-locks"
+
+    def first_account() -> None:
+        allocator(locks).acquire(1, "a::first").release()
+
+    child = as_account(ACCOUNT_A, first_account)
+    assert os.waitpid(child, 0)[1] == 0
+    assert os.stat(locks).st_uid == ACCOUNT_A
+    read_r, read_w = os.pipe()
+
+    def second_account() -> None:
+        os.close(read_r)
+        try:
+            allocator(locks).acquire(1, "b::second").release()
+            os.write(read_w, b"GRANTED")
+        except Exception as exc:
+            os.write(read_w, str(exc).encode())
+
+    child = as_account(ACCOUNT_B, second_account)
+    os.close(read_w)
+    message = b""
+    while chunk := os.read(read_r, 65536):
+        message += chunk
+    os.close(read_r)
+    os.waitpid(child, 0)
+    text = message.decode()
+    assert text != "GRANTED"
+    assert f"owned by uid {ACCOUNT_A}" in text
+    assert "chmod +t" not in text, f"advice its reader cannot follow: {text}"
+    assert f"uid {ACCOUNT_A}" in text.split(":", 2)[-1]
+    assert f"chown root:root {locks}" in text
