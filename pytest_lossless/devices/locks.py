@@ -110,7 +110,9 @@ def _open_problem(path: Path, exc: OSError) -> str:
     """Why ``open(path, O_NOFOLLOW | O_NONBLOCK)`` failed, in words."""
     if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: O_NOFOLLOW on a link, on BSDs
         try:
-            return f"is a symbolic link to {os.readlink(path)}"
+            # Whose link it is: in a sticky folder only that account (or root) can remove it.
+            owner = _account(os.lstat(path).st_uid)
+            return f"is a symbolic link to {os.readlink(path)}, planted by {owner}"
         except OSError:
             return "is a symbolic link"
     if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):

@@ -182,3 +182,25 @@ def test_a_lock_folder_another_account_made_first_names_who_can_fix_it(
     assert "chmod +t" not in text, f"advice its reader cannot follow: {text}"
     assert f"uid {ACCOUNT_A}" in text.split(":", 2)[-1]
     assert f"chown root:root {locks}" in text
+
+
+def test_a_planted_lock_link_names_the_account_that_planted_it(tmp_path: Path) -> None:
+    """Only the link's owner (or root) can remove it from a sticky folder: name them."""
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o755)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (locks / "cpu-slot-0.lock").symlink_to(victim)
+    with pytest.raises(Exception, match="symbolic link") as info:
+        allocator(locks).acquire(1, "t::x")
+    assert f"planted by {_me()}" in str(info.value)
+    assert victim.read_text() == "precious"
+
+
+def _me() -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name} (uid {os.geteuid()})"
+    except KeyError:
+        return f"uid {os.geteuid()}"
