@@ -26,11 +26,12 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
 import random
 import re
 import socket
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +110,9 @@ def _open_problem(path: Path, exc: OSError) -> str:
     """Why ``open(path, O_NOFOLLOW | O_NONBLOCK)`` failed, in words."""
     if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: O_NOFOLLOW on a link, on BSDs
         try:
-            return f"is a symbolic link to {os.readlink(path)}"
+            # Whose link it is: in a sticky folder only that account (or root) can remove it.
+            owner = _account(os.lstat(path).st_uid)
+            return f"is a symbolic link to {os.readlink(path)}, planted by {owner}"
         except OSError:
             return "is a symbolic link"
     if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):
@@ -490,6 +493,32 @@ def _shown(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _account(uid: int | None) -> str:
+    """``user probeA (uid 1001)``, or ``uid 1001`` where the name is unknown."""
+    if uid is None:
+        return "an unknown account"
+    try:
+        return f"user {_shown(pwd.getpwuid(uid).pw_name, 64)} (uid {uid})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def _pids(pids: Iterable[int]) -> str:
+    """``pid 8512 (user probeA (uid 1001))``: on a shared host, whom to ask is the point."""
+    parts = []
+    for pid in sorted(pids):
+        uid = _proc_uid(pid)
+        parts.append(f"{pid} ({_account(uid)})" if uid is not None else str(pid))
+    return "pid " + ", ".join(parts)
+
+
+def _proc_uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def _process_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot: with the pid, it names one
     process, even after the pid is reused."""
@@ -619,6 +648,17 @@ class LockDir:
         if not stat.S_ISDIR(info.st_mode):
             raise self._refuse(f"is {_kind(info.st_mode)}, not a folder", "remove it")
         problem = _unsafe(path, info, me)
+        if problem is not None and info.st_uid not in (me, 0):
+            # The first account to run on a host made the default folder: a sticky bit does
+            # not stop its owner deleting others' files, and only its owner or root can fix it.
+            raise self._refuse(
+                f"{problem}: its owner could delete your lock files and runs records while "
+                "they are held",
+                f"ask {_account(info.st_uid)} to remove it while none of their sessions runs "
+                f"(pytest-lossless makes it again), or root to take it over (`chown root:root "
+                f"{path}`; its mode stays {stat.S_IMODE(info.st_mode):04o}), or set up a group "
+                "folder as docs/security.md says",
+            )
         if problem is not None:
             raise self._refuse(
                 f"{problem}: another account could delete a lock file while it is held",
@@ -715,8 +755,8 @@ class LockDir:
         except OSError:
             inode = None
         holders = flock_holders(inode) if inode is not None else None
-        real = f"pid {','.join(map(str, sorted(holders)))}" if holders else None
-        record, problem = read_record(path)
+        real = _pids(holders) if holders else None
+        record, problem, owner = read_owned_record(path)
         if problem is not None:
             return f"held{f' by {real}' if real else ''} ({path.name} {problem}; ignored)"
         if record is None:
@@ -726,10 +766,17 @@ class LockDir:
         what = f"{_shown(record.get('test', '?'))}, since {_shown(record.get('since', '?'))}"
         alive = isinstance(pid, int) and pid > 0 and _pid_alive(pid)
         if record.get("host") == host and isinstance(pid, int) and not alive:
-            return f"held (record of {where} is stale: that process is gone)"
+            # A stale record is not the holder: another account's stays (only its owner can
+            # remove it from a sticky folder, and the new holder cannot replace it), so the
+            # holder is named from /proc/locks, never hidden behind a dead pid.
+            return (
+                f"held{f' by {real}' if real else ''} (record of {where} is stale: that "
+                f"process is gone; {path.name} is owned by {_account(owner)}, who can "
+                "remove it)"
+            )
         claimed = record.get("lock_inode", inode)
         if inode is not None and claimed == inode and self._holds(record, inode, host):
-            return f"held by {where} ({what})"
+            return f"held by {where} ({_account(owner)}: {what})"
         if holders is None and record.get("host") != host:
             return f"held by {where} ({what}), by its record: another host's, not checked"
         return (
