@@ -286,10 +286,16 @@ def _plan(
     min_blocks: int | None,
     looks: Sequence[int] | None,
     summary: str = stats.DEFAULT_BLOCK_SUMMARY,
+    ab_openers: str = stats.DEFAULT_AB_OPENERS,
 ) -> stats.Plan:
     try:
         return stats.plan_looks(
-            pairs, confidence=confidence, min_blocks=min_blocks, looks=looks, summary=summary
+            pairs,
+            confidence=confidence,
+            min_blocks=min_blocks,
+            looks=looks,
+            summary=summary,
+            ab_openers=ab_openers,
         )
     except ValueError as exc:
         raise ConfigError("speed_gate(pairs/looks)", pairs, str(exc)) from None
@@ -328,6 +334,7 @@ def derive(
     workload: str | None = None,
     proof: str | None = None,
     block_summary: str = stats.DEFAULT_BLOCK_SUMMARY,
+    ab_openers: str = stats.DEFAULT_AB_OPENERS,
 ) -> SpeedVerdict:
     """The verdict from raw samples alone: used by the runner and by :func:`rederive`.
 
@@ -335,7 +342,7 @@ def derive(
     ``proof`` finding); otherwise it is INCONCLUSIVE.
     """
     theta = stats.boundary(target)
-    plan = _plan(pairs, confidence, min_blocks, looks, block_summary)
+    plan = _plan(pairs, confidence, min_blocks, looks, block_summary, ab_openers)
     diffs = _block_diffs(samples, design, plan.summary)
     decision = stats.decide(diffs, theta, plan)
     errors = [
@@ -370,7 +377,9 @@ def derive(
             verdict=boot_verdict,
             agrees=boot_verdict == decision.verdict,
         )
-    openers = tuple(stats.block_schedule(pairs, design=design, seed=seed).openers)
+    openers = tuple(
+        stats.block_schedule(pairs, design=design, seed=seed, ab_openers=plan.ab_openers).openers
+    )
     return SpeedVerdict(
         verdict=verdict,
         ratio=decision.ratio,
@@ -407,6 +416,8 @@ def _recorded(d: Mapping[str, Any]) -> SpeedVerdict:
         looks=[int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
         # Receipts written before the robust block summary were derived with the mean.
         block_summary=str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
+        # Receipts written before per-block AB openers alternated from one opener.
+        ab_openers=str(plan.get("ab_openers", stats.LEGACY_AB_OPENERS)),
         proof=d.get("proof"),
         workload=d.get("workload"),
     )
@@ -457,6 +468,8 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     derived = again.to_json()
     if "block_summary" not in (d.get("plan") or {}):
         derived["plan"].pop("block_summary", None)  # a receipt from before the field
+    if "ab_openers" not in (d.get("plan") or {}):
+        derived["plan"].pop("ab_openers", None)  # a receipt from before the field
     for key in (
         "ci",
         "blocks",
@@ -474,7 +487,9 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
                 f"{label}: recorded {key} {d.get(key)!r} but the raw samples give "
                 f"{derived.get(key)!r}"
             )
-    schedule = stats.block_schedule(again.pairs, design=again.design, seed=again.seed)
+    schedule = stats.block_schedule(
+        again.pairs, design=again.design, seed=again.seed, ab_openers=again.plan.ab_openers
+    )
     for sample in d.get("samples", []):
         try:
             planned = schedule.blocks[int(sample["block"])][int(sample["position"])]
@@ -552,7 +567,9 @@ def run_speed_gate(
         )
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
-    schedule = stats.block_schedule(max_blocks, design=design, seed=seed)
+    schedule = stats.block_schedule(
+        max_blocks, design=design, seed=seed, ab_openers=plan.ab_openers
+    )
     arms: dict[str, Arm] = {stats.CONTROL: control, stats.CANDIDATE: candidate}
     samples: list[Sample] = []
     diffs: list[float] = []

@@ -81,15 +81,32 @@ class Schedule:
         return tuple(block[0] for block in self.blocks)
 
 
-def block_schedule(blocks: int, *, design: str = "ABBA", seed: int) -> Schedule:
-    """Plan ``blocks`` blocks: ABBA with a seeded random opener per block, or AB alternating.
+#: How the ``AB`` design picks each block's opener. ``per-block``: drawn from the seed for every
+#: block, as ABBA does, so an order effect (the second arm of a pair warm, a drift) lands on
+#: either build with probability 1/2, independently per block, and the sign test stays exact.
+#: ``session``: one opener for the whole session, then strict alternation (the first version;
+#: receipts without ``plan.ab_openers`` were scheduled so): the same build ran second in every
+#: block, so "the second arm is 30% faster" made equal builds PASS a 30% target in half the
+#: sessions (#20).
+AB_OPENERS = ("per-block", "session")
+DEFAULT_AB_OPENERS = "per-block"
+LEGACY_AB_OPENERS = "session"
 
-    ``AB`` alternates control and candidate through the whole session from a seeded random
-    first arm (A B A B ... or B A B A ...); it does not cancel drift and is offered because it
-    is cheaper (two arms per block instead of four).
+
+def block_schedule(
+    blocks: int, *, design: str = "ABBA", seed: int, ab_openers: str = DEFAULT_AB_OPENERS
+) -> Schedule:
+    """Plan ``blocks`` blocks: ABBA or AB, each block's opener drawn from the seeded RNG.
+
+    ``AB`` runs one arm of each build per block (A B or B A), cheaper than ABBA; it cancels a
+    drift or an order effect only in distribution (each block's opener is random), not inside
+    each block as ABBA does, so its blocks are noisier. ``ab_openers="session"`` replays the
+    first version's AB schedule (one opener, then strict alternation) for old receipts.
     """
     if design not in DESIGNS:
         raise ValueError(f"design={design!r}: expected one of {', '.join(DESIGNS)}")
+    if ab_openers not in AB_OPENERS:
+        raise ValueError(f"ab_openers={ab_openers!r}: expected one of {', '.join(AB_OPENERS)}")
     if blocks < 1:
         raise ValueError(f"blocks={blocks}: a schedule needs at least one block")
     rng = random.Random(seed)
@@ -98,6 +115,10 @@ def block_schedule(blocks: int, *, design: str = "ABBA", seed: int) -> Schedule:
         for _ in range(blocks):
             first, second = (CONTROL, CANDIDATE) if rng.random() < 0.5 else (CANDIDATE, CONTROL)
             plan.append((first, second, second, first))
+    elif ab_openers == "per-block":
+        for _ in range(blocks):
+            first, second = (CONTROL, CANDIDATE) if rng.random() < 0.5 else (CANDIDATE, CONTROL)
+            plan.append((first, second))
     else:
         first, second = (CONTROL, CANDIDATE) if rng.random() < 0.5 else (CANDIDATE, CONTROL)
         plan.extend((first, second) for _ in range(blocks))
@@ -213,6 +234,14 @@ class Plan(Record):
     #: How a block's arms become its difference (:data:`BLOCK_SUMMARIES`); a plan recorded
     #: before the field was derived with the mean.
     summary: str = spec(DEFAULT_BLOCK_SUMMARY, key="block_summary", absent=LEGACY_BLOCK_SUMMARY)
+    #: How the AB design drew its openers (:data:`AB_OPENERS`); absent: the first version's.
+    #: Written only when not the legacy value, so an old receipt round-trips unchanged.
+    ab_openers: str = spec(
+        DEFAULT_AB_OPENERS,
+        key="ab_openers",
+        absent=LEGACY_AB_OPENERS,
+        omit=lambda plan: plan.ab_openers == LEGACY_AB_OPENERS,
+    )
 
     def look_at(self, blocks: int) -> Look | None:
         for look in self.looks:
@@ -272,6 +301,7 @@ def plan_looks(
     min_blocks: int | None = None,
     looks: Sequence[int] | None = None,
     summary: str = DEFAULT_BLOCK_SUMMARY,
+    ab_openers: str = DEFAULT_AB_OPENERS,
 ) -> Plan:
     """Plan the looks of a gate running at most ``max_blocks`` blocks.
 
@@ -284,6 +314,8 @@ def plan_looks(
         raise ValueError(f"confidence={confidence!r}: expected a level between 0.5 and 1")
     if summary not in BLOCK_SUMMARIES:
         raise ValueError(f"block summary {summary!r}: expected one of {', '.join(BLOCK_SUMMARIES)}")
+    if ab_openers not in AB_OPENERS:
+        raise ValueError(f"ab_openers={ab_openers!r}: expected one of {', '.join(AB_OPENERS)}")
     alpha = 1 - confidence
     if min_blocks is None:
         min_blocks = min(DEFAULT_MIN_BLOCKS, max_blocks)
@@ -315,6 +347,7 @@ def plan_looks(
         looks=chosen,
         error=error,
         summary=summary,
+        ab_openers=ab_openers,
     )
 
 

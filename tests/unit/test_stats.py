@@ -34,9 +34,11 @@ def test_openers_are_random_across_seeds_not_fixed() -> None:
 
 
 def test_ab_design_alternates_from_a_seeded_start() -> None:
+    # The first version's AB schedule, kept for receipts without plan.ab_openers (#20: the
+    # default now draws each block's opener, tests/unit/test_probe10_speed_stats.py).
     starts = set()
     for seed in range(20):
-        schedule = stats.block_schedule(5, design="AB", seed=seed)
+        schedule = stats.block_schedule(5, design="AB", seed=seed, ab_openers="session")
         arms = [arm for block in schedule.blocks for arm in block]
         assert all(a != b for a, b in itertools.pairwise(arms))
         starts.add(arms[0])
