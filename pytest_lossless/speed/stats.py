@@ -242,6 +242,9 @@ class Plan(Record):
         absent=LEGACY_AB_OPENERS,
         omit=lambda plan: plan.ab_openers == LEGACY_AB_OPENERS,
     )
+    #: Whether a decisive look must agree with the ratio of mean times (:func:`decide`);
+    #: absent (a receipt from before the check): it was not applied.
+    mean_check: bool = spec(True, key="mean_check", absent=False, omit=lambda p: not p.mean_check)
 
     def look_at(self, blocks: int) -> Look | None:
         for look in self.looks:
@@ -302,6 +305,7 @@ def plan_looks(
     looks: Sequence[int] | None = None,
     summary: str = DEFAULT_BLOCK_SUMMARY,
     ab_openers: str = DEFAULT_AB_OPENERS,
+    mean_check: bool = True,
 ) -> Plan:
     """Plan the looks of a gate running at most ``max_blocks`` blocks.
 
@@ -348,6 +352,7 @@ def plan_looks(
         error=error,
         summary=summary,
         ab_openers=ab_openers,
+        mean_check=mean_check,
     )
 
 
@@ -367,6 +372,9 @@ class LookResult(Record):
     low: float | None = spec(None, omit=_no_bounds)
     high: float | None = spec(None, omit=_no_bounds)
     verdict: Verdict
+    #: The candidate/control ratio of mean times over the look's blocks, where the plan's
+    #: mean check applied to it (a decisive sign test); absent otherwise.
+    mean_ratio: float | None = spec(None, omit="none")
 
 
 @dataclass(frozen=True)
@@ -380,13 +388,36 @@ class Decision:
     look: Look | None  # the look whose bounds are reported
     reason: str
     looks: tuple[LookResult, ...] = ()
+    #: The gate stops here: a decisive look, or one whose mean check vetoed it.
+    stopped: bool = False
 
 
-def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
+def mean_log_ratio(totals: Sequence[tuple[float, float]]) -> float:
+    """``log(candidate seconds / control seconds)`` summed over blocks of ``(control,
+    candidate)`` totals: the ratio of the builds' mean times (both run equally often)."""
+    return math.log(sum(c for _, c in totals)) - math.log(sum(a for a, _ in totals))
+
+
+def decide(
+    diffs: Sequence[float],
+    theta: float,
+    plan: Plan,
+    totals: Sequence[tuple[float, float]] | None = None,
+) -> Decision:
     """Walk the planned looks over the completed blocks; stop at the first decisive one.
 
     PASS when the upper bound is at or below ``theta``; FAIL when the lower bound is above it;
     otherwise go on to the next look, and INCONCLUSIVE after the last one reached.
+
+    The mean check (``plan.mean_check``, with ``totals``: each block's control and candidate
+    seconds): the sign test bounds the *median* block, on log times; a candidate fast on some
+    runs and slow on others can have a median block below the target while its mean time is
+    not (#20: 0.3 s and 2.0 s in turn against 1.0 s gave "ratio 0.30 [0.30, 0.30] PASS", the
+    lower arm summarising each block, for a candidate 15% slower on average). So a decisive
+    look must agree with the ratio of the builds' mean times over the same blocks: a PASS
+    whose mean ratio misses the target, or a FAIL whose mean ratio meets it, is INCONCLUSIVE,
+    and the gate stops there. Stopping keeps the guarantee exact: every PASS (FAIL) is one the
+    sign test alone would have given at the same look, so the error stays ``plan.error``.
     """
     n = len(diffs)
     trail: list[LookResult] = []
@@ -403,7 +434,46 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
             verdict = Verdict.PASS
         elif low > theta:
             verdict = Verdict.FAIL
-        trail.append(LookResult(blocks=look.blocks, k=look.k, low=low, high=high, verdict=verdict))
+        mean: float | None = None
+        if verdict != Verdict.INCONCLUSIVE and plan.mean_check and totals is not None:
+            mean = mean_log_ratio(totals[: look.blocks])
+            if (verdict == Verdict.PASS) != (mean <= theta):
+                trail.append(
+                    LookResult(
+                        blocks=look.blocks,
+                        k=look.k,
+                        low=low,
+                        high=high,
+                        verdict=Verdict.INCONCLUSIVE,
+                        mean_ratio=math.exp(mean),
+                    )
+                )
+                return Decision(
+                    verdict=Verdict.INCONCLUSIVE,
+                    blocks=look.blocks,
+                    ratio=math.exp(median(diffs[: look.blocks])),
+                    ci=(math.exp(low), math.exp(high)),
+                    look=look,
+                    reason=(
+                        f"the sign test's interval [{math.exp(low):.3g}, {math.exp(high):.3g}] "
+                        f"says {verdict} after {look.blocks} blocks, but the ratio of mean "
+                        f"times is {math.exp(mean):.3g} against the target ratio "
+                        f"{math.exp(theta):.3g}: the median block and the mean disagree "
+                        "(a candidate fast on some runs only, or a spike), so no claim is made"
+                    ),
+                    looks=tuple(trail),
+                    stopped=True,
+                )
+        trail.append(
+            LookResult(
+                blocks=look.blocks,
+                k=look.k,
+                low=low,
+                high=high,
+                verdict=verdict,
+                mean_ratio=None if mean is None else math.exp(mean),
+            )
+        )
         last = (look, low, high)
         if verdict != Verdict.INCONCLUSIVE:
             return Decision(
@@ -414,6 +484,7 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
                 look=look,
                 reason="",
                 looks=tuple(trail),
+                stopped=True,
             )
     ratio = math.exp(median(diffs)) if diffs else None
     if last is None:
