@@ -286,10 +286,18 @@ def _plan(
     min_blocks: int | None,
     looks: Sequence[int] | None,
     summary: str = stats.DEFAULT_BLOCK_SUMMARY,
+    ab_openers: str = stats.DEFAULT_AB_OPENERS,
+    mean_check: bool = True,
 ) -> stats.Plan:
     try:
         return stats.plan_looks(
-            pairs, confidence=confidence, min_blocks=min_blocks, looks=looks, summary=summary
+            pairs,
+            confidence=confidence,
+            min_blocks=min_blocks,
+            looks=looks,
+            summary=summary,
+            ab_openers=ab_openers,
+            mean_check=mean_check,
         )
     except ValueError as exc:
         raise ConfigError("speed_gate(pairs/looks)", pairs, str(exc)) from None
@@ -299,6 +307,18 @@ def _block_diffs(
     samples: Sequence[Sample], design: str, summary: str = stats.DEFAULT_BLOCK_SUMMARY
 ) -> list[float]:
     """Differences of the complete blocks, in block order (a block missing an arm is dropped)."""
+    return [stats.block_difference(c, d, summary) for c, d in _complete_blocks(samples, design)]
+
+
+def _block_totals(samples: Sequence[Sample], design: str) -> list[tuple[float, float]]:
+    """Each complete block's total control and candidate seconds (for the mean check)."""
+    return [(sum(c), sum(d)) for c, d in _complete_blocks(samples, design)]
+
+
+def _complete_blocks(
+    samples: Sequence[Sample], design: str
+) -> list[tuple[list[float], list[float]]]:
+    """The control and candidate seconds of each complete block, in block order."""
     per_arm = 2 if design == "ABBA" else 1
     blocks: dict[int, dict[str, list[float]]] = {}
     for sample in samples:
@@ -306,13 +326,13 @@ def _block_diffs(
             continue
         arms = blocks.setdefault(sample.block, {stats.CONTROL: [], stats.CANDIDATE: []})
         arms[sample.arm].append(sample.seconds)
-    diffs: list[float] = []
+    complete: list[tuple[list[float], list[float]]] = []
     for index in sorted(blocks):
         arms = blocks[index]
         if len(arms[stats.CONTROL]) != per_arm or len(arms[stats.CANDIDATE]) != per_arm:
             break
-        diffs.append(stats.block_difference(arms[stats.CONTROL], arms[stats.CANDIDATE], summary))
-    return diffs
+        complete.append((arms[stats.CONTROL], arms[stats.CANDIDATE]))
+    return complete
 
 
 def derive(
@@ -328,6 +348,8 @@ def derive(
     workload: str | None = None,
     proof: str | None = None,
     block_summary: str = stats.DEFAULT_BLOCK_SUMMARY,
+    ab_openers: str = stats.DEFAULT_AB_OPENERS,
+    mean_check: bool = True,
 ) -> SpeedVerdict:
     """The verdict from raw samples alone: used by the runner and by :func:`rederive`.
 
@@ -335,9 +357,9 @@ def derive(
     ``proof`` finding); otherwise it is INCONCLUSIVE.
     """
     theta = stats.boundary(target)
-    plan = _plan(pairs, confidence, min_blocks, looks, block_summary)
+    plan = _plan(pairs, confidence, min_blocks, looks, block_summary, ab_openers, mean_check)
     diffs = _block_diffs(samples, design, plan.summary)
-    decision = stats.decide(diffs, theta, plan)
+    decision = stats.decide(diffs, theta, plan, _block_totals(samples, design))
     errors = [
         f"{s.arm} arm (block {s.block + 1}, position {s.position + 1}) raised: {s.error}"
         for s in samples
@@ -370,7 +392,9 @@ def derive(
             verdict=boot_verdict,
             agrees=boot_verdict == decision.verdict,
         )
-    openers = tuple(stats.block_schedule(pairs, design=design, seed=seed).openers)
+    openers = tuple(
+        stats.block_schedule(pairs, design=design, seed=seed, ab_openers=plan.ab_openers).openers
+    )
     return SpeedVerdict(
         verdict=verdict,
         ratio=decision.ratio,
@@ -407,6 +431,10 @@ def _recorded(d: Mapping[str, Any]) -> SpeedVerdict:
         looks=[int(lk["blocks"]) for lk in plan["looks"]] if plan.get("looks") else None,
         # Receipts written before the robust block summary were derived with the mean.
         block_summary=str(plan.get("block_summary", stats.LEGACY_BLOCK_SUMMARY)),
+        # Receipts written before per-block AB openers alternated from one opener.
+        ab_openers=str(plan.get("ab_openers", stats.LEGACY_AB_OPENERS)),
+        # Receipts written before the mean check were decided by the sign test alone.
+        mean_check=plan.get("mean_check") is True,
         proof=d.get("proof"),
         workload=d.get("workload"),
     )
@@ -457,6 +485,11 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
     derived = again.to_json()
     if "block_summary" not in (d.get("plan") or {}):
         derived["plan"].pop("block_summary", None)  # a receipt from before the field
+    for key in ("ab_openers", "mean_check"):
+        if key not in (d.get("plan") or {}):
+            derived["plan"].pop(key, None)  # a receipt from before the field
+    if "ab_openers" not in (d.get("plan") or {}):
+        derived["plan"].pop("ab_openers", None)  # a receipt from before the field
     for key in (
         "ci",
         "blocks",
@@ -474,7 +507,9 @@ def contradictions(d: Mapping[str, Any]) -> list[str]:
                 f"{label}: recorded {key} {d.get(key)!r} but the raw samples give "
                 f"{derived.get(key)!r}"
             )
-    schedule = stats.block_schedule(again.pairs, design=again.design, seed=again.seed)
+    schedule = stats.block_schedule(
+        again.pairs, design=again.design, seed=again.seed, ab_openers=again.plan.ab_openers
+    )
     for sample in d.get("samples", []):
         try:
             planned = schedule.blocks[int(sample["block"])][int(sample["position"])]
@@ -552,10 +587,13 @@ def run_speed_gate(
         )
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
-    schedule = stats.block_schedule(max_blocks, design=design, seed=seed)
+    schedule = stats.block_schedule(
+        max_blocks, design=design, seed=seed, ab_openers=plan.ab_openers
+    )
     arms: dict[str, Arm] = {stats.CONTROL: control, stats.CANDIDATE: candidate}
     samples: list[Sample] = []
     diffs: list[float] = []
+    totals: list[tuple[float, float]] = []
     for block, order in enumerate(schedule.blocks):
         times: dict[str, list[float]] = {stats.CONTROL: [], stats.CANDIDATE: []}
         for position, arm in enumerate(order):
@@ -580,8 +618,9 @@ def run_speed_gate(
         diffs.append(
             stats.block_difference(times[stats.CONTROL], times[stats.CANDIDATE], plan.summary)
         )
+        totals.append((sum(times[stats.CONTROL]), sum(times[stats.CANDIDATE])))
         look = plan.look_at(len(diffs))
-        if look is not None and stats.decide(diffs, theta, plan).verdict != Verdict.INCONCLUSIVE:
+        if look is not None and stats.decide(diffs, theta, plan, totals).stopped:
             break
     return derive(
         samples,

@@ -81,15 +81,32 @@ class Schedule:
         return tuple(block[0] for block in self.blocks)
 
 
-def block_schedule(blocks: int, *, design: str = "ABBA", seed: int) -> Schedule:
-    """Plan ``blocks`` blocks: ABBA with a seeded random opener per block, or AB alternating.
+#: How the ``AB`` design picks each block's opener. ``per-block``: drawn from the seed for every
+#: block, as ABBA does, so an order effect (the second arm of a pair warm, a drift) lands on
+#: either build with probability 1/2, independently per block, and the sign test stays exact.
+#: ``session``: one opener for the whole session, then strict alternation (the first version;
+#: receipts without ``plan.ab_openers`` were scheduled so): the same build ran second in every
+#: block, so "the second arm is 30% faster" made equal builds PASS a 30% target in half the
+#: sessions (#20).
+AB_OPENERS = ("per-block", "session")
+DEFAULT_AB_OPENERS = "per-block"
+LEGACY_AB_OPENERS = "session"
 
-    ``AB`` alternates control and candidate through the whole session from a seeded random
-    first arm (A B A B ... or B A B A ...); it does not cancel drift and is offered because it
-    is cheaper (two arms per block instead of four).
+
+def block_schedule(
+    blocks: int, *, design: str = "ABBA", seed: int, ab_openers: str = DEFAULT_AB_OPENERS
+) -> Schedule:
+    """Plan ``blocks`` blocks: ABBA or AB, each block's opener drawn from the seeded RNG.
+
+    ``AB`` runs one arm of each build per block (A B or B A), cheaper than ABBA; it cancels a
+    drift or an order effect only in distribution (each block's opener is random), not inside
+    each block as ABBA does, so its blocks are noisier. ``ab_openers="session"`` replays the
+    first version's AB schedule (one opener, then strict alternation) for old receipts.
     """
     if design not in DESIGNS:
         raise ValueError(f"design={design!r}: expected one of {', '.join(DESIGNS)}")
+    if ab_openers not in AB_OPENERS:
+        raise ValueError(f"ab_openers={ab_openers!r}: expected one of {', '.join(AB_OPENERS)}")
     if blocks < 1:
         raise ValueError(f"blocks={blocks}: a schedule needs at least one block")
     rng = random.Random(seed)
@@ -98,6 +115,10 @@ def block_schedule(blocks: int, *, design: str = "ABBA", seed: int) -> Schedule:
         for _ in range(blocks):
             first, second = (CONTROL, CANDIDATE) if rng.random() < 0.5 else (CANDIDATE, CONTROL)
             plan.append((first, second, second, first))
+    elif ab_openers == "per-block":
+        for _ in range(blocks):
+            first, second = (CONTROL, CANDIDATE) if rng.random() < 0.5 else (CANDIDATE, CONTROL)
+            plan.append((first, second))
     else:
         first, second = (CONTROL, CANDIDATE) if rng.random() < 0.5 else (CANDIDATE, CONTROL)
         plan.extend((first, second) for _ in range(blocks))
@@ -213,6 +234,17 @@ class Plan(Record):
     #: How a block's arms become its difference (:data:`BLOCK_SUMMARIES`); a plan recorded
     #: before the field was derived with the mean.
     summary: str = spec(DEFAULT_BLOCK_SUMMARY, key="block_summary", absent=LEGACY_BLOCK_SUMMARY)
+    #: How the AB design drew its openers (:data:`AB_OPENERS`); absent: the first version's.
+    #: Written only when not the legacy value, so an old receipt round-trips unchanged.
+    ab_openers: str = spec(
+        DEFAULT_AB_OPENERS,
+        key="ab_openers",
+        absent=LEGACY_AB_OPENERS,
+        omit=lambda plan: plan.ab_openers == LEGACY_AB_OPENERS,
+    )
+    #: Whether a decisive look must agree with the ratio of mean times (:func:`decide`);
+    #: absent (a receipt from before the check): it was not applied.
+    mean_check: bool = spec(True, key="mean_check", absent=False, omit=lambda p: not p.mean_check)
 
     def look_at(self, blocks: int) -> Look | None:
         for look in self.looks:
@@ -272,6 +304,8 @@ def plan_looks(
     min_blocks: int | None = None,
     looks: Sequence[int] | None = None,
     summary: str = DEFAULT_BLOCK_SUMMARY,
+    ab_openers: str = DEFAULT_AB_OPENERS,
+    mean_check: bool = True,
 ) -> Plan:
     """Plan the looks of a gate running at most ``max_blocks`` blocks.
 
@@ -284,6 +318,8 @@ def plan_looks(
         raise ValueError(f"confidence={confidence!r}: expected a level between 0.5 and 1")
     if summary not in BLOCK_SUMMARIES:
         raise ValueError(f"block summary {summary!r}: expected one of {', '.join(BLOCK_SUMMARIES)}")
+    if ab_openers not in AB_OPENERS:
+        raise ValueError(f"ab_openers={ab_openers!r}: expected one of {', '.join(AB_OPENERS)}")
     alpha = 1 - confidence
     if min_blocks is None:
         min_blocks = min(DEFAULT_MIN_BLOCKS, max_blocks)
@@ -315,6 +351,8 @@ def plan_looks(
         looks=chosen,
         error=error,
         summary=summary,
+        ab_openers=ab_openers,
+        mean_check=mean_check,
     )
 
 
@@ -334,6 +372,9 @@ class LookResult(Record):
     low: float | None = spec(None, omit=_no_bounds)
     high: float | None = spec(None, omit=_no_bounds)
     verdict: Verdict
+    #: The candidate/control ratio of mean times over the look's blocks, where the plan's
+    #: mean check applied to it (a decisive sign test); absent otherwise.
+    mean_ratio: float | None = spec(None, omit="none")
 
 
 @dataclass(frozen=True)
@@ -347,13 +388,36 @@ class Decision:
     look: Look | None  # the look whose bounds are reported
     reason: str
     looks: tuple[LookResult, ...] = ()
+    #: The gate stops here: a decisive look, or one whose mean check vetoed it.
+    stopped: bool = False
 
 
-def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
+def mean_log_ratio(totals: Sequence[tuple[float, float]]) -> float:
+    """``log(candidate seconds / control seconds)`` summed over blocks of ``(control,
+    candidate)`` totals: the ratio of the builds' mean times (both run equally often)."""
+    return math.log(sum(c for _, c in totals)) - math.log(sum(a for a, _ in totals))
+
+
+def decide(
+    diffs: Sequence[float],
+    theta: float,
+    plan: Plan,
+    totals: Sequence[tuple[float, float]] | None = None,
+) -> Decision:
     """Walk the planned looks over the completed blocks; stop at the first decisive one.
 
     PASS when the upper bound is at or below ``theta``; FAIL when the lower bound is above it;
     otherwise go on to the next look, and INCONCLUSIVE after the last one reached.
+
+    The mean check (``plan.mean_check``, with ``totals``: each block's control and candidate
+    seconds): the sign test bounds the *median* block, on log times; a candidate fast on some
+    runs and slow on others can have a median block below the target while its mean time is
+    not (#20: 0.3 s and 2.0 s in turn against 1.0 s gave "ratio 0.30 [0.30, 0.30] PASS", the
+    lower arm summarising each block, for a candidate 15% slower on average). So a decisive
+    look must agree with the ratio of the builds' mean times over the same blocks: a PASS
+    whose mean ratio misses the target, or a FAIL whose mean ratio meets it, is INCONCLUSIVE,
+    and the gate stops there. Stopping keeps the guarantee exact: every PASS (FAIL) is one the
+    sign test alone would have given at the same look, so the error stays ``plan.error``.
     """
     n = len(diffs)
     trail: list[LookResult] = []
@@ -370,7 +434,46 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
             verdict = Verdict.PASS
         elif low > theta:
             verdict = Verdict.FAIL
-        trail.append(LookResult(blocks=look.blocks, k=look.k, low=low, high=high, verdict=verdict))
+        mean: float | None = None
+        if verdict != Verdict.INCONCLUSIVE and plan.mean_check and totals is not None:
+            mean = mean_log_ratio(totals[: look.blocks])
+            if (verdict == Verdict.PASS) != (mean <= theta):
+                trail.append(
+                    LookResult(
+                        blocks=look.blocks,
+                        k=look.k,
+                        low=low,
+                        high=high,
+                        verdict=Verdict.INCONCLUSIVE,
+                        mean_ratio=math.exp(mean),
+                    )
+                )
+                return Decision(
+                    verdict=Verdict.INCONCLUSIVE,
+                    blocks=look.blocks,
+                    ratio=math.exp(median(diffs[: look.blocks])),
+                    ci=(math.exp(low), math.exp(high)),
+                    look=look,
+                    reason=(
+                        f"the sign test's interval [{math.exp(low):.3g}, {math.exp(high):.3g}] "
+                        f"says {verdict} after {look.blocks} blocks, but the ratio of mean "
+                        f"times is {math.exp(mean):.3g} against the target ratio "
+                        f"{math.exp(theta):.3g}: the median block and the mean disagree "
+                        "(a candidate fast on some runs only, or a spike), so no claim is made"
+                    ),
+                    looks=tuple(trail),
+                    stopped=True,
+                )
+        trail.append(
+            LookResult(
+                blocks=look.blocks,
+                k=look.k,
+                low=low,
+                high=high,
+                verdict=verdict,
+                mean_ratio=None if mean is None else math.exp(mean),
+            )
+        )
         last = (look, low, high)
         if verdict != Verdict.INCONCLUSIVE:
             return Decision(
@@ -381,6 +484,7 @@ def decide(diffs: Sequence[float], theta: float, plan: Plan) -> Decision:
                 look=look,
                 reason="",
                 looks=tuple(trail),
+                stopped=True,
             )
     ratio = math.exp(median(diffs)) if diffs else None
     if last is None:

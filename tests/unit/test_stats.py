@@ -34,9 +34,11 @@ def test_openers_are_random_across_seeds_not_fixed() -> None:
 
 
 def test_ab_design_alternates_from_a_seeded_start() -> None:
+    # The first version's AB schedule, kept for receipts without plan.ab_openers (#20: the
+    # default now draws each block's opener, tests/unit/test_probe10_speed_stats.py).
     starts = set()
     for seed in range(20):
-        schedule = stats.block_schedule(5, design="AB", seed=seed)
+        schedule = stats.block_schedule(5, design="AB", seed=seed, ab_openers="session")
         arms = [arm for block in schedule.blocks for arm in block]
         assert all(a != b for a, b in itertools.pairwise(arms))
         starts.add(arms[0])
@@ -318,10 +320,18 @@ def test_receipts_say_which_block_summary_derived_them() -> None:
                     "seconds": seconds * (1 + 0.001 * len(samples)),
                 }
             )
-    rule = {"target": 0.3, "pairs": 8, "design": "ABBA", "seed": 3}
+    # The block summaries alone, without the mean check (#20, probe 10): three of the twelve
+    # candidate arms of the first six blocks 3x slower make its mean time 0.9 of the control's
+    # there, so with the check
+    # (the default, below) a 30% claim is INCONCLUSIVE whatever the summary.
+    rule = {"target": 0.3, "pairs": 8, "design": "ABBA", "seed": 3, "mean_check": False}
     typed = [speed.Sample.from_json(sample) for sample in samples]
     robust = speed.derive(typed, **rule)
     mean = speed.derive(typed, **rule, block_summary="mean-log")
+    checked = speed.derive(typed, target=0.3, pairs=8, design="ABBA", seed=3)
+    assert checked.verdict == "INCONCLUSIVE"
+    assert "ratio of mean times is 0.9 " in checked.reason
+    assert speed.contradictions(checked.to_json()) == []
     assert robust.verdict == "PASS"
     assert mean.verdict != "PASS"
     assert robust.to_json()["plan"]["block_summary"] == "robust-log"
