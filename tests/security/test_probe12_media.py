@@ -8,9 +8,11 @@ made here: special files by hand, bombs by writing their headers byte by byte.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,52 @@ def test_a_special_file_is_refused_at_once_by_every_kind(
     assert out.startswith("REFUSED"), out
     assert str(path) in out, out
     assert "not a regular file" in out, out
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
+def _png(width: int, height: int) -> bytes:
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(b"\0" * 1024))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+@pytest.mark.parametrize("size", [(30000, 30000), (0x7FFFFFFF, 0x7FFFFFFF), (12000, 12000)])
+def test_an_image_declaring_a_huge_frame_names_the_frame_size_limit(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """A PNG's header is read by the decoder, not the demuxer, so the declared-size check sees
+    no size; ffmpeg refuses the frame, and the error must say it was the limit (beyond
+    ~16000x16000 ffmpeg says "Picture size ... is invalid", not "max pixel count")."""
+    from pytest_lossless.kinds.registry import KindRegistry
+    from pytest_lossless.media.limits import DecodeLimitExceeded
+
+    path = tmp_path / "bomb.png"
+    path.write_bytes(_png(*size))
+    with pytest.raises(DecodeLimitExceeded) as caught:
+        KindRegistry().fingerprint("image", path)
+    text = str(caught.value)
+    assert str(path) in text, text
+    assert f"{size[0]}x{size[1]}" in text, text
+    assert "the frame-size limit, 8192x8192" in text, text
+    assert caught.value.unit == "pixels"
+    assert caught.value.declared == size[0] * size[1]
+
+
+def test_a_raw_video_declaring_a_huge_frame_names_the_frame_size_limit(tmp_path: Path) -> None:
+    """A YUV4MPEG header of 100000x100000: ffmpeg cannot even open it; the error is the limit."""
+    from pytest_lossless.kinds.registry import KindRegistry
+    from pytest_lossless.media.limits import DecodeLimitExceeded
+
+    path = tmp_path / "huge.y4m"
+    path.write_bytes(b"YUV4MPEG2 W100000 H100000 F25:1 Ip A1:1 C420jpeg\nFRAME\n" + bytes(1000))
+    with pytest.raises(DecodeLimitExceeded, match="100000x100000") as caught:
+        KindRegistry().fingerprint("video", path)
+    assert "the frame-size limit, 8192x8192" in str(caught.value)
