@@ -40,9 +40,26 @@ HEAD_BYTES = 4096
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """The first ``size`` bytes of ``path``; ArtifactError naming the file if it is unreadable."""
+    """The first ``size`` bytes of ``path``; ArtifactError naming the file if it is unreadable
+    or not a regular file. A link is followed (links inside a goldens folder are allowed), but
+    what it leads to must be a regular file: a FIFO would block the open (and every reader
+    after it) until a writer comes, ``/dev/zero`` would be hashed forever (#20). Opened
+    without blocking and checked on the descriptor, so nothing waits on a special file."""
+    import stat
+
+    from .paths import file_kind
+
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as fh:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+                raise ArtifactError(
+                    path,
+                    f"is not a regular file ({file_kind(mode)}): an artifact is read only from "
+                    "a regular file, so that reading it ends (a FIFO waits for a writer, a "
+                    "device never ends)",
+                )
             return fh.read(size)
     except FileNotFoundError:
         raise ArtifactError(path, "the artifact does not exist (was it written?)") from None

@@ -26,6 +26,7 @@ from .ffmpeg import (
     audio_framehash_args,
     container_framehash_args,
     fast_video_args,
+    frame_limit_error,
     frame_limit_note,
     opened,
     probe_declared,
@@ -805,6 +806,8 @@ def _check_decoded(
     if nothing_ok and nothing_decoded(proc, limits):
         return
     if proc.returncode != 0:
+        if (over := frame_limit_error(path, proc.stderr, limits)) is not None:
+            raise over
         raise ArtifactError(
             path,
             f"ffmpeg failed to decode it (exit status {proc.returncode}): "

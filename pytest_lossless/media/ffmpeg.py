@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import cast
 
 from ..errors import ArtifactError, LosslessError
-from .limits import FFmpegTimeout, MediaLimits
+from .limits import DecodeLimitExceeded, FFmpegTimeout, MediaLimits, refuse
 from .probe import ProbeInfo, parse_probe
 
 #: ffmpeg's framehash muxer, format version 2, on stdout: one SHA-256 line per decoded frame.
@@ -495,9 +495,16 @@ def stderr_tail(stderr: bytes, lines: int = 4) -> str:
     return " | ".join(tail) or "(no message)"
 
 
+#: What ffmpeg says when a decoder refuses a frame's size: over ``-max_pixels``, or (from about
+#: 16000x16000 on, where width x height overflows its own check) "invalid" whatever the limit.
+_PICTURE_SIZE = re.compile(
+    rb"Picture size (\d+)x(\d+) (?:is invalid|exceeds specified max pixel count)"
+)
+
+
 def frame_limit_note(stderr: bytes, limits: MediaLimits) -> str:
     """A sentence for a failed decode whose frames the ``-max_pixels`` backstop refused."""
-    if b"max pixel count" not in stderr:
+    if b"max pixel count" not in stderr and _oversized_frame(stderr, limits) is None:
         return ""
     return (
         f"a frame is larger than the {limits.frame_pixels} pixels allowed "
@@ -505,10 +512,40 @@ def frame_limit_note(stderr: bytes, limits: MediaLimits) -> str:
     )
 
 
+def _oversized_frame(stderr: bytes, limits: MediaLimits) -> tuple[int, int] | None:
+    """The first frame size ffmpeg refused that is over the frame-size limit, or None."""
+    for found in _PICTURE_SIZE.finditer(stderr):
+        width, height = int(found[1]), int(found[2])
+        if width * height > limits.frame_pixels:
+            return width, height
+    return None
+
+
+def frame_limit_error(path: Path, stderr: bytes, limits: MediaLimits) -> DecodeLimitExceeded | None:
+    """The error for a decode that failed because a frame is over the frame-size limit, as its
+    size is known only to the decoder (a PNG's or JPEG's header, an H.264 SPS: the demuxer
+    declares none, so the declared-size check could not see it); None for any other failure
+    (#20: a 30000x30000 PNG was "damaged or truncated", the limit unnamed)."""
+    size = _oversized_frame(stderr, limits)
+    if size is None:
+        return None
+    width, height = size
+    return refuse(
+        path,
+        f"a frame of {width}x{height} has",
+        width * height,
+        limits.frame_pixels,
+        limits.frame_basis,
+        unit="pixels",
+    )
+
+
 def opened(path: Path, stderr: bytes) -> ProbeInfo:
     """The streams ffmpeg described on stderr; ArtifactError when it could not open the file."""
     info = parse_probe(stderr.decode("utf-8", "replace"))
     if info is None:
+        if (over := frame_limit_error(path, stderr, MediaLimits())) is not None:
+            raise over  # a demuxer that could not even allocate its frame size (y4m)
         raise ArtifactError(
             path,
             "ffmpeg cannot open it as a media container (damaged, truncated, or not media): "

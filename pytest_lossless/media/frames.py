@@ -16,6 +16,7 @@ from ..errors import ArtifactError, LosslessError
 from .ffmpeg import (
     FFmpegRun,
     first_frame_framehash_args,
+    frame_limit_error,
     frame_limit_note,
     png_args,
     rawvideo_args,
@@ -117,6 +118,8 @@ def iter_video_frames(
             yield frame.reshape(height, width, 3) if rgb24 else frame
         code, stderr = run.finish()
     if code != 0:
+        if (over := frame_limit_error(path, stderr, limits)) is not None:
+            raise over
         note = frame_limit_note(stderr, limits)
         raise ArtifactError(
             path,
@@ -135,6 +138,8 @@ def _first_frame_layout(path: Path, selector: str, limits: MediaLimits) -> tuple
     )
     streams = parse_framehash(proc.stdout.decode("ascii", "replace"))
     if proc.returncode != 0 or 0 not in streams or not streams[0].lines:
+        if (over := frame_limit_error(path, proc.stderr, limits)) is not None:
+            raise over
         note = frame_limit_note(proc.stderr, limits)
         raise ArtifactError(
             path,
