@@ -30,6 +30,7 @@ from .ffmpeg import (
     frame_limit_note,
     opened,
     probe_declared,
+    refuse_references,
     run_ffmpeg,
     stderr_tail,
 )
@@ -405,7 +406,9 @@ def check_declared_info(
     path: Path, info: ProbeInfo, limits: MediaLimits, *, video: bool = True
 ) -> None:
     """Refuse what ffmpeg's description of a container declares beyond ``limits``: frames
-    larger than ``limits.frame_pixels``, more decoded data than ``limits.decode_limit``."""
+    larger than ``limits.frame_pixels``, more decoded data than ``limits.decode_limit``; a
+    playlist or concat list (its media is other files: :func:`refuse_references`)."""
+    refuse_references(path, info)
     for stream in info.of_type("video") if video else []:
         pixels = (stream.width or 0) * (stream.height or 0)
         if pixels > limits.frame_pixels:

@@ -540,6 +540,22 @@ def frame_limit_error(path: Path, stderr: bytes, limits: MediaLimits) -> DecodeL
     )
 
 
+#: Demuxers whose file only refers to other files (playlists, concat lists, manifests): what
+#: such an artifact decodes to depends on files outside it, so it is never fingerprinted.
+REFERENCE_FORMATS = frozenset({"hls", "applehttp", "concat", "dash", "imf", "mpd"})
+
+
+def refuse_references(path: Path, info: ProbeInfo) -> None:
+    """ArtifactError when ffmpeg opened ``path`` as a playlist or list of other files."""
+    names = set((info.container or "").split(","))
+    if names & REFERENCE_FORMATS:
+        raise ArtifactError(
+            path,
+            f"is a {info.container} file that refers to other files: an artifact must hold its "
+            "own media (a playlist's fingerprint would depend on files outside it)",
+        )
+
+
 def opened(path: Path, stderr: bytes) -> ProbeInfo:
     """The streams ffmpeg described on stderr; ArtifactError when it could not open the file."""
     info = parse_probe(stderr.decode("utf-8", "replace"))
@@ -551,6 +567,7 @@ def opened(path: Path, stderr: bytes) -> ProbeInfo:
             "ffmpeg cannot open it as a media container (damaged, truncated, or not media): "
             f"{stderr_tail(stderr)}",
         )
+    refuse_references(path, info)
     return info
 
 

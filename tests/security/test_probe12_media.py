@@ -143,3 +143,31 @@ def test_a_raw_video_declaring_a_huge_frame_names_the_frame_size_limit(tmp_path:
     with pytest.raises(DecodeLimitExceeded, match="100000x100000") as caught:
         KindRegistry().fingerprint("video", path)
     assert "the frame-size limit, 8192x8192" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        "ffconcat version 1.0\nfile 'seg.mp4'\n",
+        "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\nseg.mp4\n#EXT-X-ENDLIST\n",
+    ],
+    ids=["concat", "hls"],
+)
+def test_a_playlist_is_refused_naming_that_it_refers_to_other_files(
+    tmp_path: Path, listing: str
+) -> None:
+    """An artifact that only lists other files (a concat list, an HLS playlist) decodes to what
+    those files hold: its fingerprint would not be of the artifact. Refused, naming why, or an
+    error naming the file; never a fingerprint."""
+    from pytest_lossless.errors import ArtifactError
+    from pytest_lossless.kinds.registry import KindRegistry
+    from tests.e2e.mediagen import gray_frames, write_video
+
+    write_video(tmp_path / "seg.mp4", gray_frames(4))
+    listed = tmp_path / "clip.mp4"
+    listed.write_text(listing)
+    with pytest.raises(ArtifactError) as caught:
+        KindRegistry().fingerprint("video", listed)
+    assert "clip.mp4" in str(caught.value)
+    if listing.startswith("ffconcat"):  # opened as a concat list: refused for what it is
+        assert "refers to other files" in str(caught.value)
