@@ -70,6 +70,12 @@ def _command(args: Sequence[str], *, stdin: bool = False) -> list[str]:
     return [ffmpeg_exe(), "-hide_banner", *(() if stdin else ("-nostdin",)), *args]
 
 
+def file_input(path: Path) -> str:
+    """``path`` as ffmpeg's input: always a file (``file:``), so that a name such as
+    ``concat:a.mp4|b.mp4`` or ``subfile:...`` is never read as another protocol."""
+    return f"file:{path}"
+
+
 def _decode_input(
     path: Path, max_pixels: int, *, log: str = "error", xerror: bool = True
 ) -> list[str]:
@@ -80,7 +86,7 @@ def _decode_input(
         args.append("-nostats")  # the stream description is wanted on stderr, not the progress
     if xerror:
         args.append("-xerror")
-    return [*args, "-max_pixels", str(max_pixels), "-i", str(path)]
+    return [*args, "-max_pixels", str(max_pixels), "-i", file_input(path)]
 
 
 def _maps(selectors: Iterable[str]) -> list[str]:
@@ -89,13 +95,13 @@ def _maps(selectors: Iterable[str]) -> list[str]:
 
 def probe_args(path: Path, max_pixels: int) -> list[str]:
     """Open ``path`` and stop: ffmpeg describes the input on stderr and exits (no output)."""
-    return ["-max_pixels", str(max_pixels), "-i", str(path)]
+    return ["-max_pixels", str(max_pixels), "-i", file_input(path)]
 
 
 def declared_args(path: Path) -> list[str]:
     """Open ``path`` without decoding a single video frame (``-skip_frame all``): the sizes and
     durations its headers declare, on stderr, before anything is decoded."""
-    return ["-skip_frame", "all", "-i", str(path)]
+    return ["-skip_frame", "all", "-i", file_input(path)]
 
 
 def container_framehash_args(

@@ -171,3 +171,23 @@ def test_a_playlist_is_refused_naming_that_it_refers_to_other_files(
     assert "clip.mp4" in str(caught.value)
     if listing.startswith("ffconcat"):  # opened as a concat list: refused for what it is
         assert "refers to other files" in str(caught.value)
+
+
+def test_a_file_named_like_a_protocol_is_read_as_that_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative artifact path ``concat:a.mp4|b.mp4`` is the file of that name, not ffmpeg's
+    concat protocol over two other files: inputs are given as ``file:`` (its bytes are not
+    media here, so the read fails naming it; the other files are never fingerprinted)."""
+    from pytest_lossless.errors import ArtifactError
+    from pytest_lossless.kinds.registry import KindRegistry
+    from tests.e2e.mediagen import gray_frames, write_video
+
+    for name in ("a.mp4", "b.mp4"):
+        write_video(tmp_path / name, gray_frames(4))
+    named = tmp_path / "concat:a.mp4|b.mp4"
+    named.write_bytes(b"\x00\x00\x00\x18ftypisom" + b"not media" * 10)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArtifactError) as caught:
+        KindRegistry().fingerprint("video", Path("concat:a.mp4|b.mp4"))
+    assert "concat:a.mp4|b.mp4" in str(caught.value)
