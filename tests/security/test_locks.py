@@ -80,22 +80,6 @@ def mode_of(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A folder in the system tmp that another uid can enter (tmp_path is private to us)."""
-    base = Path(tempfile.mkdtemp(prefix="lossless-locks-"))
-    os.chmod(base, 0o755)
-    try:
-        yield base
-    finally:
-        for path in sorted(base.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            else:
-                path.unlink()
-        base.rmdir()
-
-
 # ------------------------------------------------------------- symlinks and modes
 
 

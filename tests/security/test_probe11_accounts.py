@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,22 +60,6 @@ def test_a_stale_record_of_a_dead_pid_does_not_hide_the_real_holder(tmp_path: Pa
         assert f"uid {os.geteuid()}" in message, "the holder's account is named"
     finally:
         held.release()
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A folder in the system tmp that other uids can enter (tmp_path is private to us)."""
-    base = Path(tempfile.mkdtemp(prefix="lossless-p11-"))
-    os.chmod(base, 0o755)
-    try:
-        yield base
-    finally:
-        for path in sorted(base.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            else:
-                path.unlink()
-        base.rmdir()
 
 
 def as_account(uid: int, body: object) -> int:
