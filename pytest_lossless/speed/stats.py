@@ -437,43 +437,34 @@ def decide(
         mean: float | None = None
         if verdict != Verdict.INCONCLUSIVE and plan.mean_check and totals is not None:
             mean = mean_log_ratio(totals[: look.blocks])
-            if (verdict == Verdict.PASS) != (mean <= theta):
-                trail.append(
-                    LookResult(
-                        blocks=look.blocks,
-                        k=look.k,
-                        low=low,
-                        high=high,
-                        verdict=Verdict.INCONCLUSIVE,
-                        mean_ratio=math.exp(mean),
-                    )
-                )
-                return Decision(
-                    verdict=Verdict.INCONCLUSIVE,
-                    blocks=look.blocks,
-                    ratio=math.exp(median(diffs[: look.blocks])),
-                    ci=(math.exp(low), math.exp(high)),
-                    look=look,
-                    reason=(
-                        f"the sign test's interval [{math.exp(low):.3g}, {math.exp(high):.3g}] "
-                        f"says {verdict} after {look.blocks} blocks, but the ratio of mean "
-                        f"times is {math.exp(mean):.3g} against the target ratio "
-                        f"{math.exp(theta):.3g}: the median block and the mean disagree "
-                        "(a candidate fast on some runs only, or a spike), so no claim is made"
-                    ),
-                    looks=tuple(trail),
-                    stopped=True,
-                )
+        disagree = mean is not None and (verdict == Verdict.PASS) != (mean <= theta)
         trail.append(
             LookResult(
                 blocks=look.blocks,
                 k=look.k,
                 low=low,
                 high=high,
-                verdict=verdict,
+                verdict=Verdict.INCONCLUSIVE if disagree else verdict,
                 mean_ratio=None if mean is None else math.exp(mean),
             )
         )
+        if mean is not None and disagree:  # the sign test and the mean disagree: no claim
+            return Decision(
+                verdict=Verdict.INCONCLUSIVE,
+                blocks=look.blocks,
+                ratio=math.exp(median(diffs[: look.blocks])),
+                ci=(math.exp(low), math.exp(high)),
+                look=look,
+                reason=(
+                    f"the sign test's interval [{math.exp(low):.3g}, {math.exp(high):.3g}] "
+                    f"says {verdict} after {look.blocks} blocks, but the ratio of mean "
+                    f"times is {math.exp(mean):.3g} against the target ratio "
+                    f"{math.exp(theta):.3g}: the median block and the mean disagree "
+                    "(a candidate fast on some runs only, or a spike), so no claim is made"
+                ),
+                looks=tuple(trail),
+                stopped=True,
+            )
         last = (look, low, high)
         if verdict != Verdict.INCONCLUSIVE:
             return Decision(
